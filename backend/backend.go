@@ -1,0 +1,218 @@
+package backend
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Storage is a block of device memory holding Len elements of one DType.
+type Storage interface {
+	Device() Device
+	DType() DType
+	Len() int
+}
+
+// Ref is a position in a Storage: kernels read and write elements
+// S[Off], S[Off+1], ...
+type Ref struct {
+	S   Storage
+	Off int
+}
+
+// Nil reports whether r refers to nothing (an optional operand left out).
+func (r Ref) Nil() bool { return r.S == nil }
+
+// MemStats describes a device's memory pool, in bytes.
+type MemStats struct {
+	Allocated int64 // held by live tensors
+	Reserved  int64 // held by the pool, including cached free blocks
+	Peak      int64 // highest Allocated seen
+	Copied    int64 // host<->device bytes moved since start
+}
+
+// Backend is one device's kernel set. Sizes are in elements. Unless a
+// kernel's doc says otherwise, outputs are overwritten, operands do not
+// alias, and all float operands share one DType (F32 today).
+type Backend interface {
+	Device() Device
+	// Alloc returns uninitialised storage for n elements, from the pool.
+	Alloc(dt DType, n int) Storage
+	// Free returns storage to the pool. It must not be used afterwards.
+	Free(s Storage)
+	MemStats() MemStats
+
+	// Upload copies a host slice ([]float32, []int32, []uint16 or []int64,
+	// matching the storage dtype) to dst. Download copies back to a host slice.
+	Upload(dst Ref, src any)
+	Download(dst any, src Ref)
+	// Copy copies n elements; Cast converts n elements between dtypes.
+	Copy(dst, src Ref, n int)
+	Cast(dst, src Ref, n int)
+	Fill(dst Ref, v float32, n int)
+
+	// MatMul computes, for each batch b,
+	// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] (+ bias broadcast over rows).
+	MatMul(p MatMul, a, b, c, bias Ref)
+
+	// Binary computes dst[i] = a[i] op b[i] for n elements. dst may alias a or b.
+	Binary(op BinaryOp, dst, a, b Ref, n int)
+	// Axpy computes dst[i] += alpha * x[i].
+	Axpy(dst, x Ref, alpha float32, n int)
+	// Scale computes dst[i] = alpha * src[i]; dst may alias src.
+	Scale(dst, src Ref, alpha float32, n int)
+	// Unary computes dst[i] = op(src[i]); dst may alias src.
+	Unary(op UnaryOp, dst, src Ref, n int)
+
+	// SumRows reduces a rows×cols matrix over its rows: dst[j] = beta*dst[j] + sum_i src[i*cols+j].
+	SumRows(dst, src Ref, rows, cols int, beta float32)
+	// SumCols reduces over columns: dst[i] = sum_j src[i*cols+j].
+	SumCols(dst, src Ref, rows, cols int)
+	// SumSquares adds sum_i src[i]^2 into dst[0] (a single F32 element).
+	SumSquares(dst, src Ref, n int)
+
+	// Softmax over the last axis of rows×cols; SoftmaxBackward gives
+	// dx = y * (dy - sum(dy*y)).
+	Softmax(dst, src Ref, rows, cols int)
+	SoftmaxBackward(dx, y, dy Ref, rows, cols int)
+
+	// LayerNorm normalises each row, saving mean and rstd (rows each) for
+	// the backward pass. w is required; b may be Nil.
+	LayerNorm(out, mean, rstd, x, w, b Ref, rows, cols int, eps float32)
+	// LayerNormBackward writes dx and accumulates into dw and db (db may be Nil).
+	LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w Ref, rows, cols int)
+
+	// GELU is the tanh approximation; GELUBackward writes dx = dy * gelu'(x).
+	GELU(dst, src Ref, n int)
+	GELUBackward(dx, x, dy Ref, n int)
+
+	// Attention is causal multi-head self-attention over a packed
+	// qkv [B, T, 3C] (q, k, v each C wide, heads contiguous hd=C/H slices),
+	// writing out [B, T, C] and saving what the backward pass needs in
+	// saved (AttentionSavedLen elements).
+	Attention(p Attention, out, saved, qkv Ref)
+	AttentionBackward(p Attention, dqkv, dout, saved, qkv Ref)
+
+	// CrossEntropy computes per-row -log softmax(logits)[target] for
+	// logits [N, V], writing losses [N] and the log-sum-exp of each row into lse [N].
+	// Targets (I32) outside [0, V) are ignored: their loss is 0 (use -1 to mask).
+	CrossEntropy(losses, lse, logits, targets Ref, n, v int)
+	// CrossEntropyBackward writes dlogits = dloss[0]*scale * (softmax(logits) - onehot(target)),
+	// where dloss is the gradient of a scalar loss and scale is the weight of each row in it
+	// (1/N for a mean). Rows with an out-of-range target get zero gradient.
+	CrossEntropyBackward(dlogits, logits, lse, targets, dloss Ref, scale float32, n, v int)
+
+	// Embedding gathers rows: out[i] = table[ids[i]], each row dim wide.
+	Embedding(out, table, ids Ref, n, dim int)
+	// EmbeddingBackward accumulates dtable[ids[i]] += dout[i].
+	EmbeddingBackward(dtable, dout, ids Ref, n, dim int)
+
+	// AdamW updates params in place (decoupled weight decay).
+	AdamW(p AdamW, param, grad, m, v Ref, n int)
+}
+
+// MatMul describes a (batched) matrix product. op(A) is M×K, op(B) is K×N,
+// C is M×N row-major. Strides are in elements between batch items; a stride
+// of 0 broadcasts one matrix over the batch.
+type MatMul struct {
+	Batch, M, N, K            int
+	TransA, TransB            bool
+	StrideA, StrideB, StrideC int
+	Alpha, Beta               float32
+}
+
+// BinaryOp is an elementwise binary operation.
+type BinaryOp uint8
+
+// Binary operations.
+const (
+	Add BinaryOp = iota
+	Sub
+	Mul
+	Div
+)
+
+// UnaryOp is an elementwise unary operation.
+type UnaryOp uint8
+
+// Unary operations.
+const (
+	Neg UnaryOp = iota
+	Exp
+	Log
+	Tanh
+	Sqrt
+)
+
+// Attention describes a causal self-attention call.
+type Attention struct {
+	B, T, C, H int
+}
+
+// SavedLen is the number of elements Attention saves for its backward pass:
+// the softmax probabilities, B·H·T·T.
+func (a Attention) SavedLen() int { return a.B * a.H * a.T * a.T }
+
+// AdamW holds one AdamW step's hyperparameters. Step counts from 1 and
+// drives bias correction.
+type AdamW struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Step                               int
+}
+
+// Opener opens device number index of a kind.
+type Opener func(index int) (Backend, error)
+
+var (
+	mu      sync.Mutex
+	openers = map[string]Opener{}
+	opened  = map[Device]Backend{}
+	failed  = map[Device]error{}
+)
+
+// Register makes a device kind available. It panics if kind is registered twice.
+func Register(kind string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := openers[kind]; dup {
+		panic("backend: Register called twice for " + kind)
+	}
+	openers[kind] = open
+}
+
+// Kinds lists the registered device kinds.
+func Kinds() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var ks []string
+	for k := range openers {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// Get returns the backend for d, opening it on first use. A device that
+// failed to open keeps failing with the same reason.
+func Get(d Device) (Backend, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if b, ok := opened[d]; ok {
+		return b, nil
+	}
+	if err, ok := failed[d]; ok {
+		return nil, err
+	}
+	open, ok := openers[d.Kind]
+	if !ok {
+		return nil, fmt.Errorf("device %s: no backend registered for %q", d, d.Kind)
+	}
+	b, err := open(d.Index)
+	if err != nil {
+		err = fmt.Errorf("device %s: %w", d, err)
+		failed[d] = err
+		return nil, err
+	}
+	opened[d] = b
+	return b, nil
+}

@@ -1,0 +1,195 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+func init() {
+	backend.Register("cpu", func(index int) (backend.Backend, error) {
+		return New(backend.Device{Kind: "cpu", Index: index}), nil
+	})
+}
+
+// Buffer is CPU storage: exactly one of the slices is set, by dtype.
+type Buffer struct {
+	dev backend.Device
+	dt  backend.DType
+	F32 []float32
+	U16 []uint16 // BF16 and F16 bits
+	I32 []int32
+	I64 []int64
+}
+
+// Device implements backend.Storage.
+func (b *Buffer) Device() backend.Device { return b.dev }
+
+// DType implements backend.Storage.
+func (b *Buffer) DType() backend.DType { return b.dt }
+
+// Len implements backend.Storage.
+func (b *Buffer) Len() int {
+	switch b.dt {
+	case backend.F32:
+		return len(b.F32)
+	case backend.BF16, backend.F16:
+		return len(b.U16)
+	case backend.I32:
+		return len(b.I32)
+	case backend.I64:
+		return len(b.I64)
+	}
+	return 0
+}
+
+// CPU is the CPU backend for one logical device.
+type CPU struct {
+	dev     backend.Device
+	threads int
+
+	mu        sync.Mutex
+	free      map[poolKey][]*Buffer
+	allocated int64
+	reserved  int64
+	peak      int64
+	copied    atomic.Int64
+}
+
+type poolKey struct {
+	dt backend.DType
+	n  int
+}
+
+// New returns a CPU backend. The number of worker goroutines is
+// $FLEET_THREADS if set, else GOMAXPROCS.
+func New(dev backend.Device) *CPU {
+	t := runtime.GOMAXPROCS(0)
+	if s := os.Getenv("FLEET_THREADS"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			t = n
+		}
+	}
+	return &CPU{dev: dev, threads: t, free: map[poolKey][]*Buffer{}}
+}
+
+// Threads is the number of worker goroutines kernels use.
+func (c *CPU) Threads() int { return c.threads }
+
+// SetThreads changes the number of worker goroutines (at least 1).
+func (c *CPU) SetThreads(n int) {
+	if n < 1 {
+		n = 1
+	}
+	c.threads = n
+}
+
+// Device implements backend.Backend.
+func (c *CPU) Device() backend.Device { return c.dev }
+
+// Alloc takes a buffer of exactly n elements from the pool, or makes one.
+// Steady-state training asks for the same sizes every step, so exact-size
+// bins reuse every buffer after the first step.
+func (c *CPU) Alloc(dt backend.DType, n int) backend.Storage {
+	if n < 0 {
+		panic(fmt.Sprintf("cpu: alloc of %d elements", n))
+	}
+	bytes := int64(n * dt.Size())
+	c.mu.Lock()
+	k := poolKey{dt, n}
+	if l := c.free[k]; len(l) > 0 {
+		b := l[len(l)-1]
+		c.free[k] = l[:len(l)-1]
+		c.allocated += bytes
+		c.peak = max(c.peak, c.allocated)
+		c.mu.Unlock()
+		return b
+	}
+	c.allocated += bytes
+	c.reserved += bytes
+	c.peak = max(c.peak, c.allocated)
+	c.mu.Unlock()
+	b := &Buffer{dev: c.dev, dt: dt}
+	switch dt {
+	case backend.F32:
+		b.F32 = make([]float32, n)
+	case backend.BF16, backend.F16:
+		b.U16 = make([]uint16, n)
+	case backend.I32:
+		b.I32 = make([]int32, n)
+	case backend.I64:
+		b.I64 = make([]int64, n)
+	default:
+		panic(fmt.Sprintf("cpu: alloc of dtype %v", dt))
+	}
+	return b
+}
+
+// Free returns a buffer to its bin.
+func (c *CPU) Free(s backend.Storage) {
+	b := s.(*Buffer)
+	c.mu.Lock()
+	k := poolKey{b.dt, b.Len()}
+	c.free[k] = append(c.free[k], b)
+	c.allocated -= int64(b.Len() * b.dt.Size())
+	c.mu.Unlock()
+}
+
+// MemStats implements backend.Backend.
+func (c *CPU) MemStats() backend.MemStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return backend.MemStats{Allocated: c.allocated, Reserved: c.reserved, Peak: c.peak, Copied: c.copied.Load()}
+}
+
+// f32 returns the float32 elements of r from its offset on.
+func f32(r backend.Ref) []float32 { return r.S.(*Buffer).F32[r.Off:] }
+
+// i32 returns the int32 elements of r from its offset on.
+func i32(r backend.Ref) []int32 { return r.S.(*Buffer).I32[r.Off:] }
+
+// parallelFor runs fn over [0, n) split into chunks of at least grain
+// elements. Each index is handled by exactly one call, and the split
+// depends only on n, grain and the thread count, so kernels whose outputs
+// are written by one chunk each are deterministic.
+func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	chunks := (n + grain - 1) / grain
+	if chunks > 4*c.threads {
+		chunks = 4 * c.threads
+	}
+	if chunks <= 1 || c.threads == 1 {
+		fn(0, n)
+		return
+	}
+	size := (n + chunks - 1) / chunks
+	chunks = (n + size - 1) / size
+	workers := min(c.threads, chunks)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= chunks {
+					return
+				}
+				lo := i * size
+				fn(lo, min(lo+size, n))
+			}
+		}()
+	}
+	wg.Wait()
+}

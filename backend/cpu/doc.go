@@ -1,0 +1,11 @@
+// Package cpu is fleet's CPU backend: the kernel set of package backend in
+// plain Go, parallel over goroutines. Importing it registers the "cpu"
+// device kind.
+//
+// Every kernel partitions its work the same way on every call, and no
+// output element's reduction order depends on goroutine scheduling, so
+// results are bit-for-bit repeatable. Hot kernels are package-level
+// function values (for example gemmKernel), so faster versions (SIMD
+// assembly) can replace them without touching callers; tests hold each
+// kernel to the float64 reference in package backend/ref.
+package cpu

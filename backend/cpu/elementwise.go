@@ -1,0 +1,206 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+const elemGrain = 1 << 14
+
+// Binary implements backend.Backend.
+func (c *CPU) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
+	d, x, y := f32(dst)[:n], f32(a)[:n], f32(b)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		d, x, y := d[lo:hi], x[lo:hi], y[lo:hi]
+		switch op {
+		case backend.Add:
+			for i := range d {
+				d[i] = x[i] + y[i]
+			}
+		case backend.Sub:
+			for i := range d {
+				d[i] = x[i] - y[i]
+			}
+		case backend.Mul:
+			for i := range d {
+				d[i] = x[i] * y[i]
+			}
+		case backend.Div:
+			for i := range d {
+				d[i] = x[i] / y[i]
+			}
+		}
+	})
+}
+
+// Axpy implements backend.Backend.
+func (c *CPU) Axpy(dst, x backend.Ref, alpha float32, n int) {
+	d, s := f32(dst)[:n], f32(x)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) { axpy(d[lo:hi], s[lo:hi], alpha) })
+}
+
+func axpy(d, s []float32, alpha float32) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] += alpha * s[i]
+	}
+}
+
+// Scale implements backend.Backend.
+func (c *CPU) Scale(dst, src backend.Ref, alpha float32, n int) {
+	d, s := f32(dst)[:n], f32(src)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		d, s := d[lo:hi], s[lo:hi]
+		for i := range d {
+			d[i] = alpha * s[i]
+		}
+	})
+}
+
+// Unary implements backend.Backend.
+func (c *CPU) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
+	d, s := f32(dst)[:n], f32(src)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := s[i]
+			switch op {
+			case backend.Neg:
+				x = -x
+			case backend.Exp:
+				x = float32(math.Exp(float64(x)))
+			case backend.Log:
+				x = float32(math.Log(float64(x)))
+			case backend.Tanh:
+				x = float32(math.Tanh(float64(x)))
+			case backend.Sqrt:
+				x = float32(math.Sqrt(float64(x)))
+			}
+			d[i] = x
+		}
+	})
+}
+
+// SumRows implements backend.Backend. Each output column is summed over
+// all rows in order by one goroutine.
+func (c *CPU) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
+	d, s := f32(dst)[:cols], f32(src)[:rows*cols]
+	c.parallelFor(cols, 64, func(lo, hi int) {
+		acc := make([]float32, hi-lo)
+		for i := 0; i < rows; i++ {
+			row := s[i*cols+lo : i*cols+hi]
+			for j := range acc {
+				acc[j] += row[j]
+			}
+		}
+		for j := range acc {
+			if beta == 0 {
+				d[lo+j] = acc[j]
+			} else {
+				d[lo+j] = beta*d[lo+j] + acc[j]
+			}
+		}
+	})
+}
+
+// SumCols implements backend.Backend.
+func (c *CPU) SumCols(dst, src backend.Ref, rows, cols int) {
+	d, s := f32(dst)[:rows], f32(src)[:rows*cols]
+	c.parallelFor(rows, max(1, elemGrain/max(cols, 1)), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var acc float32
+			for _, v := range s[i*cols : (i+1)*cols] {
+				acc += v
+			}
+			d[i] = acc
+		}
+	})
+}
+
+// sumSquaresChunk is fixed so the partial sums, and hence the result, do
+// not depend on the thread count.
+const sumSquaresChunk = 1 << 15
+
+// SumSquares implements backend.Backend. Partial sums in float64 over
+// fixed chunks are added in chunk order.
+func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
+	s := f32(src)[:n]
+	chunks := (n + sumSquaresChunk - 1) / sumSquaresChunk
+	parts := make([]float64, chunks)
+	c.parallelFor(chunks, 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			var acc float64
+			for _, v := range s[k*sumSquaresChunk : min((k+1)*sumSquaresChunk, n)] {
+				acc += float64(v) * float64(v)
+			}
+			parts[k] = acc
+		}
+	})
+	var total float64
+	for _, p := range parts {
+		total += p
+	}
+	f32(dst)[0] += float32(total)
+}
+
+// GELU implements backend.Backend (tanh approximation, as GPT-2).
+func (c *CPU) GELU(dst, src backend.Ref, n int) {
+	d, s := f32(dst)[:n], f32(src)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := s[i]
+			u := geluC * (x + 0.044715*x*x*x)
+			d[i] = 0.5 * x * (1 + tanh32(u))
+		}
+	})
+}
+
+// geluC is sqrt(2/pi).
+const geluC = 0.7978845608028654
+
+// GELUBackward implements backend.Backend.
+func (c *CPU) GELUBackward(dx, x, dy backend.Ref, n int) {
+	d, s, g := f32(dx)[:n], f32(x)[:n], f32(dy)[:n]
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := s[i]
+			u := geluC * (x + 0.044715*x*x*x)
+			t := tanh32(u)
+			du := geluC * (1 + 3*0.044715*x*x)
+			d[i] = g[i] * (0.5*(1+t) + 0.5*x*(1-t*t)*du)
+		}
+	})
+}
+
+// tanh32 is tanh in float32 via exp, accurate to a few ulps.
+func tanh32(x float32) float32 {
+	if x > 9 {
+		return 1
+	}
+	if x < -9 {
+		return -1
+	}
+	e := float32(math.Exp(float64(2 * x)))
+	return (e - 1) / (e + 1)
+}
+
+// AdamW implements backend.Backend: PyTorch's AdamW with bias correction
+// and decoupled weight decay.
+func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
+	w, g, mm, vv := f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n]
+	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+	stepSize := float32(float64(p.LR) / bc1)
+	bc2sqrt := float32(math.Sqrt(bc2))
+	decay := 1 - p.LR*p.WeightDecay
+	c.parallelFor(n, elemGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			mi := p.Beta1*mm[i] + (1-p.Beta1)*gi
+			vi := p.Beta2*vv[i] + (1-p.Beta2)*gi*gi
+			mm[i], vv[i] = mi, vi
+			denom := float32(math.Sqrt(float64(vi)))/bc2sqrt + p.Eps
+			w[i] = w[i]*decay - stepSize*mi/denom
+		}
+	})
+}

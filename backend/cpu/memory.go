@@ -1,0 +1,132 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// Upload implements backend.Backend. On the CPU an upload is a copy.
+func (c *CPU) Upload(dst backend.Ref, src any) {
+	b := dst.S.(*Buffer)
+	var n int
+	switch s := src.(type) {
+	case []float32:
+		n = copy(b.F32[dst.Off:dst.Off+len(s)], s)
+	case []int32:
+		n = copy(b.I32[dst.Off:dst.Off+len(s)], s)
+	case []uint16:
+		n = copy(b.U16[dst.Off:dst.Off+len(s)], s)
+	case []int64:
+		n = copy(b.I64[dst.Off:dst.Off+len(s)], s)
+	default:
+		panic(fmt.Sprintf("cpu: upload of %T", src))
+	}
+	c.copied.Add(int64(n * b.dt.Size()))
+}
+
+// Download implements backend.Backend.
+func (c *CPU) Download(dst any, src backend.Ref) {
+	b := src.S.(*Buffer)
+	var n int
+	switch d := dst.(type) {
+	case []float32:
+		n = copy(d, b.F32[src.Off:src.Off+len(d)])
+	case []int32:
+		n = copy(d, b.I32[src.Off:src.Off+len(d)])
+	case []uint16:
+		n = copy(d, b.U16[src.Off:src.Off+len(d)])
+	case []int64:
+		n = copy(d, b.I64[src.Off:src.Off+len(d)])
+	default:
+		panic(fmt.Sprintf("cpu: download into %T", dst))
+	}
+	c.copied.Add(int64(n * b.dt.Size()))
+}
+
+// Copy implements backend.Backend.
+func (c *CPU) Copy(dst, src backend.Ref, n int) {
+	d, s := dst.S.(*Buffer), src.S.(*Buffer)
+	if d.dt != s.dt {
+		panic(fmt.Sprintf("cpu: copy from %v to %v", s.dt, d.dt))
+	}
+	switch d.dt {
+	case backend.F32:
+		copy(d.F32[dst.Off:dst.Off+n], s.F32[src.Off:src.Off+n])
+	case backend.BF16, backend.F16:
+		copy(d.U16[dst.Off:dst.Off+n], s.U16[src.Off:src.Off+n])
+	case backend.I32:
+		copy(d.I32[dst.Off:dst.Off+n], s.I32[src.Off:src.Off+n])
+	case backend.I64:
+		copy(d.I64[dst.Off:dst.Off+n], s.I64[src.Off:src.Off+n])
+	}
+}
+
+// Cast implements backend.Backend for conversions between F32, BF16 and
+// F16 (rounding to nearest even) and between I32 and F32.
+func (c *CPU) Cast(dst, src backend.Ref, n int) {
+	d, s := dst.S.(*Buffer), src.S.(*Buffer)
+	if d.dt == s.dt {
+		c.Copy(dst, src, n)
+		return
+	}
+	c.parallelFor(n, 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var v float32
+			switch s.dt {
+			case backend.F32:
+				v = s.F32[src.Off+i]
+			case backend.BF16:
+				v = backend.BF16ToF32(s.U16[src.Off+i])
+			case backend.F16:
+				v = backend.F16ToF32(s.U16[src.Off+i])
+			case backend.I32:
+				v = float32(s.I32[src.Off+i])
+			default:
+				panic(fmt.Sprintf("cpu: cast from %v", s.dt))
+			}
+			switch d.dt {
+			case backend.F32:
+				d.F32[dst.Off+i] = v
+			case backend.BF16:
+				d.U16[dst.Off+i] = backend.F32ToBF16(v)
+			case backend.F16:
+				d.U16[dst.Off+i] = backend.F32ToF16(v)
+			default:
+				panic(fmt.Sprintf("cpu: cast to %v", d.dt))
+			}
+		}
+	})
+}
+
+// Fill implements backend.Backend.
+func (c *CPU) Fill(dst backend.Ref, v float32, n int) {
+	b := dst.S.(*Buffer)
+	switch b.dt {
+	case backend.F32:
+		x := b.F32[dst.Off : dst.Off+n]
+		if v == 0 {
+			clear(x)
+			return
+		}
+		for i := range x {
+			x[i] = v
+		}
+	case backend.I32:
+		x := b.I32[dst.Off : dst.Off+n]
+		for i := range x {
+			x[i] = int32(v)
+		}
+	case backend.BF16, backend.F16:
+		h := backend.F32ToBF16(v)
+		if b.dt == backend.F16 {
+			h = backend.F32ToF16(v)
+		}
+		x := b.U16[dst.Off : dst.Off+n]
+		for i := range x {
+			x[i] = h
+		}
+	default:
+		panic(fmt.Sprintf("cpu: fill of %v", b.dt))
+	}
+}

@@ -1,0 +1,41 @@
+package backend
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Device names a place where tensors live: "cpu", "cpu:1" (a logical CPU
+// device, for pipeline tests), "cuda:0".
+type Device struct {
+	Kind  string
+	Index int
+}
+
+// CPU is the default host device.
+var CPU = Device{Kind: "cpu"}
+
+func (d Device) String() string {
+	if d.Kind == "cpu" && d.Index == 0 {
+		return "cpu"
+	}
+	return d.Kind + ":" + strconv.Itoa(d.Index)
+}
+
+// ParseDevice parses "cpu", "cpu:N", "cuda" (meaning cuda:0) or "cuda:N".
+func ParseDevice(s string) (Device, error) {
+	kind, idx, found := strings.Cut(s, ":")
+	d := Device{Kind: kind}
+	if kind != "cpu" && kind != "cuda" {
+		return Device{}, fmt.Errorf("unknown device %q (want cpu, cpu:N, cuda or cuda:N)", s)
+	}
+	if found {
+		n, err := strconv.Atoi(idx)
+		if err != nil || n < 0 {
+			return Device{}, fmt.Errorf("bad device index in %q", s)
+		}
+		d.Index = n
+	}
+	return d, nil
+}

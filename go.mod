@@ -1,0 +1,3 @@
+module github.com/fleetml/fleet
+
+go 1.26

@@ -1,0 +1,68 @@
+package tensor
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is a programming error inside a tensor op: a shape, dtype or
+// device mismatch. Ops panic with it; Catch turns it into an error.
+type Error struct {
+	Op       string
+	Msg      string
+	Operands []*Tensor
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	if len(e.Operands) > 0 {
+		b.WriteString(" (operands:")
+		for _, t := range e.Operands {
+			fmt.Fprintf(&b, " %v", t)
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Catch runs fn and returns a tensor *Error it panicked with as an error.
+// Other panics propagate.
+func Catch(fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if te, ok := r.(*Error); ok {
+				err = te
+				return
+			}
+			panic(r)
+		}
+	}()
+	fn()
+	return nil
+}
+
+// check panics unless all operands are on one device.
+func check(op string, ts ...*Tensor) {
+	for _, t := range ts[1:] {
+		if t.dev != ts[0].dev {
+			panic(&Error{Op: op, Msg: fmt.Sprintf("tensors on %v and %v", ts[0].dev, t.dev), Operands: ts})
+		}
+	}
+}
+
+func sameShape(op string, a, b *Tensor) {
+	if !a.shape.Equal(b.shape) {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("shapes %v and %v differ", a.shape, b.shape), Operands: []*Tensor{a, b}})
+	}
+}
+
+func wantDType(op string, dt DType, ts ...*Tensor) {
+	for _, t := range ts {
+		if t.dtype != dt {
+			panic(&Error{Op: op, Msg: fmt.Sprintf("want %v, got %v", dt, t.dtype), Operands: ts})
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/internal/rng"
+)
+
+// gradCase checks one differentiable op. fwd runs the op on F32 tensors
+// with autograd; refFwd computes the same function in float64 with the
+// reference kernels. The analytic F32 gradient of sum(out ⊙ R), for a
+// random R, is compared with central finite differences of the float64
+// reference.
+type gradCase struct {
+	name   string
+	shapes [][]int // float inputs
+	fwd    func(in []*Tensor) *Tensor
+	refFwd func(in [][]float64) []float64
+	// init optionally overrides the random inputs (e.g. to keep them positive)
+	init func(i int, v []float64)
+}
+
+func randSlice(r *rng.RNG, n int, std float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = r.Norm() * std
+	}
+	return v
+}
+
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+func to64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func runGradCase(t *testing.T, c gradCase) {
+	t.Helper()
+	r := rng.New(rng.Mix(42, uint64(len(c.name))))
+	inputs := make([][]float64, len(c.shapes))
+	for i, s := range c.shapes {
+		inputs[i] = randSlice(r, Shape(s).Numel(), 1)
+		if c.init != nil {
+			c.init(i, inputs[i])
+		}
+		// The reference must see exactly the float32 values the op sees.
+		inputs[i] = to64(to32(inputs[i]))
+	}
+	Step(func() {
+		ts := make([]*Tensor, len(inputs))
+		for i, v := range inputs {
+			ts[i] = FromFloat32s(CPU, to32(v), c.shapes[i]...).SetRequiresGrad(true)
+		}
+		out := c.fwd(ts)
+		want := c.refFwd(inputs)
+		got := out.Float32s()
+		if len(got) != len(want) {
+			t.Fatalf("%s: output has %d elements, reference %d", c.name, len(got), len(want))
+		}
+		for i := range got {
+			if d := math.Abs(float64(got[i]) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
+				t.Fatalf("%s: forward[%d] = %v, reference %v", c.name, i, got[i], want[i])
+			}
+		}
+		R := randSlice(r, len(want), 1)
+		R = to64(to32(R))
+		out.BackwardWith(FromFloat32s(CPU, to32(R), out.Shape()...))
+		objective := func() float64 {
+			y := c.refFwd(inputs)
+			var s float64
+			for i := range y {
+				s += y[i] * R[i]
+			}
+			return s
+		}
+		const h = 1e-6
+		for i, x := range inputs {
+			if ts[i].Grad == nil {
+				t.Fatalf("%s: input %d got no gradient", c.name, i)
+			}
+			g := ts[i].Grad.Float32s()
+			for j := range x {
+				orig := x[j]
+				x[j] = orig + h
+				fp := objective()
+				x[j] = orig - h
+				fm := objective()
+				x[j] = orig
+				num := (fp - fm) / (2 * h)
+				if d := math.Abs(float64(g[j]) - num); d > 1e-3*(1+math.Abs(num)) {
+					t.Errorf("%s: d/dinput%d[%d] = %v, finite difference %v", c.name, i, j, g[j], num)
+					return
+				}
+			}
+		}
+	})
+}
+
+func TestGradients(t *testing.T) {
+	ids := []int32{3, 0, 3, 1, 4, 2}
+	targets := []int32{1, 4, 0, 2, 2, 3}
+	cases := []gradCase{
+		{name: "add", shapes: [][]int{{3, 4}, {3, 4}},
+			fwd:    func(in []*Tensor) *Tensor { return Add(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a + b }) }},
+		{name: "sub", shapes: [][]int{{5}, {5}},
+			fwd:    func(in []*Tensor) *Tensor { return Sub(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a - b }) }},
+		{name: "mul", shapes: [][]int{{2, 3}, {2, 3}},
+			fwd:    func(in []*Tensor) *Tensor { return Mul(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a * b }) }},
+		{name: "mul_same", shapes: [][]int{{4}},
+			fwd:    func(in []*Tensor) *Tensor { return Mul(in[0], in[0]) },
+			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[0], func(a, b float64) float64 { return a * b }) }},
+		{name: "scale", shapes: [][]int{{6}},
+			fwd: func(in []*Tensor) *Tensor { return Scale(in[0], -2.5) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], in[0], func(a, _ float64) float64 { return -2.5 * a })
+			}},
+		{name: "matmul_2d", shapes: [][]int{{2, 3, 5}, {5, 4}},
+			fwd: func(in []*Tensor) *Tensor { return MatMul(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				c := make([]float64, 6*4)
+				ref.MatMul(in[0], in[1], c, nil, 6, 4, 5, false, false, 1, 0)
+				return c
+			}},
+		{name: "matmul_batched", shapes: [][]int{{3, 2, 5}, {3, 5, 4}},
+			fwd: func(in []*Tensor) *Tensor { return MatMul(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				c := make([]float64, 3*2*4)
+				for b := 0; b < 3; b++ {
+					ref.MatMul(in[0][b*10:], in[1][b*20:], c[b*8:], nil, 2, 4, 5, false, false, 1, 0)
+				}
+				return c
+			}},
+		{name: "linear_bias", shapes: [][]int{{2, 3, 5}, {5, 7}, {7}},
+			fwd: func(in []*Tensor) *Tensor { return Linear(in[0], in[1], in[2]) },
+			refFwd: func(in [][]float64) []float64 {
+				c := make([]float64, 6*7)
+				ref.MatMul(in[0], in[1], c, in[2], 6, 7, 5, false, false, 1, 0)
+				return c
+			}},
+		{name: "linear_nobias", shapes: [][]int{{4, 5}, {5, 3}},
+			fwd: func(in []*Tensor) *Tensor { return Linear(in[0], in[1], nil) },
+			refFwd: func(in [][]float64) []float64 {
+				c := make([]float64, 4*3)
+				ref.MatMul(in[0], in[1], c, nil, 4, 3, 5, false, false, 1, 0)
+				return c
+			}},
+		{name: "linear_t", shapes: [][]int{{2, 3, 5}, {6, 5}},
+			fwd: func(in []*Tensor) *Tensor { return LinearT(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				c := make([]float64, 6*6)
+				ref.MatMul(in[0], in[1], c, nil, 6, 6, 5, false, true, 1, 0)
+				return c
+			}},
+		{name: "gelu", shapes: [][]int{{3, 7}},
+			fwd:    func(in []*Tensor) *Tensor { return GELU(in[0]) },
+			refFwd: func(in [][]float64) []float64 { return ref.GELU(in[0]) },
+			init: func(_ int, v []float64) {
+				for i := range v {
+					v[i] *= 2
+				}
+			}},
+		{name: "softmax", shapes: [][]int{{3, 6}},
+			fwd:    func(in []*Tensor) *Tensor { return Softmax(in[0]) },
+			refFwd: func(in [][]float64) []float64 { return ref.Softmax(in[0], 3, 6) }},
+		{name: "layernorm_bias", shapes: [][]int{{2, 3, 8}, {8}, {8}},
+			fwd:    func(in []*Tensor) *Tensor { return LayerNorm(in[0], in[1], in[2], 1e-5) },
+			refFwd: func(in [][]float64) []float64 { return ref.LayerNorm(in[0], in[1], in[2], 6, 8, 1e-5) }},
+		{name: "layernorm_nobias", shapes: [][]int{{5, 8}, {8}},
+			fwd:    func(in []*Tensor) *Tensor { return LayerNorm(in[0], in[1], nil, 1e-5) },
+			refFwd: func(in [][]float64) []float64 { return ref.LayerNorm(in[0], in[1], nil, 5, 8, 1e-5) }},
+		{name: "cross_entropy", shapes: [][]int{{2, 3, 5}},
+			fwd: func(in []*Tensor) *Tensor {
+				return CrossEntropy(in[0], FromInt32s(CPU, targets, 2, 3))
+			},
+			refFwd: func(in [][]float64) []float64 {
+				var m float64
+				for _, l := range ref.CrossEntropy(in[0], targets, 6, 5) {
+					m += l / 6
+				}
+				return []float64{m}
+			},
+			init: func(_ int, v []float64) {
+				for i := range v {
+					v[i] *= 3
+				}
+			}},
+		{name: "embedding", shapes: [][]int{{5, 4}},
+			fwd: func(in []*Tensor) *Tensor { return Embedding(in[0], FromInt32s(CPU, ids, 2, 3)) },
+			refFwd: func(in [][]float64) []float64 {
+				return ref.Embedding(in[0], ids, 4)
+			}},
+		{name: "attention", shapes: [][]int{{2, 5, 3 * 8}},
+			fwd:    func(in []*Tensor) *Tensor { return Attention(in[0], 2) },
+			refFwd: func(in [][]float64) []float64 { return ref.Attention(in[0], 2, 5, 8, 2) }},
+		{name: "sum", shapes: [][]int{{3, 4}},
+			fwd: func(in []*Tensor) *Tensor { return Sum(in[0]) },
+			refFwd: func(in [][]float64) []float64 {
+				var s float64
+				for _, v := range in[0] {
+					s += v
+				}
+				return []float64{s}
+			}},
+		{name: "mean", shapes: [][]int{{3, 4}},
+			fwd: func(in []*Tensor) *Tensor { return Mean(in[0]) },
+			refFwd: func(in [][]float64) []float64 {
+				var s float64
+				for _, v := range in[0] {
+					s += v
+				}
+				return []float64{s / 12}
+			}},
+		{name: "reshape_rows", shapes: [][]int{{4, 6}},
+			fwd: func(in []*Tensor) *Tensor {
+				return Mul(in[0].Reshape(2, -1).Rows(1, 2), in[0].Reshape(8, 3).Rows(4, 8).Reshape(1, 12))
+			},
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0][12:], in[0][12:], func(a, b float64) float64 { return a * b })
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runGradCase(t, c) })
+	}
+}
+
+func zipWith(a, b []float64, f func(a, b float64) float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = f(a[i], b[i])
+	}
+	return out
+}
+
+func TestDropout(t *testing.T) {
+	Step(func() {
+		x := Ones(CPU, 1000).SetRequiresGrad(true)
+		y := Dropout(x, 0.25, NewRNG(1))
+		vals := y.Float32s()
+		zeros := 0
+		for _, v := range vals {
+			switch v {
+			case 0:
+				zeros++
+			case float32(1 / 0.75):
+			default:
+				t.Fatalf("dropout value %v", v)
+			}
+		}
+		if zeros < 180 || zeros > 320 {
+			t.Fatalf("dropped %d of 1000 at p=0.25", zeros)
+		}
+		Sum(y).Backward()
+		g := x.Grad.Float32s()
+		for i := range g {
+			if g[i] != vals[i] {
+				t.Fatalf("grad[%d] = %v, want the mask value %v", i, g[i], vals[i])
+			}
+		}
+	})
+}
+
+func ExampleCatch() {
+	err := Catch(func() {
+		a := Zeros(CPU, 2, 3)
+		b := Zeros(CPU, 4, 5)
+		MatMul(a, b)
+	})
+	fmt.Println(err)
+	// Output: matmul: inner dimensions 3 and 4 differ (operands: tensor([2 3] f32 cpu) tensor([4 5] f32 cpu))
+}

@@ -1,0 +1,363 @@
+package tensor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/fleetml/fleet/backend"
+	_ "github.com/fleetml/fleet/backend/cpu" // the CPU is always available
+	"github.com/fleetml/fleet/internal/rng"
+)
+
+// DType, Device and RNG are shared with the lower layers.
+type (
+	DType  = backend.DType
+	Device = backend.Device
+	RNG    = rng.RNG
+)
+
+// Storage dtypes.
+const (
+	F32  = backend.F32
+	BF16 = backend.BF16
+	F16  = backend.F16
+	I32  = backend.I32
+	I64  = backend.I64
+)
+
+// CPU is the host device.
+var CPU = backend.CPU
+
+// NewRNG returns a seeded generator for Randn and dropout masks.
+func NewRNG(seed uint64) *RNG { return rng.New(seed) }
+
+// ParseDevice parses a device name such as "cpu" or "cuda:0".
+func ParseDevice(s string) (Device, error) { return backend.ParseDevice(s) }
+
+// Shape is a tensor's extent along each axis.
+type Shape []int
+
+// Numel is the number of elements.
+func (s Shape) Numel() int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Equal reports whether two shapes are the same.
+func (s Shape) Equal(o Shape) bool {
+	if len(s) != len(o) {
+		return false
+	}
+	for i := range s {
+		if s[i] != o[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s Shape) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// Tensor is an n-dimensional array on a device. Tensors are always
+// contiguous and row-major; views (Reshape, Rows) share storage.
+type Tensor struct {
+	shape Shape
+	dtype DType
+	dev   Device
+	be    backend.Backend
+	st    backend.Storage
+	off   int
+	owns  bool // frees st when its step scope ends
+	freed bool
+
+	requiresGrad bool
+	// Grad accumulates the gradient of a leaf tensor across Backward calls.
+	Grad *Tensor
+	node *node
+}
+
+// Shape returns the tensor's shape. Do not modify it.
+func (t *Tensor) Shape() Shape { return t.shape }
+
+// DType returns the storage dtype.
+func (t *Tensor) DType() DType { return t.dtype }
+
+// Device returns where the tensor lives.
+func (t *Tensor) Device() Device { return t.dev }
+
+// Numel is the number of elements.
+func (t *Tensor) Numel() int { return t.shape.Numel() }
+
+// Dim returns the size of axis i; negative i counts from the end.
+func (t *Tensor) Dim(i int) int {
+	if i < 0 {
+		i += len(t.shape)
+	}
+	return t.shape[i]
+}
+
+func (t *Tensor) String() string {
+	return fmt.Sprintf("tensor(%v %v %v)", t.shape, t.dtype, t.dev)
+}
+
+// ref is the tensor's storage position, checked for use after free.
+func (t *Tensor) ref() backend.Ref {
+	if t.freed {
+		panic(&Error{Op: "use", Msg: "tensor was freed when its step ended", Operands: []*Tensor{t}})
+	}
+	return backend.Ref{S: t.st, Off: t.off}
+}
+
+// RequiresGrad reports whether gradients flow to this tensor.
+func (t *Tensor) RequiresGrad() bool { return t.requiresGrad }
+
+// SetRequiresGrad marks a leaf tensor as one whose gradient Backward
+// accumulates into Grad. It returns t.
+func (t *Tensor) SetRequiresGrad(v bool) *Tensor {
+	if t.node != nil {
+		panic(&Error{Op: "set_requires_grad", Msg: "not a leaf tensor", Operands: []*Tensor{t}})
+	}
+	t.requiresGrad = v
+	return t
+}
+
+func getBackend(op string, dev Device) backend.Backend {
+	b, err := backend.Get(dev)
+	if err != nil {
+		panic(&Error{Op: op, Msg: err.Error()})
+	}
+	return b
+}
+
+// alloc makes an uninitialised tensor owned by the current step scope.
+func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
+	for _, d := range shape {
+		if d < 0 {
+			panic(&Error{Op: op, Msg: fmt.Sprintf("negative dimension in shape %v", shape)})
+		}
+	}
+	be := getBackend(op, dev)
+	t := &Tensor{shape: append(Shape(nil), shape...), dtype: dt, dev: dev, be: be, owns: true}
+	t.st = be.Alloc(dt, shape.Numel())
+	track(t)
+	return t
+}
+
+// view makes a tensor sharing t's storage.
+func (t *Tensor) view(shape Shape, off int) *Tensor {
+	v := &Tensor{shape: shape, dtype: t.dtype, dev: t.dev, be: t.be, st: t.st, off: off, freed: t.freed}
+	track(v)
+	return v
+}
+
+// Empty returns an uninitialised tensor.
+func Empty(dev Device, dt DType, shape ...int) *Tensor { return alloc("empty", dev, dt, shape) }
+
+// Full returns a float tensor with every element v.
+func Full(dev Device, v float32, shape ...int) *Tensor {
+	t := alloc("full", dev, F32, shape)
+	t.be.Fill(t.ref(), v, t.Numel())
+	return t
+}
+
+// Zeros returns an F32 tensor of zeros.
+func Zeros(dev Device, shape ...int) *Tensor { return Full(dev, 0, shape...) }
+
+// Ones returns an F32 tensor of ones.
+func Ones(dev Device, shape ...int) *Tensor { return Full(dev, 1, shape...) }
+
+// ZerosLike returns zeros with t's shape, dtype and device.
+func ZerosLike(t *Tensor) *Tensor {
+	z := alloc("zeros_like", t.dev, t.dtype, t.shape)
+	z.be.Fill(z.ref(), 0, z.Numel())
+	return z
+}
+
+// Randn returns F32 values drawn from N(0, std²) with r.
+func Randn(dev Device, r *RNG, std float32, shape ...int) *Tensor {
+	data := make([]float32, Shape(shape).Numel())
+	for i := range data {
+		data[i] = float32(r.Norm()) * std
+	}
+	return FromFloat32s(dev, data, shape...)
+}
+
+// FromFloat32s copies host data into a new F32 tensor on dev.
+func FromFloat32s(dev Device, data []float32, shape ...int) *Tensor {
+	if Shape(shape).Numel() != len(data) {
+		panic(&Error{Op: "from_float32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), Shape(shape))})
+	}
+	t := alloc("from_float32s", dev, F32, shape)
+	t.be.Upload(t.ref(), data)
+	return t
+}
+
+// FromInt32s copies host data into a new I32 tensor on dev.
+func FromInt32s(dev Device, data []int32, shape ...int) *Tensor {
+	if Shape(shape).Numel() != len(data) {
+		panic(&Error{Op: "from_int32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), Shape(shape))})
+	}
+	t := alloc("from_int32s", dev, I32, shape)
+	t.be.Upload(t.ref(), data)
+	return t
+}
+
+// Float32s copies the tensor to a new host slice, widening BF16 and F16.
+func (t *Tensor) Float32s() []float32 {
+	out := make([]float32, t.Numel())
+	switch t.dtype {
+	case F32:
+		t.be.Download(out, t.ref())
+	case BF16, F16:
+		h := make([]uint16, len(out))
+		t.be.Download(h, t.ref())
+		for i, v := range h {
+			if t.dtype == BF16 {
+				out[i] = backend.BF16ToF32(v)
+			} else {
+				out[i] = backend.F16ToF32(v)
+			}
+		}
+	case I32:
+		for i, v := range t.Int32s() {
+			out[i] = float32(v)
+		}
+	default:
+		panic(&Error{Op: "float32s", Msg: "unsupported dtype", Operands: []*Tensor{t}})
+	}
+	return out
+}
+
+// Int32s copies an I32 tensor to a new host slice.
+func (t *Tensor) Int32s() []int32 {
+	if t.dtype != I32 {
+		panic(&Error{Op: "int32s", Msg: "want an i32 tensor", Operands: []*Tensor{t}})
+	}
+	out := make([]int32, t.Numel())
+	t.be.Download(out, t.ref())
+	return out
+}
+
+// Item returns the value of a one-element tensor: the only thing that
+// crosses to the host in a training step.
+func (t *Tensor) Item() float32 {
+	if t.Numel() != 1 {
+		panic(&Error{Op: "item", Msg: "tensor has more than one element", Operands: []*Tensor{t}})
+	}
+	return t.Float32s()[0]
+}
+
+// CopyFrom overwrites t's elements with src's (same shape, dtype, device),
+// outside autograd.
+func (t *Tensor) CopyFrom(src *Tensor) {
+	check("copy_from", t, src)
+	sameShape("copy_from", t, src)
+	t.be.Copy(t.ref(), src.ref(), t.Numel())
+}
+
+// SetFloat32s overwrites an F32 tensor's elements from host data.
+func (t *Tensor) SetFloat32s(data []float32) {
+	if t.dtype != F32 || len(data) != t.Numel() {
+		panic(&Error{Op: "set_float32s", Msg: fmt.Sprintf("%d values", len(data)), Operands: []*Tensor{t}})
+	}
+	t.be.Upload(t.ref(), data)
+}
+
+// To returns the tensor on dev: t itself if it is already there, else a
+// copy (outside autograd). Host<->device bytes are counted by the backend.
+func (t *Tensor) To(dev Device) *Tensor {
+	if t.dev == dev {
+		return t
+	}
+	out := alloc("to", dev, t.dtype, t.shape)
+	switch t.dtype {
+	case F32:
+		out.be.Upload(out.ref(), t.Float32s())
+	case I32:
+		out.be.Upload(out.ref(), t.Int32s())
+	default:
+		h := make([]uint16, t.Numel())
+		t.be.Download(h, t.ref())
+		out.be.Upload(out.ref(), h)
+	}
+	return out
+}
+
+// Detach returns a view of t's data that is not part of the graph.
+func (t *Tensor) Detach() *Tensor { return t.view(t.shape, t.off) }
+
+// Clone returns a copy of t in new storage (outside autograd).
+func (t *Tensor) Clone() *Tensor {
+	out := alloc("clone", t.dev, t.dtype, t.shape)
+	out.be.Copy(out.ref(), t.ref(), t.Numel())
+	return out
+}
+
+// Reshape returns a view with a new shape of the same size. One dimension
+// may be -1, to be inferred.
+func (t *Tensor) Reshape(shape ...int) *Tensor {
+	s := append(Shape(nil), shape...)
+	infer, known := -1, 1
+	for i, d := range s {
+		if d == -1 && infer < 0 {
+			infer = i
+		} else {
+			known *= d
+		}
+	}
+	if infer >= 0 && known > 0 {
+		s[infer] = t.Numel() / known
+	}
+	if s.Numel() != t.Numel() {
+		panic(&Error{Op: "reshape", Msg: fmt.Sprintf("cannot reshape to %v", Shape(shape)), Operands: []*Tensor{t}})
+	}
+	v := t.view(s, t.off)
+	if t.requiresGrad && gradEnabled {
+		orig := t.shape
+		record(v, "reshape", []*Tensor{t}, func(g *Tensor) []*Tensor {
+			return []*Tensor{g.Reshape(orig...)}
+		})
+	}
+	return v
+}
+
+// Rows returns a view of rows [lo, hi) along axis 0.
+func (t *Tensor) Rows(lo, hi int) *Tensor {
+	if len(t.shape) == 0 || lo < 0 || hi > t.shape[0] || lo > hi {
+		panic(&Error{Op: "rows", Msg: fmt.Sprintf("rows [%d, %d) out of range", lo, hi), Operands: []*Tensor{t}})
+	}
+	s := append(Shape{hi - lo}, t.shape[1:]...)
+	inner := Shape(t.shape[1:]).Numel()
+	v := t.view(s, t.off+lo*inner)
+	if t.requiresGrad && gradEnabled {
+		full := t.shape
+		record(v, "rows", []*Tensor{t}, func(g *Tensor) []*Tensor {
+			z := alloc("rows_backward", g.dev, g.dtype, full)
+			z.be.Fill(z.ref(), 0, z.Numel())
+			z.be.Copy(backend.Ref{S: z.st, Off: lo * inner}, g.ref(), g.Numel())
+			return []*Tensor{z}
+		})
+	}
+	return v
+}
+
+// Free returns a persistent tensor's storage to its device pool now. The
+// tensor, and views of it, must not be used afterwards.
+func (t *Tensor) Free() {
+	if t.owns && !t.freed {
+		t.be.Free(t.st)
+	}
+	t.freed = true
+}
+
+// MemStats reports the memory pool of dev.
+func MemStats(dev Device) backend.MemStats { return getBackend("mem_stats", dev).MemStats() }
