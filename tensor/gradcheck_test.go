@@ -114,17 +114,25 @@ func TestGradients(t *testing.T) {
 	targets := []int32{1, 4, 0, 2, 2, 3}
 	cases := []gradCase{
 		{name: "add", shapes: [][]int{{3, 4}, {3, 4}},
-			fwd:    func(in []*Tensor) *Tensor { return Add(in[0], in[1]) },
-			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a + b }) }},
+			fwd: func(in []*Tensor) *Tensor { return Add(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], in[1], func(a, b float64) float64 { return a + b })
+			}},
 		{name: "sub", shapes: [][]int{{5}, {5}},
-			fwd:    func(in []*Tensor) *Tensor { return Sub(in[0], in[1]) },
-			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a - b }) }},
+			fwd: func(in []*Tensor) *Tensor { return Sub(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], in[1], func(a, b float64) float64 { return a - b })
+			}},
 		{name: "mul", shapes: [][]int{{2, 3}, {2, 3}},
-			fwd:    func(in []*Tensor) *Tensor { return Mul(in[0], in[1]) },
-			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[1], func(a, b float64) float64 { return a * b }) }},
+			fwd: func(in []*Tensor) *Tensor { return Mul(in[0], in[1]) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], in[1], func(a, b float64) float64 { return a * b })
+			}},
 		{name: "mul_same", shapes: [][]int{{4}},
-			fwd:    func(in []*Tensor) *Tensor { return Mul(in[0], in[0]) },
-			refFwd: func(in [][]float64) []float64 { return zipWith(in[0], in[0], func(a, b float64) float64 { return a * b }) }},
+			fwd: func(in []*Tensor) *Tensor { return Mul(in[0], in[0]) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], in[0], func(a, b float64) float64 { return a * b })
+			}},
 		{name: "scale", shapes: [][]int{{6}},
 			fwd: func(in []*Tensor) *Tensor { return Scale(in[0], -2.5) },
 			refFwd: func(in [][]float64) []float64 {
