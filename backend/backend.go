@@ -92,6 +92,11 @@ type Backend interface {
 	// saved (AttentionSavedLen elements).
 	Attention(p Attention, out, saved, qkv Ref)
 	AttentionBackward(p Attention, dqkv, dout, saved, qkv Ref)
+	// AttentionKV is inference attention against a key/value cache. For
+	// packed qkv [B, T, 3C] at positions [Pos, Pos+T), it writes k and v into
+	// the caches kc and vc ([B, MaxT, C]) at those positions, then attends
+	// causally over positions [0, Pos+t] for each new position t, writing out [B, T, C].
+	AttentionKV(p AttentionKV, out, qkv, kc, vc Ref)
 
 	// CrossEntropy computes per-row -log softmax(logits)[target] for
 	// logits [N, V], writing losses [N] and the log-sum-exp of each row into lse [N].
@@ -152,6 +157,12 @@ type Attention struct {
 // SavedLen is the number of elements Attention saves for its backward pass:
 // the softmax probabilities, B·H·T·T.
 func (a Attention) SavedLen() int { return a.B * a.H * a.T * a.T }
+
+// AttentionKV describes an inference attention call against a cache.
+type AttentionKV struct {
+	B, T, C, H int
+	Pos, MaxT  int
+}
 
 // AdamW holds one AdamW step's hyperparameters. Step counts from 1 and
 // drives bias correction.

@@ -429,3 +429,23 @@ func AdamWStep(param, m, v *Tensor, hp backend.AdamW) {
 	sameShape("adamw", param, param.Grad)
 	param.be.AdamW(hp, param.ref(), param.Grad.ref(), m.ref(), v.ref(), param.Numel())
 }
+
+// AttentionKV is causal attention for inference with a key/value cache.
+// qkv [B, T, 3C] holds positions [pos, pos+T); their keys and values are
+// written into kc and vc ([B, MaxT, C]) and each position attends to every
+// cached position up to itself. It is not differentiable.
+func AttentionKV(qkv, kc, vc *Tensor, nHead, pos int) *Tensor {
+	const op = "attention_kv"
+	check(op, qkv, kc, vc)
+	wantDType(op, F32, qkv, kc, vc)
+	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 || len(kc.shape) != 3 || !kc.shape.Equal(vc.shape) {
+		panic(&Error{Op: op, Msg: "want qkv [B, T, 3C] and caches [B, MaxT, C]", Operands: []*Tensor{qkv, kc, vc}})
+	}
+	p := backend.AttentionKV{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: nHead, Pos: pos, MaxT: kc.shape[1]}
+	if kc.shape[0] != p.B || kc.shape[2] != p.C || pos < 0 || pos+p.T > p.MaxT || nHead <= 0 || p.C%nHead != 0 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("positions [%d, %d) do not fit the cache, or heads do not divide channels", pos, pos+p.T), Operands: []*Tensor{qkv, kc, vc}})
+	}
+	out := like(op, qkv, Shape{p.B, p.T, p.C})
+	qkv.be.AttentionKV(p, out.ref(), qkv.ref(), kc.ref(), vc.ref())
+	return out
+}

@@ -100,3 +100,49 @@ func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, saved, qkv back
 		}
 	})
 }
+
+// AttentionKV implements backend.Backend.
+func (c *CPU) AttentionKV(p backend.AttentionKV, out, qkv, kc, vc backend.Ref) {
+	B, T, C, H := p.B, p.T, p.C, p.H
+	hd := C / H
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	o, x, ks, vs := f32(out)[:B*T*C], f32(qkv)[:B*T*3*C], f32(kc)[:B*p.MaxT*C], f32(vc)[:B*p.MaxT*C]
+	for b := 0; b < B; b++ {
+		for t := 0; t < T; t++ {
+			row := x[(b*T+t)*3*C:]
+			pos := p.Pos + t
+			copy(ks[(b*p.MaxT+pos)*C:(b*p.MaxT+pos+1)*C], row[C:2*C])
+			copy(vs[(b*p.MaxT+pos)*C:(b*p.MaxT+pos+1)*C], row[2*C:3*C])
+		}
+	}
+	c.parallelFor(B*H, 1, func(lo, hi int) {
+		scores := make([]float32, p.Pos+T)
+		for bh := lo; bh < hi; bh++ {
+			b, h := bh/H, bh%H
+			for t := 0; t < T; t++ {
+				q := x[(b*T+t)*3*C+h*hd : (b*T+t)*3*C+h*hd+hd]
+				n := p.Pos + t + 1
+				m := float32(math.Inf(-1))
+				for s := 0; s < n; s++ {
+					k := ks[(b*p.MaxT+s)*C+h*hd : (b*p.MaxT+s)*C+h*hd+hd]
+					var dot float32
+					for i, qv := range q {
+						dot += qv * k[i]
+					}
+					scores[s] = dot * scale
+					m = max(m, scores[s])
+				}
+				var sum float32
+				for s := 0; s < n; s++ {
+					scores[s] = float32(math.Exp(float64(scores[s] - m)))
+					sum += scores[s]
+				}
+				or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+				clear(or)
+				for s := 0; s < n; s++ {
+					axpy(or, vs[(b*p.MaxT+s)*C+h*hd:(b*p.MaxT+s)*C+h*hd+hd], scores[s]/sum)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,151 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/fleetml/fleet/tensor"
+)
+
+// KVCache holds each layer's keys and values for inference, [1, BlockSize, C].
+type KVCache struct {
+	K, V []*tensor.Tensor
+	Pos  int // positions filled
+}
+
+// NewKVCache allocates a cache for one sequence.
+func (m *GPT) NewKVCache() *KVCache {
+	c := &KVCache{}
+	tensor.Persist(func() {
+		for range m.Blocks {
+			c.K = append(c.K, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
+			c.V = append(c.V, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
+		}
+	})
+	return c
+}
+
+// Free releases the cache's memory.
+func (c *KVCache) Free() {
+	for i := range c.K {
+		c.K[i].Free()
+		c.V[i].Free()
+	}
+}
+
+// ForwardKV runs ids [1, T] at positions [cache.Pos, cache.Pos+T) and
+// returns the logits of the last position, [vocab], as host floats. Each
+// call costs only the new positions.
+func (m *GPT) ForwardKV(ids []int32, cache *KVCache) []float32 {
+	T := len(ids)
+	var logits []float32
+	tensor.NoGrad(func() {
+		tensor.Step(func() {
+			dev := m.Device()
+			idx := tensor.FromInt32s(dev, ids, 1, T)
+			x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(positions(dev, 1, T, cache.Pos)))
+			for i, b := range m.Blocks {
+				x = tensor.Add(x, b.Attn.ForwardKV(b.LN1.Forward(x), cache.K[i], cache.V[i], cache.Pos))
+				x = tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+			}
+			last := x.Reshape(T, m.Config.NEmbd).Rows(T-1, T)
+			logits = tensor.LinearT(m.LNF.Forward(last), m.WTE.W.T).Float32s()
+		})
+	})
+	cache.Pos += T
+	return logits
+}
+
+// Sampling controls Generate.
+type Sampling struct {
+	Temperature float64 // > 0; 1 samples the model's distribution
+	TopK        int     // 0 keeps every token
+	RNG         *tensor.RNG
+}
+
+// Generate extends prompt by n tokens. A key/value cache makes each new
+// token cost one position. When the context reaches the block size, the
+// cache is rebuilt from the most recent half block, so the model always
+// sees at most BlockSize tokens, as it was trained.
+func (m *GPT) Generate(prompt []int32, n int, s Sampling) ([]int32, error) {
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("generate: empty prompt")
+	}
+	if s.Temperature <= 0 {
+		return nil, fmt.Errorf("generate: temperature must be positive, got %v", s.Temperature)
+	}
+	for _, id := range prompt {
+		if id < 0 || int(id) >= m.Config.VocabSize {
+			return nil, fmt.Errorf("generate: token id %d outside the vocabulary of %d", id, m.Config.VocabSize)
+		}
+	}
+	m.SetTraining(false)
+	defer m.SetTraining(true)
+	cache := m.NewKVCache()
+	defer cache.Free()
+	out := append([]int32(nil), prompt...)
+	bs := m.Config.BlockSize
+	start := max(0, len(out)-bs)
+	var logits []float32
+	err := tensor.Catch(func() {
+		logits = m.ForwardKV(out[start:], cache)
+		for i := 0; i < n; i++ {
+			next := sampleLogits(logits, s)
+			out = append(out, next)
+			if i == n-1 {
+				break
+			}
+			if cache.Pos == bs {
+				cache.Pos = 0
+				logits = m.ForwardKV(out[len(out)-max(1, bs/2):], cache)
+			} else {
+				logits = m.ForwardKV([]int32{next}, cache)
+			}
+		}
+	})
+	return out, err
+}
+
+// sampleLogits draws a token from softmax(logits/temperature), keeping
+// only the top-k logits when TopK > 0.
+func sampleLogits(logits []float32, s Sampling) int32 {
+	v := len(logits)
+	scaled := make([]float64, v)
+	for i, l := range logits {
+		scaled[i] = float64(l) / s.Temperature
+	}
+	if s.TopK > 0 && s.TopK < v {
+		sorted := append([]float64(nil), scaled...)
+		sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
+		cut := sorted[s.TopK-1]
+		for i := range scaled {
+			if scaled[i] < cut {
+				scaled[i] = math.Inf(-1)
+			}
+		}
+	}
+	mx := math.Inf(-1)
+	for _, x := range scaled {
+		mx = math.Max(mx, x)
+	}
+	var sum float64
+	for i, x := range scaled {
+		scaled[i] = math.Exp(x - mx)
+		sum += scaled[i]
+	}
+	u := s.RNG.Float64() * sum
+	for i, p := range scaled {
+		u -= p
+		if u < 0 {
+			return int32(i)
+		}
+	}
+	// Rounding left u just above zero: take the last token with mass.
+	for i := v - 1; i >= 0; i-- {
+		if scaled[i] > 0 {
+			return int32(i)
+		}
+	}
+	return 0
+}

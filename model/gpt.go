@@ -1,0 +1,205 @@
+// Package model holds fleet's models. gpt.go is the GPT of nanoGPT and
+// GPT-2, meant to be read top to bottom: token and learned position
+// embeddings, pre-LayerNorm blocks of causal self-attention and a 4× MLP
+// with tanh-GELU, a final LayerNorm, and a language-model head tied to the
+// token embedding.
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Config is a GPT's shape. The JSON names follow nanoGPT's config keys.
+type Config struct {
+	VocabSize int     `json:"vocab_size"`
+	BlockSize int     `json:"block_size"`
+	NLayer    int     `json:"n_layer"`
+	NHead     int     `json:"n_head"`
+	NEmbd     int     `json:"n_embd"`
+	Dropout   float32 `json:"dropout"`
+	Bias      bool    `json:"bias"`
+}
+
+// LayerNorm epsilon and initialisation scale, as in GPT-2.
+const (
+	lnEps   = 1e-5
+	initStd = 0.02
+)
+
+// Validate reports a configuration that cannot build a model.
+func (c Config) Validate() error {
+	switch {
+	case c.VocabSize <= 0:
+		return fmt.Errorf("vocab size must be positive, got %d", c.VocabSize)
+	case c.BlockSize <= 0:
+		return fmt.Errorf("block size must be positive, got %d", c.BlockSize)
+	case c.NLayer <= 0:
+		return fmt.Errorf("n_layer must be positive, got %d", c.NLayer)
+	case c.NHead <= 0:
+		return fmt.Errorf("n_head must be positive, got %d", c.NHead)
+	case c.NEmbd <= 0:
+		return fmt.Errorf("n_embd must be positive, got %d", c.NEmbd)
+	case c.NEmbd%c.NHead != 0:
+		return fmt.Errorf("n_embd %d is not divisible by n_head %d", c.NEmbd, c.NHead)
+	case c.Dropout < 0 || c.Dropout >= 1:
+		return fmt.Errorf("dropout must be in [0, 1), got %v", c.Dropout)
+	}
+	return nil
+}
+
+// Block is one Transformer layer: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+type Block struct {
+	LN1  *nn.LayerNorm
+	Attn *nn.CausalSelfAttention
+	LN2  *nn.LayerNorm
+	MLP  *nn.MLP
+}
+
+// GPT is the model.
+type GPT struct {
+	Config Config
+	WTE    *nn.Embedding // token embedding, shared with the head
+	WPE    *nn.Embedding // learned position embedding
+	Drop   *nn.Dropout
+	Blocks []*Block
+	LNF    *nn.LayerNorm
+
+	dropouts []*nn.Dropout
+}
+
+// New builds a GPT on dev with GPT-2's initialisation: weights from
+// N(0, 0.02²), residual projections from N(0, (0.02/√(2·n_layer))²),
+// zero biases, unit LayerNorm weights. The draws come from seed.
+func New(cfg Config, dev tensor.Device, seed uint64) (*GPT, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var m *GPT
+	err := tensor.Catch(func() {
+		tensor.Persist(func() { m = build(cfg, dev, seed) })
+	})
+	return m, err
+}
+
+func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
+	in := nn.Init{RNG: tensor.NewRNG(seed), Dev: dev}
+	C := cfg.NEmbd
+	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
+	dropRNG := tensor.NewRNG(seed ^ 0x5eed)
+	m := &GPT{Config: cfg}
+	newDrop := func() *nn.Dropout {
+		d := &nn.Dropout{P: cfg.Dropout, RNG: dropRNG}
+		m.dropouts = append(m.dropouts, d)
+		return d
+	}
+	m.WTE = nn.NewEmbedding("transformer.wte", in, cfg.VocabSize, C, initStd)
+	m.WPE = nn.NewEmbedding("transformer.wpe", in, cfg.BlockSize, C, initStd)
+	m.Drop = newDrop()
+	for i := 0; i < cfg.NLayer; i++ {
+		p := fmt.Sprintf("transformer.h.%d.", i)
+		m.Blocks = append(m.Blocks, &Block{
+			LN1: nn.NewLayerNorm(p+"ln_1", in, C, cfg.Bias, lnEps),
+			Attn: &nn.CausalSelfAttention{
+				CAttn:     nn.NewLinear(p+"attn.c_attn", in, C, 3*C, cfg.Bias, initStd),
+				CProj:     nn.NewLinear(p+"attn.c_proj", in, C, C, cfg.Bias, residStd),
+				NHead:     cfg.NHead,
+				ResidDrop: newDrop(),
+			},
+			LN2: nn.NewLayerNorm(p+"ln_2", in, C, cfg.Bias, lnEps),
+			MLP: &nn.MLP{
+				CFC:   nn.NewLinear(p+"mlp.c_fc", in, C, 4*C, cfg.Bias, initStd),
+				CProj: nn.NewLinear(p+"mlp.c_proj", in, 4*C, C, cfg.Bias, residStd),
+				Drop:  newDrop(),
+			},
+		})
+	}
+	m.LNF = nn.NewLayerNorm("transformer.ln_f", in, C, cfg.Bias, lnEps)
+	m.SetTraining(true)
+	return m
+}
+
+// SetTraining turns dropout on (training) or off (evaluation).
+func (m *GPT) SetTraining(on bool) {
+	for _, d := range m.dropouts {
+		d.Training = on
+	}
+}
+
+// SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a
+// run's masks do not depend on how many forward passes came before.
+func (m *GPT) SetDropoutSeed(seed uint64) {
+	for _, d := range m.dropouts {
+		d.RNG.State = seed
+	}
+}
+
+// Parameters lists every parameter once, in checkpoint order.
+func (m *GPT) Parameters() []*nn.Parameter {
+	ps := []*nn.Parameter{m.WTE.W, m.WPE.W}
+	for _, b := range m.Blocks {
+		ps = append(ps, b.LN1.Parameters()...)
+		ps = append(ps, b.Attn.Parameters()...)
+		ps = append(ps, b.LN2.Parameters()...)
+		ps = append(ps, b.MLP.Parameters()...)
+	}
+	return append(ps, m.LNF.Parameters()...)
+}
+
+// NumParams counts the parameters (the tied head counted once).
+func (m *GPT) NumParams() int {
+	n := 0
+	for _, p := range m.Parameters() {
+		n += p.T.Numel()
+	}
+	return n
+}
+
+// FLOPsPerToken estimates training FLOPs per token: 6 per parameter plus
+// attention's 12·n_layer·n_embd·T (the PaLM appendix estimate).
+func (m *GPT) FLOPsPerToken(T int) float64 {
+	c := m.Config
+	return 6*float64(m.NumParams()) + 12*float64(c.NLayer*c.NEmbd*T)
+}
+
+// To moves the model to dev.
+func (m *GPT) To(dev tensor.Device) {
+	for _, p := range m.Parameters() {
+		p.To(dev)
+	}
+}
+
+// Device is where the parameters live.
+func (m *GPT) Device() tensor.Device { return m.WTE.W.T.Device() }
+
+// positions returns I32 position ids [B, T] counting from start.
+func positions(dev tensor.Device, B, T, start int) *tensor.Tensor {
+	ids := make([]int32, B*T)
+	for i := range ids {
+		ids[i] = int32(start + i%T)
+	}
+	return tensor.FromInt32s(dev, ids, B, T)
+}
+
+// Forward maps token ids [B, T] (I32) to logits [B, T, vocab].
+func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
+	B, T := idx.Dim(0), idx.Dim(1)
+	if T > m.Config.BlockSize {
+		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)})
+	}
+	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(positions(idx.Device(), B, T, 0)))
+	x = m.Drop.Forward(x)
+	for _, b := range m.Blocks {
+		x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
+		x = tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+	}
+	return tensor.LinearT(m.LNF.Forward(x), m.WTE.W.T)
+}
+
+// Loss is the mean cross-entropy of predicting targets [B, T] from idx [B, T].
+func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
+	return tensor.CrossEntropy(m.Forward(idx), targets)
+}

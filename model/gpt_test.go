@@ -1,0 +1,67 @@
+package model
+
+import (
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// TestPyTorchParity loads a tiny GPT whose weights, batch, loss and
+// gradients were made by scripts/make_gpt_fixture.py with PyTorch, and
+// checks fleet's loss (1e-5 relative) and every parameter gradient (1e-4).
+func TestPyTorchParity(t *testing.T) {
+	for _, name := range []string{"gpt_bias", "gpt_nobias"} {
+		t.Run(name, func(t *testing.T) {
+			f, err := checkpoint.Load("../testdata/" + name + ".safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta := func(k string) int {
+				v, err := strconv.Atoi(f.Metadata[k])
+				if err != nil {
+					t.Fatalf("metadata %s: %v", k, err)
+				}
+				return v
+			}
+			cfg := Config{VocabSize: meta("vocab_size"), BlockSize: meta("block_size"), NLayer: meta("n_layer"),
+				NHead: meta("n_head"), NEmbd: meta("n_embd"), Bias: f.Metadata["bias"] == "true"}
+			m, err := New(cfg, tensor.CPU, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetWeights(f); err != nil {
+				t.Fatal(err)
+			}
+			x, _ := f.Tensors["x"].Int32s()
+			y, _ := f.Tensors["y"].Int32s()
+			want, _ := f.Tensors["loss"].Float64s()
+			B := meta("batch_size")
+			T := len(x) / B
+			tensor.Step(func() {
+				loss := m.Loss(tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T))
+				got := float64(loss.Item())
+				if rel := math.Abs(got-want[0]) / math.Abs(want[0]); rel > 1e-5 {
+					t.Errorf("loss %.8f, PyTorch %.8f (relative error %.2g)", got, want[0], rel)
+				}
+				loss.Backward()
+			})
+			for _, p := range m.Parameters() {
+				ref, err := f.Tensors["grad."+p.Name].Float32s()
+				if err != nil {
+					t.Fatalf("%s: %v", p.Name, err)
+				}
+				g := p.Grad().Float32s()
+				worst := 0.0
+				for i := range g {
+					worst = math.Max(worst, math.Abs(float64(g[i])-float64(ref[i]))/(1+math.Abs(float64(ref[i]))))
+				}
+				if worst > 1e-4 {
+					t.Errorf("gradient of %s differs from PyTorch by %.3g", p.Name, worst)
+				}
+			}
+		})
+	}
+}

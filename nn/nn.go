@@ -1,0 +1,155 @@
+// Package nn holds the building blocks of neural networks on top of package
+// tensor: named parameters, their initialisation, and the modules a GPT is
+// made of (Linear, Embedding, LayerNorm, causal self-attention, MLP,
+// dropout).
+package nn
+
+import (
+	"fmt"
+
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Parameter is a trainable tensor with its checkpoint name. Decay says
+// whether AdamW's weight decay applies (2-D weights: yes; biases, norms: no).
+type Parameter struct {
+	Name  string
+	T     *tensor.Tensor
+	Decay bool
+}
+
+// NewParameter wraps t, marking it as requiring a gradient. Tensors of two
+// or more dimensions are decayed.
+func NewParameter(name string, t *tensor.Tensor) *Parameter {
+	t.SetRequiresGrad(true)
+	return &Parameter{Name: name, T: t, Decay: len(t.Shape()) >= 2}
+}
+
+// To moves the parameter to dev, keeping it a leaf that requires grad.
+func (p *Parameter) To(dev tensor.Device) {
+	if p.T.Device() == dev {
+		return
+	}
+	var moved *tensor.Tensor
+	tensor.Persist(func() { moved = p.T.To(dev) })
+	p.T.Free()
+	p.T = moved.SetRequiresGrad(true)
+}
+
+// Init holds what parameter initialisation needs.
+type Init struct {
+	RNG *tensor.RNG
+	Dev tensor.Device
+}
+
+// Normal draws a new F32 tensor from N(0, std²).
+func (in Init) Normal(std float32, shape ...int) *tensor.Tensor {
+	return tensor.Randn(in.Dev, in.RNG, std, shape...)
+}
+
+// Linear computes x @ W + B with W stored [in, out], the Conv1D layout of
+// GPT-2 checkpoints.
+type Linear struct {
+	W, B *Parameter
+}
+
+// NewLinear makes a Linear with weights from N(0, std²) and zero bias (if bias).
+func NewLinear(name string, in Init, nIn, nOut int, bias bool, std float32) *Linear {
+	l := &Linear{W: NewParameter(name+".weight", in.Normal(std, nIn, nOut))}
+	if bias {
+		l.B = NewParameter(name+".bias", tensor.Zeros(in.Dev, nOut))
+	}
+	return l
+}
+
+// Forward applies the layer.
+func (l *Linear) Forward(x *tensor.Tensor) *tensor.Tensor {
+	var b *tensor.Tensor
+	if l.B != nil {
+		b = l.B.T
+	}
+	return tensor.Linear(x, l.W.T, b)
+}
+
+// Parameters lists the layer's parameters.
+func (l *Linear) Parameters() []*Parameter { return nonNil(l.W, l.B) }
+
+// Embedding maps token ids to rows of W [num, dim].
+type Embedding struct {
+	W *Parameter
+}
+
+// NewEmbedding draws the table from N(0, std²).
+func NewEmbedding(name string, in Init, num, dim int, std float32) *Embedding {
+	return &Embedding{W: NewParameter(name+".weight", in.Normal(std, num, dim))}
+}
+
+// Forward looks up ids.
+func (e *Embedding) Forward(ids *tensor.Tensor) *tensor.Tensor { return tensor.Embedding(e.W.T, ids) }
+
+// LayerNorm normalises the last axis, with a weight and an optional bias.
+type LayerNorm struct {
+	W, B *Parameter
+	Eps  float32
+}
+
+// NewLayerNorm starts with weight 1 and bias 0.
+func NewLayerNorm(name string, in Init, dim int, bias bool, eps float32) *LayerNorm {
+	ln := &LayerNorm{W: NewParameter(name+".weight", tensor.Ones(in.Dev, dim)), Eps: eps}
+	if bias {
+		ln.B = NewParameter(name+".bias", tensor.Zeros(in.Dev, dim))
+	}
+	return ln
+}
+
+// Forward applies the norm.
+func (ln *LayerNorm) Forward(x *tensor.Tensor) *tensor.Tensor {
+	var b *tensor.Tensor
+	if ln.B != nil {
+		b = ln.B.T
+	}
+	return tensor.LayerNorm(x, ln.W.T, b, ln.Eps)
+}
+
+// Parameters lists the norm's parameters.
+func (ln *LayerNorm) Parameters() []*Parameter { return nonNil(ln.W, ln.B) }
+
+// Dropout zeroes activations with probability P while Training.
+type Dropout struct {
+	P        float32
+	RNG      *tensor.RNG
+	Training bool
+}
+
+// Forward applies dropout in training and is the identity otherwise.
+func (d *Dropout) Forward(x *tensor.Tensor) *tensor.Tensor {
+	if !d.Training || d.P == 0 {
+		return x
+	}
+	return tensor.Dropout(x, d.P, d.RNG)
+}
+
+func nonNil(ps ...*Parameter) []*Parameter {
+	var out []*Parameter
+	for _, p := range ps {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// CheckUnique returns an error if two parameters share a name.
+func CheckUnique(ps []*Parameter) error {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if seen[p.Name] {
+			return fmt.Errorf("duplicate parameter name %q", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	return nil
+}
+
+// Grad is the accumulated gradient, or nil before the first Backward.
+func (p *Parameter) Grad() *tensor.Tensor { return p.T.Grad }
