@@ -39,3 +39,24 @@ func ParseDevice(s string) (Device, error) {
 	}
 	return d, nil
 }
+
+// Resolve parses a --device value and opens it. "auto" picks cuda:0 when
+// a CUDA backend is registered and opens, and the CPU otherwise; any other
+// name must open, or the error says why it cannot.
+func Resolve(name string) (Device, error) {
+	if name == "auto" {
+		cuda := Device{Kind: "cuda"}
+		if _, err := Get(cuda); err == nil {
+			return cuda, nil
+		}
+		return CPU, nil
+	}
+	d, err := ParseDevice(name)
+	if err != nil {
+		return d, err
+	}
+	if _, err := Get(d); err != nil {
+		return d, err
+	}
+	return d, nil
+}

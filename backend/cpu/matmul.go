@@ -7,48 +7,42 @@ import (
 )
 
 // Blocking for the packed matrix product. A task owns one mc×nc tile of C
-// and walks K in kc-deep panels: the packed B panel (kc×nc floats, 512 KB)
-// stays in L2, four rows of the C tile plus one row of B stay in L1.
+// and walks K in kc-deep panels. A is packed into row strips of gemmMR rows
+// and B into column strips of gemmNR columns, each strip k-major, so the
+// micro-kernel reads both operands sequentially and keeps its gemmMR×gemmNR
+// block of C in registers for the whole panel.
 const (
 	gemmMC = 64
-	gemmNC = 512
+	gemmNC = 256
 	gemmKC = 256
+	gemmMR = 4
+	gemmNR = 16
 )
 
-// gemmKernel multiplies a packed mr×kc block of A (row-major, alpha
-// applied) by a packed kc×nc panel of B (row-major) and adds the result
-// into C rows c[i*ldc : i*ldc+nc]. It is a variable so a SIMD version can
-// replace it.
+// gemmKernel adds one gemmMR×gemmNR block of op(A)@op(B) over a kc-deep
+// panel, from packed strips a (kc×gemmMR) and b (kc×gemmNR), into c (row
+// stride ldc). It always writes the full block; MatMul routes edge blocks
+// through a scratch block. It is a variable so SIMD versions (gemm_amd64.s)
+// replace it where the CPU has them.
 var gemmKernel = gemmKernelGo
 
-func gemmKernelGo(ap []float32, mr, kc int, bp []float32, nc int, c []float32, ldc int) {
-	i := 0
-	for ; i+4 <= mr; i += 4 {
-		c0 := c[i*ldc : i*ldc+nc]
-		c1 := c[(i+1)*ldc : (i+1)*ldc+nc]
-		c2 := c[(i+2)*ldc : (i+2)*ldc+nc]
-		c3 := c[(i+3)*ldc : (i+3)*ldc+nc]
-		a0, a1, a2, a3 := ap[i*kc:(i+1)*kc], ap[(i+1)*kc:(i+2)*kc], ap[(i+2)*kc:(i+3)*kc], ap[(i+3)*kc:(i+4)*kc]
+// gemmKernelGo is the portable micro-kernel: one row of the block at a
+// time, accumulated in a local array.
+func gemmKernelGo(kc int, a, b, c []float32, ldc int) {
+	a = a[:kc*gemmMR]
+	b = b[:kc*gemmNR]
+	for r := 0; r < gemmMR; r++ {
+		var acc [gemmNR]float32
 		for k := 0; k < kc; k++ {
-			x0, x1, x2, x3 := a0[k], a1[k], a2[k], a3[k]
-			b := bp[k*nc : k*nc+nc]
-			b = b[:len(c0)]
-			c1 := c1[:len(c0)]
-			c2 := c2[:len(c0)]
-			c3 := c3[:len(c0)]
-			for j, bv := range b {
-				c0[j] += x0 * bv
-				c1[j] += x1 * bv
-				c2[j] += x2 * bv
-				c3[j] += x3 * bv
+			x := a[k*gemmMR+r]
+			bk := (*[gemmNR]float32)(b[k*gemmNR : k*gemmNR+gemmNR])
+			for j := range acc {
+				acc[j] += x * bk[j]
 			}
 		}
-	}
-	for ; i < mr; i++ {
-		ci := c[i*ldc : i*ldc+nc]
-		ai := ap[i*kc : (i+1)*kc]
-		for k := 0; k < kc; k++ {
-			axpy(ci, bp[k*nc:k*nc+nc], ai[k])
+		row := (*[gemmNR]float32)(c[r*ldc : r*ldc+gemmNR])
+		for j := range acc {
+			row[j] += acc[j]
 		}
 	}
 }
@@ -75,6 +69,7 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		defer packPool.Put(bufp)
 		buf := *bufp
 		ap, bp := buf[:gemmMC*gemmKC], buf[gemmMC*gemmKC:]
+		var edge [gemmMR * gemmNR]float32
 		for t := lo; t < hi; t++ {
 			bi, r := t/(tm*tn), t%(tm*tn)
 			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
@@ -97,7 +92,24 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 				kr := min(gemmKC, p.K-k0)
 				packA(ap, Ab, p, i0, k0, mr, kr)
 				packB(bp, Bb, p, k0, j0, kr, nr)
-				gemmKernel(ap, mr, kr, bp, nr, ct, p.N)
+				for jb := 0; jb < nr; jb += gemmNR {
+					bs := bp[jb*kr : (jb+gemmNR)*kr]
+					cols := min(gemmNR, nr-jb)
+					for ib := 0; ib < mr; ib += gemmMR {
+						as := ap[ib*kr : (ib+gemmMR)*kr]
+						rows := min(gemmMR, mr-ib)
+						if rows == gemmMR && cols == gemmNR {
+							gemmKernel(kr, as, bs, ct[ib*p.N+jb:], p.N)
+							continue
+						}
+						// Edge block: compute in scratch, add the valid part.
+						clear(edge[:])
+						gemmKernel(kr, as, bs, edge[:], gemmNR)
+						for i := 0; i < rows; i++ {
+							axpy(ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*gemmNR:i*gemmNR+cols], 1)
+						}
+					}
+				}
 			}
 			if bs != nil {
 				for i := 0; i < mr; i++ {
@@ -111,38 +123,62 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	})
 }
 
-// packA copies alpha * op(A)[i0:i0+mr, k0:k0+kr] into dst, row-major with
-// row stride kr.
+// packA copies alpha * op(A)[i0:i0+mr, k0:k0+kr] into strips of gemmMR
+// rows: element (i, k) goes to dst[(i/MR)*kr*MR + k*MR + i%MR]. Rows past
+// mr are zero.
 func packA(dst, A []float32, p backend.MatMul, i0, k0, mr, kr int) {
-	for i := 0; i < mr; i++ {
-		d := dst[i*kr : (i+1)*kr]
-		if !p.TransA { // A is M×K
-			src := A[(i0+i)*p.K+k0 : (i0+i)*p.K+k0+kr]
-			for k, v := range src {
-				d[k] = p.Alpha * v
+	for ib := 0; ib < mr; ib += gemmMR {
+		strip := dst[ib*kr : (ib+gemmMR)*kr]
+		for r := 0; r < gemmMR; r++ {
+			i := ib + r
+			if i >= mr {
+				for k := 0; k < kr; k++ {
+					strip[k*gemmMR+r] = 0
+				}
+				continue
 			}
-		} else { // A is stored K×M
-			for k := range d {
-				d[k] = p.Alpha * A[(k0+k)*p.M+i0+i]
+			if !p.TransA { // A is M×K
+				src := A[(i0+i)*p.K+k0 : (i0+i)*p.K+k0+kr]
+				for k, v := range src {
+					strip[k*gemmMR+r] = p.Alpha * v
+				}
+			} else { // A is stored K×M
+				for k := 0; k < kr; k++ {
+					strip[k*gemmMR+r] = p.Alpha * A[(k0+k)*p.M+i0+i]
+				}
 			}
 		}
 	}
 }
 
-// packB copies op(B)[k0:k0+kr, j0:j0+nr] into dst, row-major with row
-// stride nr.
+// packB copies op(B)[k0:k0+kr, j0:j0+nr] into strips of gemmNR columns:
+// element (k, j) goes to dst[(j/NR)*kr*NR + k*NR + j%NR]. Columns past nr
+// are zero.
 func packB(dst, B []float32, p backend.MatMul, k0, j0, kr, nr int) {
-	if !p.TransB { // B is K×N
-		for k := 0; k < kr; k++ {
-			copy(dst[k*nr:(k+1)*nr], B[(k0+k)*p.N+j0:(k0+k)*p.N+j0+nr])
+	for jb := 0; jb < nr; jb += gemmNR {
+		strip := dst[jb*kr : (jb+gemmNR)*kr]
+		w := min(gemmNR, nr-jb)
+		if !p.TransB { // B is K×N
+			for k := 0; k < kr; k++ {
+				src := B[(k0+k)*p.N+j0+jb : (k0+k)*p.N+j0+jb+w]
+				d := strip[k*gemmNR : k*gemmNR+gemmNR]
+				copy(d, src)
+				clear(d[w:])
+			}
+			continue
 		}
-		return
-	}
-	// B is stored N×K: read each row of the stored matrix once.
-	for j := 0; j < nr; j++ {
-		src := B[(j0+j)*p.K+k0 : (j0+j)*p.K+k0+kr]
-		for k, v := range src {
-			dst[k*nr+j] = v
+		// B is stored N×K.
+		for c := 0; c < gemmNR; c++ {
+			if c >= w {
+				for k := 0; k < kr; k++ {
+					strip[k*gemmNR+c] = 0
+				}
+				continue
+			}
+			src := B[(j0+jb+c)*p.K+k0 : (j0+jb+c)*p.K+k0+kr]
+			for k, v := range src {
+				strip[k*gemmNR+c] = v
+			}
 		}
 	}
 }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/train"
+)
+
+func evalCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	out := fs.String("out", "out", "run folder written by fleet train")
+	dataPath := fs.String("data", "", "text whose validation split (the last 10%) is evaluated (default: Go's standard-library source)")
+	weights := fs.String("weights", train.ModelFile, "weights file in the run folder")
+	batch := fs.Int("batch-size", 32, "windows per forward pass")
+	device := fs.String("device", "auto", "device: auto, cpu")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *batch <= 0 {
+		return fmt.Errorf("--batch-size must be positive")
+	}
+	tr, err := train.Load(*out, *weights, *device)
+	if err != nil {
+		return err
+	}
+	var text string
+	if *dataPath == "" {
+		corpus := tr.Config.Train.CorpusBytes
+		if corpus == 0 {
+			corpus = train.Default().CorpusBytes
+		}
+		text, _, err = data.DefaultCorpus(corpus)
+	} else {
+		text, err = data.LoadText(*dataPath)
+	}
+	if err != nil {
+		return err
+	}
+	ids, err := tr.Tokenizer.Encode(text)
+	if err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	_, val := data.Split(ids)
+	loss, windows, err := train.SequentialLoss(tr.Model, val, *batch)
+	if err != nil {
+		return fmt.Errorf("validation split: %w", err)
+	}
+	fmt.Fprintf(stderr, "evaluated %d windows of %d tokens\n", windows, tr.Model.Config.BlockSize)
+	fmt.Fprintf(stdout, "val_loss=%.8g perplexity=%.8g\n", loss, math.Exp(loss))
+	return nil
+}

@@ -1,0 +1,83 @@
+// Command fleet trains, evaluates, samples and benchmarks GPT language
+// models. Run `fleet help` for the commands.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+const usage = `fleet trains GPT language models.
+
+Usage: fleet COMMAND [flags]
+
+Commands:
+  train    train a model (with no flags: a small char-level GPT on Go's own source)
+  sample   generate text from a trained model
+  eval     evaluate a trained model's validation loss and perplexity
+  bench    time training steps of a model configuration
+
+Run fleet COMMAND -h for a command's flags.
+`
+
+// errUsage marks errors already reported with usage; they exit with 2.
+var errUsage = errors.New("usage")
+
+// run is the whole command, separated from main for tests. It returns the
+// exit status: 0 success, 1 failure, 2 bad usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "train":
+		err = trainCmd(args[1:], stdout, stderr)
+	case "sample":
+		err = sampleCmd(args[1:], stdout, stderr)
+	case "eval":
+		err = evalCmd(args[1:], stdout, stderr)
+	case "bench":
+		err = benchCmd(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fleet: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "fleet %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// parse parses flags, reporting errors and stray arguments as usage errors.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fleet %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}

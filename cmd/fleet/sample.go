@@ -1,0 +1,40 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fleetml/fleet/train"
+)
+
+func sampleCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
+	out := fs.String("out", "out", "run folder written by fleet train")
+	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss)")
+	prompt := fs.String("prompt", "\n", "text to continue")
+	tokens := fs.Int("tokens", 500, "tokens to generate")
+	temperature := fs.Float64("temperature", 0.8, "sampling temperature (> 0)")
+	topK := fs.Int("top-k", 200, "sample from the k most likely tokens (0: all)")
+	seed := fs.Uint64("seed", 1337, "random seed")
+	device := fs.String("device", "auto", "device: auto, cpu")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *tokens < 0 {
+		return fmt.Errorf("--tokens must not be negative")
+	}
+	if *topK < 0 {
+		return fmt.Errorf("--top-k must not be negative")
+	}
+	tr, err := train.Load(*out, *weights, *device)
+	if err != nil {
+		return err
+	}
+	text, err := generate(tr.Model, tr.Tokenizer, *prompt, *tokens, *temperature, *topK, *seed)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, text)
+	return nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train"
+)
+
+// modelFlags registers the flags shared by train and bench.
+func modelFlags(fs *flag.FlagSet, c *train.Config) {
+	fs.StringVar(&c.Device, "device", c.Device, "device: auto (best available), cpu")
+	fs.IntVar(&c.NLayer, "n-layer", c.NLayer, "number of Transformer blocks")
+	fs.IntVar(&c.NHead, "n-head", c.NHead, "attention heads per block")
+	fs.IntVar(&c.NEmbd, "n-embd", c.NEmbd, "embedding width")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "context length in tokens")
+	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "dropout probability")
+	fs.BoolVar(&c.Bias, "bias", c.Bias, "use biases in Linear and LayerNorm layers")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "micro-batch size per process")
+	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "micro-steps per optimizer step")
+	fs.Float64Var(&c.LR, "lr", c.LR, "peak learning rate")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
+}
+
+func trainCmd(args []string, stdout, stderr io.Writer) error {
+	c := train.Default()
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.StringVar(&c.Data, "data", "", "training text: a file, or a folder of files read in sorted order (default: Go's standard-library source)")
+	fs.StringVar(&c.Out, "out", c.Out, "output folder")
+	modelFlags(fs, &c)
+	fs.Float64Var(&c.MinLR, "min-lr", c.MinLR, "learning rate at the end of the cosine decay")
+	fs.IntVar(&c.WarmupIters, "warmup-iters", c.WarmupIters, "linear warmup steps")
+	fs.IntVar(&c.LRDecayIters, "lr-decay-iters", c.LRDecayIters, "step where the cosine decay reaches min-lr (0: max-iters)")
+	fs.IntVar(&c.MaxIters, "max-iters", c.MaxIters, "optimizer steps")
+	fs.Float64Var(&c.Beta1, "beta1", c.Beta1, "AdamW beta1")
+	fs.Float64Var(&c.Beta2, "beta2", c.Beta2, "AdamW beta2")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "AdamW weight decay on 2-D weights")
+	fs.Float64Var(&c.GradClip, "grad-clip", c.GradClip, "clip the global gradient norm to this (0: off)")
+	fs.IntVar(&c.EvalInterval, "eval-interval", c.EvalInterval, "steps between evaluations")
+	fs.IntVar(&c.EvalIters, "eval-iters", c.EvalIters, "batches per evaluation")
+	fs.IntVar(&c.LogInterval, "log-interval", c.LogInterval, "steps between log lines")
+	fs.IntVar(&c.CorpusBytes, "corpus-bytes", c.CorpusBytes, "size cap of the default corpus")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	res, err := train.Run(c, stdout)
+	if err != nil {
+		return err
+	}
+	s := res.Summary
+	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
+		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
+	fmt.Fprintf(stdout, "wrote %s\n", c.Out)
+	prompt := "\n"
+	if _, err := res.Tokenizer.Encode(prompt); err != nil {
+		prompt = res.Tokenizer.Decode([]int32{0})
+	}
+	text, err := generate(res.Model, res.Tokenizer, prompt, 300, 0.8, 200, c.Seed)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nsample:\n%s\n", text)
+	return nil
+}
+
+// generate samples n tokens after prompt.
+func generate(m *model.GPT, tok interface {
+	Encode(string) ([]int32, error)
+	Decode([]int32) string
+}, prompt string, n int, temperature float64, topK int, seed uint64) (string, error) {
+	ids, err := tok.Encode(prompt)
+	if err != nil {
+		return "", fmt.Errorf("--prompt: %w", err)
+	}
+	out, err := m.Generate(ids, n, model.Sampling{Temperature: temperature, TopK: topK, RNG: tensor.NewRNG(seed)})
+	if err != nil {
+		return "", err
+	}
+	return tok.Decode(out), nil
+}

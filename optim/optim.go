@@ -1,0 +1,121 @@
+// Package optim holds fleet's optimizers and what drives them: AdamW with
+// decoupled weight decay, the learning-rate schedule (linear warmup, then
+// cosine decay to a floor), and global gradient-norm clipping.
+package optim
+
+import (
+	"math"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// AdamWConfig holds AdamW's hyperparameters. Weight decay applies only to
+// parameters whose Decay is set (2-D weights).
+type AdamWConfig struct {
+	LR          float32
+	Beta1       float32
+	Beta2       float32
+	Eps         float32
+	WeightDecay float32
+}
+
+// AdamW is PyTorch's AdamW. Its moments are allocated, zeroed, when it is
+// made, outside any step scope.
+type AdamW struct {
+	Config AdamWConfig
+	Params []*nn.Parameter
+	M, V   []*tensor.Tensor
+	// Steps counts the updates taken; bias correction uses it.
+	Steps int
+}
+
+// NewAdamW makes an optimizer over params.
+func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
+	if cfg.Eps == 0 {
+		cfg.Eps = 1e-8
+	}
+	o := &AdamW{Config: cfg, Params: params}
+	tensor.Persist(func() {
+		for _, p := range params {
+			o.M = append(o.M, tensor.ZerosLike(p.T))
+			o.V = append(o.V, tensor.ZerosLike(p.T))
+		}
+	})
+	return o
+}
+
+// SetLR changes the learning rate for the next steps.
+func (o *AdamW) SetLR(lr float32) { o.Config.LR = lr }
+
+// Step updates every parameter that has a gradient.
+func (o *AdamW) Step() {
+	o.Steps++
+	for i, p := range o.Params {
+		if p.T.Grad == nil {
+			continue
+		}
+		hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps}
+		if p.Decay {
+			hp.WeightDecay = o.Config.WeightDecay
+		}
+		tensor.AdamWStep(p.T, o.M[i], o.V[i], hp)
+	}
+}
+
+// ZeroGrad sets every gradient to zero, keeping its storage for the next
+// step.
+func (o *AdamW) ZeroGrad() {
+	for _, p := range o.Params {
+		tensor.ZeroGradInPlace(p.T)
+	}
+}
+
+// Schedule is nanoGPT's learning-rate schedule: linear warmup over
+// WarmupIters to LR, cosine decay to MinLR at DecayIters, then MinLR.
+type Schedule struct {
+	LR, MinLR               float64
+	WarmupIters, DecayIters int
+}
+
+// At returns the learning rate for step it (counting from 0).
+func (s Schedule) At(it int) float64 {
+	if it < s.WarmupIters {
+		return s.LR * float64(it+1) / float64(s.WarmupIters+1)
+	}
+	if it > s.DecayIters {
+		return s.MinLR
+	}
+	span := s.DecayIters - s.WarmupIters
+	if span <= 0 {
+		return s.MinLR
+	}
+	ratio := float64(it-s.WarmupIters) / float64(span)
+	coeff := 0.5 * (1 + math.Cos(math.Pi*ratio))
+	return s.MinLR + coeff*(s.LR-s.MinLR)
+}
+
+// ClipGradNorm scales all gradients so their global L2 norm is at most
+// maxNorm (if maxNorm > 0), and returns the norm before clipping. The norm
+// is the one value that crosses to the host.
+func ClipGradNorm(params []*nn.Parameter, maxNorm float64) float64 {
+	var grads []*tensor.Tensor
+	for _, p := range params {
+		if p.T.Grad != nil {
+			grads = append(grads, p.T.Grad)
+		}
+	}
+	if len(grads) == 0 {
+		return 0
+	}
+	var norm float64
+	tensor.Step(func() { norm = math.Sqrt(float64(tensor.SumSquares(grads...).Item())) })
+	if maxNorm > 0 && norm > maxNorm {
+		scale := float32(maxNorm / (norm + 1e-6))
+		for _, g := range grads {
+			tensor.ScaleInPlace(g, scale)
+		}
+	}
+	return norm
+}

@@ -1,0 +1,103 @@
+package optim
+
+import (
+	"math"
+	"testing"
+
+	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
+)
+
+func TestAdamWMatchesReference(t *testing.T) {
+	r := tensor.NewRNG(3)
+	w := nn.NewParameter("w", tensor.Randn(tensor.CPU, r, 1, 4, 5))
+	b := nn.NewParameter("b", tensor.Randn(tensor.CPU, r, 1, 5))
+	if !w.Decay || b.Decay {
+		t.Fatalf("decay flags: w %v b %v, want true false", w.Decay, b.Decay)
+	}
+	cfg := AdamWConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	opt := NewAdamW([]*nn.Parameter{w, b}, cfg)
+	type state struct{ w, m, v []float64 }
+	refs := []*state{}
+	for _, p := range opt.Params {
+		v := p.T.Float32s()
+		s := &state{w: make([]float64, len(v)), m: make([]float64, len(v)), v: make([]float64, len(v))}
+		for i := range v {
+			s.w[i] = float64(v[i])
+		}
+		refs = append(refs, s)
+	}
+	for step := 1; step <= 4; step++ {
+		g := [][]float32{}
+		for _, p := range opt.Params {
+			gv := tensor.Randn(tensor.CPU, r, 1, p.T.Shape()...)
+			p.T.Grad = gv
+			g = append(g, gv.Float32s())
+		}
+		opt.Step()
+		for i, p := range opt.Params {
+			wd := 0.0
+			if p.Decay {
+				wd = 0.1
+			}
+			g64 := make([]float64, len(g[i]))
+			for j := range g64 {
+				g64[j] = float64(g[i][j])
+			}
+			ref.AdamW(refs[i].w, g64, refs[i].m, refs[i].v, 0.01, 0.9, 0.95, 1e-8, wd, step)
+			got := p.T.Float32s()
+			for j := range got {
+				if math.Abs(float64(got[j])-refs[i].w[j]) > 1e-5 {
+					t.Fatalf("step %d %s[%d] = %v, reference %v", step, p.Name, j, got[j], refs[i].w[j])
+				}
+			}
+		}
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	s := Schedule{LR: 1e-3, MinLR: 1e-4, WarmupIters: 100, DecayIters: 2000}
+	cases := []struct {
+		it   int
+		want float64
+	}{
+		{0, 1e-3 / 101},
+		{99, 1e-3 * 100 / 101},
+		{100, 1e-3},
+		{1050, 1e-4 + 0.5*(1e-3-1e-4)},
+		{2000, 1e-4},
+		{5000, 1e-4},
+	}
+	for _, c := range cases {
+		if got := s.At(c.it); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("At(%d) = %v, want %v", c.it, got, c.want)
+		}
+	}
+	for it := 100; it < 2000; it++ {
+		if s.At(it+1) > s.At(it) {
+			t.Fatalf("schedule rises after warmup at %d", it)
+		}
+	}
+}
+
+func TestClipGradNorm(t *testing.T) {
+	a := nn.NewParameter("a", tensor.Zeros(tensor.CPU, 2))
+	b := nn.NewParameter("b", tensor.Zeros(tensor.CPU, 1))
+	a.T.Grad = tensor.FromFloat32s(tensor.CPU, []float32{3, 0}, 2)
+	b.T.Grad = tensor.FromFloat32s(tensor.CPU, []float32{4}, 1)
+	ps := []*nn.Parameter{a, b}
+	if n := ClipGradNorm(ps, 10); math.Abs(n-5) > 1e-6 {
+		t.Fatalf("norm %v, want 5", n)
+	}
+	if g := a.T.Grad.Float32s(); g[0] != 3 {
+		t.Fatalf("clipped below the limit: %v", g)
+	}
+	if n := ClipGradNorm(ps, 1); math.Abs(n-5) > 1e-6 {
+		t.Fatalf("norm %v, want 5", n)
+	}
+	ga, gb := a.T.Grad.Float32s(), b.T.Grad.Float32s()
+	if math.Abs(float64(ga[0])-0.6) > 1e-5 || math.Abs(float64(gb[0])-0.8) > 1e-5 {
+		t.Fatalf("clipped grads %v %v, want [0.6 0] [0.8]", ga, gb)
+	}
+}

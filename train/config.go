@@ -1,0 +1,121 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/fleetml/fleet/model"
+)
+
+// Config is one training run. Field names follow nanoGPT's config keys;
+// the JSON form is what config.json and summary.json hold.
+type Config struct {
+	Data   string `json:"data"` // a file or folder; "" means the embedded default corpus
+	Out    string `json:"out"`
+	Device string `json:"device"` // auto, cpu, cuda:N
+
+	NLayer    int     `json:"n_layer"`
+	NHead     int     `json:"n_head"`
+	NEmbd     int     `json:"n_embd"`
+	BlockSize int     `json:"block_size"`
+	Dropout   float64 `json:"dropout"`
+	Bias      bool    `json:"bias"`
+
+	BatchSize int `json:"batch_size"` // micro-batch per process
+	GradAccum int `json:"grad_accum"` // micro-steps per optimizer step
+
+	LR           float64 `json:"learning_rate"`
+	MinLR        float64 `json:"min_lr"`
+	WarmupIters  int     `json:"warmup_iters"`
+	LRDecayIters int     `json:"lr_decay_iters"` // 0 means max_iters
+	MaxIters     int     `json:"max_iters"`
+	Beta1        float64 `json:"beta1"`
+	Beta2        float64 `json:"beta2"`
+	WeightDecay  float64 `json:"weight_decay"`
+	GradClip     float64 `json:"grad_clip"`
+
+	EvalInterval int    `json:"eval_interval"`
+	EvalIters    int    `json:"eval_iters"`
+	LogInterval  int    `json:"log_interval"`
+	Seed         uint64 `json:"seed"`
+
+	// CorpusBytes caps the embedded default corpus.
+	CorpusBytes int `json:"corpus_bytes"`
+}
+
+// Default is the configuration of `fleet train` with no flags: a small
+// character-level GPT on the default corpus that trains in a few minutes
+// on two CPU cores. The optimizer and evaluation settings are nanoGPT's.
+func Default() Config {
+	return Config{
+		Out:    "out",
+		Device: "auto",
+
+		NLayer:    4,
+		NHead:     4,
+		NEmbd:     128,
+		BlockSize: 64,
+
+		BatchSize: 12,
+		GradAccum: 1,
+
+		LR:          1e-3,
+		MinLR:       1e-4,
+		WarmupIters: 100,
+		MaxIters:    1000,
+		Beta1:       0.9,
+		Beta2:       0.95,
+		WeightDecay: 0.1,
+		GradClip:    1.0,
+
+		EvalInterval: 250,
+		EvalIters:    200,
+		LogInterval:  10,
+		Seed:         1337,
+		CorpusBytes:  4 << 20,
+	}
+}
+
+// Validate checks everything that does not need the data.
+func (c Config) Validate() error {
+	mc := c.ModelConfig(1)
+	if err := mc.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Out == "":
+		return fmt.Errorf("--out must name a folder")
+	case c.BatchSize <= 0:
+		return fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
+	case c.GradAccum <= 0:
+		return fmt.Errorf("--grad-accum must be positive, got %d", c.GradAccum)
+	case c.MaxIters < 0:
+		return fmt.Errorf("--max-iters must not be negative, got %d", c.MaxIters)
+	case c.LR <= 0:
+		return fmt.Errorf("--lr must be positive, got %v", c.LR)
+	case c.MinLR < 0 || c.MinLR > c.LR:
+		return fmt.Errorf("--min-lr must be in [0, lr], got %v", c.MinLR)
+	case c.WarmupIters < 0 || c.LRDecayIters < 0:
+		return fmt.Errorf("--warmup-iters and --lr-decay-iters must not be negative")
+	case c.Beta1 < 0 || c.Beta1 >= 1 || c.Beta2 < 0 || c.Beta2 >= 1:
+		return fmt.Errorf("--beta1 and --beta2 must be in [0, 1)")
+	case c.WeightDecay < 0 || c.GradClip < 0:
+		return fmt.Errorf("--weight-decay and --grad-clip must not be negative")
+	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
+		return fmt.Errorf("--eval-interval, --eval-iters and --log-interval must be positive")
+	}
+	return nil
+}
+
+// ModelConfig is the GPT shape for a vocabulary size.
+func (c Config) ModelConfig(vocab int) model.Config {
+	return model.Config{VocabSize: vocab, BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
+		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: c.Bias}
+}
+
+// decayIters resolves LRDecayIters' default.
+func (c Config) decayIters() int {
+	if c.LRDecayIters == 0 {
+		return c.MaxIters
+	}
+	return c.LRDecayIters
+}

@@ -1,0 +1,338 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Files a run writes in its output folder.
+const (
+	ConfigFile    = "config.json"
+	TokenizerFile = "tokenizer.json"
+	MetricsFile   = "metrics.jsonl"
+	SummaryFile   = "summary.json"
+	ModelFile     = "model.safetensors"
+	BestFile      = "best.safetensors"
+)
+
+// RunConfig is what config.json holds: the run's settings and the model
+// they built.
+type RunConfig struct {
+	Train Config       `json:"train"`
+	Model model.Config `json:"model"`
+}
+
+// Summary is summary.json.
+type Summary struct {
+	BestValLoss    float64 `json:"best_val_loss"`
+	FinalValLoss   float64 `json:"final_val_loss"`
+	FinalTrainLoss float64 `json:"final_train_loss"`
+	ValPerplexity  float64 `json:"val_perplexity"`
+	// TokensPerSec is the median over optimizer steps (skipping the first
+	// 5) of each step's tokens / its time, evaluation excluded.
+	TokensPerSec float64 `json:"tokens_per_sec"`
+	MsPerStep    float64 `json:"ms_per_step"`
+	Steps        int     `json:"steps"`
+	Device       string  `json:"device"`
+	NumParams    int     `json:"num_params"`
+	Data         string  `json:"data"`
+	TrainTokens  int     `json:"train_tokens"`
+	ValTokens    int     `json:"val_tokens"`
+	ElapsedSec   float64 `json:"elapsed_sec"`
+	Config       Config  `json:"config"`
+	Model        model.Config
+}
+
+// Metric is one line of metrics.jsonl. Fields that are unknown at an event
+// are left out.
+type Metric struct {
+	Step         int      `json:"step"`
+	TrainLoss    *float64 `json:"train_loss,omitempty"`
+	ValLoss      *float64 `json:"val_loss,omitempty"`
+	Perplexity   *float64 `json:"val_perplexity,omitempty"`
+	LR           *float64 `json:"lr,omitempty"`
+	MsPerStep    *float64 `json:"ms_per_step,omitempty"`
+	TokensPerSec *float64 `json:"tokens_per_sec,omitempty"`
+}
+
+// Result is a finished run.
+type Result struct {
+	Model     *model.GPT
+	Tokenizer *data.Char
+	Summary   Summary
+}
+
+// run holds one training run's state.
+type run struct {
+	cfg     Config
+	log     io.Writer
+	dev     tensor.Device
+	model   *model.GPT
+	opt     *optim.AdamW
+	sched   optim.Schedule
+	train   *data.Sampler
+	evalTr  *data.Sampler
+	evalVal *data.Sampler
+	metrics bytes.Buffer
+}
+
+// Run trains a model as cfg says, printing progress to log.
+func Run(cfg Config, log io.Writer) (res *Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dev, err := backend.Resolve(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
+	}
+	if err := prepareOut(cfg.Out); err != nil {
+		return nil, err
+	}
+	text, desc, err := loadData(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tok := data.NewChar(text)
+	ids, err := tok.Encode(text)
+	if err != nil {
+		return nil, err
+	}
+	trainIDs, valIDs := data.Split(ids)
+	r := &run{cfg: cfg, log: log, dev: dev}
+	if r.train, err = data.NewSampler(trainIDs, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
+		return nil, fmt.Errorf("train split: %w", err)
+	}
+	if r.evalVal, err = data.NewSampler(valIDs, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
+		return nil, fmt.Errorf("validation split (the last 10%% of the data): %w", err)
+	}
+	r.evalTr, _ = data.NewSampler(trainIDs, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
+
+	mc := cfg.ModelConfig(tok.Size())
+	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
+		return nil, err
+	}
+	rc := RunConfig{Train: cfg, Model: mc}
+	if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
+		return nil, err
+	}
+	if err := data.SaveChar(filepath.Join(cfg.Out, TokenizerFile), tok); err != nil {
+		return nil, err
+	}
+	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
+		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
+
+	fmt.Fprintf(log, "data: %s\n", desc)
+	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (char)\n", len(trainIDs), len(valIDs), tok.Size())
+	fmt.Fprintf(log, "model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
+		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
+	fmt.Fprintf(log, "batch: %d × %d accumulation × %d tokens = %d tokens per step\n",
+		cfg.BatchSize, cfg.GradAccum, cfg.BlockSize, r.tokensPerStep())
+
+	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: desc,
+		TrainTokens: len(trainIDs), ValTokens: len(valIDs), BestValLoss: math.Inf(1)}
+	if err := tensor.Catch(func() { err = r.loop(&sum) }); err != nil {
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(cfg.Out, SummaryFile), sum); err != nil {
+		return nil, err
+	}
+	return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
+}
+
+func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
+
+// loop runs the optimizer steps with evaluations, filling sum.
+func (r *run) loop(sum *Summary) error {
+	cfg := r.cfg
+	start := time.Now()
+	var rates, stepMs []float64
+	var lossAcc float64
+	var lossN int
+	var windowMs float64
+	for step := 0; ; step++ {
+		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters {
+			if err := r.evaluate(step, sum); err != nil {
+				return err
+			}
+		}
+		if step == cfg.MaxIters {
+			break
+		}
+		lr := r.sched.At(step)
+		t0 := time.Now()
+		loss := r.step(step, lr)
+		dt := time.Since(t0).Seconds()
+		sum.Steps++
+		lossAcc += loss
+		lossN++
+		windowMs += dt * 1000
+		sum.FinalTrainLoss = loss
+		if step >= 5 {
+			rates = append(rates, float64(r.tokensPerStep())/dt)
+			stepMs = append(stepMs, dt*1000)
+		}
+		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
+			avg, ms := lossAcc/float64(lossN), windowMs/float64(lossN)
+			tps := float64(r.tokensPerStep()) / (ms / 1000)
+			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s\n",
+				step+1, cfg.MaxIters, avg, lr, ms, tps)
+			if math.IsNaN(avg) || math.IsInf(avg, 0) {
+				return fmt.Errorf("step %d: training loss is %v; lower --lr or raise --grad-clip", step+1, avg)
+			}
+			if err := r.addMetric(Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps}); err != nil {
+				return err
+			}
+			lossAcc, lossN, windowMs = 0, 0, 0
+		}
+	}
+	sum.TokensPerSec = median(rates)
+	sum.MsPerStep = median(stepMs)
+	sum.ElapsedSec = time.Since(start).Seconds()
+	return nil
+}
+
+// step runs one optimizer step: GradAccum micro-batches, each loss scaled
+// by 1/GradAccum so the gradients add up to those of the whole batch, then
+// clipping and AdamW. It returns the mean micro-batch loss.
+func (r *run) step(step int, lr float64) float64 {
+	cfg := r.cfg
+	B, T := cfg.BatchSize, cfg.BlockSize
+	x := make([]int32, B*T)
+	y := make([]int32, B*T)
+	var total float64
+	for micro := 0; micro < cfg.GradAccum; micro++ {
+		r.train.Batch(step, data.MicroBatchFirst(B, cfg.GradAccum, 0, micro), B, x, y)
+		r.model.SetDropoutSeed(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)))
+		tensor.Step(func() {
+			xt := tensor.FromInt32s(r.dev, x, B, T)
+			yt := tensor.FromInt32s(r.dev, y, B, T)
+			loss := r.model.Loss(xt, yt)
+			total += float64(loss.Item())
+			if cfg.GradAccum > 1 {
+				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
+			}
+			loss.Backward()
+		})
+	}
+	params := r.model.Parameters()
+	optim.ClipGradNorm(params, cfg.GradClip)
+	r.opt.SetLR(float32(lr))
+	r.opt.Step()
+	r.opt.ZeroGrad()
+	return total / float64(cfg.GradAccum)
+}
+
+// evaluate estimates train and val loss on EvalIters random batches each,
+// saving best.safetensors when val loss improves.
+func (r *run) evaluate(step int, sum *Summary) error {
+	tl := EstimateLoss(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
+	vl := EstimateLoss(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
+	ppl := math.Exp(vl)
+	fmt.Fprintf(r.log, "eval step %d: train loss %.4f, val loss %.4f, val perplexity %.3f\n", step, tl, vl, ppl)
+	sum.FinalValLoss = vl
+	sum.ValPerplexity = ppl
+	if vl < sum.BestValLoss {
+		sum.BestValLoss = vl
+		if err := r.model.SaveWeights(filepath.Join(r.cfg.Out, BestFile), map[string]string{"step": fmt.Sprint(step)}); err != nil {
+			return err
+		}
+	}
+	return r.addMetric(Metric{Step: step, TrainLoss: &tl, ValLoss: &vl, Perplexity: &ppl})
+}
+
+// EstimateLoss averages the loss over iters batches of random windows
+// drawn for step, with dropout off and no gradients.
+func EstimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64 {
+	m.SetTraining(false)
+	defer m.SetTraining(true)
+	T := s.BlockSize()
+	x := make([]int32, batch*T)
+	y := make([]int32, batch*T)
+	var total float64
+	tensor.NoGrad(func() {
+		for k := 0; k < iters; k++ {
+			s.Batch(step, k*batch, batch, x, y)
+			tensor.Step(func() {
+				total += float64(m.Loss(tensor.FromInt32s(m.Device(), x, batch, T), tensor.FromInt32s(m.Device(), y, batch, T)).Item())
+			})
+		}
+	})
+	return total / float64(iters)
+}
+
+// addMetric appends a line to metrics.jsonl, rewriting the file atomically.
+func (r *run) addMetric(m Metric) error {
+	line, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	r.metrics.Write(line)
+	r.metrics.WriteByte('\n')
+	return atomicfile.WriteFile(filepath.Join(r.cfg.Out, MetricsFile), r.metrics.Bytes())
+}
+
+func loadData(cfg Config) (text, desc string, err error) {
+	if cfg.Data == "" {
+		return data.DefaultCorpus(cfg.CorpusBytes)
+	}
+	text, err = data.LoadText(cfg.Data)
+	if err != nil {
+		return "", "", err
+	}
+	return text, fmt.Sprintf("%s (%d bytes)", cfg.Data, len(text)), nil
+}
+
+// prepareOut creates the output folder and checks that it can be written.
+func prepareOut(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("--out %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return atomicfile.WriteFile(path, append(b, '\n'))
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
