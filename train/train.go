@@ -216,7 +216,11 @@ func (r *run) loop(sum *Summary) error {
 // step runs one optimizer step: GradAccum micro-batches, each loss scaled
 // by 1/GradAccum so the gradients add up to those of the whole batch, then
 // clipping and AdamW. It returns the mean micro-batch loss.
-func (r *run) step(step int, lr float64) float64 {
+func (r *run) step(step int, lr float64) float64 { return r.stepWithHook(step, lr, nil) }
+
+// stepWithHook is step with a hook run after the gradients are complete
+// and before clipping (tests inspect them there).
+func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	cfg := r.cfg
 	B, T := cfg.BatchSize, cfg.BlockSize
 	x := make([]int32, B*T)
@@ -235,6 +239,9 @@ func (r *run) step(step int, lr float64) float64 {
 			}
 			loss.Backward()
 		})
+	}
+	if hook != nil {
+		hook()
 	}
 	params := r.model.Parameters()
 	optim.ClipGradNorm(params, cfg.GradClip)

@@ -208,6 +208,21 @@ func runMatMul(t *testing.T, c *CPU, r *rng.RNG, mc mmCase) {
 }
 
 func TestMatMul(t *testing.T) {
+	// The default micro-kernel (SIMD where the CPU has it) and the portable one.
+	kernels := []struct {
+		name string
+		k    func(kc int, a, b, c []float32, ldc int)
+	}{{"default", gemmKernel}, {"go", gemmKernelGo}}
+	defer func(k func(kc int, a, b, c []float32, ldc int)) { gemmKernel = k }(gemmKernel)
+	for _, k := range kernels {
+		t.Run(k.name, func(t *testing.T) {
+			gemmKernel = k.k
+			testMatMul(t)
+		})
+	}
+}
+
+func testMatMul(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(1)
 	var cases []mmCase
@@ -216,6 +231,7 @@ func TestMatMul(t *testing.T) {
 			// Crossing every tile size, with a ragged last tile.
 			cases = append(cases,
 				mmCase{batch: 1, m: 67, n: 515, k: 260, ta: ta, tb: tb, alpha: 1, beta: 0},
+				mmCase{batch: 1, m: gemmMC + gemmMR - 1, n: gemmNC + gemmNR + 1, k: gemmKC + 1, ta: ta, tb: tb, alpha: 1, beta: 0},
 				mmCase{batch: 1, m: 1, n: 1, k: 1, ta: ta, tb: tb, alpha: 1, beta: 0},
 				mmCase{batch: 1, m: 1, n: 1, k: 1, ta: ta, tb: tb, alpha: -2, beta: -0.3, bias: true},
 				mmCase{batch: 3, m: 13, n: 17, k: 9, ta: ta, tb: tb, padA: 5, padB: 3, padC: 4, alpha: 0.5, beta: 0.25, bias: true},
@@ -228,6 +244,7 @@ func TestMatMul(t *testing.T) {
 	if !testing.Short() {
 		cases = append(cases,
 			mmCase{batch: 1, m: 64, n: 512, k: 256, alpha: 1, beta: 0.5, bias: true},
+			mmCase{batch: 1, m: 2 * gemmMC, n: 2 * gemmNC, k: 2 * gemmKC, alpha: 1, beta: -0.5, bias: true}, // whole tiles and blocks only
 			mmCase{batch: 2, m: 65, n: 513, k: 257, ta: true, tb: true, alpha: -0.75, beta: 1, padC: 1},
 			mmCase{batch: 1, m: 130, n: 40, k: 513, tb: true, alpha: 1, beta: 0},
 		)

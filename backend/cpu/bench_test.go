@@ -1,0 +1,95 @@
+package cpu
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/internal/rng"
+)
+
+// benchCPU is a backend with the default thread count ($FLEET_THREADS or
+// GOMAXPROCS), as training uses.
+func benchCPU() *CPU { return New(backend.CPU) }
+
+func benchRand(c *CPU, r *rng.RNG, n int) backend.Ref { return put(c, randF32(r, n, 1), 0) }
+
+// BenchmarkMatMul runs the matrix products of a small GPT (B·T = 768 rows,
+// C = 128, 4C = 512, vocabulary 65) in their forward and backward forms.
+func BenchmarkMatMul(b *testing.B) {
+	cases := []struct {
+		name           string
+		m, k, n        int
+		transA, transB bool
+	}{
+		{"qkv_768x128x384", 768, 128, 384, false, false},
+		{"fc_768x128x512", 768, 128, 512, false, false},
+		{"proj_768x512x128", 768, 512, 128, false, false},
+		{"head_768x128x65", 768, 128, 65, false, false},
+		{"dW_qkv_TransA_128x768x384", 128, 768, 384, true, false},
+		{"dX_qkv_TransB_768x384x128", 768, 384, 128, false, true},
+		{"dW_fc_TransA_128x768x512", 128, 768, 512, true, false},
+		{"head_TransB_768x128x65", 768, 128, 65, false, true},
+	}
+	for _, cs := range cases {
+		b.Run(cs.name, func(b *testing.B) {
+			c := benchCPU()
+			r := rng.New(1)
+			p := backend.MatMul{Batch: 1, M: cs.m, N: cs.n, K: cs.k, TransA: cs.transA, TransB: cs.transB,
+				Alpha: 1, StrideA: cs.m * cs.k, StrideB: cs.k * cs.n, StrideC: cs.m * cs.n}
+			a, bb, cc := benchRand(c, r, cs.m*cs.k), benchRand(c, r, cs.k*cs.n), benchRand(c, r, cs.m*cs.n)
+			c.MatMul(p, a, bb, cc, backend.Ref{}) // warm the pack buffers
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.MatMul(p, a, bb, cc, backend.Ref{})
+			}
+			flops := 2 * float64(cs.m) * float64(cs.n) * float64(cs.k) * float64(b.N)
+			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkAttention runs causal attention forward and backward at
+// B=12, T=64, C=128, H=4.
+func BenchmarkAttention(b *testing.B) {
+	p := backend.Attention{B: 12, T: 64, C: 128, H: 4}
+	c := benchCPU()
+	r := rng.New(2)
+	qkv := benchRand(c, r, p.B*p.T*3*p.C)
+	out, saved := benchRand(c, r, p.B*p.T*p.C), benchRand(c, r, p.SavedLen())
+	dout, dqkv := benchRand(c, r, p.B*p.T*p.C), benchRand(c, r, p.B*p.T*3*p.C)
+	// q·k and p·v over the causal half, forward; about twice that backward.
+	hd := p.C / p.H
+	pairs := float64(p.B*p.H) * float64(p.T*(p.T+1)/2)
+	fwd, bwd := 4*pairs*float64(hd), 8*pairs*float64(hd)
+	b.Run("forward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			c.Attention(p, out, saved, qkv)
+		}
+		b.ReportMetric(fwd*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("forward+backward", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			c.Attention(p, out, saved, qkv)
+			c.AttentionBackward(p, dqkv, dout, saved, qkv)
+		}
+		b.ReportMetric((fwd+bwd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
+
+// BenchmarkLayerNorm runs the forward LayerNorm over B·T = 768 rows of C = 128.
+func BenchmarkLayerNorm(b *testing.B) {
+	for _, rows := range []int{768} {
+		b.Run(fmt.Sprintf("fwd_%dx128", rows), func(b *testing.B) {
+			cols := 128
+			c := benchCPU()
+			r := rng.New(3)
+			x, w, bias := benchRand(c, r, rows*cols), benchRand(c, r, cols), benchRand(c, r, cols)
+			out, mean, rstd := benchRand(c, r, rows*cols), benchRand(c, r, rows), benchRand(c, r, rows)
+			b.SetBytes(int64(2 * rows * cols * 4))
+			for i := 0; i < b.N; i++ {
+				c.LayerNorm(out, mean, rstd, x, w, bias, rows, cols, 1e-5)
+			}
+		})
+	}
+}

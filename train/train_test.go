@@ -1,0 +1,192 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// testText is a small corpus with enough structure for a model to learn.
+func testText() string {
+	var b strings.Builder
+	for i := 0; b.Len() < 20000; i++ {
+		b.WriteString("the quick brown fox jumps over the lazy dog. ")
+		if i%3 == 0 {
+			b.WriteString("pack my box with five dozen liquor jugs!\n")
+		}
+	}
+	return b.String()
+}
+
+func tinyConfig(t *testing.T) Config {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "input.txt")
+	if err := os.WriteFile(path, []byte(testText()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.Data = path
+	c.Out = filepath.Join(dir, "out")
+	c.Device = "cpu"
+	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
+	c.BatchSize = 8
+	c.MaxIters = 120
+	c.LR = 3e-3
+	c.WarmupIters = 5
+	c.EvalInterval = 60
+	c.EvalIters = 4
+	c.LogInterval = 40
+	return c
+}
+
+func TestRunWritesFilesAndLearns(t *testing.T) {
+	c := tinyConfig(t)
+	var log bytes.Buffer
+	res, err := Run(c, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile, SummaryFile, ModelFile, BestFile} {
+		if _, err := os.Stat(filepath.Join(c.Out, f)); err != nil {
+			t.Errorf("missing %s: %v", f, err)
+		}
+	}
+	// Nothing but the final files: no temporaries left behind.
+	entries, _ := os.ReadDir(c.Out)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("left temporary file %s", e.Name())
+		}
+	}
+	var s map[string]any
+	b, _ := os.ReadFile(filepath.Join(c.Out, SummaryFile))
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"best_val_loss", "final_val_loss", "tokens_per_sec", "steps", "device", "config"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("summary.json lacks %q", k)
+		}
+	}
+	if res.Summary.Steps != c.MaxIters || res.Summary.TokensPerSec <= 0 {
+		t.Errorf("summary: %d steps, %v tokens/s", res.Summary.Steps, res.Summary.TokensPerSec)
+	}
+	// The loss must fall well below that of a uniform guess.
+	uniform := math.Log(float64(res.Tokenizer.Size()))
+	if res.Summary.BestValLoss > 0.75*uniform {
+		t.Errorf("best val loss %.3f, uniform guess %.3f: the model did not learn", res.Summary.BestValLoss, uniform)
+	}
+	// metrics.jsonl: log lines carry train_loss, lr, ms_per_step, tokens_per_sec; eval lines val_loss.
+	f, _ := os.Open(filepath.Join(c.Out, MetricsFile))
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var logs, evals int
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("bad metrics line %q: %v", sc.Text(), err)
+		}
+		if _, ok := m["val_loss"]; ok {
+			evals++
+		}
+		if _, ok := m["tokens_per_sec"]; ok {
+			logs++
+			for _, k := range []string{"step", "train_loss", "lr", "ms_per_step"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("log line lacks %s: %s", k, sc.Text())
+				}
+			}
+		}
+	}
+	if logs != 3 || evals != 3 {
+		t.Errorf("metrics has %d log and %d eval lines, want 3 and 3", logs, evals)
+	}
+	// The run folder loads back, and sequential evaluation agrees in scale.
+	tr, err := Load(c.Out, "", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := tr.Tokenizer.Encode(testText())
+	_, val := data.Split(ids)
+	loss, windows, err := SequentialLoss(tr.Model, val, 16)
+	if err != nil || windows != (len(val)-1)/c.BlockSize {
+		t.Fatalf("sequential loss: %v, %d windows", err, windows)
+	}
+	if math.Abs(loss-res.Summary.FinalValLoss) > 0.3 {
+		t.Errorf("sequential val loss %.3f far from the trainer's %.3f", loss, res.Summary.FinalValLoss)
+	}
+}
+
+// TestRunIsDeterministic: the same run twice gives bit-identical weights.
+func TestRunIsDeterministic(t *testing.T) {
+	c := tinyConfig(t)
+	c.MaxIters = 15
+	c.Dropout = 0.1
+	var weights [2][]byte
+	for i := range weights {
+		c.Out = filepath.Join(t.TempDir(), "out")
+		if _, err := Run(c, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(c.Out, ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		weights[i] = b
+	}
+	if !bytes.Equal(weights[0], weights[1]) {
+		t.Fatal("two runs with the same seed wrote different weights")
+	}
+}
+
+// TestGradAccumulation: 4 micro-batches of 8 give the same update as one
+// batch of 32, because the windows of a step do not depend on the split.
+func TestGradAccumulation(t *testing.T) {
+	tok := data.NewChar(testText())
+	ids, _ := tok.Encode(testText())
+	stepOnce := func(batch, accum int) ([]float32, [][]float32) {
+		c := Default()
+		c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
+		c.BatchSize, c.GradAccum = batch, accum
+		m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := data.NewSampler(ids, c.BlockSize, 3, data.StreamTrain)
+		r := &run{cfg: c, dev: tensor.CPU, model: m, train: s,
+			opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+		// Capture the gradients before the update by running the
+		// micro-steps through the trainer and inspecting after clipping.
+		var grads [][]float32
+		c.GradClip = 0
+		r.cfg = c
+		loss := r.stepWithHook(0, 1e-3, func() {
+			for _, p := range m.Parameters() {
+				grads = append(grads, p.Grad().Float32s())
+			}
+		})
+		return []float32{float32(loss)}, grads
+	}
+	l1, g1 := stepOnce(32, 1)
+	l4, g4 := stepOnce(8, 4)
+	if math.Abs(float64(l1[0]-l4[0])) > 1e-5*math.Abs(float64(l1[0])) {
+		t.Errorf("loss %v with one batch, %v accumulated", l1[0], l4[0])
+	}
+	for i := range g1 {
+		for j := range g1[i] {
+			if d := math.Abs(float64(g1[i][j] - g4[i][j])); d > 1e-5*(1+math.Abs(float64(g1[i][j]))) {
+				t.Fatalf("param %d grad %d: %v vs %v", i, j, g1[i][j], g4[i][j])
+			}
+		}
+	}
+}
