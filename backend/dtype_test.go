@@ -198,6 +198,9 @@ func TestF32ToF16(t *testing.T) {
 		if got&0x7c00 != 0x7c00 || got&0x3ff == 0 {
 			t.Errorf("F32ToF16(NaN %#08x) = %#04x, not a NaN", in, got)
 		}
+		if got>>15 != uint16(in>>31) {
+			t.Errorf("F32ToF16(NaN %#08x) = %#04x, sign lost", in, got)
+		}
 	}
 }
 

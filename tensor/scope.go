@@ -36,6 +36,9 @@ func Step(fn func()) {
 			}
 			t.freed = true
 			t.node = nil
+			if t.Grad != nil { // made in Persist by Backward; unreachable once t is gone
+				t.Grad.Free()
+			}
 			t.Grad = nil
 		}
 	}()

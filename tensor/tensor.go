@@ -317,7 +317,11 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	if infer >= 0 && known > 0 {
 		s[infer] = t.Numel() / known
 	}
-	if s.Numel() != t.Numel() {
+	negative := false
+	for _, d := range s {
+		negative = negative || d < 0
+	}
+	if negative || s.Numel() != t.Numel() {
 		panic(&Error{Op: "reshape", Msg: fmt.Sprintf("cannot reshape to %v", Shape(shape)), Operands: []*Tensor{t}})
 	}
 	v := t.view(s, t.off)

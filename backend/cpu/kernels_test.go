@@ -1164,3 +1164,47 @@ func TestDeterminism(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionKV feeds a sequence through the cache in pieces (a prompt,
+// single tokens, a short run) and requires the same outputs as causal
+// attention over the whole sequence, and the cache to hold every k and v.
+func TestAttentionKV(t *testing.T) {
+	c := newCPU(3)
+	r := rng.New(22)
+	B, T, C, H, maxT := 2, 13, 32, 4, 16
+	xv := randF32(r, B*T*3*C, 1)
+	want := ref.Attention(widen(xv), B, T, C, H)
+	kc, vc := put(c, randF32(r, B*maxT*C, 1), 1), put(c, randF32(r, B*maxT*C, 1), 2)
+	got := make([]float32, B*T*C)
+	pos := 0
+	for _, n := range []int{5, 1, 1, 3, 1, 2} {
+		piece := make([]float32, 0, B*n*3*C)
+		for b := 0; b < B; b++ {
+			piece = append(piece, xv[(b*T+pos)*3*C:(b*T+pos+n)*3*C]...)
+		}
+		out := put(c, make([]float32, B*n*C), 3)
+		c.AttentionKV(backend.AttentionKV{B: B, T: n, C: C, H: H, Pos: pos, MaxT: maxT}, out, put(c, piece, 4), kc, vc)
+		checkGuards(t, "attention_kv out", out, B*n*C)
+		o := get(c, out, B*n*C)
+		for b := 0; b < B; b++ {
+			copy(got[(b*T+pos)*C:(b*T+pos+n)*C], o[b*n*C:(b+1)*n*C])
+		}
+		pos += n
+	}
+	if pos != T {
+		t.Fatalf("fed %d positions, want %d", pos, T)
+	}
+	checkClose(t, "attention_kv", got, want, 1e-5, 1e-5)
+	ks, vs := get(c, kc, B*maxT*C), get(c, vc, B*maxT*C)
+	for b := 0; b < B; b++ {
+		for s := 0; s < T; s++ {
+			for j := 0; j < C; j++ {
+				if ks[(b*maxT+s)*C+j] != xv[(b*T+s)*3*C+C+j] || vs[(b*maxT+s)*C+j] != xv[(b*T+s)*3*C+2*C+j] {
+					t.Fatalf("cache at batch %d position %d channel %d does not hold k and v", b, s, j)
+				}
+			}
+		}
+	}
+	checkGuards(t, "k cache", kc, B*maxT*C)
+	checkGuards(t, "v cache", vc, B*maxT*C)
+}

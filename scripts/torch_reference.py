@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""PyTorch side of fleet's side-by-side benchmark.
+
+Trains the same character-level GPT as `fleet train` (pre-LayerNorm blocks,
+tanh-GELU MLP, tied head, no biases when --bias is off, GPT-2 init) with
+the same data split, schedule and optimizer, and reports what fleet's
+summary.json reports: the median over steps (skipping the first 5,
+evaluation excluded) of each step's tokens per second, and the best
+validation loss of periodic evaluations.
+
+Run from the repository root, for example:
+
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 /usr/bin/python3 scripts/torch_reference.py \
+      --data ../shared/data/tinyshakespeare.txt --max-iters 2000
+
+It needs only torch (Debian's python3-torch works).
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, h, bias):
+        super().__init__()
+        self.h = h
+        self.ln_1 = nn.LayerNorm(c, elementwise_affine=True)
+        self.c_attn = nn.Linear(c, 3 * c, bias=bias)
+        self.attn_proj = nn.Linear(c, c, bias=bias)
+        self.ln_2 = nn.LayerNorm(c)
+        self.c_fc = nn.Linear(c, 4 * c, bias=bias)
+        self.mlp_proj = nn.Linear(4 * c, c, bias=bias)
+        if not bias:
+            self.ln_1.bias = None
+            self.ln_2.bias = None
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q = q.view(b, t, self.h, c // self.h).transpose(1, 2)
+        k = k.view(b, t, self.h, c // self.h).transpose(1, 2)
+        v = v.view(b, t, self.h, c // self.h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.h)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.attn_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, n_layer, n_head, n_embd, bias):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(block, n_embd)
+        self.blocks = nn.ModuleList([Block(n_embd, n_head, bias) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        if not bias:
+            self.ln_f.bias = None
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--block-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=12)
+    ap.add_argument("--bias", action="store_true")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--warmup-iters", type=int, default=100)
+    ap.add_argument("--max-iters", type=int, default=2000)
+    ap.add_argument("--beta2", type=float, default=0.99)
+    ap.add_argument("--eval-interval", type=int, default=250)
+    ap.add_argument("--eval-iters", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1337)
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    text = open(args.data, encoding="utf-8").read()
+    chars = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    ids = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    n = int(0.9 * len(ids))
+    splits = {"train": ids[:n], "val": ids[n:]}
+    T, B = args.block_size, args.batch_size
+
+    def batch(split):
+        d = splits[split]
+        ix = torch.randint(len(d) - T, (B,))
+        return torch.stack([d[i:i + T] for i in ix]), torch.stack([d[i + 1:i + 1 + T] for i in ix])
+
+    model = GPT(len(chars), T, args.n_layer, args.n_head, args.n_embd, args.bias)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, args.beta2))
+
+    def lr_at(it):
+        if it < args.warmup_iters:
+            return args.lr * (it + 1) / (args.warmup_iters + 1)
+        r = (it - args.warmup_iters) / max(1, args.max_iters - args.warmup_iters)
+        return args.min_lr + 0.5 * (1 + math.cos(math.pi * min(r, 1.0))) * (args.lr - args.min_lr)
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        out = {}
+        for split in ("train", "val"):
+            out[split] = sum(model(*batch(split)).item() for _ in range(args.eval_iters)) / args.eval_iters
+        model.train()
+        return out
+
+    rates, best = [], float("inf")
+    for it in range(args.max_iters + 1):
+        if it % args.eval_interval == 0 or it == args.max_iters:
+            losses = evaluate()
+            best = min(best, losses["val"])
+            print(f"eval step {it}: train {losses['train']:.4f} val {losses['val']:.4f}", flush=True)
+        if it == args.max_iters:
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(it)
+        t0 = time.perf_counter()
+        x, y = batch("train")
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        dt = time.perf_counter() - t0
+        if it >= 5:
+            rates.append(B * T / dt)
+        if (it + 1) % 100 == 0:
+            print(f"step {it + 1}: loss {loss.item():.4f} {B * T / dt:.0f} tok/s", flush=True)
+    print(json.dumps({"tokens_per_sec": statistics.median(rates), "best_val_loss": best,
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()
