@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,5 +189,25 @@ func TestGradAccumulation(t *testing.T) {
 				t.Fatalf("param %d grad %d: %v vs %v", i, j, g1[i][j], g4[i][j])
 			}
 		}
+	}
+}
+
+// TestDefaultCorpus trains two steps on the embedded default corpus (Go's
+// own source), the path `fleet train` takes with no flags.
+func TestDefaultCorpus(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is not on PATH, so GOROOT cannot be found")
+	}
+	c := tinyConfig(t)
+	c.Data = ""
+	c.CorpusBytes = 200 << 10
+	c.MaxIters = 2
+	var log bytes.Buffer
+	res, err := Run(c, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "Go standard library source") || res.Tokenizer.Size() < 50 {
+		t.Errorf("unexpected corpus: vocabulary %d\n%s", res.Tokenizer.Size(), log.String())
 	}
 }

@@ -13,7 +13,7 @@ import (
 func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	out := fs.String("out", "out", "run folder written by fleet train")
-	dataPath := fs.String("data", "", "text whose validation split (the last 10%) is evaluated (default: Go's standard-library source)")
+	dataPath := fs.String("data", "", "text whose validation split (the last 10%) is evaluated (default: the run's own training data)")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", "device: auto, cpu")
@@ -28,6 +28,9 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var text string
+	if *dataPath == "" {
+		*dataPath = tr.Config.Train.Data
+	}
 	if *dataPath == "" {
 		corpus := tr.Config.Train.CorpusBytes
 		if corpus == 0 {
