@@ -3,21 +3,37 @@ package cpu
 import "golang.org/x/sys/cpu"
 
 func init() {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		gemmKernel = gemmKernelAVX2Slices
+	if k := simdKernels(); len(k) > 0 {
+		gemm = k[0]
 	}
 }
 
-// gemmKernelAVX2 is gemmKernel for AVX2 with FMA: the 4×16 block lives in
-// eight YMM accumulators; each k step loads 16 floats of B, broadcasts 4 of
-// A and issues 8 FMAs. Implemented in gemm_amd64.s.
+// simdKernels lists the SIMD micro-kernels this CPU supports, fastest first.
+func simdKernels() []microKernel {
+	var ks []microKernel
+	if cpu.X86.HasAVX512F {
+		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int) {
+			_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
+			gemmKernelAVX512(kc, &a[0], &b[0], &c[0], ldc)
+		}})
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		ks = append(ks, microKernel{name: "avx2", mr: 4, nr: 16, fn: func(kc int, a, b, c []float32, ldc int) {
+			_, _, _ = a[kc*4-1], b[kc*16-1], c[3*ldc+15]
+			gemmKernelAVX2(kc, &a[0], &b[0], &c[0], ldc)
+		}})
+	}
+	return ks
+}
+
+// gemmKernelAVX2 keeps a 4×16 block in eight YMM accumulators; each k step
+// loads 16 floats of B, broadcasts 4 of A and issues 8 FMAs.
 //
 //go:noescape
 func gemmKernelAVX2(kc int, a, b, c *float32, ldc int)
 
-func gemmKernelAVX2Slices(kc int, a, b, c []float32, ldc int) {
-	_ = a[kc*gemmMR-1]
-	_ = b[kc*gemmNR-1]
-	_ = c[(gemmMR-1)*ldc+gemmNR-1]
-	gemmKernelAVX2(kc, &a[0], &b[0], &c[0], ldc)
-}
+// gemmKernelAVX512 keeps an 8×32 block in sixteen ZMM accumulators; each k
+// step loads 32 floats of B, broadcasts 8 of A and issues 16 FMAs.
+//
+//go:noescape
+func gemmKernelAVX512(kc int, a, b, c *float32, ldc int)

@@ -209,14 +209,11 @@ func runMatMul(t *testing.T, c *CPU, r *rng.RNG, mc mmCase) {
 
 func TestMatMul(t *testing.T) {
 	// The default micro-kernel (SIMD where the CPU has it) and the portable one.
-	kernels := []struct {
-		name string
-		k    func(kc int, a, b, c []float32, ldc int)
-	}{{"default", gemmKernel}, {"go", gemmKernelGo}}
-	defer func(k func(kc int, a, b, c []float32, ldc int)) { gemmKernel = k }(gemmKernel)
-	for _, k := range kernels {
+	// Every micro-kernel this CPU can run, SIMD and portable.
+	defer func(k microKernel) { gemm = k }(gemm)
+	for _, k := range gemmKernels() {
 		t.Run(k.name, func(t *testing.T) {
-			gemmKernel = k.k
+			gemm = k
 			testMatMul(t)
 		})
 	}
@@ -231,7 +228,7 @@ func testMatMul(t *testing.T) {
 			// Crossing every tile size, with a ragged last tile.
 			cases = append(cases,
 				mmCase{batch: 1, m: 67, n: 515, k: 260, ta: ta, tb: tb, alpha: 1, beta: 0},
-				mmCase{batch: 1, m: gemmMC + gemmMR - 1, n: gemmNC + gemmNR + 1, k: gemmKC + 1, ta: ta, tb: tb, alpha: 1, beta: 0},
+				mmCase{batch: 1, m: gemmMC + gemm.mr - 1, n: gemmNC + gemm.nr + 1, k: gemmKC + 1, ta: ta, tb: tb, alpha: 1, beta: 0},
 				mmCase{batch: 1, m: 1, n: 1, k: 1, ta: ta, tb: tb, alpha: 1, beta: 0},
 				mmCase{batch: 1, m: 1, n: 1, k: 1, ta: ta, tb: tb, alpha: -2, beta: -0.3, bias: true},
 				mmCase{batch: 3, m: 13, n: 17, k: 9, ta: ta, tb: tb, padA: 5, padB: 3, padC: 4, alpha: 0.5, beta: 0.25, bias: true},
