@@ -89,9 +89,11 @@ type Backend interface {
 	// Attention is causal multi-head self-attention over a packed
 	// qkv [B, T, 3C] (q, k, v each C wide, heads contiguous hd=C/H slices),
 	// writing out [B, T, C] and saving what the backward pass needs in
-	// saved (AttentionSavedLen elements).
+	// saved (p.SavedLen() elements: the log-sum-exp of each score row, so
+	// no T×T matrix outlives the call).
 	Attention(p Attention, out, saved, qkv Ref)
-	AttentionBackward(p Attention, dqkv, dout, saved, qkv Ref)
+	// AttentionBackward writes dqkv from dout, the forward's out and saved.
+	AttentionBackward(p Attention, dqkv, dout, out, saved, qkv Ref)
 	// AttentionKV is inference attention against a key/value cache. For
 	// packed qkv [B, T, 3C] at positions [Pos, Pos+T), it writes k and v into
 	// the caches kc and vc ([B, MaxT, C]) at those positions, then attends
@@ -155,8 +157,8 @@ type Attention struct {
 }
 
 // SavedLen is the number of elements Attention saves for its backward pass:
-// the softmax probabilities, B·H·T·T.
-func (a Attention) SavedLen() int { return a.B * a.H * a.T * a.T }
+// one log-sum-exp per score row, B·H·T.
+func (a Attention) SavedLen() int { return a.B * a.H * a.T }
 
 // AttentionKV describes an inference attention call against a cache.
 type AttentionKV struct {

@@ -355,7 +355,7 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
 	record(out, op, []*Tensor{qkv}, func(g *Tensor) []*Tensor {
 		d := like(op, qkv, qkv.shape)
-		qkv.be.AttentionBackward(p, d.ref(), g.ref(), saved.ref(), qkv.ref())
+		qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
 		return []*Tensor{d}
 	})
 	return out

@@ -2,100 +2,167 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
 
-// Attention implements backend.Backend: causal softmax(q kᵀ/√hd) v for
-// each (batch, head), one goroutine per pair. The probabilities are saved
-// ([B, H, T, T], zero above the diagonal) for the backward pass.
+// attnQB is the number of query rows attention processes at once: it
+// holds a attnQB×T block of scores, never the whole T×T matrix.
+const attnQB = 64
+
+// attnWork is one goroutine's attention scratch, reused across calls.
+type attnWork struct {
+	gemmWork
+	buf []float32
+}
+
+var attnPool = sync.Pool{New: func() any {
+	return &attnWork{gemmWork: *workPool.New().(*gemmWork)}
+}}
+
+// take returns n floats of scratch starting at *off, growing buf as needed.
+func (w *attnWork) grow(n int) []float32 {
+	if cap(w.buf) < n {
+		w.buf = make([]float32, n)
+	}
+	return w.buf[:n]
+}
+
+// gatherHead copies head h of part (0 q, 1 k, 2 v) of batch item b from
+// packed qkv [B, T, 3C] into dst [T, hd].
+func gatherHead(dst, x []float32, b, h, part, T, C, hd int) {
+	for t := 0; t < T; t++ {
+		o := (b*T+t)*3*C + part*C + h*hd
+		copy(dst[t*hd:(t+1)*hd], x[o:o+hd])
+	}
+}
+
+// causalSoftmaxBlock turns raw scores S [qb, kn] (rows are positions
+// q0..q0+qb) into probabilities in place, masking keys after each query,
+// and stores each row's log-sum-exp in lse.
+func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
+	for i := 0; i < qb; i++ {
+		row := S[i*kn : (i+1)*kn]
+		n := q0 + i + 1
+		m := float32(math.Inf(-1))
+		for _, v := range row[:n] {
+			m = max(m, v)
+		}
+		var sum float32
+		for s, v := range row[:n] {
+			e := float32(math.Exp(float64(v - m)))
+			row[s] = e
+			sum += e
+		}
+		inv := 1 / sum
+		for s := range row[:n] {
+			row[s] *= inv
+		}
+		clear(row[n:])
+		lse[i] = m + float32(math.Log(float64(sum)))
+	}
+}
+
+// Attention implements backend.Backend in the manner of FlashAttention:
+// for each (batch, head) and each block of attnQB queries, scores against
+// the keys up to the block's end are one matrix product, a masked softmax,
+// and a second product with V. Only each row's log-sum-exp is saved; the
+// backward pass recomputes the probabilities. One goroutine per
+// (batch, head), each with a fixed order of work.
 func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 	B, T, C, H := p.B, p.T, p.C, p.H
 	hd := C / H
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	o, att, x := f32(out)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
+	o, lse, x := f32(out)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
 	c.parallelFor(B*H, 1, func(lo, hi int) {
+		w := attnPool.Get().(*attnWork)
+		defer attnPool.Put(w)
+		buf := w.grow(3*T*hd + attnQB*T)
+		Q, K, V, S := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd], buf[3*T*hd:]
 		for bh := lo; bh < hi; bh++ {
 			b, h := bh/H, bh%H
-			base := b * T * 3 * C
-			for t := 0; t < T; t++ {
-				q := x[base+t*3*C+h*hd : base+t*3*C+h*hd+hd]
-				pr := att[(bh*T+t)*T : (bh*T+t+1)*T]
-				m := float32(math.Inf(-1))
-				for s := 0; s <= t; s++ {
-					k := x[base+s*3*C+C+h*hd : base+s*3*C+C+h*hd+hd]
-					var dot float32
-					for i, qv := range q {
-						dot += qv * k[i]
-					}
-					dot *= scale
-					pr[s] = dot
-					m = max(m, dot)
-				}
-				var sum float32
-				for s := 0; s <= t; s++ {
-					e := float32(math.Exp(float64(pr[s] - m)))
-					pr[s] = e
-					sum += e
-				}
-				inv := 1 / sum
-				for s := 0; s <= t; s++ {
-					pr[s] *= inv
-				}
-				clear(pr[t+1:])
-				or := o[b*T*C+t*C+h*hd : b*T*C+t*C+h*hd+hd]
-				clear(or)
-				for s := 0; s <= t; s++ {
-					v := x[base+s*3*C+2*C+h*hd : base+s*3*C+2*C+h*hd+hd]
-					axpy(or, v, pr[s])
-				}
+			gatherHead(Q, x, b, h, 0, T, C, hd)
+			gatherHead(K, x, b, h, 1, T, C, hd)
+			gatherHead(V, x, b, h, 2, T, C, hd)
+			for q0 := 0; q0 < T; q0 += attnQB {
+				qb := min(attnQB, T-q0)
+				kn := q0 + qb
+				s := S[:qb*kn]
+				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, scale, 0)
+				causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:])
+				// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
+				w.gemmSerial(mat{s, kn, false}, mat{V, hd, false}, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
 			}
 		}
 	})
 }
 
-// AttentionBackward implements backend.Backend. Each (batch, head) pair
-// writes its own slices of dqkv, adding over queries in order.
-func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, saved, qkv backend.Ref) {
+// AttentionBackward implements backend.Backend. Per (batch, head) and
+// query block it recomputes P from the saved log-sum-exp, then
+// dV += Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dO ⊙ O)),
+// dQ = scale·dS K and dK += scale·dSᵀ Q, all as matrix products.
+func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
 	B, T, C, H := p.B, p.T, p.C, p.H
 	hd := C / H
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	d, g, att, x := f32(dqkv)[:B*T*3*C], f32(dout)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
+	d, g, o, lse, x := f32(dqkv)[:B*T*3*C], f32(dout)[:B*T*C], f32(out)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
 	c.parallelFor(B*H, 1, func(lo, hi int) {
-		dp := make([]float32, T)
+		w := attnPool.Get().(*attnWork)
+		defer attnPool.Put(w)
+		buf := w.grow(7*T*hd + 2*attnQB*T + T)
+		Q, K, V := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd]
+		dO, dQ, dK, dV := buf[3*T*hd:4*T*hd], buf[4*T*hd:5*T*hd], buf[5*T*hd:6*T*hd], buf[6*T*hd:7*T*hd]
+		P, dP := buf[7*T*hd:7*T*hd+attnQB*T], buf[7*T*hd+attnQB*T:7*T*hd+2*attnQB*T]
+		D := buf[7*T*hd+2*attnQB*T:]
 		for bh := lo; bh < hi; bh++ {
 			b, h := bh/H, bh%H
-			base := b * T * 3 * C
+			gatherHead(Q, x, b, h, 0, T, C, hd)
+			gatherHead(K, x, b, h, 1, T, C, hd)
+			gatherHead(V, x, b, h, 2, T, C, hd)
 			for t := 0; t < T; t++ {
-				for part := 0; part < 3; part++ {
-					clear(d[base+t*3*C+part*C+h*hd : base+t*3*C+part*C+h*hd+hd])
+				gr := g[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+				or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+				copy(dO[t*hd:(t+1)*hd], gr)
+				var dot float32
+				for i, v := range gr {
+					dot += v * or[i]
 				}
+				D[t] = dot
+			}
+			clear(dK)
+			clear(dV)
+			for q0 := 0; q0 < T; q0 += attnQB {
+				qb := min(attnQB, T-q0)
+				kn := q0 + qb
+				pm, dpm := P[:qb*kn], dP[:qb*kn]
+				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, scale, 0)
+				for i := 0; i < qb; i++ {
+					row := pm[i*kn : (i+1)*kn]
+					n := q0 + i + 1
+					z := lse[bh*T+q0+i]
+					for s := range row[:n] {
+						row[s] = float32(math.Exp(float64(row[s] - z)))
+					}
+					clear(row[n:])
+				}
+				w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)
+				w.gemmSerial(mat{dO[q0*hd:], hd, false}, mat{V, hd, true}, dpm, kn, qb, kn, hd, 1, 0)
+				for i := 0; i < qb; i++ {
+					pr, dr := pm[i*kn:(i+1)*kn], dpm[i*kn:(i+1)*kn]
+					di := D[q0+i]
+					for s := range dr {
+						dr[s] = pr[s] * (dr[s] - di)
+					}
+				}
+				w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, scale, 0)
+				w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, scale, 1)
 			}
 			for t := 0; t < T; t++ {
-				gr := g[b*T*C+t*C+h*hd : b*T*C+t*C+h*hd+hd]
-				pr := att[(bh*T+t)*T : (bh*T+t+1)*T]
-				// dv[s] += p[t,s] * dout[t]; dp[s] = dout[t]·v[s]
-				var sum float32
-				for s := 0; s <= t; s++ {
-					v := x[base+s*3*C+2*C+h*hd : base+s*3*C+2*C+h*hd+hd]
-					dv := d[base+s*3*C+2*C+h*hd : base+s*3*C+2*C+h*hd+hd]
-					axpy(dv, gr, pr[s])
-					var dot float32
-					for i, gv := range gr {
-						dot += gv * v[i]
-					}
-					dp[s] = dot
-					sum += dot * pr[s]
-				}
-				q := x[base+t*3*C+h*hd : base+t*3*C+h*hd+hd]
-				dq := d[base+t*3*C+h*hd : base+t*3*C+h*hd+hd]
-				for s := 0; s <= t; s++ {
-					ds := pr[s] * (dp[s] - sum) * scale
-					k := x[base+s*3*C+C+h*hd : base+s*3*C+C+h*hd+hd]
-					dk := d[base+s*3*C+C+h*hd : base+s*3*C+C+h*hd+hd]
-					axpy(dq, k, ds)
-					axpy(dk, q, ds)
-				}
+				base := (b*T + t) * 3 * C
+				copy(d[base+h*hd:base+h*hd+hd], dQ[t*hd:(t+1)*hd])
+				copy(d[base+C+h*hd:base+C+h*hd+hd], dK[t*hd:(t+1)*hd])
+				copy(d[base+2*C+h*hd:base+2*C+h*hd+hd], dV[t*hd:(t+1)*hd])
 			}
 		}
 	})

@@ -71,7 +71,7 @@ func BenchmarkAttention(b *testing.B) {
 	b.Run("forward+backward", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			c.Attention(p, out, saved, qkv)
-			c.AttentionBackward(p, dqkv, dout, saved, qkv)
+			c.AttentionBackward(p, dqkv, dout, out, saved, qkv)
 		}
 		b.ReportMetric((fwd+bwd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})

@@ -416,20 +416,25 @@ func TestGELU(t *testing.T) {
 	checkGuards(t, "gelu dx", dx, n)
 }
 
-// refAttentionProbs computes the causal attention probabilities [B,H,T,T].
-func refAttentionProbs(qkv []float64, p backend.Attention) []float64 {
+// refAttentionLSE computes the log-sum-exp of each causal score row, [B,H,T].
+func refAttentionLSE(qkv []float64, p backend.Attention) []float64 {
 	hd := p.C / p.H
 	out := make([]float64, p.SavedLen())
 	for b := 0; b < p.B; b++ {
 		for h := 0; h < p.H; h++ {
 			for t := 0; t < p.T; t++ {
-				row := out[((b*p.H+h)*p.T+t)*p.T:][:t+1]
+				m, scores := math.Inf(-1), make([]float64, t+1)
 				for s := 0; s <= t; s++ {
 					q := qkv[(b*p.T+t)*3*p.C+h*hd:][:hd]
 					k := qkv[(b*p.T+s)*3*p.C+p.C+h*hd:][:hd]
-					row[s] = dot(q, k) / math.Sqrt(float64(hd))
+					scores[s] = dot(q, k) / math.Sqrt(float64(hd))
+					m = math.Max(m, scores[s])
 				}
-				copy(row, ref.Softmax(row, 1, t+1))
+				var sum float64
+				for _, v := range scores {
+					sum += math.Exp(v - m)
+				}
+				out[(b*p.H+h)*p.T+t] = m + math.Log(sum)
 			}
 		}
 	}
@@ -439,33 +444,40 @@ func refAttentionProbs(qkv []float64, p backend.Attention) []float64 {
 func TestAttention(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(8)
-	p := backend.Attention{B: 2, T: 17, C: 32, H: 4}
-	n := p.B * p.T * 3 * p.C
-	xv := randF32(r, n, 1)
-	x, out, saved := put(c, xv, 1), put(c, make([]float32, p.B*p.T*p.C), 2), put(c, randF32(r, p.SavedLen(), 1), 3)
-	c.Attention(p, out, saved, x)
-	x64 := widen(xv)
-	checkClose(t, "attention out", get(c, out, p.B*p.T*p.C), ref.Attention(x64, p.B, p.T, p.C, p.H), 1e-5, 1e-5)
-	checkGuards(t, "attention out", out, p.B*p.T*p.C)
-	// The saved probabilities are zero above the diagonal.
-	checkClose(t, "attention probs", get(c, saved, p.SavedLen()), refAttentionProbs(x64, p), 1e-6, 1e-5)
-	checkGuards(t, "attention probs", saved, p.SavedLen())
+	// T=17 fits one query block; T=150 crosses two block boundaries.
+	for _, p := range []backend.Attention{{B: 2, T: 17, C: 32, H: 4}, {B: 1, T: 150, C: 16, H: 2}} {
+		n := p.B * p.T * 3 * p.C
+		xv := randF32(r, n, 1)
+		x, out, saved := put(c, xv, 1), put(c, make([]float32, p.B*p.T*p.C), 2), put(c, randF32(r, p.SavedLen(), 1), 3)
+		c.Attention(p, out, saved, x)
+		x64 := widen(xv)
+		checkClose(t, "attention out", get(c, out, p.B*p.T*p.C), ref.Attention(x64, p.B, p.T, p.C, p.H), 1e-5, 1e-5)
+		checkGuards(t, "attention out", out, p.B*p.T*p.C)
+		checkClose(t, "attention lse", get(c, saved, p.SavedLen()), refAttentionLSE(x64, p), 1e-5, 1e-5)
+		checkGuards(t, "attention lse", saved, p.SavedLen())
+	}
 }
 
 func TestAttentionBackward(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(9)
-	p := backend.Attention{B: 2, T: 17, C: 32, H: 4}
+	ps := []backend.Attention{{B: 2, T: 17, C: 32, H: 4}, {B: 1, T: 70, C: 16, H: 2}} // the second crosses a query block
 	if testing.Short() {
-		p = backend.Attention{B: 2, T: 7, C: 16, H: 2}
+		ps = []backend.Attention{{B: 2, T: 7, C: 16, H: 2}}
 	}
+	for _, p := range ps {
+		testAttentionBackward(t, c, r, p)
+	}
+}
+
+func testAttentionBackward(t *testing.T, c *CPU, r *rng.RNG, p backend.Attention) {
 	n, no := p.B*p.T*3*p.C, p.B*p.T*p.C
 	xv, R := randF32(r, n, 1), randF32(r, no, 1)
 	x, out, saved := put(c, xv, 0), put(c, make([]float32, no), 0), put(c, make([]float32, p.SavedLen()), 0)
 	// dqkv starts as garbage: the backward pass must overwrite it.
 	dout, dx := put(c, R, 2), put(c, randF32(r, n, 5), 1)
 	c.Attention(p, out, saved, x)
-	c.AttentionBackward(p, dx, dout, saved, x)
+	c.AttentionBackward(p, dx, dout, out, saved, x)
 	x64, R64 := widen(xv), widen(R)
 	num := fdGrad(x64, func() float64 { return dot(R64, ref.Attention(x64, p.B, p.T, p.C, p.H)) })
 	checkGrad(t, "attention dqkv", get(c, dx, n), num, 1e-5)
@@ -1140,7 +1152,7 @@ func TestDeterminism(t *testing.T) {
 		qkv, ao, saved := put(c, aqkv, 0), put(c, make([]float32, ap.B*ap.T*ap.C), 0), put(c, make([]float32, ap.SavedLen()), 0)
 		c.Attention(ap, ao, saved, qkv)
 		dq := put(c, make([]float32, len(aqkv)), 0)
-		c.AttentionBackward(ap, dq, put(c, ag, 0), saved, qkv)
+		c.AttentionBackward(ap, dq, put(c, ag, 0), ao, saved, qkv)
 		outs = append(outs, get(c, ao, ap.B*ap.T*ap.C), get(c, dq, len(aqkv)))
 
 		sd := put(c, []float32{0}, 0)
