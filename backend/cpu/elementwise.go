@@ -146,42 +146,58 @@ func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
 // GELU implements backend.Backend (tanh approximation, as GPT-2).
 func (c *CPU) GELU(dst, src backend.Ref, n int) {
 	d, s := f32(dst)[:n], f32(src)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := s[i]
-			u := geluC * (x + 0.044715*x*x*x)
-			d[i] = 0.5 * x * (1 + tanh32(u))
-		}
-	})
+	c.parallelFor(n, elemGrain, func(lo, hi int) { geluChunk(d[lo:hi], s[lo:hi]) })
 }
-
-// geluC is sqrt(2/pi).
-const geluC = 0.7978845608028654
 
 // GELUBackward implements backend.Backend.
 func (c *CPU) GELUBackward(dx, x, dy backend.Ref, n int) {
 	d, s, g := f32(dx)[:n], f32(x)[:n], f32(dy)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := s[i]
-			u := geluC * (x + 0.044715*x*x*x)
-			t := tanh32(u)
-			du := geluC * (1 + 3*0.044715*x*x)
-			d[i] = g[i] * (0.5*(1+t) + 0.5*x*(1-t*t)*du)
-		}
-	})
+	c.parallelFor(n, elemGrain, func(lo, hi int) { geluBackwardChunk(d[lo:hi], s[lo:hi], g[lo:hi]) })
 }
 
-// tanh32 is tanh in float32 via exp, accurate to a few ulps.
-func tanh32(x float32) float32 {
-	if x > 9 {
-		return 1
+// The elementwise transcendental kernels, replaced by SIMD versions
+// (vexp_amd64.s) where the CPU has them.
+var (
+	geluChunk         = geluGo
+	geluBackwardChunk = geluBackwardGo
+	expChunk          = expGo
+)
+
+// geluC is sqrt(2/pi).
+const geluC = 0.7978845608028654
+
+// geluGo computes gelu(x) = x·sigmoid(2u), u = √(2/π)(x + 0.044715x³),
+// which equals 0.5x(1 + tanh u).
+func geluGo(d, s []float32) {
+	s = s[:len(d)]
+	for i, x := range s {
+		u := geluC * (x + 0.044715*x*x*x)
+		d[i] = x / (1 + exp32(-2*u))
 	}
-	if x < -9 {
-		return -1
+}
+
+// geluBackwardGo computes dx = dy·(σ + 2xσ(1−σ)u'), σ = sigmoid(2u).
+func geluBackwardGo(dx, x, dy []float32) {
+	x, dy = x[:len(dx)], dy[:len(dx)]
+	for i, v := range x {
+		u := geluC * (v + 0.044715*v*v*v)
+		sg := 1 / (1 + exp32(-2*u))
+		du := geluC * (1 + 3*0.044715*v*v)
+		dx[i] = dy[i] * (sg + 2*v*sg*(1-sg)*du)
 	}
-	e := float32(math.Exp(float64(2 * x)))
-	return (e - 1) / (e + 1)
+}
+
+func expGo(d, s []float32) {
+	s = s[:len(d)]
+	for i, x := range s {
+		d[i] = exp32(x)
+	}
+}
+
+// exp32 is exp in float32, clamped like the SIMD version so both saturate
+// the same way.
+func exp32(x float32) float32 {
+	return float32(math.Exp(float64(min(max(x, -87.33654), 88.37626))))
 }
 
 // AdamW implements backend.Backend: PyTorch's AdamW with bias correction
