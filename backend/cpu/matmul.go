@@ -80,9 +80,25 @@ var workPool = sync.Pool{New: func() any {
 	return &gemmWork{a: make([]float32, (gemmMC+maxMR)*gemmKC), b: make([]float32, gemmKC*(gemmNC+maxNR))}
 }}
 
-// MatMul implements backend.Backend. Work is split into C tiles; each
-// element of C is computed by one task with a fixed order over K, so the
-// result does not depend on the thread count.
+// packed holds whole operands packed for one MatMul call, reused across calls.
+type packed struct{ a, b []float32 }
+
+var packedPool = sync.Pool{New: func() any { return &packed{} }}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// MatMul implements backend.Backend. Both operands are packed once, in
+// parallel (A in strips of mr rows, B in strips of nr columns, per kc-deep
+// panel), then tasks compute mc×nc tiles of C from the packed copies.
+// Each element of C is computed by one task with a fixed order over K, so
+// the result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	A, B, C := f32(a), f32(b), f32(cc)
 	var bs []float32
@@ -96,16 +112,48 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.TransB {
 		ldb = p.K
 	}
+	mk := gemm
+	mPad, nPad := roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
+	pk := packedPool.Get().(*packed)
+	defer packedPool.Put(pk)
+	// Panel q of batch item bi starts at (bi*K + q*kc) * mPad in pk.a: each
+	// panel holds all mPad rows of A for kr = min(kc, K - q*kc) columns.
+	pk.a = grow(pk.a, p.Batch*p.K*mPad)
+	pk.b = grow(pk.b, p.Batch*p.K*nPad)
+	panels := (p.K + gemmKC - 1) / gemmKC
+	as, bsn := mPad/mk.mr, nPad/mk.nr
+	c.parallelFor(p.Batch*panels*(as+bsn), 8, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			bi, r := t/(panels*(as+bsn)), t%(panels*(as+bsn))
+			q, s := r/(as+bsn), r%(as+bsn)
+			k0 := q * gemmKC
+			kr := min(gemmKC, p.K-k0)
+			if s < as {
+				i := s * mk.mr
+				packA(pk.a[(bi*p.K+k0)*mPad+i*kr:], mat{A[bi*p.StrideA:], lda, p.TransA}, p.Alpha, i, k0, min(mk.mr, p.M-i), kr, mk.mr)
+			} else {
+				j := (s - as) * mk.nr
+				packB(pk.b[(bi*p.K+k0)*nPad+j*kr:], mat{B[bi*p.StrideB:], ldb, p.TransB}, k0, j, kr, min(mk.nr, p.N-j), mk.nr)
+			}
+		}
+	})
 	tm := (p.M + gemmMC - 1) / gemmMC
 	tn := (p.N + gemmNC - 1) / gemmNC
 	c.parallelFor(p.Batch*tm*tn, 1, func(lo, hi int) {
-		w := workPool.Get().(*gemmWork)
-		defer workPool.Put(w)
+		var edge [maxMR * maxNR]float32
 		for t := lo; t < hi; t++ {
 			bi, r := t/(tm*tn), t%(tm*tn)
 			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
-			w.tile(mat{A[bi*p.StrideA:], lda, p.TransA}, mat{B[bi*p.StrideB:], ldb, p.TransB},
-				C[bi*p.StrideC:], p.N, p.K, i0, j0, min(gemmMC, p.M-i0), min(gemmNC, p.N-j0), p.Alpha, p.Beta, bs)
+			mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
+			ct := C[bi*p.StrideC+i0*p.N+j0:]
+			scaleRows(ct, p.N, mr, nr, p.Beta)
+			for k0 := 0; k0 < p.K; k0 += gemmKC {
+				kr := min(gemmKC, p.K-k0)
+				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
+				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
+				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, edge[:])
+			}
+			addBias(ct, p.N, mr, nr, bs, j0)
 		}
 	})
 }
@@ -114,18 +162,25 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 // row stride ldc, on the calling goroutine. Fused kernels (attention) use
 // it on their own slices.
 func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, beta float32) {
+	mk := gemm
 	for i0 := 0; i0 < m; i0 += gemmMC {
 		for j0 := 0; j0 < n; j0 += gemmNC {
-			w.tile(A, B, C, ldc, k, i0, j0, min(gemmMC, m-i0), min(gemmNC, n-j0), alpha, beta, nil)
+			mr, nr := min(gemmMC, m-i0), min(gemmNC, n-j0)
+			ct := C[i0*ldc+j0:]
+			scaleRows(ct, ldc, mr, nr, beta)
+			for k0 := 0; k0 < k; k0 += gemmKC {
+				kr := min(gemmKC, k-k0)
+				packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
+				packB(w.b, B, k0, j0, kr, nr, mk.nr)
+				microTiles(mk, w.a, w.b, kr, ct, ldc, mr, nr, w.edge[:])
+			}
 		}
 	}
 }
 
-// tile computes rows [i0, i0+mr) and columns [j0, j0+nr) of
-// C = alpha*op(A)@op(B) + beta*C (+ bias[j]).
-func (w *gemmWork) tile(A, B mat, C []float32, ldc, K, i0, j0, mr, nr int, alpha, beta float32, bias []float32) {
-	mk := gemm
-	ct := C[i0*ldc+j0:]
+// scaleRows sets an mr×nr block of C (row stride ldc) to beta times itself;
+// beta = 0 overwrites, so NaNs already in C do not survive.
+func scaleRows(ct []float32, ldc, mr, nr int, beta float32) {
 	for i := 0; i < mr; i++ {
 		row := ct[i*ldc : i*ldc+nr]
 		switch beta {
@@ -138,35 +193,36 @@ func (w *gemmWork) tile(A, B mat, C []float32, ldc, K, i0, j0, mr, nr int, alpha
 			}
 		}
 	}
-	for k0 := 0; k0 < K; k0 += gemmKC {
-		kr := min(gemmKC, K-k0)
-		packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
-		packB(w.b, B, k0, j0, kr, nr, mk.nr)
-		for jb := 0; jb < nr; jb += mk.nr {
-			bs := w.b[jb*kr : (jb+mk.nr)*kr]
-			cols := min(mk.nr, nr-jb)
-			for ib := 0; ib < mr; ib += mk.mr {
-				as := w.a[ib*kr : (ib+mk.mr)*kr]
-				rows := min(mk.mr, mr-ib)
-				if rows == mk.mr && cols == mk.nr {
-					mk.fn(kr, as, bs, ct[ib*ldc+jb:], ldc)
-					continue
-				}
-				// Edge block: compute in scratch, add the valid part.
-				e := w.edge[:mk.mr*mk.nr]
-				clear(e)
-				mk.fn(kr, as, bs, e, mk.nr)
-				for i := 0; i < rows; i++ {
-					axpy(ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], e[i*mk.nr:i*mk.nr+cols], 1)
-				}
-			}
-		}
+}
+
+func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
+	if bias == nil {
+		return
 	}
-	if bias != nil {
-		for i := 0; i < mr; i++ {
-			row := ct[i*ldc : i*ldc+nr]
-			for j := range row {
-				row[j] += bias[j0+j]
+	for i := 0; i < mr; i++ {
+		axpy(ct[i*ldc:i*ldc+nr], bias[j0:j0+nr], 1)
+	}
+}
+
+// microTiles runs the micro-kernel over an mr×nr block of C from packed
+// panels: ap holds strips of mk.mr rows (kr×mr each), bp strips of mk.nr
+// columns (kr×nr each). Edge blocks go through scratch.
+func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32) {
+	for jb := 0; jb < nr; jb += mk.nr {
+		bs := bp[jb*kr : (jb+mk.nr)*kr]
+		cols := min(mk.nr, nr-jb)
+		for ib := 0; ib < mr; ib += mk.mr {
+			as := ap[ib*kr : (ib+mk.mr)*kr]
+			rows := min(mk.mr, mr-ib)
+			if rows == mk.mr && cols == mk.nr {
+				mk.fn(kr, as, bs, ct[ib*ldc+jb:], ldc)
+				continue
+			}
+			e := edge[:mk.mr*mk.nr]
+			clear(e)
+			mk.fn(kr, as, bs, e, mk.nr)
+			for i := 0; i < rows; i++ {
+				axpy(ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], e[i*mk.nr:i*mk.nr+cols], 1)
 			}
 		}
 	}
