@@ -71,3 +71,49 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	return res, nil
 }
+
+// MatMulShape is one matrix product of the model: [M, K] @ [K, N].
+type MatMulShape struct {
+	Name    string
+	M, K, N int
+}
+
+// MatMulShapes lists the forward matrix products of a GPT training step
+// with this config and vocabulary, plus the 512³ square product.
+func MatMulShapes(cfg Config, vocab int) []MatMulShape {
+	rows, C := cfg.BatchSize*cfg.BlockSize, cfg.NEmbd
+	return []MatMulShape{
+		{"attn.c_attn", rows, C, 3 * C},
+		{"attn.c_proj", rows, C, C},
+		{"mlp.c_fc", rows, C, 4 * C},
+		{"mlp.c_proj", rows, 4 * C, C},
+		{"lm_head", rows, C, vocab},
+		{"square 512", 512, 512, 512},
+	}
+}
+
+// TimeMatMul returns the median seconds of iters products of the shape on
+// dev, after a warmup.
+func TimeMatMul(dev tensor.Device, s MatMulShape, iters int) (float64, error) {
+	var times []float64
+	err := tensor.Catch(func() {
+		r := tensor.NewRNG(1)
+		tensor.NoGrad(func() {
+			tensor.Step(func() {
+				a := tensor.Randn(dev, r, 1, s.M, s.K)
+				b := tensor.Randn(dev, r, 1, s.K, s.N)
+				for i := 0; i < iters+2; i++ {
+					tensor.Step(func() {
+						t0 := time.Now()
+						c := tensor.MatMul(a, b)
+						c.Rows(0, 1).Reshape(-1).Rows(0, 1).Item() // wait for the device
+						if i >= 2 {
+							times = append(times, time.Since(t0).Seconds())
+						}
+					})
+				}
+			})
+		})
+	})
+	return median(times), err
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/ref"
@@ -1216,4 +1217,12 @@ func TestAttentionKV(t *testing.T) {
 	}
 	checkGuards(t, "k cache", kc, B*maxT*C)
 	checkGuards(t, "v cache", vc, B*maxT*C)
+}
+
+func TestPeakGFLOPs(t *testing.T) {
+	g, w := PeakGFLOPs(1, 20*time.Millisecond)
+	if g <= 0 || w < 1 {
+		t.Fatalf("peak %v GFLOP/s at width %d", g, w)
+	}
+	t.Logf("one-thread FMA peak %.1f GFLOP/s with %d-float vectors", g, w)
 }

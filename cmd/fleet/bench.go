@@ -4,6 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cpu"
 
 	"github.com/fleetml/fleet/train"
 )
@@ -15,6 +19,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	vocab := fs.Int("vocab-size", 65, "vocabulary size (random tokens)")
 	steps := fs.Int("steps", 30, "timed training steps")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
+	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -29,5 +34,30 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize, c.GradAccum, float64(r.NumParams)/1e6)
 	fmt.Fprintf(stdout, "%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps)\n",
 		r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps)
+	if !*matmuls {
+		return nil
+	}
+	dev, _ := backend.Resolve(c.Device)
+	var peak float64
+	if dev.Kind == "cpu" {
+		b, _ := backend.Get(dev)
+		threads := b.(*cpu.CPU).Threads()
+		var width int
+		peak, width = cpu.PeakGFLOPs(threads, 300*time.Millisecond)
+		fmt.Fprintf(stdout, "\nCPU FMA peak: %.1f GFLOP/s (%d threads × 12 independent FMA chains on %d-float vectors, measured)\n", peak, threads, width)
+	}
+	fmt.Fprintf(stdout, "%-12s %18s %10s %10s %8s\n", "matmul", "M×K×N", "ms", "GFLOP/s", "of peak")
+	for _, s := range train.MatMulShapes(c, *vocab) {
+		sec, err := train.TimeMatMul(dev, s, 20)
+		if err != nil {
+			return err
+		}
+		g := 2 * float64(s.M) * float64(s.K) * float64(s.N) / sec / 1e9
+		pct := ""
+		if peak > 0 {
+			pct = fmt.Sprintf("%.0f%%", 100*g/peak)
+		}
+		fmt.Fprintf(stdout, "%-12s %18s %10.3f %10.1f %8s\n", s.Name, fmt.Sprintf("%d×%d×%d", s.M, s.K, s.N), sec*1e3, g, pct)
+	}
 	return nil
 }
