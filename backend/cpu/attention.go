@@ -49,10 +49,12 @@ func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
 		for _, v := range row[:n] {
 			m = max(m, v)
 		}
+		for s := range row[:n] {
+			row[s] -= m
+		}
+		expChunk(row[:n], row[:n])
 		var sum float32
-		for s, v := range row[:n] {
-			e := float32(math.Exp(float64(v - m)))
-			row[s] = e
+		for _, e := range row[:n] {
 			sum += e
 		}
 		inv := 1 / sum
@@ -142,8 +144,9 @@ func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv
 					n := q0 + i + 1
 					z := lse[bh*T+q0+i]
 					for s := range row[:n] {
-						row[s] = float32(math.Exp(float64(row[s] - z)))
+						row[s] -= z
 					}
+					expChunk(row[:n], row[:n])
 					clear(row[n:])
 				}
 				w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)

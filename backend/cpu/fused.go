@@ -140,19 +140,25 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 	}
 }
 
-// CrossEntropy implements backend.Backend.
+// CrossEntropy implements backend.Backend. Each row's exponentials go
+// through the vectorised exp; their sum is accumulated in float64.
 func (c *CPU) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v int) {
 	ls, lz, xs, ts := f32(losses)[:n], f32(lse)[:n], f32(logits)[:n*v], i32(targets)[:n]
 	c.parallelFor(n, rowGrain(v), func(lo, hi int) {
+		tmp := make([]float32, v)
 		for r := lo; r < hi; r++ {
 			row := xs[r*v : (r+1)*v]
 			m := float32(math.Inf(-1))
 			for _, x := range row {
 				m = max(m, x)
 			}
+			for j, x := range row {
+				tmp[j] = x - m
+			}
+			expChunk(tmp, tmp)
 			var sum float64
-			for _, x := range row {
-				sum += math.Exp(float64(x - m))
+			for _, e := range tmp {
+				sum += float64(e)
 			}
 			z := m + float32(math.Log(sum))
 			lz[r] = z
@@ -180,7 +186,11 @@ func (c *CPU) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend.
 			}
 			z := lz[r]
 			for j, x := range row {
-				dr[j] = s * float32(math.Exp(float64(x-z)))
+				dr[j] = x - z
+			}
+			expChunk(dr, dr)
+			for j := range dr {
+				dr[j] *= s
 			}
 			dr[t] -= s
 		}
