@@ -25,10 +25,12 @@ func softmaxRow(d, s []float32) {
 	for _, v := range s {
 		m = max(m, v)
 	}
-	var sum float32
 	for j, v := range s {
-		e := float32(math.Exp(float64(v - m)))
-		d[j] = e
+		d[j] = v - m
+	}
+	expChunk(d, d)
+	var sum float32
+	for _, e := range d {
 		sum += e
 	}
 	inv := 1 / sum
