@@ -80,8 +80,7 @@ func (m *GPT) Generate(prompt []int32, n int, s Sampling) ([]int32, error) {
 			return nil, fmt.Errorf("generate: token id %d outside the vocabulary of %d", id, m.Config.VocabSize)
 		}
 	}
-	m.SetTraining(false)
-	defer m.SetTraining(true)
+	defer m.SetTraining(m.SetTraining(false))
 	cache := m.NewKVCache()
 	defer cache.Free()
 	out := append([]int32(nil), prompt...)

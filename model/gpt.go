@@ -122,11 +122,14 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 	return m
 }
 
-// SetTraining turns dropout on (training) or off (evaluation).
-func (m *GPT) SetTraining(on bool) {
+// SetTraining turns dropout on (training) or off (evaluation) and returns
+// the previous setting.
+func (m *GPT) SetTraining(on bool) (was bool) {
+	was = m.dropouts[0].Training
 	for _, d := range m.dropouts {
 		d.Training = on
 	}
+	return was
 }
 
 // SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a

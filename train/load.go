@@ -77,6 +77,7 @@ func SequentialLoss(m *model.GPT, ids []int32, batch int) (float64, int, error) 
 		return 0, 0, fmt.Errorf("evaluation data has %d tokens, fewer than block size %d + 1", len(ids), T)
 	}
 	var total float64
+	defer m.SetTraining(m.SetTraining(false))
 	err := tensor.Catch(func() {
 		tensor.NoGrad(func() {
 			for w0 := 0; w0 < windows; w0 += batch {

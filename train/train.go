@@ -272,8 +272,7 @@ func (r *run) evaluate(step int, sum *Summary) error {
 // EstimateLoss averages the loss over iters batches of random windows
 // drawn for step, with dropout off and no gradients.
 func EstimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64 {
-	m.SetTraining(false)
-	defer m.SetTraining(true)
+	defer m.SetTraining(m.SetTraining(false))
 	T := s.BlockSize()
 	x := make([]int32, batch*T)
 	y := make([]int32, batch*T)
