@@ -30,6 +30,7 @@ func BenchmarkMatMul(b *testing.B) {
 		{"dX_qkv_TransB_768x384x128", 768, 384, 128, false, true},
 		{"dW_fc_TransA_128x768x512", 128, 768, 512, true, false},
 		{"head_TransB_768x128x65", 768, 128, 65, false, true},
+		{"square_512x512x512", 512, 512, 512, false, false},
 	}
 	for _, cs := range cases {
 		b.Run(cs.name, func(b *testing.B) {
