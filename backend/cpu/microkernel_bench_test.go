@@ -31,4 +31,3 @@ func BenchmarkMicroKernel(b *testing.B) {
 		})
 	}
 }
-
