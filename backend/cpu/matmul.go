@@ -234,25 +234,58 @@ func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr,
 func packA(dst []float32, A mat, alpha float32, i0, k0, mr, kr, MR int) {
 	for ib := 0; ib < mr; ib += MR {
 		strip := dst[ib*kr : (ib+MR)*kr]
+		rows := min(MR, mr-ib)
+		if A.trans && rows == 8 && MR == 8 {
+			for k := 0; k < kr; k++ {
+				src := (*[8]float32)(A.d[(k0+k)*A.ld+i0+ib:])
+				d := (*[8]float32)(strip[k*8:])
+				d[0], d[1], d[2], d[3] = alpha*src[0], alpha*src[1], alpha*src[2], alpha*src[3]
+				d[4], d[5], d[6], d[7] = alpha*src[4], alpha*src[5], alpha*src[6], alpha*src[7]
+			}
+			continue
+		}
+		if A.trans {
+			// Stored K×M: each k gives MR consecutive floats.
+			for k := 0; k < kr; k++ {
+				src := A.d[(k0+k)*A.ld+i0+ib : (k0+k)*A.ld+i0+ib+rows]
+				d := strip[k*MR : k*MR+MR]
+				for r, v := range src {
+					d[r] = alpha * v
+				}
+				clear(d[rows:])
+			}
+			continue
+		}
+		if rows == 8 && MR == 8 {
+			packA8(strip, A.d[(i0+ib)*A.ld+k0:], A.ld, kr, alpha)
+			continue
+		}
 		for r := 0; r < MR; r++ {
-			i := ib + r
-			if i >= mr {
+			if r >= rows {
 				for k := 0; k < kr; k++ {
 					strip[k*MR+r] = 0
 				}
 				continue
 			}
-			if !A.trans {
-				src := A.d[(i0+i)*A.ld+k0 : (i0+i)*A.ld+k0+kr]
-				for k, v := range src {
-					strip[k*MR+r] = alpha * v
-				}
-			} else {
-				for k := 0; k < kr; k++ {
-					strip[k*MR+r] = alpha * A.d[(k0+k)*A.ld+i0+i]
-				}
+			src := A.d[(i0+ib+r)*A.ld+k0 : (i0+ib+r)*A.ld+k0+kr]
+			for k, v := range src {
+				strip[k*MR+r] = alpha * v
 			}
 		}
+	}
+}
+
+// packA8 interleaves 8 rows of a row-major A (row stride ld) into a
+// k-major strip: it reads eight rows side by side and writes each k's
+// eight values contiguously.
+func packA8(strip, a []float32, ld, kr int, alpha float32) {
+	r0, r1, r2, r3 := a[:kr], a[ld:ld+kr], a[2*ld:2*ld+kr], a[3*ld:3*ld+kr]
+	r4, r5, r6, r7 := a[4*ld:4*ld+kr], a[5*ld:5*ld+kr], a[6*ld:6*ld+kr], a[7*ld:7*ld+kr]
+	strip = strip[:8*kr]
+	for k := range r0 {
+		d := (*[8]float32)(strip[8*k : 8*k+8])
+		d[0], d[1], d[2], d[3] = alpha*r0[k], alpha*r1[k], alpha*r2[k], alpha*r3[k]
+		d[4], d[5], d[6], d[7] = alpha*r4[k], alpha*r5[k], alpha*r6[k], alpha*r7[k]
 	}
 }
 
