@@ -61,7 +61,7 @@ func Default() Config {
 		LR:          1e-3,
 		MinLR:       1e-4,
 		WarmupIters: 100,
-		MaxIters:    1000,
+		MaxIters:    2000,
 		Beta1:       0.9,
 		Beta2:       0.95,
 		WeightDecay: 0.1,

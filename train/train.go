@@ -79,13 +79,16 @@ type Result struct {
 
 // run holds one training run's state.
 type run struct {
-	cfg     Config
-	log     io.Writer
-	dev     tensor.Device
-	model   *model.GPT
-	opt     *optim.AdamW
-	sched   optim.Schedule
-	train   *data.Sampler
+	cfg   Config
+	log   io.Writer
+	dev   tensor.Device
+	model *model.GPT
+	opt   *optim.AdamW
+	sched optim.Schedule
+	train *data.Sampler
+	// batch fills x and y with micro-batch micro of a step; it defaults to
+	// the train sampler's windows (tests replay fixed batches).
+	batch   func(step, micro int, x, y []int32)
 	evalTr  *data.Sampler
 	evalVal *data.Sampler
 	metrics bytes.Buffer
@@ -227,7 +230,11 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	y := make([]int32, B*T)
 	var total float64
 	for micro := 0; micro < cfg.GradAccum; micro++ {
-		r.train.Batch(step, data.MicroBatchFirst(B, cfg.GradAccum, 0, micro), B, x, y)
+		if r.batch != nil {
+			r.batch(step, micro, x, y)
+		} else {
+			r.train.Batch(step, data.MicroBatchFirst(B, cfg.GradAccum, 0, micro), B, x, y)
+		}
 		r.model.SetDropoutSeed(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)))
 		tensor.Step(func() {
 			xt := tensor.FromInt32s(r.dev, x, B, T)
