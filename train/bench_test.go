@@ -14,3 +14,17 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.ReportMetric(res.TokensPerSec, "tokens/s")
 	b.ReportMetric(res.MsPerStep, "ms/step")
 }
+
+// BenchmarkTrainStepLarge times the larger CPU config of the speed
+// target: 6 layers, 6 heads, 384 embd, block 128, batch 8.
+func BenchmarkTrainStepLarge(b *testing.B) {
+	cfg := Default()
+	cfg.Device = "cpu"
+	cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize = 6, 6, 384, 128, 8
+	res, err := Benchmark(cfg, 65, 1, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(res.TokensPerSec, "tokens/s")
+	b.ReportMetric(res.MsPerStep, "ms/step")
+}

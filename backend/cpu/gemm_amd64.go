@@ -12,15 +12,15 @@ func init() {
 func simdKernels() []microKernel {
 	var ks []microKernel
 	if cpu.X86.HasAVX512F {
-		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int) {
+		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
 			_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
-			gemmKernelAVX512(kc, &a[0], &b[0], &c[0], ldc)
+			gemmKernelAVX512(kc, &a[0], &b[0], &c[0], ldc, add)
 		}})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		ks = append(ks, microKernel{name: "avx2", mr: 4, nr: 16, fn: func(kc int, a, b, c []float32, ldc int) {
+		ks = append(ks, microKernel{name: "avx2", mr: 4, nr: 16, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
 			_, _, _ = a[kc*4-1], b[kc*16-1], c[3*ldc+15]
-			gemmKernelAVX2(kc, &a[0], &b[0], &c[0], ldc)
+			gemmKernelAVX2(kc, &a[0], &b[0], &c[0], ldc, add)
 		}})
 	}
 	return ks
@@ -30,10 +30,10 @@ func simdKernels() []microKernel {
 // loads 16 floats of B, broadcasts 4 of A and issues 8 FMAs.
 //
 //go:noescape
-func gemmKernelAVX2(kc int, a, b, c *float32, ldc int)
+func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 
 // gemmKernelAVX512 keeps an 8×32 block in sixteen ZMM accumulators; each k
 // step loads 32 floats of B, broadcasts 8 of A and issues 16 FMAs.
 //
 //go:noescape
-func gemmKernelAVX512(kc int, a, b, c *float32, ldc int)
+func gemmKernelAVX512(kc int, a, b, c *float32, ldc int, add bool)

@@ -1,8 +1,8 @@
 #include "textflag.h"
 
-// func gemmKernelAVX2(kc int, a, b, c *float32, ldc int)
+// func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 // c[r*ldc + j] += sum_k a[k*4 + r] * b[k*16 + j] for r < 4, j < 16.
-TEXT ·gemmKernelAVX2(SB), NOSPLIT, $0-40
+TEXT ·gemmKernelAVX2(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -41,31 +41,49 @@ loop:
 	JNZ          loop
 
 store:
+	MOVBLZX add+40(FP), R9
+	TESTQ R9, R9
+	JZ overwrite
 	VADDPS  (DX), Y0, Y0
-	VMOVUPS Y0, (DX)
 	VADDPS  32(DX), Y1, Y1
+	VMOVUPS Y0, (DX)
 	VMOVUPS Y1, 32(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Y2, Y2
-	VMOVUPS Y2, (DX)
 	VADDPS  32(DX), Y3, Y3
+	VMOVUPS Y2, (DX)
 	VMOVUPS Y3, 32(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Y4, Y4
-	VMOVUPS Y4, (DX)
 	VADDPS  32(DX), Y5, Y5
+	VMOVUPS Y4, (DX)
 	VMOVUPS Y5, 32(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Y6, Y6
-	VMOVUPS Y6, (DX)
 	VADDPS  32(DX), Y7, Y7
+	VMOVUPS Y6, (DX)
 	VMOVUPS Y7, 32(DX)
 	VZEROUPPER
 	RET
 
-// func gemmKernelAVX512(kc int, a, b, c *float32, ldc int)
+overwrite:
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	ADDQ    R8, DX
+	VMOVUPS Y2, (DX)
+	VMOVUPS Y3, 32(DX)
+	ADDQ    R8, DX
+	VMOVUPS Y4, (DX)
+	VMOVUPS Y5, 32(DX)
+	ADDQ    R8, DX
+	VMOVUPS Y6, (DX)
+	VMOVUPS Y7, 32(DX)
+	VZEROUPPER
+	RET
+
+// func gemmKernelAVX512(kc int, a, b, c *float32, ldc int, add bool)
 // c[r*ldc + j] += sum_k a[k*8 + r] * b[k*32 + j] for r < 8, j < 32.
-TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-40
+TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -124,44 +142,74 @@ loop512:
 	JNZ  loop512
 
 store512:
+	MOVBLZX add+40(FP), R9
+	TESTQ R9, R9
+	JZ overwrite512
 	VADDPS  (DX), Z0, Z0
-	VMOVUPS Z0, (DX)
 	VADDPS  64(DX), Z1, Z1
+	VMOVUPS Z0, (DX)
 	VMOVUPS Z1, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z2, Z2
-	VMOVUPS Z2, (DX)
 	VADDPS  64(DX), Z3, Z3
+	VMOVUPS Z2, (DX)
 	VMOVUPS Z3, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z4, Z4
-	VMOVUPS Z4, (DX)
 	VADDPS  64(DX), Z5, Z5
+	VMOVUPS Z4, (DX)
 	VMOVUPS Z5, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z6, Z6
-	VMOVUPS Z6, (DX)
 	VADDPS  64(DX), Z7, Z7
+	VMOVUPS Z6, (DX)
 	VMOVUPS Z7, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z8, Z8
-	VMOVUPS Z8, (DX)
 	VADDPS  64(DX), Z9, Z9
+	VMOVUPS Z8, (DX)
 	VMOVUPS Z9, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z10, Z10
-	VMOVUPS Z10, (DX)
 	VADDPS  64(DX), Z11, Z11
+	VMOVUPS Z10, (DX)
 	VMOVUPS Z11, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z12, Z12
-	VMOVUPS Z12, (DX)
 	VADDPS  64(DX), Z13, Z13
+	VMOVUPS Z12, (DX)
 	VMOVUPS Z13, 64(DX)
 	ADDQ    R8, DX
 	VADDPS  (DX), Z14, Z14
-	VMOVUPS Z14, (DX)
 	VADDPS  64(DX), Z15, Z15
+	VMOVUPS Z14, (DX)
+	VMOVUPS Z15, 64(DX)
+	VZEROUPPER
+	RET
+
+overwrite512:
+	VMOVUPS Z0, (DX)
+	VMOVUPS Z1, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z2, (DX)
+	VMOVUPS Z3, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z4, (DX)
+	VMOVUPS Z5, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z6, (DX)
+	VMOVUPS Z7, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z8, (DX)
+	VMOVUPS Z9, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z10, (DX)
+	VMOVUPS Z11, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z12, (DX)
+	VMOVUPS Z13, 64(DX)
+	ADDQ    R8, DX
+	VMOVUPS Z14, (DX)
 	VMOVUPS Z15, 64(DX)
 	VZEROUPPER
 	RET

@@ -257,20 +257,25 @@ func testMatMul(t *testing.T) {
 func TestMatMulBetaZeroIgnoresC(t *testing.T) {
 	c := newCPU(2)
 	r := rng.New(2)
-	m, n, k := 5, 6, 7
-	av, bv := randF32(r, m*k, 1), randF32(r, k*n, 1)
-	cv := make([]float32, m*n)
-	for i := range cv {
-		cv[i] = float32(math.NaN())
-		if i%2 == 0 {
-			cv[i] = float32(math.Inf(1))
+	// Small (edge blocks only), and whole blocks over several K panels:
+	// with beta = 0 the first panel overwrites C instead of adding to it.
+	for _, sz := range [][3]int{{5, 6, 7}, {16, 64, 2*gemmKC + 3}, {19, 70, gemmKC + 1}} {
+		m, n, k := sz[0], sz[1], sz[2]
+		av, bv := randF32(r, m*k, 1), randF32(r, k*n, 1)
+		cv := make([]float32, m*n)
+		for i := range cv {
+			cv[i] = float32(math.NaN())
+			if i%2 == 0 {
+				cv[i] = float32(math.Inf(1))
+			}
 		}
+		a, b, cc := put(c, av, 0), put(c, bv, 0), put(c, cv, 0)
+		c.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1, StrideA: m * k, StrideB: k * n, StrideC: m * n}, a, b, cc, backend.Ref{})
+		want := make([]float64, m*n)
+		ref.MatMul(widen(av), widen(bv), want, nil, m, n, k, false, false, 1, 0)
+		// Sums of k unit-variance products: the rounding error grows with k.
+		checkClose(t, "C", get(c, cc, m*n), want, 2e-6*float64(k), 1e-5)
 	}
-	a, b, cc := put(c, av, 0), put(c, bv, 0), put(c, cv, 0)
-	c.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1, StrideA: m * k, StrideB: k * n, StrideC: m * n}, a, b, cc, backend.Ref{})
-	want := make([]float64, m*n)
-	ref.MatMul(widen(av), widen(bv), want, nil, m, n, k, false, false, 1, 0)
-	checkClose(t, "C", get(c, cc, m*n), want, 1e-5, 1e-5)
 }
 
 func TestSoftmax(t *testing.T) {

@@ -21,13 +21,15 @@ const (
 	maxNR = 32
 )
 
-// microKernel adds one mr×nr block of op(A)@op(B) over a kc-deep panel,
-// from packed strips a (kc×mr) and b (kc×nr), into c (row stride ldc). It
-// always writes the full block; MatMul routes edge blocks through scratch.
+// microKernel computes one mr×nr block of op(A)@op(B) over a kc-deep
+// panel, from packed strips a (kc×mr) and b (kc×nr), and adds it into c
+// (row stride ldc), or overwrites c when add is false (the first panel of a
+// product with beta = 0, which saves clearing C). It always writes the full
+// block; edge blocks go through scratch.
 type microKernel struct {
 	name   string
 	mr, nr int
-	fn     func(kc int, a, b, c []float32, ldc int)
+	fn     func(kc int, a, b, c []float32, ldc int, add bool)
 }
 
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
@@ -42,7 +44,7 @@ func gemmKernels() []microKernel { return append(simdKernels(), goKernel) }
 
 // gemmKernelGo computes a 4×16 block one row at a time, accumulating in a
 // local array.
-func gemmKernelGo(kc int, a, b, c []float32, ldc int) {
+func gemmKernelGo(kc int, a, b, c []float32, ldc int, add bool) {
 	const mr, nr = 4, 16
 	a = a[:kc*mr]
 	b = b[:kc*nr]
@@ -56,6 +58,10 @@ func gemmKernelGo(kc int, a, b, c []float32, ldc int) {
 			}
 		}
 		row := (*[nr]float32)(c[r*ldc : r*ldc+nr])
+		if !add {
+			*row = acc
+			continue
+		}
 		for j := range acc {
 			row[j] += acc[j]
 		}
@@ -146,12 +152,13 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
 			mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
 			ct := C[bi*p.StrideC+i0*p.N+j0:]
-			scaleRows(ct, p.N, mr, nr, p.Beta)
+			add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
 			for k0 := 0; k0 < p.K; k0 += gemmKC {
 				kr := min(gemmKC, p.K-k0)
 				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
 				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
-				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, edge[:])
+				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, edge[:], add)
+				add = true
 			}
 			addBias(ct, p.N, mr, nr, bs, j0)
 		}
@@ -167,32 +174,40 @@ func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, be
 		for j0 := 0; j0 < n; j0 += gemmNC {
 			mr, nr := min(gemmMC, m-i0), min(gemmNC, n-j0)
 			ct := C[i0*ldc+j0:]
-			scaleRows(ct, ldc, mr, nr, beta)
+			add := scaleRows(ct, ldc, mr, nr, beta, k)
 			for k0 := 0; k0 < k; k0 += gemmKC {
 				kr := min(gemmKC, k-k0)
 				packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
 				packB(w.b, B, k0, j0, kr, nr, mk.nr)
-				microTiles(mk, w.a, w.b, kr, ct, ldc, mr, nr, w.edge[:])
+				microTiles(mk, w.a, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
+				add = true
 			}
 		}
 	}
 }
 
-// scaleRows sets an mr×nr block of C (row stride ldc) to beta times itself;
-// beta = 0 overwrites, so NaNs already in C do not survive.
-func scaleRows(ct []float32, ldc, mr, nr int, beta float32) {
+// scaleRows prepares an mr×nr block of C (row stride ldc) for the
+// product's panels and says whether the first panel adds into it. With
+// beta = 0 the first panel overwrites C, so nothing needs clearing and NaNs
+// already in C do not survive; with K = 0 there is no panel, so C is cleared.
+func scaleRows(ct []float32, ldc, mr, nr int, beta float32, K int) (add bool) {
+	if beta == 1 {
+		return true
+	}
+	if beta == 0 && K > 0 {
+		return false
+	}
 	for i := 0; i < mr; i++ {
 		row := ct[i*ldc : i*ldc+nr]
-		switch beta {
-		case 0:
+		if beta == 0 {
 			clear(row)
-		case 1:
-		default:
-			for j := range row {
-				row[j] *= beta
-			}
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
 		}
 	}
+	return true
 }
 
 func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
@@ -207,7 +222,7 @@ func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
 // microTiles runs the micro-kernel over an mr×nr block of C from packed
 // panels: ap holds strips of mk.mr rows (kr×mr each), bp strips of mk.nr
 // columns (kr×nr each). Edge blocks go through scratch.
-func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32) {
+func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
 	for jb := 0; jb < nr; jb += mk.nr {
 		bs := bp[jb*kr : (jb+mk.nr)*kr]
 		cols := min(mk.nr, nr-jb)
@@ -215,14 +230,18 @@ func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr,
 			as := ap[ib*kr : (ib+mk.mr)*kr]
 			rows := min(mk.mr, mr-ib)
 			if rows == mk.mr && cols == mk.nr {
-				mk.fn(kr, as, bs, ct[ib*ldc+jb:], ldc)
+				mk.fn(kr, as, bs, ct[ib*ldc+jb:], ldc, add)
 				continue
 			}
 			e := edge[:mk.mr*mk.nr]
-			clear(e)
-			mk.fn(kr, as, bs, e, mk.nr)
+			mk.fn(kr, as, bs, e, mk.nr, false)
 			for i := 0; i < rows; i++ {
-				axpy(ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], e[i*mk.nr:i*mk.nr+cols], 1)
+				dst, src := ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], e[i*mk.nr:i*mk.nr+cols]
+				if add {
+					axpy(dst, src, 1)
+				} else {
+					copy(dst, src)
+				}
 			}
 		}
 	}

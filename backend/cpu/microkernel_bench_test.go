@@ -23,7 +23,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				mk.fn(kc, a, bb, c, mk.nr)
+				mk.fn(kc, a, bb, c, mk.nr, true)
 			}
 			g := 2 * float64(kc*mk.mr*mk.nr) * float64(b.N) / b.Elapsed().Seconds() / 1e9
 			b.ReportMetric(g, "GFLOP/s")
