@@ -315,6 +315,12 @@ func packB(dst []float32, B mat, k0, j0, kr, nr, NR int) {
 	for jb := 0; jb < nr; jb += NR {
 		strip := dst[jb*kr : (jb+NR)*kr]
 		w := min(NR, nr-jb)
+		if !B.trans && w == 32 && NR == 32 {
+			for k := 0; k < kr; k++ {
+				*(*[32]float32)(strip[k*32:]) = *(*[32]float32)(B.d[(k0+k)*B.ld+j0+jb:])
+			}
+			continue
+		}
 		if !B.trans {
 			for k := 0; k < kr; k++ {
 				src := B.d[(k0+k)*B.ld+j0+jb : (k0+k)*B.ld+j0+jb+w]
