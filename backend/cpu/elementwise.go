@@ -206,17 +206,33 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 	w, g, mm, vv := f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n]
 	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
 	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
-	stepSize := float32(float64(p.LR) / bc1)
-	bc2sqrt := float32(math.Sqrt(bc2))
-	decay := 1 - p.LR*p.WeightDecay
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			gi := g[i]
-			mi := p.Beta1*mm[i] + (1-p.Beta1)*gi
-			vi := p.Beta2*vv[i] + (1-p.Beta2)*gi*gi
-			mm[i], vv[i] = mi, vi
-			denom := float32(math.Sqrt(float64(vi)))/bc2sqrt + p.Eps
-			w[i] = w[i]*decay - stepSize*mi/denom
-		}
-	})
+	hp := adamConsts{
+		b1: p.Beta1, c1: 1 - p.Beta1, b2: p.Beta2, c2: 1 - p.Beta2,
+		invBC2Sqrt: float32(1 / math.Sqrt(bc2)), eps: p.Eps,
+		decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
+	}
+	c.parallelFor(n, elemGrain, func(lo, hi int) { adamwChunk(w[lo:hi], g[lo:hi], mm[lo:hi], vv[lo:hi], &hp) })
+}
+
+// adamConsts are one AdamW step's per-element constants, laid out for
+// the assembly version (eight float32s).
+type adamConsts struct {
+	b1, c1, b2, c2, invBC2Sqrt, eps, decay, stepSize float32
+}
+
+// adamwChunk is replaced by a SIMD version where the CPU has one.
+var adamwChunk = adamwGo
+
+// adamwGo updates one chunk: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g²,
+// w ← w·(1 − lr·wd) − stepSize·m / (√v / √(1−β2ᵗ) + ε).
+func adamwGo(w, g, m, v []float32, k *adamConsts) {
+	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
+	for i := range w {
+		gi := g[i]
+		mi := k.b1*m[i] + k.c1*gi
+		vi := k.b2*v[i] + k.c2*gi*gi
+		m[i], v[i] = mi, vi
+		denom := float32(math.Sqrt(float64(vi)))*k.invBC2Sqrt + k.eps
+		w[i] = w[i]*k.decay - k.stepSize*(mi/denom)
+	}
 }

@@ -41,3 +41,21 @@ func geluAVX2(dst, src *float32, n int)
 
 //go:noescape
 func geluBackwardAVX2(dx, x, dy *float32, n int)
+
+func init() {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		adamwChunk = func(w, g, m, v []float32, k *adamConsts) {
+			n := len(w) &^ 7
+			if n > 0 {
+				_, _, _ = g[n-1], m[n-1], v[n-1]
+				adamwAVX2(&w[0], &g[0], &m[0], &v[0], n, k)
+			}
+			adamwGo(w[n:], g[n:], m[n:], v[n:], k)
+		}
+	}
+}
+
+// adamwAVX2 is adamwGo eight floats at a time; n must be a multiple of 8.
+//
+//go:noescape
+func adamwAVX2(w, grad, m, v *float32, n int, k *adamConsts)
