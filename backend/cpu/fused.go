@@ -57,7 +57,7 @@ func (c *CPU) SoftmaxBackward(dx, y, dy backend.Ref, rows, cols int) {
 }
 
 // LayerNorm implements backend.Backend. Mean and variance are computed in
-// two passes over the row, in float32.
+// two passes over each row, in float32.
 func (c *CPU) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, eps float32) {
 	o, xs, ws := f32(out)[:rows*cols], f32(x)[:rows*cols], f32(w)[:cols]
 	ms, rs := f32(mean)[:rows], f32(rstd)[:rows]
@@ -65,31 +65,64 @@ func (c *CPU) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, ep
 	if !b.Nil() {
 		bs = f32(b)[:cols]
 	}
-	n := float32(cols)
 	c.parallelFor(rows, rowGrain(cols), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, or := xs[r*cols:(r+1)*cols], o[r*cols:(r+1)*cols]
-			var sum float32
-			for _, v := range xr {
-				sum += v
-			}
-			m := sum / n
-			var sq float32
-			for _, v := range xr {
-				d := v - m
-				sq += d * d
-			}
-			rsd := float32(1 / math.Sqrt(float64(sq/n+eps)))
-			ms[r], rs[r] = m, rsd
-			for j, v := range xr {
-				y := (v - m) * rsd * ws[j]
-				if bs != nil {
-					y += bs[j]
-				}
-				or[j] = y
-			}
+			ms[r], rs[r] = lnForwardRow(o[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], ws, bs, eps)
 		}
 	})
+}
+
+// The LayerNorm row kernels, replaced by SIMD versions (layernorm_amd64.s)
+// where the CPU has them.
+var (
+	lnForwardRow  = lnForwardRowGo
+	lnBackwardRow = lnBackwardRowGo
+)
+
+// lnForwardRowGo normalises one row: out = (x − mean)·rstd·w (+ b).
+func lnForwardRowGo(or, xr, ws, bs []float32, eps float32) (m, rsd float32) {
+	n := float32(len(xr))
+	var sum float32
+	for _, v := range xr {
+		sum += v
+	}
+	m = sum / n
+	var sq float32
+	for _, v := range xr {
+		d := v - m
+		sq += d * d
+	}
+	rsd = float32(1 / math.Sqrt(float64(sq/n+eps)))
+	for j, v := range xr {
+		y := (v - m) * rsd * ws[j]
+		if bs != nil {
+			y += bs[j]
+		}
+		or[j] = y
+	}
+	return m, rsd
+}
+
+// lnBackwardRowGo writes one row of dx and adds the row's share of dw and
+// db into the partial sums pw and pb:
+// dx = rstd·(g·w − mean(g·w) − x̂·mean(g·w·x̂)).
+func lnBackwardRowGo(dr, xr, gr, ws, pw, pb []float32, m, rsd float32) {
+	n := float32(len(xr))
+	var s1, s2 float32
+	for j, v := range xr {
+		xhat := (v - m) * rsd
+		gw := gr[j] * ws[j]
+		s1 += gw
+		s2 += gw * xhat
+		pw[j] += gr[j] * xhat
+		pb[j] += gr[j]
+	}
+	s1 /= n
+	s2 /= n
+	for j, v := range xr {
+		xhat := (v - m) * rsd
+		dr[j] = rsd * (gr[j]*ws[j] - s1 - xhat*s2)
+	}
 }
 
 // lnChunk is the fixed number of rows whose dw/db partial sums one task
@@ -104,29 +137,11 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 	chunks := (rows + lnChunk - 1) / lnChunk
 	partW := make([]float32, chunks*cols)
 	partB := make([]float32, chunks*cols)
-	n := float32(cols)
 	c.parallelFor(chunks, 1, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
 			pw, pb := partW[ch*cols:(ch+1)*cols], partB[ch*cols:(ch+1)*cols]
 			for r := ch * lnChunk; r < min(rows, (ch+1)*lnChunk); r++ {
-				xr, gr, dr := xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], dxs[r*cols:(r+1)*cols]
-				m, rsd := ms[r], rs[r]
-				// dx = rstd * (g*w - mean(g*w) - xhat*mean(g*w*xhat))
-				var s1, s2 float32
-				for j, v := range xr {
-					xhat := (v - m) * rsd
-					gw := gr[j] * ws[j]
-					s1 += gw
-					s2 += gw * xhat
-					pw[j] += gr[j] * xhat
-					pb[j] += gr[j]
-				}
-				s1 /= n
-				s2 /= n
-				for j, v := range xr {
-					xhat := (v - m) * rsd
-					dr[j] = rsd * (gr[j]*ws[j] - s1 - xhat*s2)
-				}
+				lnBackwardRow(dxs[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
 			}
 		}
 	})

@@ -89,3 +89,38 @@ func TestAdamWChunkMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormRows holds the SIMD LayerNorm row kernels to the portable
+// ones on rows that are and are not multiples of eight wide.
+func TestLayerNormRows(t *testing.T) {
+	for _, n := range []int{8, 128, 384, 67} {
+		x, w, b, g := vecInputs(2)[:n], vecInputs(1)[1:n+1], vecInputs(0.5)[2:n+2], vecInputs(1)[3:n+3]
+		for _, bias := range [][]float32{b, nil} {
+			o1, o2 := make([]float32, n), make([]float32, n)
+			m1, r1 := lnForwardRow(o1, x, w, bias, 1e-5)
+			m2, r2 := lnForwardRowGo(o2, x, w, bias, 1e-5)
+			if math.Abs(float64(m1-m2)) > 1e-5 || math.Abs(float64(r1-r2)) > 1e-5*float64(r2) {
+				t.Fatalf("n=%d: mean/rstd %v %v, portable %v %v", n, m1, r1, m2, r2)
+			}
+			for j := range o1 {
+				if math.Abs(float64(o1[j]-o2[j])) > 1e-5*(1+math.Abs(float64(o2[j]))) {
+					t.Fatalf("n=%d: out[%d] = %v, portable %v", n, j, o1[j], o2[j])
+				}
+			}
+			d1, d2 := make([]float32, n), make([]float32, n)
+			pw1, pb1, pw2, pb2 := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			for j := range pw1 {
+				pw1[j], pw2[j], pb1[j], pb2[j] = 0.5, 0.5, -0.25, -0.25
+			}
+			lnBackwardRow(d1, x, g, w, pw1, pb1, m2, r2)
+			lnBackwardRowGo(d2, x, g, w, pw2, pb2, m2, r2)
+			for j := range d1 {
+				for _, pair := range [][2]float32{{d1[j], d2[j]}, {pw1[j], pw2[j]}, {pb1[j], pb2[j]}} {
+					if math.Abs(float64(pair[0]-pair[1])) > 1e-5*(1+math.Abs(float64(pair[1]))) {
+						t.Fatalf("n=%d: backward element %d: %v, portable %v", n, j, pair[0], pair[1])
+					}
+				}
+			}
+		}
+	}
+}
