@@ -94,3 +94,54 @@ func BenchmarkLayerNorm(b *testing.B) {
 		})
 	}
 }
+
+// The remaining kernels at the reference config's sizes: 768 rows of 128
+// (LayerNorm), 768×512 activations (GELU), 768×65 logits, 0.8M parameters.
+func BenchmarkKernels(b *testing.B) {
+	const rows, cols, hidden, vocab, params = 768, 128, 512, 65, 800_000
+	c := benchCPU()
+	r := rng.New(4)
+	x, w, bias := benchRand(c, r, rows*cols), benchRand(c, r, cols), benchRand(c, r, cols)
+	out, mean, rstd := benchRand(c, r, rows*cols), benchRand(c, r, rows), benchRand(c, r, rows)
+	dx, dw, db := benchRand(c, r, rows*cols), benchRand(c, r, cols), benchRand(c, r, cols)
+	h, hy, hd := benchRand(c, r, rows*hidden), benchRand(c, r, rows*hidden), benchRand(c, r, rows*hidden)
+	logits, dlogits := benchRand(c, r, rows*vocab), benchRand(c, r, rows*vocab)
+	losses, lse, one := benchRand(c, r, rows), benchRand(c, r, rows), put(c, []float32{1}, 0)
+	ids := make([]int32, rows)
+	for i := range ids {
+		ids[i] = int32(r.Intn(vocab))
+	}
+	targets := putI32(c, ids, 0)
+	table, dtable := benchRand(c, r, vocab*cols), benchRand(c, r, vocab*cols)
+	pw, pg, pm, pv := benchRand(c, r, params), benchRand(c, r, params), benchRand(c, r, params), benchRand(c, r, params)
+	c.Fill(pv, 0.01, params)
+	cases := []struct {
+		name  string
+		bytes int
+		run   func()
+	}{
+		{"layernorm_bwd_768x128", 4 * rows * cols * 4, func() { c.LayerNormBackward(dx, dw, db, out, x, mean, rstd, w, rows, cols) }},
+		{"gelu_fwd_768x512", 2 * rows * hidden * 4, func() { c.GELU(hy, h, rows*hidden) }},
+		{"gelu_bwd_768x512", 3 * rows * hidden * 4, func() { c.GELUBackward(hd, h, hy, rows*hidden) }},
+		{"softmax_768x65", 2 * rows * vocab * 4, func() { c.Softmax(dlogits, logits, rows, vocab) }},
+		{"cross_entropy_fwd_768x65", rows * vocab * 4, func() { c.CrossEntropy(losses, lse, logits, targets, rows, vocab) }},
+		{"cross_entropy_bwd_768x65", 2 * rows * vocab * 4, func() {
+			c.CrossEntropyBackward(dlogits, logits, lse, targets, one, 1.0/rows, rows, vocab)
+		}},
+		{"embedding_fwd_768x128", 2 * rows * cols * 4, func() { c.Embedding(out, table, targets, rows, cols) }},
+		{"embedding_bwd_768x128", 2 * rows * cols * 4, func() { c.EmbeddingBackward(dtable, out, targets, rows, cols) }},
+		{"adamw_800k", 7 * params * 4, func() {
+			c.AdamW(backend.AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 10}, pw, pg, pm, pv, params)
+		}},
+	}
+	c.LayerNorm(out, mean, rstd, x, w, bias, rows, cols, 1e-5)
+	c.CrossEntropy(losses, lse, logits, targets, rows, vocab)
+	for _, k := range cases {
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(int64(k.bytes))
+			for i := 0; i < b.N; i++ {
+				k.run()
+			}
+		})
+	}
+}
