@@ -52,6 +52,8 @@ func (b *Buffer) Len() int {
 type CPU struct {
 	dev     backend.Device
 	threads int
+	once    sync.Once
+	work    chan *job // jobs for the helper goroutines
 
 	mu        sync.Mutex
 	free      map[poolKey][]*Buffer
@@ -81,7 +83,8 @@ func New(dev backend.Device) *CPU {
 // Threads is the number of worker goroutines kernels use.
 func (c *CPU) Threads() int { return c.threads }
 
-// SetThreads changes the number of worker goroutines (at least 1).
+// SetThreads changes the number of worker goroutines (at least 1). Call
+// it before the backend runs its first kernel.
 func (c *CPU) SetThreads(n int) {
 	if n < 1 {
 		n = 1
@@ -153,10 +156,47 @@ func f32(r backend.Ref) []float32 { return r.S.(*Buffer).F32[r.Off:] }
 // i32 returns the int32 elements of r from its offset on.
 func i32(r backend.Ref) []int32 { return r.S.(*Buffer).I32[r.Off:] }
 
+// job is one parallelFor call shared with the worker goroutines.
+type job struct {
+	fn           func(lo, hi int)
+	n, size, chk int
+	next         atomic.Int64
+	wg           sync.WaitGroup
+}
+
+var jobPool = sync.Pool{New: func() any { return new(job) }}
+
+// run takes chunks until none are left.
+func (j *job) run() {
+	for {
+		i := int(j.next.Add(1)) - 1
+		if i >= j.chk {
+			return
+		}
+		lo := i * j.size
+		j.fn(lo, min(lo+j.size, j.n))
+	}
+}
+
+// startWorkers launches the backend's threads-1 helper goroutines; the
+// calling goroutine is always the last worker of its own job.
+func (c *CPU) startWorkers() {
+	c.work = make(chan *job, 64)
+	for w := 1; w < c.threads; w++ {
+		go func() {
+			for j := range c.work {
+				j.run()
+				j.wg.Done()
+			}
+		}()
+	}
+}
+
 // parallelFor runs fn over [0, n) split into chunks of at least grain
 // elements. Each index is handled by exactly one call, and the split
 // depends only on n, grain and the thread count, so kernels whose outputs
-// are written by one chunk each are deterministic.
+// are written by one chunk each are deterministic. Kernels must not call
+// parallelFor from inside fn.
 func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -172,24 +212,18 @@ func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
+	c.once.Do(c.startWorkers)
 	size := (n + chunks - 1) / chunks
-	chunks = (n + size - 1) / size
-	workers := min(c.threads, chunks)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := 0; w < workers; w++ {
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= chunks {
-					return
-				}
-				lo := i * size
-				fn(lo, min(lo+size, n))
-			}
-		}()
+	j := jobPool.Get().(*job)
+	j.fn, j.n, j.size, j.chk = fn, n, size, (n+size-1)/size
+	j.next.Store(0)
+	helpers := min(c.threads, j.chk) - 1
+	j.wg.Add(helpers)
+	for h := 0; h < helpers; h++ {
+		c.work <- j
 	}
-	wg.Wait()
+	j.run()
+	j.wg.Wait()
+	j.fn = nil
+	jobPool.Put(j)
 }

@@ -146,7 +146,8 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	tm := (p.M + gemmMC - 1) / gemmMC
 	tn := (p.N + gemmNC - 1) / gemmNC
 	c.parallelFor(p.Batch*tm*tn, 1, func(lo, hi int) {
-		var edge [maxMR * maxNR]float32
+		w := workPool.Get().(*gemmWork)
+		defer workPool.Put(w)
 		for t := lo; t < hi; t++ {
 			bi, r := t/(tm*tn), t%(tm*tn)
 			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
@@ -157,7 +158,7 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 				kr := min(gemmKC, p.K-k0)
 				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
 				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
-				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, edge[:], add)
+				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
 				add = true
 			}
 			addBias(ct, p.N, mr, nr, bs, j0)
