@@ -53,6 +53,8 @@ type Backend interface {
 
 	// MatMul computes, for each batch b,
 	// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] (+ bias broadcast over rows).
+	// A and B are both F32, or both BF16 with alpha 1 (products accumulate
+	// in F32); C and bias are F32.
 	MatMul(p MatMul, a, b, c, bias Ref)
 
 	// Binary computes dst[i] = a[i] op b[i] for n elements. dst may alias a or b.

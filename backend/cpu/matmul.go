@@ -106,6 +106,10 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // Each element of C is computed by one task with a fixed order over K, so
 // the result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if a.S.DType() == backend.BF16 && b.S.DType() == backend.BF16 {
+		c.matmulBF16(p, a, b, cc, bias)
+		return
+	}
 	A, B, C := f32(a), f32(b), f32(cc)
 	var bs []float32
 	if !bias.Nil() {

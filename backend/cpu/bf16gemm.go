@@ -1,0 +1,194 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// The BF16 matrix product: A and B hold bfloat16, C is float32, and
+// products accumulate in float32. Operands are packed as pairs of
+// consecutive k values in one uint32, the layout AVX512-BF16's VDPBF16PS
+// multiplies: each instruction does 16 columns × 2 k-steps. A is packed in
+// strips of bf16MR rows ([k/2][MR] pairs), B in strips of bf16NR columns
+// ([k/2][NR] pairs); an odd K is padded with a zero.
+const (
+	bf16MR = 8
+	bf16NR = 32
+)
+
+// bf16Kernel adds (or, when add is false, writes) one 8×32 block over kp
+// k-pairs from packed strips a (kp×8 pairs) and b (kp×32 pairs) into c.
+// bf16KernelAVX512 replaces it where the CPU has AVX512-BF16.
+var bf16Kernel = bf16KernelGo
+
+func bf16KernelGo(kp int, a, b []uint32, c []float32, ldc int, add bool) {
+	a, b = a[:kp*bf16MR], b[:kp*bf16NR]
+	for r := 0; r < bf16MR; r++ {
+		var acc [bf16NR]float32
+		for k := 0; k < kp; k++ {
+			pa := a[k*bf16MR+r]
+			a0, a1 := backend.BF16ToF32(uint16(pa)), backend.BF16ToF32(uint16(pa>>16))
+			bk := (*[bf16NR]uint32)(b[k*bf16NR:])
+			for j, pb := range bk {
+				// Both products are exact in float32; add the low pair first, as VDPBF16PS does.
+				acc[j] += a0*backend.BF16ToF32(uint16(pb)) + a1*backend.BF16ToF32(uint16(pb>>16))
+			}
+		}
+		row := (*[bf16NR]float32)(c[r*ldc:])
+		if !add {
+			*row = acc
+			continue
+		}
+		for j := range acc {
+			row[j] += acc[j]
+		}
+	}
+}
+
+// u16 returns the uint16 elements of r from its offset on.
+func u16(r backend.Ref) []uint16 { return r.S.(*Buffer).U16[r.Off:] }
+
+// bf16Packed holds a call's packed operands, reused across calls.
+type bf16Packed struct{ a, b []uint32 }
+
+var bf16PackedPool = sync.Pool{New: func() any { return &bf16Packed{} }}
+
+func growU32(s []uint32, n int) []uint32 {
+	if cap(s) < n {
+		return make([]uint32, n)
+	}
+	return s[:n]
+}
+
+// matmulBF16 is MatMul for BF16 A and B and F32 C. Alpha must be 1. Like
+// the F32 product, it packs each operand once, in parallel, then computes
+// tiles of C from the packed pairs.
+func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if p.Alpha != 1 {
+		panic(fmt.Sprintf("cpu: bf16 matmul with alpha %v (only 1 is supported)", p.Alpha))
+	}
+	A, B, C := u16(a), u16(b), f32(cc)
+	var bs []float32
+	if !bias.Nil() {
+		bs = f32(bias)[:p.N]
+	}
+	lda, ldb := p.K, p.N
+	if p.TransA {
+		lda = p.M
+	}
+	if p.TransB {
+		ldb = p.K
+	}
+	kp := (p.K + 1) / 2
+	mPad, nPad := roundUp(p.M, bf16MR), roundUp(p.N, bf16NR)
+	pk := bf16PackedPool.Get().(*bf16Packed)
+	defer bf16PackedPool.Put(pk)
+	pk.a = growU32(pk.a, p.Batch*mPad*kp)
+	pk.b = growU32(pk.b, p.Batch*nPad*kp)
+	as, bsn := mPad/bf16MR, nPad/bf16NR
+	c.parallelFor(p.Batch*(as+bsn), 4, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			bi, s := t/(as+bsn), t%(as+bsn)
+			if s < as {
+				packPairsA(pk.a[(bi*mPad+s*bf16MR)*kp:], A[bi*p.StrideA:], lda, p.TransA, s*bf16MR, min(bf16MR, p.M-s*bf16MR), p.K, kp)
+			} else {
+				j := (s - as) * bf16NR
+				packPairsB(pk.b[(bi*nPad+j)*kp:], B[bi*p.StrideB:], ldb, p.TransB, j, min(bf16NR, p.N-j), p.K, kp)
+			}
+		}
+	})
+	tm := (p.M + gemmMC - 1) / gemmMC
+	tn := (p.N + gemmNC - 1) / gemmNC
+	c.parallelFor(p.Batch*tm*tn, 1, func(lo, hi int) {
+		var edge [bf16MR * bf16NR]float32
+		for t := lo; t < hi; t++ {
+			bi, r := t/(tm*tn), t%(tm*tn)
+			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
+			mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
+			ct := C[bi*p.StrideC+i0*p.N+j0:]
+			add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
+			for jb := 0; jb < nr; jb += bf16NR {
+				cols := min(bf16NR, nr-jb)
+				bstrip := pk.b[(bi*nPad+j0+jb)*kp:][:bf16NR*kp]
+				for ib := 0; ib < mr; ib += bf16MR {
+					rows := min(bf16MR, mr-ib)
+					astrip := pk.a[(bi*mPad+i0+ib)*kp:][:bf16MR*kp]
+					if rows == bf16MR && cols == bf16NR {
+						bf16Kernel(kp, astrip, bstrip, ct[ib*p.N+jb:], p.N, add)
+						continue
+					}
+					bf16Kernel(kp, astrip, bstrip, edge[:], bf16NR, false)
+					for i := 0; i < rows; i++ {
+						dst, src := ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*bf16NR:i*bf16NR+cols]
+						if add {
+							axpy(dst, src, 1)
+						} else {
+							copy(dst, src)
+						}
+					}
+				}
+			}
+			addBias(ct, p.N, mr, nr, bs, j0)
+		}
+	})
+}
+
+// packPairsA packs rows [i0, i0+rows) of op(A) (M×K) into one strip:
+// dst[k*MR + r] = op(A)[i0+r, 2k] | op(A)[i0+r, 2k+1]<<16, zero past the
+// rows and past K.
+func packPairsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp int) {
+	strip := dst[:kp*bf16MR]
+	clear(strip)
+	for r := 0; r < rows; r++ {
+		i := i0 + r
+		for k := 0; k < kp; k++ {
+			var lo, hi uint16
+			if trans {
+				lo = a[2*k*ld+i]
+				if 2*k+1 < K {
+					hi = a[(2*k+1)*ld+i]
+				}
+			} else {
+				lo = a[i*ld+2*k]
+				if 2*k+1 < K {
+					hi = a[i*ld+2*k+1]
+				}
+			}
+			strip[k*bf16MR+r] = uint32(lo) | uint32(hi)<<16
+		}
+	}
+}
+
+// packPairsB packs columns [j0, j0+cols) of op(B) (K×N) into one strip:
+// dst[k*NR + c] = op(B)[2k, j0+c] | op(B)[2k+1, j0+c]<<16.
+func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp int) {
+	strip := dst[:kp*bf16NR]
+	clear(strip)
+	for k := 0; k < kp; k++ {
+		row := strip[k*bf16NR : k*bf16NR+cols]
+		if trans {
+			for c := range row {
+				lo := b[(j0+c)*ld+2*k]
+				var hi uint16
+				if 2*k+1 < K {
+					hi = b[(j0+c)*ld+2*k+1]
+				}
+				row[c] = uint32(lo) | uint32(hi)<<16
+			}
+			continue
+		}
+		lo := b[2*k*ld+j0 : 2*k*ld+j0+cols]
+		if 2*k+1 < K {
+			hi := b[(2*k+1)*ld+j0 : (2*k+1)*ld+j0+cols]
+			for c := range row {
+				row[c] = uint32(lo[c]) | uint32(hi[c])<<16
+			}
+		} else {
+			for c := range row {
+				row[c] = uint32(lo[c])
+			}
+		}
+	}
+}

@@ -1,0 +1,22 @@
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+func init() {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		bf16Kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool) {
+			if kp == 0 {
+				bf16KernelGo(kp, a, b, c, ldc, add)
+				return
+			}
+			_, _, _ = a[kp*bf16MR-1], b[kp*bf16NR-1], c[(bf16MR-1)*ldc+bf16NR-1]
+			bf16KernelAVX512(kp, &a[0], &b[0], &c[0], ldc, add)
+		}
+	}
+}
+
+// bf16KernelAVX512 is bf16KernelGo with AVX512-BF16 dot products
+// (bf16gemm_amd64.s).
+//
+//go:noescape
+func bf16KernelAVX512(kp int, a, b *uint32, c *float32, ldc int, add bool)

@@ -1,0 +1,93 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/internal/rng"
+	"golang.org/x/sys/cpu"
+)
+
+// TestMatMulBF16 holds the BF16 product (each available micro-kernel) to
+// the float64 reference on the same bf16-rounded inputs.
+func TestMatMulBF16(t *testing.T) {
+	kernels := map[string]func(kp int, a, b []uint32, c []float32, ldc int, add bool){"default": bf16Kernel, "go": bf16KernelGo}
+	defer func(k func(kp int, a, b []uint32, c []float32, ldc int, add bool)) { bf16Kernel = k }(bf16Kernel)
+	c := newCPU(2)
+	r := rng.New(5)
+	if cpu.X86.HasAVX512BF16 {
+		t.Log("this CPU has AVX512-BF16: the default kernel uses VDPBF16PS")
+	}
+	for name, k := range kernels {
+		bf16Kernel = k
+		for _, tc := range []struct {
+			batch, m, n, kk int
+			ta, tb          bool
+			beta            float32
+		}{
+			{1, 8, 32, 16, false, false, 0},
+			{1, 67, 70, 33, false, false, 0},
+			{2, 19, 45, 7, true, false, 1},
+			{1, 64, 100, 130, false, true, 0.5},
+			{1, 9, 33, 300, true, true, 0},
+		} {
+			na, nb, nc := tc.m*tc.kk, tc.kk*tc.n, tc.m*tc.n
+			av, bv := make([]uint16, tc.batch*na), make([]uint16, tc.batch*nb)
+			for i := range av {
+				av[i] = backend.F32ToBF16(float32(r.Norm()))
+			}
+			for i := range bv {
+				bv[i] = backend.F32ToBF16(float32(r.Norm()))
+			}
+			cv := randF32(r, tc.batch*nc, 1)
+			as, bs := c.Alloc(backend.BF16, len(av)), c.Alloc(backend.BF16, len(bv))
+			c.Upload(backend.Ref{S: as}, av)
+			c.Upload(backend.Ref{S: bs}, bv)
+			cc := put(c, cv, 0)
+			p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.kk, TransA: tc.ta, TransB: tc.tb,
+				StrideA: na, StrideB: nb, StrideC: nc, Alpha: 1, Beta: tc.beta}
+			c.MatMul(p, backend.Ref{S: as}, backend.Ref{S: bs}, cc, backend.Ref{})
+			got := get(c, cc, tc.batch*nc)
+			for bi := 0; bi < tc.batch; bi++ {
+				a64, b64 := make([]float64, na), make([]float64, nb)
+				for i := range a64 {
+					a64[i] = float64(backend.BF16ToF32(av[bi*na+i]))
+				}
+				for i := range b64 {
+					b64[i] = float64(backend.BF16ToF32(bv[bi*nb+i]))
+				}
+				want := widen(cv[bi*nc : (bi+1)*nc])
+				ref.MatMul(a64, b64, want, nil, tc.m, tc.n, tc.kk, tc.ta, tc.tb, 1, float64(tc.beta))
+				for i := range want {
+					g := float64(got[bi*nc+i])
+					if d := math.Abs(g - want[i]); d > 1e-6*float64(tc.kk)+1e-5*math.Abs(want[i]) {
+						t.Fatalf("%s %+v: C[%d][%d] = %v, want %v", name, tc, bi, i, g, want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkMatMulBF16 times the 512³ product with BF16 operands.
+func BenchmarkMatMulBF16(b *testing.B) {
+	const n = 512
+	c := benchCPU()
+	r := rng.New(1)
+	h := make([]uint16, n*n)
+	for i := range h {
+		h[i] = backend.F32ToBF16(float32(r.Norm()))
+	}
+	as, bs := c.Alloc(backend.BF16, n*n), c.Alloc(backend.BF16, n*n)
+	c.Upload(backend.Ref{S: as}, h)
+	c.Upload(backend.Ref{S: bs}, h)
+	cc := benchRand(c, r, n*n)
+	p := backend.MatMul{Batch: 1, M: n, N: n, K: n, Alpha: 1}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.MatMul(p, backend.Ref{S: as}, backend.Ref{S: bs}, cc, backend.Ref{})
+	}
+	b.ReportMetric(2*n*n*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
