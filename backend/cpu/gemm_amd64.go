@@ -15,6 +15,9 @@ func simdKernels() []microKernel {
 		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
 			_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
 			gemmKernelAVX512(kc, &a[0], &b[0], &c[0], ldc, add)
+		}, strided: func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
+			_, _, _ = a[7*lda+kc-1], b[kc*32-1], c[7*ldc+31]
+			gemmKernelAVX512Strided(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 		}})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
@@ -37,3 +40,9 @@ func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 //
 //go:noescape
 func gemmKernelAVX512(kc int, a, b, c *float32, ldc int, add bool)
+
+// gemmKernelAVX512Strided is gemmKernelAVX512 reading A in place, row r at
+// a[r*lda:].
+//
+//go:noescape
+func gemmKernelAVX512Strided(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)

@@ -30,6 +30,10 @@ type microKernel struct {
 	name   string
 	mr, nr int
 	fn     func(kc int, a, b, c []float32, ldc int, add bool)
+	// strided, when set, is fn reading an unpacked row-major A in place
+	// (row r at a[r*lda:]); MatMul then skips packing A when op(A) = A and
+	// alpha = 1.
+	strided func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
 }
 
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
@@ -123,6 +127,8 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		ldb = p.K
 	}
 	mk := gemm
+	// Full row strips of a row-major A with alpha 1 are read in place.
+	direct := mk.strided != nil && !p.TransA && p.Alpha == 1
 	mPad, nPad := roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
 	pk := packedPool.Get().(*packed)
 	defer packedPool.Put(pk)
@@ -140,6 +146,9 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			kr := min(gemmKC, p.K-k0)
 			if s < as {
 				i := s * mk.mr
+				if direct && p.M-i >= mk.mr {
+					continue // read in place by the strided kernel
+				}
 				packA(pk.a[(bi*p.K+k0)*mPad+i*kr:], mat{A[bi*p.StrideA:], lda, p.TransA}, p.Alpha, i, k0, min(mk.mr, p.M-i), kr, mk.mr)
 			} else {
 				j := (s - as) * mk.nr
@@ -162,7 +171,11 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 				kr := min(gemmKC, p.K-k0)
 				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
 				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
-				microTiles(mk, ap, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
+				var ad []float32
+				if direct {
+					ad = A[bi*p.StrideA+i0*lda+k0:]
+				}
+				microTiles(mk, ap, ad, lda, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
 				add = true
 			}
 			addBias(ct, p.N, mr, nr, bs, j0)
@@ -184,7 +197,7 @@ func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, be
 				kr := min(gemmKC, k-k0)
 				packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
 				packB(w.b, B, k0, j0, kr, nr, mk.nr)
-				microTiles(mk, w.a, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
+				microTiles(mk, w.a, nil, 0, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
 				add = true
 			}
 		}
@@ -226,20 +239,28 @@ func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
 
 // microTiles runs the micro-kernel over an mr×nr block of C from packed
 // panels: ap holds strips of mk.mr rows (kr×mr each), bp strips of mk.nr
-// columns (kr×nr each). Edge blocks go through scratch.
-func microTiles(mk microKernel, ap, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
+// columns (kr×nr each). When ad is not nil, full row strips are read in
+// place from the row-major A at ad (row stride lda) by mk.strided instead.
+// Edge blocks go through scratch.
+func microTiles(mk microKernel, ap, ad []float32, lda int, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
 	for jb := 0; jb < nr; jb += mk.nr {
 		bs := bp[jb*kr : (jb+mk.nr)*kr]
 		cols := min(mk.nr, nr-jb)
 		for ib := 0; ib < mr; ib += mk.mr {
-			as := ap[ib*kr : (ib+mk.mr)*kr]
 			rows := min(mk.mr, mr-ib)
+			kernel := func(c []float32, ldc int, add bool) {
+				if ad != nil && rows == mk.mr {
+					mk.strided(kr, ad[ib*lda:], lda, bs, c, ldc, add)
+				} else {
+					mk.fn(kr, ap[ib*kr:(ib+mk.mr)*kr], bs, c, ldc, add)
+				}
+			}
 			if rows == mk.mr && cols == mk.nr {
-				mk.fn(kr, as, bs, ct[ib*ldc+jb:], ldc, add)
+				kernel(ct[ib*ldc+jb:], ldc, add)
 				continue
 			}
 			e := edge[:mk.mr*mk.nr]
-			mk.fn(kr, as, bs, e, mk.nr, false)
+			kernel(e, mk.nr, false)
 			for i := 0; i < rows; i++ {
 				dst, src := ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], e[i*mk.nr:i*mk.nr+cols]
 				if add {
