@@ -14,7 +14,10 @@ func simdKernels() []microKernel {
 	if cpu.X86.HasAVX512F {
 		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
 			_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
-			gemmKernelAVX512(kc, &a[0], &b[0], &c[0], ldc, add)
+			gemmKernelAVX512(kc, &a[0], 8, &b[0], &c[0], ldc, add)
+		}, transposed: func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
+			_, _, _ = a[(kc-1)*lda+7], b[kc*32-1], c[7*ldc+31]
+			gemmKernelAVX512(kc, &a[0], lda, &b[0], &c[0], ldc, add)
 		}, strided: func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
 			_, _, _ = a[7*lda+kc-1], b[kc*32-1], c[7*ldc+31]
 			gemmKernelAVX512Strided(kc, &a[0], lda, &b[0], &c[0], ldc, add)
@@ -36,10 +39,11 @@ func simdKernels() []microKernel {
 func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 
 // gemmKernelAVX512 keeps an 8×32 block in sixteen ZMM accumulators; each k
-// step loads 32 floats of B, broadcasts 8 of A and issues 16 FMAs.
+// step loads 32 floats of B, broadcasts 8 of A (contiguous, ask floats
+// apart from one k to the next) and issues 16 FMAs.
 //
 //go:noescape
-func gemmKernelAVX512(kc int, a, b, c *float32, ldc int, add bool)
+func gemmKernelAVX512(kc int, a *float32, ask int, b, c *float32, ldc int, add bool)
 
 // gemmKernelAVX512Strided is gemmKernelAVX512 reading A in place, row r at
 // a[r*lda:].

@@ -81,14 +81,18 @@ overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmKernelAVX512(kc int, a, b, c *float32, ldc int, add bool)
-// c[r*ldc + j] += sum_k a[k*8 + r] * b[k*32 + j] for r < 8, j < 32.
-TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-41
+// func gemmKernelAVX512(kc int, a *float32, ask int, b, c *float32, ldc int, add bool)
+// c[r*ldc + j] += sum_k a[k*ask + r] * b[k*32 + j] for r < 8, j < 32: A's
+// eight values for step k are contiguous, ask floats after step k-1's (8
+// for a packed strip; lda for a transposed A read in place).
+TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-49
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
+	MOVQ ask+16(FP), R11
+	SHLQ $2, R11
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
 	SHLQ $2, R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -139,31 +143,31 @@ loop512:
 	VFMADD231PS  Z17, Z21, Z15
 	VMOVUPS 128(DI), Z16
 	VMOVUPS 192(DI), Z17
-	VBROADCASTSS 32(SI), Z22
+	VBROADCASTSS 0(SI)(R11*1), Z22
 	VFMADD231PS  Z16, Z22, Z0
 	VFMADD231PS  Z17, Z22, Z1
-	VBROADCASTSS 36(SI), Z23
+	VBROADCASTSS 4(SI)(R11*1), Z23
 	VFMADD231PS  Z16, Z23, Z2
 	VFMADD231PS  Z17, Z23, Z3
-	VBROADCASTSS 40(SI), Z24
+	VBROADCASTSS 8(SI)(R11*1), Z24
 	VFMADD231PS  Z16, Z24, Z4
 	VFMADD231PS  Z17, Z24, Z5
-	VBROADCASTSS 44(SI), Z25
+	VBROADCASTSS 12(SI)(R11*1), Z25
 	VFMADD231PS  Z16, Z25, Z6
 	VFMADD231PS  Z17, Z25, Z7
-	VBROADCASTSS 48(SI), Z22
+	VBROADCASTSS 16(SI)(R11*1), Z22
 	VFMADD231PS  Z16, Z22, Z8
 	VFMADD231PS  Z17, Z22, Z9
-	VBROADCASTSS 52(SI), Z23
+	VBROADCASTSS 20(SI)(R11*1), Z23
 	VFMADD231PS  Z16, Z23, Z10
 	VFMADD231PS  Z17, Z23, Z11
-	VBROADCASTSS 56(SI), Z24
+	VBROADCASTSS 24(SI)(R11*1), Z24
 	VFMADD231PS  Z16, Z24, Z12
 	VFMADD231PS  Z17, Z24, Z13
-	VBROADCASTSS 60(SI), Z25
+	VBROADCASTSS 28(SI)(R11*1), Z25
 	VFMADD231PS  Z16, Z25, Z14
 	VFMADD231PS  Z17, Z25, Z15
-	ADDQ $64, SI
+	LEAQ (SI)(R11*2), SI
 	ADDQ $256, DI
 	DECQ R10
 	JNZ  loop512
@@ -199,7 +203,7 @@ tail512:
 	VFMADD231PS  Z17, Z21, Z15
 
 store512:
-	MOVBLZX add+40(FP), R9
+	MOVBLZX add+48(FP), R9
 	TESTQ R9, R9
 	JZ overwrite512
 	VADDPS  (DX), Z0, Z0

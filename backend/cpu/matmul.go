@@ -30,10 +30,11 @@ type microKernel struct {
 	name   string
 	mr, nr int
 	fn     func(kc int, a, b, c []float32, ldc int, add bool)
-	// strided, when set, is fn reading an unpacked row-major A in place
-	// (row r at a[r*lda:]); MatMul then skips packing A when op(A) = A and
-	// alpha = 1.
-	strided func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
+	// strided and transposed, when set, are fn reading an unpacked A in
+	// place: strided a row-major A (row r at a[r*lda:]), transposed an A
+	// stored K×M (step k's mr values at a[k*lda:]). MatMul then skips
+	// packing A's full strips when alpha = 1.
+	strided, transposed func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
 }
 
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
@@ -127,8 +128,12 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		ldb = p.K
 	}
 	mk := gemm
-	// Full row strips of a row-major A with alpha 1 are read in place.
-	direct := mk.strided != nil && !p.TransA && p.Alpha == 1
+	// With alpha 1, full row strips of A are read in place when the kernel can.
+	inPlace := mk.strided
+	if p.TransA {
+		inPlace = mk.transposed
+	}
+	direct := inPlace != nil && p.Alpha == 1
 	mPad, nPad := roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
 	pk := packedPool.Get().(*packed)
 	defer packedPool.Put(pk)
@@ -172,10 +177,12 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
 				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
 				var ad []float32
-				if direct {
+				if direct && !p.TransA {
 					ad = A[bi*p.StrideA+i0*lda+k0:]
+				} else if direct {
+					ad = A[bi*p.StrideA+k0*lda+i0:]
 				}
-				microTiles(mk, ap, ad, lda, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
+				microTiles(mk, ap, ad, lda, p.TransA, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
 				add = true
 			}
 			addBias(ct, p.N, mr, nr, bs, j0)
@@ -197,7 +204,7 @@ func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, be
 				kr := min(gemmKC, k-k0)
 				packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
 				packB(w.b, B, k0, j0, kr, nr, mk.nr)
-				microTiles(mk, w.a, nil, 0, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
+				microTiles(mk, w.a, nil, 0, false, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
 				add = true
 			}
 		}
@@ -240,18 +247,21 @@ func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
 // microTiles runs the micro-kernel over an mr×nr block of C from packed
 // panels: ap holds strips of mk.mr rows (kr×mr each), bp strips of mk.nr
 // columns (kr×nr each). When ad is not nil, full row strips are read in
-// place from the row-major A at ad (row stride lda) by mk.strided instead.
-// Edge blocks go through scratch.
-func microTiles(mk microKernel, ap, ad []float32, lda int, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
+// place from A at ad instead: row-major with row stride lda by mk.strided,
+// or stored K×M (trans) by mk.transposed. Edge blocks go through scratch.
+func microTiles(mk microKernel, ap, ad []float32, lda int, trans bool, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
 	for jb := 0; jb < nr; jb += mk.nr {
 		bs := bp[jb*kr : (jb+mk.nr)*kr]
 		cols := min(mk.nr, nr-jb)
 		for ib := 0; ib < mr; ib += mk.mr {
 			rows := min(mk.mr, mr-ib)
 			kernel := func(c []float32, ldc int, add bool) {
-				if ad != nil && rows == mk.mr {
+				switch {
+				case ad != nil && rows == mk.mr && trans:
+					mk.transposed(kr, ad[ib:], lda, bs, c, ldc, add)
+				case ad != nil && rows == mk.mr:
 					mk.strided(kr, ad[ib*lda:], lda, bs, c, ldc, add)
-				} else {
+				default:
 					mk.fn(kr, ap[ib*kr:(ib+mk.mr)*kr], bs, c, ldc, add)
 				}
 			}
