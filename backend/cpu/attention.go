@@ -38,6 +38,18 @@ func gatherHead(dst, x []float32, b, h, part, T, C, hd int) {
 	}
 }
 
+// gatherHeadScaled is gatherHead multiplying by s (the score scale, folded
+// into Q so every product runs with alpha 1).
+func gatherHeadScaled(dst, x []float32, b, h, part, T, C, hd int, s float32) {
+	for t := 0; t < T; t++ {
+		o := (b*T+t)*3*C + part*C + h*hd
+		d, src := dst[t*hd:(t+1)*hd], x[o:o+hd]
+		for i, v := range src {
+			d[i] = s * v
+		}
+	}
+}
+
 // causalSoftmaxBlock turns raw scores S [qb, kn] (rows are positions
 // q0..q0+qb) into probabilities in place, masking keys after each query,
 // and stores each row's log-sum-exp in lse.
@@ -84,14 +96,14 @@ func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 		Q, K, V, S := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd], buf[3*T*hd:]
 		for bh := lo; bh < hi; bh++ {
 			b, h := bh/H, bh%H
-			gatherHead(Q, x, b, h, 0, T, C, hd)
+			gatherHeadScaled(Q, x, b, h, 0, T, C, hd, scale)
 			gatherHead(K, x, b, h, 1, T, C, hd)
 			gatherHead(V, x, b, h, 2, T, C, hd)
 			for q0 := 0; q0 < T; q0 += attnQB {
 				qb := min(attnQB, T-q0)
 				kn := q0 + qb
 				s := S[:qb*kn]
-				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, scale, 0)
+				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, 1, 0)
 				causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:])
 				// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
 				w.gemmSerial(mat{s, kn, false}, mat{V, hd, false}, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
@@ -138,13 +150,15 @@ func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv
 				qb := min(attnQB, T-q0)
 				kn := q0 + qb
 				pm, dpm := P[:qb*kn], dP[:qb*kn]
-				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, scale, 0)
+				// Every product runs with alpha 1 (A read in place): the
+				// score scale is applied in the exp pass and folded into dS.
+				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, 1, 0)
 				for i := 0; i < qb; i++ {
 					row := pm[i*kn : (i+1)*kn]
 					n := q0 + i + 1
 					z := lse[bh*T+q0+i]
 					for s := range row[:n] {
-						row[s] -= z
+						row[s] = row[s]*scale - z
 					}
 					expChunk(row[:n], row[:n])
 					clear(row[n:])
@@ -155,11 +169,11 @@ func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv
 					pr, dr := pm[i*kn:(i+1)*kn], dpm[i*kn:(i+1)*kn]
 					di := D[q0+i]
 					for s := range dr {
-						dr[s] = pr[s] * (dr[s] - di)
+						dr[s] = scale * pr[s] * (dr[s] - di)
 					}
 				}
-				w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, scale, 0)
-				w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, scale, 1)
+				w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, 1, 0)
+				w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, 1, 1)
 			}
 			for t := 0; t < T; t++ {
 				base := (b*T + t) * 3 * C

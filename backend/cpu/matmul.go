@@ -195,6 +195,11 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 // it on their own slices.
 func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, beta float32) {
 	mk := gemm
+	inPlace := mk.strided
+	if A.trans {
+		inPlace = mk.transposed
+	}
+	direct := inPlace != nil && alpha == 1
 	for i0 := 0; i0 < m; i0 += gemmMC {
 		for j0 := 0; j0 < n; j0 += gemmNC {
 			mr, nr := min(gemmMC, m-i0), min(gemmNC, n-j0)
@@ -202,9 +207,21 @@ func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, be
 			add := scaleRows(ct, ldc, mr, nr, beta, k)
 			for k0 := 0; k0 < k; k0 += gemmKC {
 				kr := min(gemmKC, k-k0)
-				packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
+				var ad []float32
+				switch {
+				case direct && A.trans:
+					ad = A.d[k0*A.ld+i0:]
+				case direct:
+					ad = A.d[i0*A.ld+k0:]
+				}
+				if ad == nil {
+					packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
+				} else if edge := mr / mk.mr * mk.mr; edge < mr {
+					// Only the ragged last strip is packed.
+					packA(w.a[edge*kr:], A, alpha, i0+edge, k0, mr-edge, kr, mk.mr)
+				}
 				packB(w.b, B, k0, j0, kr, nr, mk.nr)
-				microTiles(mk, w.a, nil, 0, false, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
+				microTiles(mk, w.a, ad, A.ld, A.trans, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
 				add = true
 			}
 		}
