@@ -12,16 +12,18 @@ func init() {
 func simdKernels() []microKernel {
 	var ks []microKernel
 	if cpu.X86.HasAVX512F {
-		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
-			_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
-			gemmKernelAVX512(kc, &a[0], 8, &b[0], &c[0], ldc, add)
-		}, transposed: func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-			_, _, _ = a[(kc-1)*lda+7], b[kc*32-1], c[7*ldc+31]
-			gemmKernelAVX512(kc, &a[0], lda, &b[0], &c[0], ldc, add)
-		}, strided: func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool) {
-			_, _, _ = a[7*lda+kc-1], b[kc*32-1], c[7*ldc+31]
-			gemmKernelAVX512Strided(kc, &a[0], lda, &b[0], &c[0], ldc, add)
-		}})
+		ext := func(kc int, a []float32, lda int, rowA bool, b []float32, ldb int, c []float32, ldc int, add bool) {
+			_, _ = b[(kc-1)*ldb+31], c[7*ldc+31]
+			if rowA {
+				_ = a[7*lda+kc-1]
+				gemmKernelAVX512Strided(kc, &a[0], lda, &b[0], ldb, &c[0], ldc, add)
+				return
+			}
+			_ = a[(kc-1)*lda+7]
+			gemmKernelAVX512(kc, &a[0], lda, &b[0], ldb, &c[0], ldc, add)
+		}
+		ks = append(ks, microKernel{name: "avx512", mr: 8, nr: 32, ext: ext,
+			fn: func(kc int, a, b, c []float32, ldc int, add bool) { ext(kc, a, 8, false, b, 32, c, ldc, add) }})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		ks = append(ks, microKernel{name: "avx2", mr: 4, nr: 16, fn: func(kc int, a, b, c []float32, ldc int, add bool) {
@@ -39,14 +41,15 @@ func simdKernels() []microKernel {
 func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 
 // gemmKernelAVX512 keeps an 8×32 block in sixteen ZMM accumulators; each k
-// step loads 32 floats of B, broadcasts 8 of A (contiguous, ask floats
-// apart from one k to the next) and issues 16 FMAs.
+// step loads 32 floats of B (bsk floats after the previous step's),
+// broadcasts 8 of A (contiguous, ask floats after the previous step's) and
+// issues 16 FMAs.
 //
 //go:noescape
-func gemmKernelAVX512(kc int, a *float32, ask int, b, c *float32, ldc int, add bool)
+func gemmKernelAVX512(kc int, a *float32, ask int, b *float32, bsk int, c *float32, ldc int, add bool)
 
-// gemmKernelAVX512Strided is gemmKernelAVX512 reading A in place, row r at
-// a[r*lda:].
+// gemmKernelAVX512Strided is gemmKernelAVX512 for a row-major A read in
+// place, row r at a[r*lda:].
 //
 //go:noescape
-func gemmKernelAVX512Strided(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
+func gemmKernelAVX512Strided(kc int, a *float32, lda int, b *float32, bsk int, c *float32, ldc int, add bool)

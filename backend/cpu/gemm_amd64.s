@@ -81,18 +81,21 @@ overwrite:
 	VZEROUPPER
 	RET
 
-// func gemmKernelAVX512(kc int, a *float32, ask int, b, c *float32, ldc int, add bool)
-// c[r*ldc + j] += sum_k a[k*ask + r] * b[k*32 + j] for r < 8, j < 32: A's
-// eight values for step k are contiguous, ask floats after step k-1's (8
-// for a packed strip; lda for a transposed A read in place).
-TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-49
+// func gemmKernelAVX512(kc int, a *float32, ask int, b *float32, bsk int, c *float32, ldc int, add bool)
+// c[r*ldc + j] (+)= sum_k a[k*ask + r] * b[k*bsk + j] for r < 8, j < 32: step
+// k's eight A values and 32 B values are contiguous, ask and bsk floats
+// after step k-1's (8 and 32 for packed strips; lda or ldb for an operand
+// read in place).
+TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-57
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ ask+16(FP), R11
 	SHLQ $2, R11
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
+	MOVQ bsk+32(FP), BX
+	SHLQ $2, BX
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
 	SHLQ $2, R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -112,10 +115,10 @@ TEXT ·gemmKernelAVX512(SB), NOSPLIT, $0-49
 	VPXORD Z15, Z15, Z15
 	MOVQ CX, R10
 	SHRQ $1, R10
-	JZ   tail512
+	JZ   tailp
 
-loop512:
-	VMOVUPS 0(DI), Z16
+loopp:
+	VMOVUPS (DI), Z16
 	VMOVUPS 64(DI), Z17
 	VBROADCASTSS 0(SI), Z18
 	VFMADD231PS  Z16, Z18, Z0
@@ -141,8 +144,8 @@ loop512:
 	VBROADCASTSS 28(SI), Z21
 	VFMADD231PS  Z16, Z21, Z14
 	VFMADD231PS  Z17, Z21, Z15
-	VMOVUPS 128(DI), Z16
-	VMOVUPS 192(DI), Z17
+	VMOVUPS (DI)(BX*1), Z16
+	VMOVUPS 64(DI)(BX*1), Z17
 	VBROADCASTSS 0(SI)(R11*1), Z22
 	VFMADD231PS  Z16, Z22, Z0
 	VFMADD231PS  Z17, Z22, Z1
@@ -168,13 +171,13 @@ loop512:
 	VFMADD231PS  Z16, Z25, Z14
 	VFMADD231PS  Z17, Z25, Z15
 	LEAQ (SI)(R11*2), SI
-	ADDQ $256, DI
+	LEAQ (DI)(BX*2), DI
 	DECQ R10
-	JNZ  loop512
+	JNZ  loopp
 
-tail512:
+tailp:
 	TESTQ $1, CX
-	JZ   store512
+	JZ   storep
 	VMOVUPS (DI), Z16
 	VMOVUPS 64(DI), Z17
 	VBROADCASTSS 0(SI), Z18
@@ -202,10 +205,10 @@ tail512:
 	VFMADD231PS  Z16, Z21, Z14
 	VFMADD231PS  Z17, Z21, Z15
 
-store512:
-	MOVBLZX add+48(FP), R9
+storep:
+	MOVBLZX add+56(FP), R9
 	TESTQ R9, R9
-	JZ overwrite512
+	JZ overp
 	VADDPS  (DX), Z0, Z0
 	VADDPS  64(DX), Z1, Z1
 	VMOVUPS Z0, (DX)
@@ -248,7 +251,7 @@ store512:
 	VZEROUPPER
 	RET
 
-overwrite512:
+overp:
 	VMOVUPS Z0, (DX)
 	VMOVUPS Z1, 64(DX)
 	ADDQ    R8, DX
@@ -275,16 +278,18 @@ overwrite512:
 	VZEROUPPER
 	RET
 
-// func gemmKernelAVX512Strided(kc int, a *float32, lda int, b, c *float32, ldc int, add bool)
-// As gemmKernelAVX512, but A is read in place: row r of the block is
-// a[r*lda : r*lda+kc], so a row-major A needs no packing.
-TEXT ·gemmKernelAVX512Strided(SB), NOSPLIT, $0-49
+// func gemmKernelAVX512Strided(kc int, a *float32, lda int, b *float32, bsk int, c *float32, ldc int, add bool)
+// As gemmKernelAVX512, but A is row-major and read in place: row r of the
+// block is a[r*lda : r*lda+kc].
+TEXT ·gemmKernelAVX512Strided(SB), NOSPLIT, $0-57
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R11
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
+	MOVQ bsk+32(FP), BX
+	SHLQ $2, BX
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
 	SHLQ $2, R8
 	SHLQ $2, R11
 	LEAQ (R11)(R11*2), R12
@@ -307,10 +312,10 @@ TEXT ·gemmKernelAVX512Strided(SB), NOSPLIT, $0-49
 	VPXORD Z15, Z15, Z15
 	MOVQ CX, R10
 	SHRQ $1, R10
-	JZ   stail
+	JZ   tailr
 
-sloop:
-	VMOVUPS 0(DI), Z16
+loopr:
+	VMOVUPS (DI), Z16
 	VMOVUPS 64(DI), Z17
 	VBROADCASTSS (SI), Z18
 	VFMADD231PS  Z16, Z18, Z0
@@ -336,8 +341,8 @@ sloop:
 	VBROADCASTSS (R13)(R12*1), Z21
 	VFMADD231PS  Z16, Z21, Z14
 	VFMADD231PS  Z17, Z21, Z15
-	VMOVUPS 128(DI), Z16
-	VMOVUPS 192(DI), Z17
+	VMOVUPS (DI)(BX*1), Z16
+	VMOVUPS 64(DI)(BX*1), Z17
 	VBROADCASTSS 4(SI), Z22
 	VFMADD231PS  Z16, Z22, Z0
 	VFMADD231PS  Z17, Z22, Z1
@@ -364,13 +369,13 @@ sloop:
 	VFMADD231PS  Z17, Z25, Z15
 	ADDQ $8, SI
 	ADDQ $8, R13
-	ADDQ $256, DI
+	LEAQ (DI)(BX*2), DI
 	DECQ R10
-	JNZ  sloop
+	JNZ  loopr
 
-stail:
+tailr:
 	TESTQ $1, CX
-	JZ   sstore
+	JZ   storer
 	VMOVUPS (DI), Z16
 	VMOVUPS 64(DI), Z17
 	VBROADCASTSS (SI), Z18
@@ -398,10 +403,10 @@ stail:
 	VFMADD231PS  Z16, Z21, Z14
 	VFMADD231PS  Z17, Z21, Z15
 
-sstore:
-	MOVBLZX add+48(FP), R9
+storer:
+	MOVBLZX add+56(FP), R9
 	TESTQ R9, R9
-	JZ sover
+	JZ overr
 	VADDPS  (DX), Z0, Z0
 	VADDPS  64(DX), Z1, Z1
 	VMOVUPS Z0, (DX)
@@ -444,7 +449,7 @@ sstore:
 	VZEROUPPER
 	RET
 
-sover:
+overr:
 	VMOVUPS Z0, (DX)
 	VMOVUPS Z1, 64(DX)
 	ADDQ    R8, DX
@@ -470,3 +475,4 @@ sover:
 	VMOVUPS Z15, 64(DX)
 	VZEROUPPER
 	RET
+

@@ -30,11 +30,13 @@ type microKernel struct {
 	name   string
 	mr, nr int
 	fn     func(kc int, a, b, c []float32, ldc int, add bool)
-	// strided and transposed, when set, are fn reading an unpacked A in
-	// place: strided a row-major A (row r at a[r*lda:]), transposed an A
-	// stored K×M (step k's mr values at a[k*lda:]). MatMul then skips
-	// packing A's full strips when alpha = 1.
-	strided, transposed func(kc int, a []float32, lda int, b, c []float32, ldc int, add bool)
+	// ext, when set, is fn reading operands in place, so MatMul packs
+	// only ragged edge strips: A row-major (rowA: row r at a[r*lda:]) or as
+	// a strip (step k's mr values at a[k*lda:], which is how a transposed
+	// A is stored, and a packed strip with lda = mr); B as a strip (step k's
+	// nr values at b[k*ldb:]: a row-major B in place, or packed with
+	// ldb = nr). A is read in place only when alpha = 1.
+	ext func(kc int, a []float32, lda int, rowA bool, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
@@ -128,17 +130,14 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		ldb = p.K
 	}
 	mk := gemm
-	// With alpha 1, full row strips of A are read in place when the kernel can.
-	inPlace := mk.strided
-	if p.TransA {
-		inPlace = mk.transposed
-	}
-	direct := inPlace != nil && p.Alpha == 1
+	directA := mk.ext != nil && p.Alpha == 1
+	directB := mk.ext != nil && !p.TransB
 	mPad, nPad := roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
 	pk := packedPool.Get().(*packed)
 	defer packedPool.Put(pk)
 	// Panel q of batch item bi starts at (bi*K + q*kc) * mPad in pk.a: each
 	// panel holds all mPad rows of A for kr = min(kc, K - q*kc) columns.
+	// Strips read in place are left unpacked.
 	pk.a = grow(pk.a, p.Batch*p.K*mPad)
 	pk.b = grow(pk.b, p.Batch*p.K*nPad)
 	panels := (p.K + gemmKC - 1) / gemmKC
@@ -151,12 +150,15 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			kr := min(gemmKC, p.K-k0)
 			if s < as {
 				i := s * mk.mr
-				if direct && p.M-i >= mk.mr {
-					continue // read in place by the strided kernel
+				if directA && p.M-i >= mk.mr {
+					continue
 				}
 				packA(pk.a[(bi*p.K+k0)*mPad+i*kr:], mat{A[bi*p.StrideA:], lda, p.TransA}, p.Alpha, i, k0, min(mk.mr, p.M-i), kr, mk.mr)
 			} else {
 				j := (s - as) * mk.nr
+				if directB && p.N-j >= mk.nr {
+					continue
+				}
 				packB(pk.b[(bi*p.K+k0)*nPad+j*kr:], mat{B[bi*p.StrideB:], ldb, p.TransB}, k0, j, kr, min(mk.nr, p.N-j), mk.nr)
 			}
 		}
@@ -174,15 +176,19 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
 			for k0 := 0; k0 < p.K; k0 += gemmKC {
 				kr := min(gemmKC, p.K-k0)
-				ap := pk.a[(bi*p.K+k0)*mPad+i0*kr:]
-				bp := pk.b[(bi*p.K+k0)*nPad+j0*kr:]
-				var ad []float32
-				if direct && !p.TransA {
-					ad = A[bi*p.StrideA+i0*lda+k0:]
-				} else if direct {
-					ad = A[bi*p.StrideA+k0*lda+i0:]
+				op := operands{
+					ap: pk.a[(bi*p.K+k0)*mPad+i0*kr:], bp: pk.b[(bi*p.K+k0)*nPad+j0*kr:],
+					lda: lda, ldb: ldb, rowA: !p.TransA,
 				}
-				microTiles(mk, ap, ad, lda, p.TransA, bp, kr, ct, p.N, mr, nr, w.edge[:], add)
+				if directA && p.TransA {
+					op.ad = A[bi*p.StrideA+k0*lda+i0:]
+				} else if directA {
+					op.ad = A[bi*p.StrideA+i0*lda+k0:]
+				}
+				if directB {
+					op.bd = B[bi*p.StrideB+k0*ldb+j0:]
+				}
+				microTiles(mk, op, kr, ct, p.N, mr, nr, w.edge[:], add)
 				add = true
 			}
 			addBias(ct, p.N, mr, nr, bs, j0)
@@ -195,11 +201,8 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 // it on their own slices.
 func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, beta float32) {
 	mk := gemm
-	inPlace := mk.strided
-	if A.trans {
-		inPlace = mk.transposed
-	}
-	direct := inPlace != nil && alpha == 1
+	directA := mk.ext != nil && alpha == 1
+	directB := mk.ext != nil && !B.trans
 	for i0 := 0; i0 < m; i0 += gemmMC {
 		for j0 := 0; j0 < n; j0 += gemmNC {
 			mr, nr := min(gemmMC, m-i0), min(gemmNC, n-j0)
@@ -207,21 +210,28 @@ func (w *gemmWork) gemmSerial(A, B mat, C []float32, ldc, m, n, k int, alpha, be
 			add := scaleRows(ct, ldc, mr, nr, beta, k)
 			for k0 := 0; k0 < k; k0 += gemmKC {
 				kr := min(gemmKC, k-k0)
-				var ad []float32
-				switch {
-				case direct && A.trans:
-					ad = A.d[k0*A.ld+i0:]
-				case direct:
-					ad = A.d[i0*A.ld+k0:]
-				}
-				if ad == nil {
+				op := operands{ap: w.a, bp: w.b, lda: A.ld, ldb: B.ld, rowA: !A.trans}
+				if !directA {
 					packA(w.a, A, alpha, i0, k0, mr, kr, mk.mr)
-				} else if edge := mr / mk.mr * mk.mr; edge < mr {
-					// Only the ragged last strip is packed.
-					packA(w.a[edge*kr:], A, alpha, i0+edge, k0, mr-edge, kr, mk.mr)
+				} else {
+					if A.trans {
+						op.ad = A.d[k0*A.ld+i0:]
+					} else {
+						op.ad = A.d[i0*A.ld+k0:]
+					}
+					if full := mr / mk.mr * mk.mr; full < mr { // only the ragged strip is packed
+						packA(w.a[full*kr:], A, alpha, i0+full, k0, mr-full, kr, mk.mr)
+					}
 				}
-				packB(w.b, B, k0, j0, kr, nr, mk.nr)
-				microTiles(mk, w.a, ad, A.ld, A.trans, w.b, kr, ct, ldc, mr, nr, w.edge[:], add)
+				if !directB {
+					packB(w.b, B, k0, j0, kr, nr, mk.nr)
+				} else {
+					op.bd = B.d[k0*B.ld+j0:]
+					if full := nr / mk.nr * mk.nr; full < nr {
+						packB(w.b[full*kr:], B, k0, j0+full, kr, nr-full, mk.nr)
+					}
+				}
+				microTiles(mk, op, kr, ct, ldc, mr, nr, w.edge[:], add)
 				add = true
 			}
 		}
@@ -261,25 +271,41 @@ func addBias(ct []float32, ldc, mr, nr int, bias []float32, j0 int) {
 	}
 }
 
-// microTiles runs the micro-kernel over an mr×nr block of C from packed
-// panels: ap holds strips of mk.mr rows (kr×mr each), bp strips of mk.nr
-// columns (kr×nr each). When ad is not nil, full row strips are read in
-// place from A at ad instead: row-major with row stride lda by mk.strided,
-// or stored K×M (trans) by mk.transposed. Edge blocks go through scratch.
-func microTiles(mk microKernel, ap, ad []float32, lda int, trans bool, bp []float32, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
+// operands locates a block's A and B for microTiles: packed strips (ap,
+// bp; strip ib of A at ap[ib*kr:], strip jb of B at bp[jb*kr:]) and, when
+// set, the same operands read in place (ad, bd) with their leading
+// dimensions; rowA says A in place is row-major rather than transposed.
+type operands struct {
+	ap, bp, ad, bd []float32
+	lda, ldb       int
+	rowA           bool
+}
+
+// microTiles runs the micro-kernel over an mr×nr block of C. Full strips
+// come from the in-place operands when set, ragged ones from the packed
+// strips. Edge blocks go through scratch.
+func microTiles(mk microKernel, op operands, kr int, ct []float32, ldc, mr, nr int, edge []float32, add bool) {
 	for jb := 0; jb < nr; jb += mk.nr {
-		bs := bp[jb*kr : (jb+mk.nr)*kr]
 		cols := min(mk.nr, nr-jb)
+		b, ldb := op.bp[jb*kr:(jb+mk.nr)*kr], mk.nr
+		if op.bd != nil && cols == mk.nr {
+			b, ldb = op.bd[jb:], op.ldb
+		}
 		for ib := 0; ib < mr; ib += mk.mr {
 			rows := min(mk.mr, mr-ib)
+			a, lda, rowA := op.ap[ib*kr:(ib+mk.mr)*kr], mk.mr, false
+			if op.ad != nil && rows == mk.mr {
+				if op.rowA {
+					a, lda, rowA = op.ad[ib*op.lda:], op.lda, true
+				} else {
+					a, lda = op.ad[ib:], op.lda
+				}
+			}
 			kernel := func(c []float32, ldc int, add bool) {
-				switch {
-				case ad != nil && rows == mk.mr && trans:
-					mk.transposed(kr, ad[ib:], lda, bs, c, ldc, add)
-				case ad != nil && rows == mk.mr:
-					mk.strided(kr, ad[ib*lda:], lda, bs, c, ldc, add)
-				default:
-					mk.fn(kr, ap[ib*kr:(ib+mk.mr)*kr], bs, c, ldc, add)
+				if mk.ext != nil {
+					mk.ext(kr, a, lda, rowA, b, ldb, c, ldc, add)
+				} else {
+					mk.fn(kr, a, b, c, ldc, add)
 				}
 			}
 			if rows == mk.mr && cols == mk.nr {
