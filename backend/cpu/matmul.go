@@ -6,12 +6,14 @@ import (
 	"github.com/fleetml/fleet/backend"
 )
 
-// Blocking for the packed matrix product. A task owns one mc×nc tile of C
-// and walks K in kc-deep panels. A is packed into row strips of mr rows and
-// B into column strips of nr columns, each strip k-major, so the
-// micro-kernel reads both operands sequentially and keeps its mr×nr block of
-// C in registers for the whole panel. The packed B panel (kc×nc floats,
-// 256 KB) stays in L2, one B strip and the A block in L1/L2.
+// Blocking for the matrix product. A task owns one mc×nc tile of C and
+// walks K in kc-deep panels. The micro-kernel keeps an mr×nr block of C in
+// registers for a whole panel, reading A as row strips of mr rows and B as
+// column strips of nr columns. Strips are packed k-major where the kernel
+// needs it (the portable and AVX2 kernels, alpha ≠ 1, transposed B, ragged
+// edges); the AVX-512 kernel reads full strips of the operands in place. A
+// B panel (kc×nc floats, 256 KB) stays in L2, one B strip and the A block
+// in L1/L2.
 const (
 	gemmMC = 64
 	gemmNC = 256
@@ -107,11 +109,11 @@ func grow(s []float32, n int) []float32 {
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
-// MatMul implements backend.Backend. Both operands are packed once, in
-// parallel (A in strips of mr rows, B in strips of nr columns, per kc-deep
-// panel), then tasks compute mc×nc tiles of C from the packed copies.
-// Each element of C is computed by one task with a fixed order over K, so
-// the result does not depend on the thread count.
+// MatMul implements backend.Backend. The strips that need packing are
+// packed once, in parallel (A in strips of mr rows, B in strips of nr
+// columns, per kc-deep panel), then tasks compute mc×nc tiles of C. Each
+// element of C is computed by one task with a fixed order over K, so the
+// result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if a.S.DType() == backend.BF16 && b.S.DType() == backend.BF16 {
 		c.matmulBF16(p, a, b, cc, bias)
