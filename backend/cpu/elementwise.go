@@ -11,36 +11,50 @@ const elemGrain = 1 << 14
 // Binary implements backend.Backend.
 func (c *CPU) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
 	d, x, y := f32(dst)[:n], f32(a)[:n], f32(b)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		d, x, y := d[lo:hi], x[lo:hi], y[lo:hi]
-		switch op {
-		case backend.Add:
-			for i := range d {
-				d[i] = x[i] + y[i]
-			}
-		case backend.Sub:
-			for i := range d {
-				d[i] = x[i] - y[i]
-			}
-		case backend.Mul:
-			for i := range d {
-				d[i] = x[i] * y[i]
-			}
-		case backend.Div:
-			for i := range d {
-				d[i] = x[i] / y[i]
-			}
+	c.parallelFor(n, elemGrain, func(lo, hi int) { binaryChunk(int(op), d[lo:hi], x[lo:hi], y[lo:hi]) })
+}
+
+// The elementwise kernels, replaced by SIMD versions (elementwise_amd64.s)
+// that give bit-identical results where the CPU has them.
+var (
+	binaryChunk = binaryGo
+	axpyChunk   = axpyGo
+	scaleChunk  = scaleGo
+)
+
+// binaryGo computes d = x op y; op is a backend.BinaryOp.
+func binaryGo(op int, d, x, y []float32) {
+	x, y = x[:len(d)], y[:len(d)]
+	switch backend.BinaryOp(op) {
+	case backend.Add:
+		for i := range d {
+			d[i] = x[i] + y[i]
 		}
-	})
+	case backend.Sub:
+		for i := range d {
+			d[i] = x[i] - y[i]
+		}
+	case backend.Mul:
+		for i := range d {
+			d[i] = x[i] * y[i]
+		}
+	case backend.Div:
+		for i := range d {
+			d[i] = x[i] / y[i]
+		}
+	}
 }
 
 // Axpy implements backend.Backend.
 func (c *CPU) Axpy(dst, x backend.Ref, alpha float32, n int) {
 	d, s := f32(dst)[:n], f32(x)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { axpy(d[lo:hi], s[lo:hi], alpha) })
+	c.parallelFor(n, elemGrain, func(lo, hi int) { axpyChunk(d[lo:hi], s[lo:hi], alpha) })
 }
 
-func axpy(d, s []float32, alpha float32) {
+// axpy computes d += alpha·s with the fastest available kernel.
+func axpy(d, s []float32, alpha float32) { axpyChunk(d, s, alpha) }
+
+func axpyGo(d, s []float32, alpha float32) {
 	s = s[:len(d)]
 	for i := range d {
 		d[i] += alpha * s[i]
@@ -50,12 +64,14 @@ func axpy(d, s []float32, alpha float32) {
 // Scale implements backend.Backend.
 func (c *CPU) Scale(dst, src backend.Ref, alpha float32, n int) {
 	d, s := f32(dst)[:n], f32(src)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		d, s := d[lo:hi], s[lo:hi]
-		for i := range d {
-			d[i] = alpha * s[i]
-		}
-	})
+	c.parallelFor(n, elemGrain, func(lo, hi int) { scaleChunk(d[lo:hi], s[lo:hi], alpha) })
+}
+
+func scaleGo(d, s []float32, alpha float32) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] = alpha * s[i]
+	}
 }
 
 // Unary implements backend.Backend.

@@ -124,3 +124,32 @@ func TestLayerNormRows(t *testing.T) {
 		}
 	}
 }
+
+// TestElementwiseChunksMatchGo: the SIMD elementwise kernels give the
+// portable loops' results bit for bit, on lengths with and without a tail.
+func TestElementwiseChunksMatchGo(t *testing.T) {
+	for _, n := range []int{16, 1003} {
+		x, y := vecInputs(3)[:n], vecInputs(2)[1:n+1]
+		for op := 0; op < 4; op++ {
+			a, b := make([]float32, n), make([]float32, n)
+			binaryChunk(op, a, x, y)
+			binaryGo(op, b, x, y)
+			for i := range a {
+				if a[i] != b[i] && !(a[i] != a[i] && b[i] != b[i]) {
+					t.Fatalf("op %d, n=%d: element %d %v, portable %v", op, n, i, a[i], b[i])
+				}
+			}
+		}
+		a, b := append([]float32(nil), y...), append([]float32(nil), y...)
+		axpyChunk(a, x, -0.7)
+		axpyGo(b, x, -0.7)
+		c, d := make([]float32, n), make([]float32, n)
+		scaleChunk(c, x, 1.3)
+		scaleGo(d, x, 1.3)
+		for i := range a {
+			if a[i] != b[i] || c[i] != d[i] {
+				t.Fatalf("n=%d: element %d: axpy %v/%v scale %v/%v", n, i, a[i], b[i], c[i], d[i])
+			}
+		}
+	}
+}
