@@ -21,7 +21,7 @@ var attnPool = sync.Pool{New: func() any {
 	return &attnWork{gemmWork: *workPool.New().(*gemmWork)}
 }}
 
-// take returns n floats of scratch starting at *off, growing buf as needed.
+// grow returns n floats of scratch, growing buf as needed.
 func (w *attnWork) grow(n int) []float32 {
 	if cap(w.buf) < n {
 		w.buf = make([]float32, n)
