@@ -71,6 +71,7 @@ func (s Shape) String() string {
 // contiguous and row-major; views (Reshape, Rows) share storage.
 type Tensor struct {
 	shape Shape
+	dims  [4]int // storage for shape up to rank 4
 	dtype DType
 	dev   Device
 	be    backend.Backend
@@ -146,7 +147,8 @@ func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 		}
 	}
 	be := getBackend(op, dev)
-	t := &Tensor{shape: append(Shape(nil), shape...), dtype: dt, dev: dev, be: be, owns: true}
+	t := &Tensor{dtype: dt, dev: dev, be: be, owns: true}
+	t.setShape(shape)
 	t.st = be.Alloc(dt, shape.Numel())
 	track(t)
 	return t
@@ -154,9 +156,21 @@ func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 
 // view makes a tensor sharing t's storage.
 func (t *Tensor) view(shape Shape, off int) *Tensor {
-	v := &Tensor{shape: shape, dtype: t.dtype, dev: t.dev, be: t.be, st: t.st, off: off, freed: t.freed}
+	v := &Tensor{dtype: t.dtype, dev: t.dev, be: t.be, st: t.st, off: off, freed: t.freed}
+	v.setShape(shape)
 	track(v)
 	return v
+}
+
+// setShape stores a copy of shape, inside the tensor itself when the rank
+// is small, so a tensor costs one heap allocation.
+func (t *Tensor) setShape(shape Shape) {
+	if len(shape) <= len(t.dims) {
+		t.shape = t.dims[:len(shape):len(shape)]
+		copy(t.shape, shape)
+		return
+	}
+	t.shape = append(Shape(nil), shape...)
 }
 
 // Empty returns an uninitialised tensor.
