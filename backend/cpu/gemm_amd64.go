@@ -40,6 +40,9 @@ func simdKernels() []microKernel {
 //go:noescape
 func gemmKernelAVX2(kc int, a, b, c *float32, ldc int, add bool)
 
+// The AVX-512 kernels are in gemm512_amd64.s, written by
+// scripts/gen_cpu_asm.py; the AVX2 kernel is in gemm_amd64.s.
+//
 // gemmKernelAVX512 keeps an 8×32 block in sixteen ZMM accumulators; each k
 // step loads 32 floats of B (bsk floats after the previous step's),
 // broadcasts 8 of A (contiguous, ask floats after the previous step's) and

@@ -31,7 +31,8 @@ func init() {
 	}
 }
 
-// Implemented in vexp_amd64.s; n must be a multiple of 8.
+// Implemented in vexp_amd64.s (written by scripts/gen_cpu_asm.py); n must
+// be a multiple of 8.
 //
 //go:noescape
 func expAVX2(dst, src *float32, n int)
@@ -55,7 +56,8 @@ func init() {
 	}
 }
 
-// adamwAVX2 is adamwGo eight floats at a time; n must be a multiple of 8.
+// adamwAVX2 is adamwGo eight floats at a time (adamw_amd64.s); n must be
+// a multiple of 8.
 //
 //go:noescape
 func adamwAVX2(w, grad, m, v *float32, n int, k *adamConsts)
