@@ -23,10 +23,8 @@ var attnPool = sync.Pool{New: func() any {
 
 // grow returns n floats of scratch, growing buf as needed.
 func (w *attnWork) grow(n int) []float32 {
-	if cap(w.buf) < n {
-		w.buf = make([]float32, n)
-	}
-	return w.buf[:n]
+	w.buf = grow(w.buf, n)
+	return w.buf
 }
 
 // gatherHead copies head h of part (0 q, 1 k, 2 v) of batch item b from

@@ -55,13 +55,6 @@ type bf16Packed struct{ a, b []uint32 }
 
 var bf16PackedPool = sync.Pool{New: func() any { return &bf16Packed{} }}
 
-func growU32(s []uint32, n int) []uint32 {
-	if cap(s) < n {
-		return make([]uint32, n)
-	}
-	return s[:n]
-}
-
 // matmulBF16 is MatMul for BF16 A and B and F32 C. Alpha must be 1. Like
 // the F32 product, it packs each operand once, in parallel, then computes
 // tiles of C from the packed pairs.
@@ -85,8 +78,8 @@ func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	mPad, nPad := roundUp(p.M, bf16MR), roundUp(p.N, bf16NR)
 	pk := bf16PackedPool.Get().(*bf16Packed)
 	defer bf16PackedPool.Put(pk)
-	pk.a = growU32(pk.a, p.Batch*mPad*kp)
-	pk.b = growU32(pk.b, p.Batch*nPad*kp)
+	pk.a = grow(pk.a, p.Batch*mPad*kp)
+	pk.b = grow(pk.b, p.Batch*nPad*kp)
 	as, bsn := mPad/bf16MR, nPad/bf16NR
 	c.parallelFor(p.Batch*(as+bsn), 4, func(lo, hi int) {
 		for t := lo; t < hi; t++ {

@@ -100,9 +100,10 @@ type packed struct{ a, b []float32 }
 
 var packedPool = sync.Pool{New: func() any { return &packed{} }}
 
-func grow(s []float32, n int) []float32 {
+// grow returns s resized to n elements, reallocating only when it is too small.
+func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }
