@@ -69,6 +69,8 @@ type GPT struct {
 	LNF    *nn.LayerNorm
 
 	dropouts []*nn.Dropout
+	dropRNG  *tensor.RNG               // shared by every dropout layer
+	posIDs   map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
 }
 
 // New builds a GPT on dev with GPT-2's initialisation: weights from
@@ -89,10 +91,9 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 	in := nn.Init{RNG: tensor.NewRNG(seed), Dev: dev}
 	C := cfg.NEmbd
 	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
-	dropRNG := tensor.NewRNG(seed ^ 0x5eed)
-	m := &GPT{Config: cfg}
+	m := &GPT{Config: cfg, dropRNG: tensor.NewRNG(seed ^ 0x5eed)}
 	newDrop := func() *nn.Dropout {
-		d := &nn.Dropout{P: cfg.Dropout, RNG: dropRNG}
+		d := &nn.Dropout{P: cfg.Dropout, RNG: m.dropRNG}
 		m.dropouts = append(m.dropouts, d)
 		return d
 	}
@@ -134,11 +135,7 @@ func (m *GPT) SetTraining(on bool) (was bool) {
 
 // SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a
 // run's masks do not depend on how many forward passes came before.
-func (m *GPT) SetDropoutSeed(seed uint64) {
-	for _, d := range m.dropouts {
-		d.RNG.State = seed
-	}
-}
+func (m *GPT) SetDropoutSeed(seed uint64) { m.dropRNG.State = seed }
 
 // Parameters lists every parameter once, in checkpoint order.
 func (m *GPT) Parameters() []*nn.Parameter {
@@ -173,6 +170,27 @@ func (m *GPT) To(dev tensor.Device) {
 	for _, p := range m.Parameters() {
 		p.To(dev)
 	}
+	for k, t := range m.posIDs {
+		t.Free()
+		delete(m.posIDs, k)
+	}
+}
+
+// positionsFrom0 returns the persistent position ids [B, T] (0..T-1 in each
+// row) on the model's device, uploading them only the first time a shape
+// is seen: training asks for the same shape every step.
+func (m *GPT) positionsFrom0(B, T int) *tensor.Tensor {
+	k := [2]int{B, T}
+	if t, ok := m.posIDs[k]; ok {
+		return t
+	}
+	if m.posIDs == nil {
+		m.posIDs = map[[2]int]*tensor.Tensor{}
+	}
+	var t *tensor.Tensor
+	tensor.Persist(func() { t = positions(m.Device(), B, T, 0) })
+	m.posIDs[k] = t
+	return t
 }
 
 // Device is where the parameters live.
@@ -193,7 +211,7 @@ func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 	if T > m.Config.BlockSize {
 		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)})
 	}
-	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(positions(idx.Device(), B, T, 0)))
+	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(m.positionsFrom0(B, T)))
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
 		x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))

@@ -89,6 +89,7 @@ type run struct {
 	// batch fills x and y with micro-batch micro of a step; it defaults to
 	// the train sampler's windows (tests replay fixed batches).
 	batch   func(step, micro int, x, y []int32)
+	x, y    []int32 // host staging for one micro-batch, reused every step
 	evalTr  *data.Sampler
 	evalVal *data.Sampler
 	metrics bytes.Buffer
@@ -226,8 +227,10 @@ func (r *run) step(step int, lr float64) float64 { return r.stepWithHook(step, l
 func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	cfg := r.cfg
 	B, T := cfg.BatchSize, cfg.BlockSize
-	x := make([]int32, B*T)
-	y := make([]int32, B*T)
+	if len(r.x) != B*T {
+		r.x, r.y = make([]int32, B*T), make([]int32, B*T)
+	}
+	x, y := r.x, r.y
 	var total float64
 	for micro := 0; micro < cfg.GradAccum; micro++ {
 		if r.batch != nil {

@@ -102,7 +102,10 @@ func (c *CPU) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
 func (c *CPU) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
 	d, s := f32(dst)[:cols], f32(src)[:rows*cols]
 	c.parallelFor(cols, 64, func(lo, hi int) {
-		acc := make([]float32, hi-lo)
+		buf := getScratch(hi - lo)
+		defer scratchPool.Put(buf)
+		acc := *buf
+		clear(acc)
 		for i := 0; i < rows; i++ {
 			row := s[i*cols+lo : i*cols+hi]
 			for j := range acc {

@@ -135,8 +135,10 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 	dxs, gs, xs, ws := f32(dx)[:rows*cols], f32(dout)[:rows*cols], f32(x)[:rows*cols], f32(w)[:cols]
 	ms, rs := f32(mean)[:rows], f32(rstd)[:rows]
 	chunks := (rows + lnChunk - 1) / lnChunk
-	partW := make([]float32, chunks*cols)
-	partB := make([]float32, chunks*cols)
+	buf := getScratch(2 * chunks * cols)
+	defer scratchPool.Put(buf)
+	clear(*buf)
+	partW, partB := (*buf)[:chunks*cols], (*buf)[chunks*cols:]
 	c.parallelFor(chunks, 1, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
 			pw, pb := partW[ch*cols:(ch+1)*cols], partB[ch*cols:(ch+1)*cols]
@@ -162,7 +164,9 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 func (c *CPU) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v int) {
 	ls, lz, xs, ts := f32(losses)[:n], f32(lse)[:n], f32(logits)[:n*v], i32(targets)[:n]
 	c.parallelFor(n, rowGrain(v), func(lo, hi int) {
-		tmp := make([]float32, v)
+		buf := getScratch(v)
+		defer scratchPool.Put(buf)
+		tmp := *buf
 		for r := lo; r < hi; r++ {
 			row := xs[r*v : (r+1)*v]
 			m := float32(math.Inf(-1))

@@ -100,6 +100,18 @@ type packed struct{ a, b []float32 }
 
 var packedPool = sync.Pool{New: func() any { return &packed{} }}
 
+// scratchPool holds float32 scratch slices that kernels borrow for the
+// length of one call, so steady-state steps do not allocate.
+var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// getScratch borrows n floats (contents unspecified); return them with
+// scratchPool.Put.
+func getScratch(n int) *[]float32 {
+	p := scratchPool.Get().(*[]float32)
+	*p = grow(*p, n)
+	return p
+}
+
 // grow returns s resized to n elements, reallocating only when it is too small.
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
