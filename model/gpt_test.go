@@ -65,3 +65,38 @@ func TestPyTorchParity(t *testing.T) {
 		})
 	}
 }
+
+// TestTo moves a model to another (logical CPU) device: the loss there is
+// the same, and the parameters stay leaves that receive gradients.
+func TestTo(t *testing.T) {
+	cfg := Config{VocabSize: 11, BlockSize: 6, NLayer: 1, NHead: 2, NEmbd: 8}
+	m, err := New(cfg, tensor.CPU, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}
+	y := []int32{2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 2}
+	loss := func(dev tensor.Device) (l float32) {
+		tensor.Step(func() {
+			out := m.Loss(tensor.FromInt32s(dev, x, 2, 6), tensor.FromInt32s(dev, y, 2, 6))
+			l = out.Item()
+			out.Backward()
+		})
+		return l
+	}
+	before := loss(tensor.CPU)
+	dev := tensor.Device{Kind: "cpu", Index: 1}
+	m.To(dev)
+	for _, p := range m.Parameters() {
+		tensor.ZeroGrad(p.T)
+		if p.T.Device() != dev || !p.T.RequiresGrad() {
+			t.Fatalf("%s on %v after To(%v)", p.Name, p.T.Device(), dev)
+		}
+	}
+	if after := loss(dev); after != before {
+		t.Fatalf("loss %v on %v, %v on cpu", after, dev, before)
+	}
+	if m.WTE.W.T.Grad == nil || m.WTE.W.T.Grad.Device() != dev {
+		t.Fatal("no gradient on the new device")
+	}
+}

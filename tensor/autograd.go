@@ -22,19 +22,6 @@ func record(out *Tensor, op string, inputs []*Tensor, backward func(g *Tensor) [
 	}
 }
 
-// needsGrad reports whether an op with these inputs will be recorded.
-func needsGrad(inputs ...*Tensor) bool {
-	if !gradEnabled {
-		return false
-	}
-	for _, in := range inputs {
-		if in != nil && in.requiresGrad {
-			return true
-		}
-	}
-	return false
-}
-
 // Backward computes the gradient of a one-element tensor with respect to
 // every leaf that requires one, adding it into their Grad. The graph is
 // released afterwards.
