@@ -100,21 +100,29 @@ func (s Schedule) At(it int) float64 {
 // maxNorm (if maxNorm > 0), and returns the norm before clipping. The norm
 // is the one value that crosses to the host.
 func ClipGradNorm(params []*nn.Parameter, maxNorm float64) float64 {
-	var grads []*tensor.Tensor
-	for _, p := range params {
-		if p.T.Grad != nil {
-			grads = append(grads, p.T.Grad)
-		}
-	}
-	if len(grads) == 0 {
-		return 0
-	}
 	var norm float64
-	tensor.Step(func() { norm = math.Sqrt(float64(tensor.SumSquares(grads...).Item())) })
-	if maxNorm > 0 && norm > maxNorm {
+	found := false
+	tensor.Step(func() {
+		var acc *tensor.Tensor
+		for _, p := range params {
+			if g := p.T.Grad; g != nil {
+				if acc == nil {
+					acc = tensor.Zeros(g.Device())
+				}
+				tensor.AddSumSquares(acc, g)
+			}
+		}
+		if acc != nil {
+			found = true
+			norm = math.Sqrt(float64(acc.Item()))
+		}
+	})
+	if found && maxNorm > 0 && norm > maxNorm {
 		scale := float32(maxNorm / (norm + 1e-6))
-		for _, g := range grads {
-			tensor.ScaleInPlace(g, scale)
+		for _, p := range params {
+			if g := p.T.Grad; g != nil {
+				tensor.ScaleInPlace(g, scale)
+			}
 		}
 	}
 	return norm

@@ -48,10 +48,14 @@ func Catch(fn func()) (err error) {
 func check(op string, ts ...*Tensor) {
 	for _, t := range ts[1:] {
 		if t.dev != ts[0].dev {
-			panic(&Error{Op: op, Msg: fmt.Sprintf("tensors on %v and %v", ts[0].dev, t.dev), Operands: ts})
+			panic(&Error{Op: op, Msg: fmt.Sprintf("tensors on %v and %v", ts[0].dev, t.dev), Operands: operands(ts)})
 		}
 	}
 }
+
+// operands copies an op's operand list for an Error, so the variadic
+// slices of the checks stay on the caller's stack.
+func operands(ts []*Tensor) []*Tensor { return append([]*Tensor(nil), ts...) }
 
 func sameShape(op string, a, b *Tensor) {
 	if !a.shape.Equal(b.shape) {
@@ -62,7 +66,7 @@ func sameShape(op string, a, b *Tensor) {
 func wantDType(op string, dt DType, ts ...*Tensor) {
 	for _, t := range ts {
 		if t.dtype != dt {
-			panic(&Error{Op: op, Msg: fmt.Sprintf("want %v, got %v", dt, t.dtype), Operands: ts})
+			panic(&Error{Op: op, Msg: fmt.Sprintf("want %v, got %v", dt, t.dtype), Operands: operands(ts)})
 		}
 	}
 }

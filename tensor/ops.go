@@ -21,31 +21,41 @@ func binary(op string, kind backend.BinaryOp, a, b *Tensor) *Tensor {
 // Add returns a + b (same shapes).
 func Add(a, b *Tensor) *Tensor {
 	out := binary("add", backend.Add, a, b)
-	record(out, "add", []*Tensor{a, b}, func(g *Tensor) []*Tensor { return []*Tensor{g, g} })
+	record(out, "add", addBackward, a, b)
 	return out
 }
+
+func addBackward(n *node, g *Tensor) { n.gin[0], n.gin[1] = g, g }
 
 // Sub returns a - b (same shapes).
 func Sub(a, b *Tensor) *Tensor {
 	out := binary("sub", backend.Sub, a, b)
-	record(out, "sub", []*Tensor{a, b}, func(g *Tensor) []*Tensor { return []*Tensor{g, Scale(g, -1)} })
+	record(out, "sub", subBackward, a, b)
 	return out
+}
+
+func subBackward(n *node, g *Tensor) {
+	n.gin[0] = g
+	if n.in[1].requiresGrad {
+		n.gin[1] = Scale(g, -1)
+	}
 }
 
 // Mul returns the elementwise product a * b (same shapes).
 func Mul(a, b *Tensor) *Tensor {
 	out := binary("mul", backend.Mul, a, b)
-	record(out, "mul", []*Tensor{a, b}, func(g *Tensor) []*Tensor {
-		var ga, gb *Tensor
-		if a.requiresGrad {
-			ga = Mul(g, b)
-		}
-		if b.requiresGrad {
-			gb = Mul(g, a)
-		}
-		return []*Tensor{ga, gb}
-	})
+	record(out, "mul", mulBackward, a, b)
 	return out
+}
+
+func mulBackward(n *node, g *Tensor) {
+	a, b := n.in[0], n.in[1]
+	if a.requiresGrad {
+		n.gin[0] = Mul(g, b)
+	}
+	if b.requiresGrad {
+		n.gin[1] = Mul(g, a)
+	}
 }
 
 // Scale returns s * a.
@@ -53,9 +63,13 @@ func Scale(a *Tensor, s float32) *Tensor {
 	wantDType("scale", F32, a)
 	out := like("scale", a, a.shape)
 	a.be.Scale(out.ref(), a.ref(), s, a.Numel())
-	record(out, "scale", []*Tensor{a}, func(g *Tensor) []*Tensor { return []*Tensor{Scale(g, s)} })
+	if n := record(out, "scale", scaleBackward, a); n != nil {
+		n.f = s
+	}
 	return out
 }
+
+func scaleBackward(n *node, g *Tensor) { n.gin[0] = Scale(g, n.f) }
 
 // ScaleInPlace multiplies t by s outside autograd.
 func ScaleInPlace(t *Tensor, s float32) { t.be.Scale(t.ref(), t.ref(), s, t.Numel()) }
@@ -91,6 +105,16 @@ func rowsOf(t *Tensor) (rows, k int) {
 	return t.Numel() / k, k
 }
 
+// withLast returns s with its last axis replaced by last, in buf.
+func withLast(buf *[maxInlineRank]int, s Shape, last int) Shape {
+	out := append(buf[:0], s[:len(s)-1]...)
+	return append(out, last)
+}
+
+// maxInlineRank is the rank up to which ops build output shapes without
+// allocating.
+const maxInlineRank = 8
+
 func wantRank(op string, t *Tensor, min int) {
 	if len(t.shape) < min {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("want at least %d dimensions", min), Operands: []*Tensor{t}})
@@ -109,46 +133,52 @@ func MatMul(a, b *Tensor) *Tensor {
 	if b.Dim(-2) != K {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("inner dimensions %d and %d differ", K, b.Dim(-2)), Operands: []*Tensor{a, b}})
 	}
-	N := b.Dim(-1)
-	outShape := append(append(Shape(nil), a.shape[:len(a.shape)-1]...), N)
+	if len(b.shape) > 2 && !Shape(a.shape[:len(a.shape)-2]).Equal(b.shape[:len(b.shape)-2]) {
+		panic(&Error{Op: op, Msg: "batch dimensions differ", Operands: []*Tensor{a, b}})
+	}
+	var buf [maxInlineRank]int
+	out := like(op, a, withLast(&buf, a.shape, b.Dim(-1)))
+	gemm(matmulParams(a, b, false, false), a, b, out, nil)
+	record(out, op, matmulBackward, a, b)
+	return out
+}
+
+// matmulParams describes op(a)@op(b)-shaped products for MatMul's operand
+// shapes: forward (false, false), a's gradient g@bᵀ (false, true) and b's
+// gradient aᵀ@g (true, false), reading the sizes from a and b.
+func matmulParams(a, b *Tensor, ta, tb bool) backend.MatMul {
+	K, N := a.Dim(-1), b.Dim(-1)
 	if len(b.shape) == 2 {
 		rows, _ := rowsOf(a)
-		out := like(op, a, outShape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: N, K: K}, a, b, out, nil)
-		record(out, op, []*Tensor{a, b}, func(g *Tensor) []*Tensor {
-			var ga, gb *Tensor
-			if a.requiresGrad {
-				ga = like(op, a, a.shape)
-				gemm(backend.MatMul{Batch: 1, M: rows, N: K, K: N, TransB: true}, g, b, ga, nil)
-			}
-			if b.requiresGrad {
-				gb = like(op, b, b.shape)
-				gemm(backend.MatMul{Batch: 1, M: K, N: N, K: rows, TransA: true}, a, g, gb, nil)
-			}
-			return []*Tensor{ga, gb}
-		})
-		return out
-	}
-	if !Shape(a.shape[:len(a.shape)-2]).Equal(b.shape[:len(b.shape)-2]) {
-		panic(&Error{Op: op, Msg: "batch dimensions differ", Operands: []*Tensor{a, b}})
+		switch {
+		case tb: // ga[rows,K] = g[rows,N] @ bᵀ
+			return backend.MatMul{Batch: 1, M: rows, N: K, K: N, TransB: true}
+		case ta: // gb[K,N] = aᵀ @ g
+			return backend.MatMul{Batch: 1, M: K, N: N, K: rows, TransA: true}
+		}
+		return backend.MatMul{Batch: 1, M: rows, N: N, K: K}
 	}
 	M := a.Dim(-2)
 	batch := Shape(a.shape[:len(a.shape)-2]).Numel()
-	out := like(op, a, outShape)
-	gemm(backend.MatMul{Batch: batch, M: M, N: N, K: K, StrideA: M * K, StrideB: K * N, StrideC: M * N}, a, b, out, nil)
-	record(out, op, []*Tensor{a, b}, func(g *Tensor) []*Tensor {
-		var ga, gb *Tensor
-		if a.requiresGrad {
-			ga = like(op, a, a.shape)
-			gemm(backend.MatMul{Batch: batch, M: M, N: K, K: N, TransB: true, StrideA: M * N, StrideB: K * N, StrideC: M * K}, g, b, ga, nil)
-		}
-		if b.requiresGrad {
-			gb = like(op, b, b.shape)
-			gemm(backend.MatMul{Batch: batch, M: K, N: N, K: M, TransA: true, StrideA: M * K, StrideB: M * N, StrideC: K * N}, a, g, gb, nil)
-		}
-		return []*Tensor{ga, gb}
-	})
-	return out
+	switch {
+	case tb:
+		return backend.MatMul{Batch: batch, M: M, N: K, K: N, TransB: true, StrideA: M * N, StrideB: K * N, StrideC: M * K}
+	case ta:
+		return backend.MatMul{Batch: batch, M: K, N: N, K: M, TransA: true, StrideA: M * K, StrideB: M * N, StrideC: K * N}
+	}
+	return backend.MatMul{Batch: batch, M: M, N: N, K: K, StrideA: M * K, StrideB: K * N, StrideC: M * N}
+}
+
+func matmulBackward(n *node, g *Tensor) {
+	a, b := n.in[0], n.in[1]
+	if a.requiresGrad {
+		n.gin[0] = like("matmul", a, a.shape)
+		gemm(matmulParams(a, b, false, true), g, b, n.gin[0], nil)
+	}
+	if b.requiresGrad {
+		n.gin[1] = like("matmul", b, b.shape)
+		gemm(matmulParams(a, b, true, false), a, g, n.gin[1], nil)
+	}
 }
 
 // Linear returns x @ w + bias for x [..., in], w [in, out] (the Conv1D
@@ -164,33 +194,35 @@ func Linear(x, w, bias *Tensor) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("input has %d features, weight expects %d", in, w.Dim(0)), Operands: []*Tensor{x, w}})
 	}
 	outF := w.Dim(1)
-	inputs := []*Tensor{x, w}
 	if bias != nil {
 		check(op, x, bias)
 		if len(bias.shape) != 1 || bias.shape[0] != outF {
 			panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", bias.shape, outF), Operands: []*Tensor{x, w, bias}})
 		}
-		inputs = append(inputs, bias)
 	}
-	out := like(op, x, append(append(Shape(nil), x.shape[:len(x.shape)-1]...), outF))
+	var buf [maxInlineRank]int
+	out := like(op, x, withLast(&buf, x.shape, outF))
 	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in}, x, w, out, bias)
-	record(out, op, inputs, func(g *Tensor) []*Tensor {
-		grads := make([]*Tensor, len(inputs))
-		if x.requiresGrad {
-			grads[0] = like(op, x, x.shape)
-			gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true}, g, w, grads[0], nil)
-		}
-		if w.requiresGrad {
-			grads[1] = like(op, w, w.shape)
-			gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true}, x, g, grads[1], nil)
-		}
-		if bias != nil && bias.requiresGrad {
-			grads[2] = like(op, bias, bias.shape)
-			g.be.SumRows(grads[2].ref(), g.ref(), rows, outF, 0)
-		}
-		return grads
-	})
+	record(out, op, linearBackward, x, w, bias)
 	return out
+}
+
+func linearBackward(n *node, g *Tensor) {
+	x, w, bias := n.in[0], n.in[1], n.in[2]
+	rows, in := rowsOf(x)
+	outF := w.Dim(1)
+	if x.requiresGrad {
+		n.gin[0] = like("linear", x, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true}, g, w, n.gin[0], nil)
+	}
+	if w.requiresGrad {
+		n.gin[1] = like("linear", w, w.shape)
+		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true}, x, g, n.gin[1], nil)
+	}
+	if bias != nil && bias.requiresGrad {
+		n.gin[2] = like("linear", bias, bias.shape)
+		g.be.SumRows(n.gin[2].ref(), g.ref(), rows, outF, 0)
+	}
 }
 
 // LinearT returns x @ wᵀ for x [..., in] and w [out, in]: the language
@@ -205,21 +237,25 @@ func LinearT(x, w *Tensor) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("input has %d features, weight has %d", in, w.Dim(1)), Operands: []*Tensor{x, w}})
 	}
 	outF := w.Dim(0)
-	out := like(op, x, append(append(Shape(nil), x.shape[:len(x.shape)-1]...), outF))
+	var buf [maxInlineRank]int
+	out := like(op, x, withLast(&buf, x.shape, outF))
 	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true}, x, w, out, nil)
-	record(out, op, []*Tensor{x, w}, func(g *Tensor) []*Tensor {
-		var gx, gw *Tensor
-		if x.requiresGrad {
-			gx = like(op, x, x.shape)
-			gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF}, g, w, gx, nil)
-		}
-		if w.requiresGrad {
-			gw = like(op, w, w.shape)
-			gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true}, g, x, gw, nil)
-		}
-		return []*Tensor{gx, gw}
-	})
+	record(out, op, linearTBackward, x, w)
 	return out
+}
+
+func linearTBackward(n *node, g *Tensor) {
+	x, w := n.in[0], n.in[1]
+	rows, in := rowsOf(x)
+	outF := w.Dim(0)
+	if x.requiresGrad {
+		n.gin[0] = like("linear_t", x, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF}, g, w, n.gin[0], nil)
+	}
+	if w.requiresGrad {
+		n.gin[1] = like("linear_t", w, w.shape)
+		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true}, g, x, n.gin[1], nil)
+	}
 }
 
 // GELU applies the tanh approximation of GELU elementwise.
@@ -227,12 +263,15 @@ func GELU(x *Tensor) *Tensor {
 	wantDType("gelu", F32, x)
 	out := like("gelu", x, x.shape)
 	x.be.GELU(out.ref(), x.ref(), x.Numel())
-	record(out, "gelu", []*Tensor{x}, func(g *Tensor) []*Tensor {
-		dx := like("gelu_backward", x, x.shape)
-		x.be.GELUBackward(dx.ref(), x.ref(), g.ref(), x.Numel())
-		return []*Tensor{dx}
-	})
+	record(out, "gelu", geluBackward, x)
 	return out
+}
+
+func geluBackward(n *node, g *Tensor) {
+	x := n.in[0]
+	dx := like("gelu_backward", x, x.shape)
+	x.be.GELUBackward(dx.ref(), x.ref(), g.ref(), x.Numel())
+	n.gin[0] = dx
 }
 
 // Softmax normalises over the last axis.
@@ -241,12 +280,18 @@ func Softmax(x *Tensor) *Tensor {
 	rows, cols := rowsOf(x)
 	out := like("softmax", x, x.shape)
 	x.be.Softmax(out.ref(), x.ref(), rows, cols)
-	record(out, "softmax", []*Tensor{x}, func(g *Tensor) []*Tensor {
-		dx := like("softmax_backward", x, x.shape)
-		x.be.SoftmaxBackward(dx.ref(), out.ref(), g.ref(), rows, cols)
-		return []*Tensor{dx}
-	})
+	if n := record(out, "softmax", softmaxBackward, x); n != nil {
+		n.saved[0] = out
+	}
 	return out
+}
+
+func softmaxBackward(n *node, g *Tensor) {
+	x, out := n.in[0], n.saved[0]
+	rows, cols := rowsOf(x)
+	dx := like("softmax_backward", x, x.shape)
+	x.be.SoftmaxBackward(dx.ref(), out.ref(), g.ref(), rows, cols)
+	n.gin[0] = dx
 }
 
 // LayerNorm normalises the last axis of x and applies weight w and bias b
@@ -259,35 +304,35 @@ func LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 	if len(w.shape) != 1 || w.shape[0] != cols {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{x, w}})
 	}
-	inputs := []*Tensor{x, w}
 	var br backend.Ref
 	if b != nil {
 		check(op, x, b)
 		sameShape(op, w, b)
-		inputs = append(inputs, b)
 		br = b.ref()
 	}
 	out := like(op, x, x.shape)
 	mean := like(op, x, Shape{rows})
 	rstd := like(op, x, Shape{rows})
 	x.be.LayerNorm(out.ref(), mean.ref(), rstd.ref(), x.ref(), w.ref(), br, rows, cols, eps)
-	record(out, op, inputs, func(g *Tensor) []*Tensor {
-		dx := like(op, x, x.shape)
-		dw := ZerosLike(w)
-		var dbr backend.Ref
-		var db *Tensor
-		if b != nil {
-			db = ZerosLike(b)
-			dbr = db.ref()
-		}
-		x.be.LayerNormBackward(dx.ref(), dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols)
-		grads := []*Tensor{dx, dw}
-		if b != nil {
-			grads = append(grads, db)
-		}
-		return grads
-	})
+	if n := record(out, op, layerNormBackward, x, w, b); n != nil {
+		n.saved[0], n.saved[1] = mean, rstd
+	}
 	return out
+}
+
+func layerNormBackward(n *node, g *Tensor) {
+	x, w, b := n.in[0], n.in[1], n.in[2]
+	mean, rstd := n.saved[0], n.saved[1]
+	rows, cols := rowsOf(x)
+	dx := like("layer_norm", x, x.shape)
+	dw := ZerosLike(w)
+	var dbr backend.Ref
+	if b != nil {
+		n.gin[2] = ZerosLike(b)
+		dbr = n.gin[2].ref()
+	}
+	x.be.LayerNormBackward(dx.ref(), dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols)
+	n.gin[0], n.gin[1] = dx, dw
 }
 
 // CrossEntropy returns the mean over rows of -log softmax(logits)[target]
@@ -309,12 +354,18 @@ func CrossEntropy(logits, targets *Tensor) *Tensor {
 	out := like(op, logits, Shape{})
 	logits.be.SumCols(out.ref(), losses.ref(), 1, n)
 	logits.be.Scale(out.ref(), out.ref(), 1/float32(n), 1)
-	record(out, op, []*Tensor{logits}, func(g *Tensor) []*Tensor {
-		d := like(op, logits, logits.shape)
-		logits.be.CrossEntropyBackward(d.ref(), logits.ref(), lse.ref(), targets.ref(), g.ref(), 1/float32(n), n, v)
-		return []*Tensor{d}
-	})
+	if nd := record(out, op, crossEntropyBackward, logits); nd != nil {
+		nd.saved[0], nd.saved[1] = lse, targets
+	}
 	return out
+}
+
+func crossEntropyBackward(nd *node, g *Tensor) {
+	logits, lse, targets := nd.in[0], nd.saved[0], nd.saved[1]
+	n, v := rowsOf(logits)
+	d := like("cross_entropy", logits, logits.shape)
+	logits.be.CrossEntropyBackward(d.ref(), logits.ref(), lse.ref(), targets.ref(), g.ref(), 1/float32(n), n, v)
+	nd.gin[0] = d
 }
 
 // Embedding gathers rows of table [V, C] for I32 ids [...], giving [..., C].
@@ -326,14 +377,24 @@ func Embedding(table, ids *Tensor) *Tensor {
 	wantRank(op, table, 2)
 	dim := table.Dim(1)
 	n := ids.Numel()
-	out := like(op, table, append(append(Shape(nil), ids.shape...), dim))
+	if len(ids.shape) >= maxInlineRank {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("ids of rank %d", len(ids.shape)), Operands: []*Tensor{table, ids}})
+	}
+	var buf [maxInlineRank]int
+	shape := append(append(buf[:0], ids.shape...), dim)
+	out := like(op, table, shape)
 	table.be.Embedding(out.ref(), table.ref(), ids.ref(), n, dim)
-	record(out, op, []*Tensor{table}, func(g *Tensor) []*Tensor {
-		dt := ZerosLike(table)
-		table.be.EmbeddingBackward(dt.ref(), g.ref(), ids.ref(), n, dim)
-		return []*Tensor{dt}
-	})
+	if nd := record(out, op, embeddingBackward, table); nd != nil {
+		nd.saved[0] = ids
+	}
 	return out
+}
+
+func embeddingBackward(nd *node, g *Tensor) {
+	table, ids := nd.in[0], nd.saved[0]
+	dt := ZerosLike(table)
+	table.be.EmbeddingBackward(dt.ref(), g.ref(), ids.ref(), ids.Numel(), table.Dim(1))
+	nd.gin[0] = dt
 }
 
 // Attention is causal multi-head self-attention on a packed qkv
@@ -353,12 +414,19 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 	out := like(op, qkv, Shape{p.B, p.T, C})
 	saved := like(op, qkv, Shape{p.SavedLen()})
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
-	record(out, op, []*Tensor{qkv}, func(g *Tensor) []*Tensor {
-		d := like(op, qkv, qkv.shape)
-		qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
-		return []*Tensor{d}
-	})
+	if n := record(out, op, attentionBackward, qkv); n != nil {
+		n.saved[0], n.saved[1] = out, saved
+		n.i[0] = nHead
+	}
 	return out
+}
+
+func attentionBackward(n *node, g *Tensor) {
+	qkv, out, saved := n.in[0], n.saved[0], n.saved[1]
+	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: n.i[0]}
+	d := like("attention", qkv, qkv.shape)
+	qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
+	n.gin[0] = d
 }
 
 // Sum returns the sum of all elements as a one-element tensor.
@@ -366,12 +434,12 @@ func Sum(x *Tensor) *Tensor {
 	wantDType("sum", F32, x)
 	out := like("sum", x, Shape{})
 	x.be.SumCols(out.ref(), x.ref(), 1, x.Numel())
-	record(out, "sum", []*Tensor{x}, func(g *Tensor) []*Tensor {
-		// The one scalar gradient is read on the host to broadcast it.
-		return []*Tensor{Full(x.dev, g.Item(), x.shape...)}
-	})
+	record(out, "sum", sumBackward, x)
 	return out
 }
+
+// sumBackward broadcasts the one scalar gradient, read on the host.
+func sumBackward(n *node, g *Tensor) { n.gin[0] = Full(n.in[0].dev, g.Item(), n.in[0].shape...) }
 
 // Mean returns the mean of all elements.
 func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
@@ -385,15 +453,25 @@ func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 	if p < 0 || p >= 1 {
 		panic(&Error{Op: "dropout", Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{x}})
 	}
-	mask := make([]float32, x.Numel())
+	n := x.Numel()
+	if cap(dropMask) < n {
+		dropMask = make([]float32, n)
+	}
+	mask := dropMask[:n]
 	keep := 1 / (1 - p)
 	for i := range mask {
+		mask[i] = 0
 		if r.Float64() >= float64(p) {
 			mask[i] = keep
 		}
 	}
-	return Mul(x, FromFloat32s(x.dev, mask, x.shape...))
+	m := alloc("dropout", x.dev, F32, x.shape)
+	m.be.Upload(m.ref(), mask)
+	return Mul(x, m)
 }
+
+// dropMask is Dropout's host buffer for drawing masks, reused every call.
+var dropMask []float32
 
 // Cast converts x to dtype dt (rounding to nearest even for BF16 and F16).
 // Gradients flow back through the inverse cast.
@@ -403,9 +481,11 @@ func Cast(x *Tensor, dt DType) *Tensor {
 	}
 	out := alloc("cast", x.dev, dt, x.shape)
 	x.be.Cast(out.ref(), x.ref(), x.Numel())
-	record(out, "cast", []*Tensor{x}, func(g *Tensor) []*Tensor { return []*Tensor{Cast(g, x.dtype)} })
+	record(out, "cast", castBackward, x)
 	return out
 }
+
+func castBackward(n *node, g *Tensor) { n.gin[0] = Cast(g, n.in[0].dtype) }
 
 // SumSquares returns the sum of the squares of every element of ts, as a
 // one-element F32 tensor on their device (for gradient-norm clipping).
@@ -413,13 +493,22 @@ func SumSquares(ts ...*Tensor) *Tensor {
 	if len(ts) == 0 {
 		panic(&Error{Op: "sum_squares", Msg: "no tensors"})
 	}
-	check("sum_squares", ts...)
 	out := Zeros(ts[0].dev)
 	for _, t := range ts {
-		wantDType("sum_squares", F32, t)
-		t.be.SumSquares(out.ref(), t.ref(), t.Numel())
+		AddSumSquares(out, t)
 	}
 	return out
+}
+
+// AddSumSquares adds the sum of the squares of t's elements into acc, a
+// one-element F32 tensor on t's device, outside autograd.
+func AddSumSquares(acc, t *Tensor) {
+	check("sum_squares", acc, t)
+	wantDType("sum_squares", F32, acc, t)
+	if acc.Numel() != 1 {
+		panic(&Error{Op: "sum_squares", Msg: "accumulator must have one element", Operands: []*Tensor{acc}})
+	}
+	t.be.SumSquares(acc.ref(), t.ref(), t.Numel())
 }
 
 // AdamWStep applies one AdamW update to param in place from its Grad and

@@ -11,9 +11,32 @@ type scope struct {
 
 var (
 	scopes      []*scope
+	spareScopes []*scope
 	persistent  int // >0 inside Persist: allocations are not scoped
 	gradEnabled = true
 )
+
+// Tensor headers made inside a step are recycled, so a steady-state step
+// allocates nothing on the Go heap. A header is quarantined for one more
+// scope end after its own scope ends: using a tensor of the previous step
+// still panics with "freed" instead of silently reading a newer tensor.
+var (
+	freeHeaders []*Tensor // reusable
+	heldHeaders []*Tensor // freed at the last scope end, not yet reusable
+)
+
+// newHeader returns a zeroed tensor header: a recycled one for tensors the
+// current step scope will own, a new one otherwise.
+func newHeader() *Tensor {
+	if len(scopes) > 0 && persistent == 0 && len(freeHeaders) > 0 {
+		t := freeHeaders[len(freeHeaders)-1]
+		freeHeaders[len(freeHeaders)-1] = nil
+		freeHeaders = freeHeaders[:len(freeHeaders)-1]
+		*t = Tensor{}
+		return t
+	}
+	return new(Tensor)
+}
 
 func track(t *Tensor) {
 	if len(scopes) == 0 || persistent > 0 {
@@ -26,23 +49,40 @@ func track(t *Tensor) {
 // Step runs fn in a memory scope: every tensor made inside is freed when fn
 // returns (or panics), except those made inside Persist. Steps nest.
 func Step(fn func()) {
-	s := &scope{}
+	var s *scope
+	if n := len(spareScopes); n > 0 {
+		s = spareScopes[n-1]
+		spareScopes = spareScopes[:n-1]
+	} else {
+		s = &scope{}
+	}
 	scopes = append(scopes, s)
-	defer func() {
-		scopes = scopes[:len(scopes)-1]
-		for _, t := range s.tensors {
-			if t.owns && !t.freed {
-				t.be.Free(t.st)
-			}
-			t.freed = true
-			t.node = nil
-			if t.Grad != nil { // made in Persist by Backward; unreachable once t is gone
-				t.Grad.Free()
-			}
-			t.Grad = nil
-		}
-	}()
+	defer endScope(s)
 	fn()
+}
+
+// endScope frees what s tracked and recycles its headers.
+func endScope(s *scope) {
+	scopes = scopes[:len(scopes)-1]
+	for _, t := range s.tensors {
+		if t.owns && !t.freed {
+			t.be.Free(t.st)
+		}
+		t.freed = true
+		t.node = nil
+		t.nd = node{} // drop references to other tensors
+		t.pending = nil
+		if t.Grad != nil { // made in Persist by Backward; unreachable once t is gone
+			t.Grad.Free()
+		}
+		t.Grad = nil
+	}
+	freeHeaders = append(freeHeaders, heldHeaders...)
+	clear(heldHeaders)
+	heldHeaders = append(heldHeaders[:0], s.tensors...)
+	clear(s.tensors)
+	s.tensors = s.tensors[:0]
+	spareScopes = append(spareScopes, s)
 }
 
 // Persist runs fn with step scoping suspended: tensors made inside outlive

@@ -83,7 +83,11 @@ type Tensor struct {
 	requiresGrad bool
 	// Grad accumulates the gradient of a leaf tensor across Backward calls.
 	Grad *Tensor
-	node *node
+	node *node // &nd once an op is recorded
+
+	nd      node    // the op that made this tensor, when recorded
+	pending *Tensor // gradient gathered so far, during Backward
+	visited uint64  // Backward's visit mark
 }
 
 // Shape returns the tensor's shape. Do not modify it.
@@ -143,11 +147,12 @@ func getBackend(op string, dev Device) backend.Backend {
 func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 	for _, d := range shape {
 		if d < 0 {
-			panic(&Error{Op: op, Msg: fmt.Sprintf("negative dimension in shape %v", shape)})
+			panic(&Error{Op: op, Msg: fmt.Sprintf("negative dimension in shape %v", append(Shape(nil), shape...))})
 		}
 	}
 	be := getBackend(op, dev)
-	t := &Tensor{dtype: dt, dev: dev, be: be, owns: true}
+	t := newHeader()
+	t.dtype, t.dev, t.be, t.owns = dt, dev, be, true
 	t.setShape(shape)
 	t.st = be.Alloc(dt, shape.Numel())
 	track(t)
@@ -156,7 +161,9 @@ func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 
 // view makes a tensor sharing t's storage.
 func (t *Tensor) view(shape Shape, off int) *Tensor {
-	v := &Tensor{dtype: t.dtype, dev: t.dev, be: t.be, st: t.st, off: off, freed: t.freed}
+	v := newHeader()
+	v.dtype, v.dev, v.be, v.st, v.off, v.freed = t.dtype, t.dev, t.be, t.st, t.off, t.freed
+	v.off = off
 	v.setShape(shape)
 	track(v)
 	return v
@@ -208,7 +215,7 @@ func Randn(dev Device, r *RNG, std float32, shape ...int) *Tensor {
 // FromFloat32s copies host data into a new F32 tensor on dev.
 func FromFloat32s(dev Device, data []float32, shape ...int) *Tensor {
 	if Shape(shape).Numel() != len(data) {
-		panic(&Error{Op: "from_float32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), Shape(shape))})
+		panic(&Error{Op: "from_float32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), append(Shape(nil), shape...))})
 	}
 	t := alloc("from_float32s", dev, F32, shape)
 	t.be.Upload(t.ref(), data)
@@ -218,7 +225,7 @@ func FromFloat32s(dev Device, data []float32, shape ...int) *Tensor {
 // FromInt32s copies host data into a new I32 tensor on dev.
 func FromInt32s(dev Device, data []int32, shape ...int) *Tensor {
 	if Shape(shape).Numel() != len(data) {
-		panic(&Error{Op: "from_int32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), Shape(shape))})
+		panic(&Error{Op: "from_int32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), append(Shape(nil), shape...))})
 	}
 	t := alloc("from_int32s", dev, I32, shape)
 	t.be.Upload(t.ref(), data)
@@ -267,8 +274,16 @@ func (t *Tensor) Item() float32 {
 	if t.Numel() != 1 {
 		panic(&Error{Op: "item", Msg: "tensor has more than one element", Operands: []*Tensor{t}})
 	}
-	return t.Float32s()[0]
+	if t.dtype != F32 {
+		return t.Float32s()[0]
+	}
+	t.be.Download(itemBox, t.ref())
+	return itemBox.([]float32)[0]
 }
+
+// itemBox is Item's host buffer, boxed once so reading the loss each step
+// allocates nothing.
+var itemBox any = make([]float32, 1)
 
 // CopyFrom overwrites t's elements with src's (same shape, dtype, device),
 // outside autograd.
@@ -319,7 +334,8 @@ func (t *Tensor) Clone() *Tensor {
 // Reshape returns a view with a new shape of the same size. One dimension
 // may be -1, to be inferred.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
-	s := append(Shape(nil), shape...)
+	var buf [maxInlineRank]int
+	s := Shape(append(buf[:0], shape...))
 	infer, known := -1, 1
 	for i, d := range s {
 		if d == -1 && infer < 0 {
@@ -336,36 +352,41 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 		negative = negative || d < 0
 	}
 	if negative || s.Numel() != t.Numel() {
-		panic(&Error{Op: "reshape", Msg: fmt.Sprintf("cannot reshape to %v", Shape(shape)), Operands: []*Tensor{t}})
+		panic(&Error{Op: "reshape", Msg: fmt.Sprintf("cannot reshape to %v", append(Shape(nil), shape...)), Operands: []*Tensor{t}})
 	}
 	v := t.view(s, t.off)
 	if t.requiresGrad && gradEnabled {
-		orig := t.shape
-		record(v, "reshape", []*Tensor{t}, func(g *Tensor) []*Tensor {
-			return []*Tensor{g.Reshape(orig...)}
-		})
+		record(v, "reshape", reshapeBackward, t)
 	}
 	return v
 }
+
+func reshapeBackward(n *node, g *Tensor) { n.gin[0] = g.Reshape(n.in[0].shape...) }
 
 // Rows returns a view of rows [lo, hi) along axis 0.
 func (t *Tensor) Rows(lo, hi int) *Tensor {
 	if len(t.shape) == 0 || lo < 0 || hi > t.shape[0] || lo > hi {
 		panic(&Error{Op: "rows", Msg: fmt.Sprintf("rows [%d, %d) out of range", lo, hi), Operands: []*Tensor{t}})
 	}
-	s := append(Shape{hi - lo}, t.shape[1:]...)
+	var buf [maxInlineRank]int
+	s := append(buf[:0], t.shape...)
+	s[0] = hi - lo
 	inner := Shape(t.shape[1:]).Numel()
 	v := t.view(s, t.off+lo*inner)
 	if t.requiresGrad && gradEnabled {
-		full := t.shape
-		record(v, "rows", []*Tensor{t}, func(g *Tensor) []*Tensor {
-			z := alloc("rows_backward", g.dev, g.dtype, full)
-			z.be.Fill(z.ref(), 0, z.Numel())
-			z.be.Copy(backend.Ref{S: z.st, Off: lo * inner}, g.ref(), g.Numel())
-			return []*Tensor{z}
-		})
+		if n := record(v, "rows", rowsBackward, t); n != nil {
+			n.i[0] = lo * inner
+		}
 	}
 	return v
+}
+
+// rowsBackward places g at its rows of a zero gradient of the full shape.
+func rowsBackward(n *node, g *Tensor) {
+	z := alloc("rows_backward", g.dev, g.dtype, n.in[0].shape)
+	z.be.Fill(z.ref(), 0, z.Numel())
+	z.be.Copy(backend.Ref{S: z.st, Off: n.i[0]}, g.ref(), g.Numel())
+	n.gin[0] = z
 }
 
 // Free returns a persistent tensor's storage to its device pool now. The

@@ -253,8 +253,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	if hook != nil {
 		hook()
 	}
-	params := r.model.Parameters()
-	optim.ClipGradNorm(params, cfg.GradClip)
+	optim.ClipGradNorm(r.opt.Params, cfg.GradClip)
 	r.opt.SetLR(float32(lr))
 	r.opt.Step()
 	r.opt.ZeroGrad()
