@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math"
-	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -17,9 +16,14 @@ type attnWork struct {
 	buf []float32
 }
 
-var attnPool = sync.Pool{New: func() any {
-	return &attnWork{gemmWork: *workPool.New().(*gemmWork)}
-}}
+var attnPool pool[attnWork]
+
+// getAttnWork borrows an attnWork; return it with attnPool.put.
+func getAttnWork() *attnWork {
+	w := attnPool.get()
+	w.init()
+	return w
+}
 
 // grow returns n floats of scratch, growing buf as needed.
 func (w *attnWork) grow(n int) []float32 {
@@ -83,31 +87,51 @@ func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
 // backward pass recomputes the probabilities. One goroutine per
 // (batch, head), each with a fixed order of work.
 func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
-	B, T, C, H := p.B, p.T, p.C, p.H
+	B, T, C := p.B, p.T, p.C
+	runTask(c, &attentionTasks, B*p.H, 1, attentionTask{
+		p: p, o: f32(out)[:B*T*C], lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*3*C],
+	})
+}
+
+// attentionTask is one Attention call (o is out) or, as
+// attentionBackwardTask, one AttentionBackward call (d is dqkv, g is dout,
+// o is out); a range is a range of (batch, head) pairs.
+type attentionTask struct {
+	p               backend.Attention
+	d, g, o, lse, x []float32
+}
+
+type attentionBackwardTask attentionTask
+
+var (
+	attentionTasks         taskPool[attentionTask]
+	attentionBackwardTasks taskPool[attentionBackwardTask]
+)
+
+func (at *attentionTask) do(lo, hi int) {
+	T, C, H := at.p.T, at.p.C, at.p.H
 	hd := C / H
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	o, lse, x := f32(out)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
-	c.parallelFor(B*H, 1, func(lo, hi int) {
-		w := attnPool.Get().(*attnWork)
-		defer attnPool.Put(w)
-		buf := w.grow(3*T*hd + attnQB*T)
-		Q, K, V, S := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd], buf[3*T*hd:]
-		for bh := lo; bh < hi; bh++ {
-			b, h := bh/H, bh%H
-			gatherHeadScaled(Q, x, b, h, 0, T, C, hd, scale)
-			gatherHead(K, x, b, h, 1, T, C, hd)
-			gatherHead(V, x, b, h, 2, T, C, hd)
-			for q0 := 0; q0 < T; q0 += attnQB {
-				qb := min(attnQB, T-q0)
-				kn := q0 + qb
-				s := S[:qb*kn]
-				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, 1, 0)
-				causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:])
-				// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
-				w.gemmSerial(mat{s, kn, false}, mat{V, hd, false}, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
-			}
+	o, lse, x := at.o, at.lse, at.x
+	w := getAttnWork()
+	defer attnPool.put(w)
+	buf := w.grow(3*T*hd + attnQB*T)
+	Q, K, V, S := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd], buf[3*T*hd:]
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/H, bh%H
+		gatherHeadScaled(Q, x, b, h, 0, T, C, hd, scale)
+		gatherHead(K, x, b, h, 1, T, C, hd)
+		gatherHead(V, x, b, h, 2, T, C, hd)
+		for q0 := 0; q0 < T; q0 += attnQB {
+			qb := min(attnQB, T-q0)
+			kn := q0 + qb
+			s := S[:qb*kn]
+			w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, 1, 0)
+			causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:])
+			// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
+			w.gemmSerial(mat{s, kn, false}, mat{V, hd, false}, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
 		}
-	})
+	}
 }
 
 // AttentionBackward implements backend.Backend. Per (batch, head) and
@@ -115,79 +139,83 @@ func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 // dV += Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dO ⊙ O)),
 // dQ = scale·dS K and dK += scale·dSᵀ Q, all as matrix products.
 func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
-	B, T, C, H := p.B, p.T, p.C, p.H
+	B, T, C := p.B, p.T, p.C
+	runTask(c, &attentionBackwardTasks, B*p.H, 1, attentionBackwardTask{
+		p: p, d: f32(dqkv)[:B*T*3*C], g: f32(dout)[:B*T*C], o: f32(out)[:B*T*C],
+		lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*3*C],
+	})
+}
+
+func (at *attentionBackwardTask) do(lo, hi int) {
+	T, C, H := at.p.T, at.p.C, at.p.H
 	hd := C / H
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	d, g, o, lse, x := f32(dqkv)[:B*T*3*C], f32(dout)[:B*T*C], f32(out)[:B*T*C], f32(saved)[:p.SavedLen()], f32(qkv)[:B*T*3*C]
-	c.parallelFor(B*H, 1, func(lo, hi int) {
-		w := attnPool.Get().(*attnWork)
-		defer attnPool.Put(w)
-		buf := w.grow(7*T*hd + 2*attnQB*T + T)
-		Q, K, V := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd]
-		dO, dQ, dK, dV := buf[3*T*hd:4*T*hd], buf[4*T*hd:5*T*hd], buf[5*T*hd:6*T*hd], buf[6*T*hd:7*T*hd]
-		P, dP := buf[7*T*hd:7*T*hd+attnQB*T], buf[7*T*hd+attnQB*T:7*T*hd+2*attnQB*T]
-		D := buf[7*T*hd+2*attnQB*T:]
-		for bh := lo; bh < hi; bh++ {
-			b, h := bh/H, bh%H
-			gatherHead(Q, x, b, h, 0, T, C, hd)
-			gatherHead(K, x, b, h, 1, T, C, hd)
-			gatherHead(V, x, b, h, 2, T, C, hd)
-			for t := 0; t < T; t++ {
-				gr := g[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
-				or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
-				copy(dO[t*hd:(t+1)*hd], gr)
-				var dot float32
-				for i, v := range gr {
-					dot += v * or[i]
-				}
-				D[t] = dot
+	d, g, o, lse, x := at.d, at.g, at.o, at.lse, at.x
+	w := getAttnWork()
+	defer attnPool.put(w)
+	buf := w.grow(7*T*hd + 2*attnQB*T + T)
+	Q, K, V := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd]
+	dO, dQ, dK, dV := buf[3*T*hd:4*T*hd], buf[4*T*hd:5*T*hd], buf[5*T*hd:6*T*hd], buf[6*T*hd:7*T*hd]
+	P, dP := buf[7*T*hd:7*T*hd+attnQB*T], buf[7*T*hd+attnQB*T:7*T*hd+2*attnQB*T]
+	D := buf[7*T*hd+2*attnQB*T:]
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/H, bh%H
+		gatherHead(Q, x, b, h, 0, T, C, hd)
+		gatherHead(K, x, b, h, 1, T, C, hd)
+		gatherHead(V, x, b, h, 2, T, C, hd)
+		for t := 0; t < T; t++ {
+			gr := g[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+			or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+			copy(dO[t*hd:(t+1)*hd], gr)
+			var dot float32
+			for i, v := range gr {
+				dot += v * or[i]
 			}
-			clear(dK)
-			clear(dV)
-			for q0 := 0; q0 < T; q0 += attnQB {
-				qb := min(attnQB, T-q0)
-				kn := q0 + qb
-				pm, dpm := P[:qb*kn], dP[:qb*kn]
-				// Every product runs with alpha 1 (A read in place): the
-				// score scale is applied in the exp pass and folded into dS.
-				w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, 1, 0)
-				for i := 0; i < qb; i++ {
-					row := pm[i*kn : (i+1)*kn]
-					n := q0 + i + 1
-					z := lse[bh*T+q0+i]
-					for s := range row[:n] {
-						row[s] = row[s]*scale - z
-					}
-					expChunk(row[:n], row[:n])
-					clear(row[n:])
-				}
-				w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)
-				w.gemmSerial(mat{dO[q0*hd:], hd, false}, mat{V, hd, true}, dpm, kn, qb, kn, hd, 1, 0)
-				for i := 0; i < qb; i++ {
-					pr, dr := pm[i*kn:(i+1)*kn], dpm[i*kn:(i+1)*kn]
-					di := D[q0+i]
-					for s := range dr {
-						dr[s] = scale * pr[s] * (dr[s] - di)
-					}
-				}
-				w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, 1, 0)
-				w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, 1, 1)
-			}
-			for t := 0; t < T; t++ {
-				base := (b*T + t) * 3 * C
-				copy(d[base+h*hd:base+h*hd+hd], dQ[t*hd:(t+1)*hd])
-				copy(d[base+C+h*hd:base+C+h*hd+hd], dK[t*hd:(t+1)*hd])
-				copy(d[base+2*C+h*hd:base+2*C+h*hd+hd], dV[t*hd:(t+1)*hd])
-			}
+			D[t] = dot
 		}
-	})
+		clear(dK)
+		clear(dV)
+		for q0 := 0; q0 < T; q0 += attnQB {
+			qb := min(attnQB, T-q0)
+			kn := q0 + qb
+			pm, dpm := P[:qb*kn], dP[:qb*kn]
+			// Every product runs with alpha 1 (A read in place): the
+			// score scale is applied in the exp pass and folded into dS.
+			w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, 1, 0)
+			for i := 0; i < qb; i++ {
+				row := pm[i*kn : (i+1)*kn]
+				n := q0 + i + 1
+				z := lse[bh*T+q0+i]
+				for s := range row[:n] {
+					row[s] = row[s]*scale - z
+				}
+				expChunk(row[:n], row[:n])
+				clear(row[n:])
+			}
+			w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)
+			w.gemmSerial(mat{dO[q0*hd:], hd, false}, mat{V, hd, true}, dpm, kn, qb, kn, hd, 1, 0)
+			for i := 0; i < qb; i++ {
+				pr, dr := pm[i*kn:(i+1)*kn], dpm[i*kn:(i+1)*kn]
+				di := D[q0+i]
+				for s := range dr {
+					dr[s] = scale * pr[s] * (dr[s] - di)
+				}
+			}
+			w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, 1, 0)
+			w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, 1, 1)
+		}
+		for t := 0; t < T; t++ {
+			base := (b*T + t) * 3 * C
+			copy(d[base+h*hd:base+h*hd+hd], dQ[t*hd:(t+1)*hd])
+			copy(d[base+C+h*hd:base+C+h*hd+hd], dK[t*hd:(t+1)*hd])
+			copy(d[base+2*C+h*hd:base+2*C+h*hd+hd], dV[t*hd:(t+1)*hd])
+		}
+	}
 }
 
 // AttentionKV implements backend.Backend.
 func (c *CPU) AttentionKV(p backend.AttentionKV, out, qkv, kc, vc backend.Ref) {
 	B, T, C, H := p.B, p.T, p.C, p.H
-	hd := C / H
-	scale := float32(1 / math.Sqrt(float64(hd)))
 	o, x, ks, vs := f32(out)[:B*T*C], f32(qkv)[:B*T*3*C], f32(kc)[:B*p.MaxT*C], f32(vc)[:B*p.MaxT*C]
 	for b := 0; b < B; b++ {
 		for t := 0; t < T; t++ {
@@ -197,34 +225,54 @@ func (c *CPU) AttentionKV(p backend.AttentionKV, out, qkv, kc, vc backend.Ref) {
 			copy(vs[(b*p.MaxT+pos)*C:(b*p.MaxT+pos+1)*C], row[2*C:3*C])
 		}
 	}
-	c.parallelFor(B*H, 1, func(lo, hi int) {
-		scores := make([]float32, p.Pos+T)
-		for bh := lo; bh < hi; bh++ {
-			b, h := bh/H, bh%H
-			for t := 0; t < T; t++ {
-				q := x[(b*T+t)*3*C+h*hd : (b*T+t)*3*C+h*hd+hd]
-				n := p.Pos + t + 1
-				m := float32(math.Inf(-1))
-				for s := 0; s < n; s++ {
-					k := ks[(b*p.MaxT+s)*C+h*hd : (b*p.MaxT+s)*C+h*hd+hd]
-					var dot float32
-					for i, qv := range q {
-						dot += qv * k[i]
-					}
-					scores[s] = dot * scale
-					m = max(m, scores[s])
+	runTask(c, &attentionKVTasks, B*H, 1, attentionKVTask{p: p, o: o, x: x, ks: ks, vs: vs})
+}
+
+// attentionKVTask is one AttentionKV call; a range is a range of
+// (batch, head) pairs.
+type attentionKVTask struct {
+	p            backend.AttentionKV
+	o, x, ks, vs []float32
+}
+
+var (
+	attentionKVTasks taskPool[attentionKVTask]
+	kvScratch        scratch[float32] // one score row per goroutine
+)
+
+func (at *attentionKVTask) do(lo, hi int) {
+	p, o, x, ks, vs := at.p, at.o, at.x, at.ks, at.vs
+	T, C, H := p.T, p.C, p.H
+	hd := C / H
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	buf := kvScratch.get(p.Pos + T)
+	defer kvScratch.put(buf)
+	scores := *buf
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/H, bh%H
+		for t := 0; t < T; t++ {
+			q := x[(b*T+t)*3*C+h*hd : (b*T+t)*3*C+h*hd+hd]
+			n := p.Pos + t + 1
+			m := float32(math.Inf(-1))
+			for s := 0; s < n; s++ {
+				k := ks[(b*p.MaxT+s)*C+h*hd : (b*p.MaxT+s)*C+h*hd+hd]
+				var dot float32
+				for i, qv := range q {
+					dot += qv * k[i]
 				}
-				var sum float32
-				for s := 0; s < n; s++ {
-					scores[s] = float32(math.Exp(float64(scores[s] - m)))
-					sum += scores[s]
-				}
-				or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
-				clear(or)
-				for s := 0; s < n; s++ {
-					axpy(or, vs[(b*p.MaxT+s)*C+h*hd:(b*p.MaxT+s)*C+h*hd+hd], scores[s]/sum)
-				}
+				scores[s] = dot * scale
+				m = max(m, scores[s])
+			}
+			var sum float32
+			for s := 0; s < n; s++ {
+				scores[s] = float32(math.Exp(float64(scores[s] - m)))
+				sum += scores[s]
+			}
+			or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
+			clear(or)
+			for s := 0; s < n; s++ {
+				axpy(or, vs[(b*p.MaxT+s)*C+h*hd:(b*p.MaxT+s)*C+h*hd+hd], scores[s]/sum)
 			}
 		}
-	})
+	}
 }

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -53,7 +52,7 @@ func u16(r backend.Ref) []uint16 { return r.S.(*Buffer).U16[r.Off:] }
 // bf16Packed holds a call's packed operands, reused across calls.
 type bf16Packed struct{ a, b []uint32 }
 
-var bf16PackedPool = sync.Pool{New: func() any { return &bf16Packed{} }}
+var bf16PackedPool pool[bf16Packed]
 
 // matmulBF16 is MatMul for BF16 A and B and F32 C. Alpha must be 1. Like
 // the F32 product, it packs each operand once, in parallel, then computes
@@ -62,70 +61,99 @@ func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.Alpha != 1 {
 		panic(fmt.Sprintf("cpu: bf16 matmul with alpha %v (only 1 is supported)", p.Alpha))
 	}
-	A, B, C := u16(a), u16(b), f32(cc)
-	var bs []float32
+	t := bf16Tasks.get()
+	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
 	if !bias.Nil() {
-		bs = f32(bias)[:p.N]
+		t.bias = f32(bias)[:p.N]
 	}
-	lda, ldb := p.K, p.N
+	t.lda, t.ldb = p.K, p.N
 	if p.TransA {
-		lda = p.M
+		t.lda = p.M
 	}
 	if p.TransB {
-		ldb = p.K
+		t.ldb = p.K
 	}
-	kp := (p.K + 1) / 2
-	mPad, nPad := roundUp(p.M, bf16MR), roundUp(p.N, bf16NR)
-	pk := bf16PackedPool.Get().(*bf16Packed)
-	defer bf16PackedPool.Put(pk)
-	pk.a = grow(pk.a, p.Batch*mPad*kp)
-	pk.b = grow(pk.b, p.Batch*nPad*kp)
-	as, bsn := mPad/bf16MR, nPad/bf16NR
-	c.parallelFor(p.Batch*(as+bsn), 4, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			bi, s := t/(as+bsn), t%(as+bsn)
-			if s < as {
-				packPairsA(pk.a[(bi*mPad+s*bf16MR)*kp:], A[bi*p.StrideA:], lda, p.TransA, s*bf16MR, min(bf16MR, p.M-s*bf16MR), p.K, kp)
-			} else {
-				j := (s - as) * bf16NR
-				packPairsB(pk.b[(bi*nPad+j)*kp:], B[bi*p.StrideB:], ldb, p.TransB, j, min(bf16NR, p.N-j), p.K, kp)
-			}
+	t.kp = (p.K + 1) / 2
+	t.mPad, t.nPad = roundUp(p.M, bf16MR), roundUp(p.N, bf16NR)
+	pk := bf16PackedPool.get()
+	pk.a = grow(pk.a, p.Batch*t.mPad*t.kp)
+	pk.b = grow(pk.b, p.Batch*t.nPad*t.kp)
+	t.pa, t.pb = pk.a, pk.b
+	t.as, t.bs = t.mPad/bf16MR, t.nPad/bf16NR
+	c.parallelFor(p.Batch*(t.as+t.bs), 4, (*bf16Pack)(t))
+	t.tm = (p.M + gemmMC - 1) / gemmMC
+	t.tn = (p.N + gemmNC - 1) / gemmNC
+	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*bf16Tiles)(t))
+	bf16Tasks.put(t)
+	bf16PackedPool.put(pk)
+}
+
+// bf16Task is one BF16 MatMul call. As bf16Pack a range is a range of
+// strips to pack (per batch item: as strips of A, then bs strips of B); as
+// bf16Tiles, a range of mc×nc tiles of C (per batch item, tm×tn).
+type bf16Task struct {
+	p                        backend.MatMul
+	A, B                     []uint16
+	C, bias                  []float32
+	pa, pb                   []uint32
+	lda, ldb, kp, mPad, nPad int
+	as, bs, tm, tn           int
+}
+
+type (
+	bf16Pack  bf16Task
+	bf16Tiles bf16Task
+)
+
+var bf16Tasks taskPool[bf16Task]
+
+func (t *bf16Pack) do(lo, hi int) {
+	p, kp := &t.p, t.kp
+	for ti := lo; ti < hi; ti++ {
+		bi, s := ti/(t.as+t.bs), ti%(t.as+t.bs)
+		if s < t.as {
+			packPairsA(t.pa[(bi*t.mPad+s*bf16MR)*kp:], t.A[bi*p.StrideA:], t.lda, p.TransA, s*bf16MR, min(bf16MR, p.M-s*bf16MR), p.K, kp)
+		} else {
+			j := (s - t.as) * bf16NR
+			packPairsB(t.pb[(bi*t.nPad+j)*kp:], t.B[bi*p.StrideB:], t.ldb, p.TransB, j, min(bf16NR, p.N-j), p.K, kp)
 		}
-	})
-	tm := (p.M + gemmMC - 1) / gemmMC
-	tn := (p.N + gemmNC - 1) / gemmNC
-	c.parallelFor(p.Batch*tm*tn, 1, func(lo, hi int) {
-		var edge [bf16MR * bf16NR]float32
-		for t := lo; t < hi; t++ {
-			bi, r := t/(tm*tn), t%(tm*tn)
-			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
-			mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
-			ct := C[bi*p.StrideC+i0*p.N+j0:]
-			add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
-			for jb := 0; jb < nr; jb += bf16NR {
-				cols := min(bf16NR, nr-jb)
-				bstrip := pk.b[(bi*nPad+j0+jb)*kp:][:bf16NR*kp]
-				for ib := 0; ib < mr; ib += bf16MR {
-					rows := min(bf16MR, mr-ib)
-					astrip := pk.a[(bi*mPad+i0+ib)*kp:][:bf16MR*kp]
-					if rows == bf16MR && cols == bf16NR {
-						bf16Kernel(kp, astrip, bstrip, ct[ib*p.N+jb:], p.N, add)
-						continue
-					}
-					bf16Kernel(kp, astrip, bstrip, edge[:], bf16NR, false)
-					for i := 0; i < rows; i++ {
-						dst, src := ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*bf16NR:i*bf16NR+cols]
-						if add {
-							axpy(dst, src, 1)
-						} else {
-							copy(dst, src)
-						}
+	}
+}
+
+func (t *bf16Tiles) do(lo, hi int) {
+	p, kp := &t.p, t.kp
+	w := getWork()
+	defer workPool.put(w)
+	edge := w.edge[:bf16MR*bf16NR]
+	for ti := lo; ti < hi; ti++ {
+		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
+		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
+		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
+		ct := t.C[bi*p.StrideC+i0*p.N+j0:]
+		add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
+		for jb := 0; jb < nr; jb += bf16NR {
+			cols := min(bf16NR, nr-jb)
+			bstrip := t.pb[(bi*t.nPad+j0+jb)*kp:][:bf16NR*kp]
+			for ib := 0; ib < mr; ib += bf16MR {
+				rows := min(bf16MR, mr-ib)
+				astrip := t.pa[(bi*t.mPad+i0+ib)*kp:][:bf16MR*kp]
+				if rows == bf16MR && cols == bf16NR {
+					bf16Kernel(kp, astrip, bstrip, ct[ib*p.N+jb:], p.N, add)
+					continue
+				}
+				bf16Kernel(kp, astrip, bstrip, edge, bf16NR, false)
+				for i := 0; i < rows; i++ {
+					dst, src := ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*bf16NR:i*bf16NR+cols]
+					if add {
+						axpy(dst, src, 1)
+					} else {
+						copy(dst, src)
 					}
 				}
 			}
-			addBias(ct, p.N, mr, nr, bs, j0)
 		}
-	})
+		addBias(ct, p.N, mr, nr, t.bias, j0)
+	}
 }
 
 // packPairsA packs rows [i0, i0+rows) of op(A) (M×K) into one strip:

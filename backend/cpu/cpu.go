@@ -156,15 +156,75 @@ func f32(r backend.Ref) []float32 { return r.S.(*Buffer).F32[r.Off:] }
 // i32 returns the int32 elements of r from its offset on.
 func i32(r backend.Ref) []int32 { return r.S.(*Buffer).I32[r.Off:] }
 
+// ranger is one kernel call's work over an index range: do handles
+// [lo, hi). Kernels pass a pointer to a pooled task struct (see taskPool),
+// which converts to a ranger without allocating, where a closure capturing
+// the call's operands would be a heap allocation on every call.
+type ranger interface{ do(lo, hi int) }
+
+// pool keeps idle *T for reuse: get returns one (a new zero T when none
+// is idle) and put gives it back. Unlike a sync.Pool it never drops what it
+// holds, so once it has held as many as were ever in use at once, get and
+// put do not allocate, however goroutines move between Ps and whenever the
+// garbage collector runs. What kernels pool (task structs, per-goroutine
+// scratch) is bounded by the number of concurrent calls and workers.
+type pool[T any] struct {
+	mu   sync.Mutex
+	idle []*T
+}
+
+func (p *pool[T]) get() *T {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		t := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return t
+	}
+	p.mu.Unlock()
+	return new(T)
+}
+
+func (p *pool[T]) put(t *T) {
+	p.mu.Lock()
+	p.idle = append(p.idle, t)
+	p.mu.Unlock()
+}
+
+// taskPool recycles one kernel's task structs across calls. put clears a
+// task, so the pool keeps no operands alive.
+type taskPool[T any] struct{ p pool[T] }
+
+func (tp *taskPool[T]) get() *T { return tp.p.get() }
+
+func (tp *taskPool[T]) put(t *T) {
+	var zero T
+	*t = zero
+	tp.p.put(t)
+}
+
+// runTask runs args over [0, n) with parallelFor, from a pooled copy of
+// args, so the call does not allocate once the pool holds a task.
+func runTask[T any, P interface {
+	*T
+	ranger
+}](c *CPU, tp *taskPool[T], n, grain int, args T) {
+	t := tp.get()
+	*t = args
+	c.parallelFor(n, grain, P(t))
+	tp.put(t)
+}
+
 // job is one parallelFor call shared with the worker goroutines.
 type job struct {
-	fn           func(lo, hi int)
+	r            ranger
 	n, size, chk int
 	next         atomic.Int64
 	wg           sync.WaitGroup
 }
 
-var jobPool = sync.Pool{New: func() any { return new(job) }}
+var jobPool pool[job]
 
 // run takes chunks until none are left.
 func (j *job) run() {
@@ -174,7 +234,7 @@ func (j *job) run() {
 			return
 		}
 		lo := i * j.size
-		j.fn(lo, min(lo+j.size, j.n))
+		j.r.do(lo, min(lo+j.size, j.n))
 	}
 }
 
@@ -192,12 +252,12 @@ func (c *CPU) startWorkers() {
 	}
 }
 
-// parallelFor runs fn over [0, n) split into chunks of at least grain
+// parallelFor runs r over [0, n) split into chunks of at least grain
 // elements. Each index is handled by exactly one call, and the split
 // depends only on n, grain and the thread count, so kernels whose outputs
 // are written by one chunk each are deterministic. Kernels must not call
-// parallelFor from inside fn.
-func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
+// parallelFor from inside r.
+func (c *CPU) parallelFor(n, grain int, r ranger) {
 	if n <= 0 {
 		return
 	}
@@ -209,13 +269,13 @@ func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
 		chunks = 4 * c.threads
 	}
 	if chunks <= 1 || c.threads == 1 {
-		fn(0, n)
+		r.do(0, n)
 		return
 	}
 	c.once.Do(c.startWorkers)
 	size := (n + chunks - 1) / chunks
-	j := jobPool.Get().(*job)
-	j.fn, j.n, j.size, j.chk = fn, n, size, (n+size-1)/size
+	j := jobPool.get()
+	j.r, j.n, j.size, j.chk = r, n, size, (n+size-1)/size
 	j.next.Store(0)
 	helpers := min(c.threads, j.chk) - 1
 	j.wg.Add(helpers)
@@ -224,6 +284,6 @@ func (c *CPU) parallelFor(n, grain int, fn func(lo, hi int)) {
 	}
 	j.run()
 	j.wg.Wait()
-	j.fn = nil
-	jobPool.Put(j)
+	j.r = nil
+	jobPool.put(j)
 }

@@ -4,8 +4,10 @@
 //
 // Every kernel partitions its work the same way on every call, and no
 // output element's reduction order depends on goroutine scheduling, so
-// results are bit-for-bit repeatable. Hot kernels are package-level
-// function values (for example gemmKernel), so faster versions (SIMD
-// assembly) can replace them without touching callers; tests hold each
-// kernel to the float64 reference in package backend/ref.
+// results are bit-for-bit repeatable. A kernel call keeps its operands in
+// a pooled task struct, not a closure, and borrows pooled scratch, so once
+// every shape has been seen kernels make no heap allocations. Hot kernels
+// are package-level function values (for example gemmKernel), so faster
+// versions (SIMD assembly) can replace them without touching callers;
+// tests hold each kernel to the float64 reference in package backend/ref.
 package cpu

@@ -10,9 +10,18 @@ const elemGrain = 1 << 14
 
 // Binary implements backend.Backend.
 func (c *CPU) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
-	d, x, y := f32(dst)[:n], f32(a)[:n], f32(b)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { binaryChunk(int(op), d[lo:hi], x[lo:hi], y[lo:hi]) })
+	runTask(c, &binaryTasks, n, elemGrain, binaryTask{int(op), f32(dst)[:n], f32(a)[:n], f32(b)[:n]})
 }
+
+// binaryTask is one Binary call: d = x op y.
+type binaryTask struct {
+	op      int
+	d, x, y []float32
+}
+
+var binaryTasks taskPool[binaryTask]
+
+func (t *binaryTask) do(lo, hi int) { binaryChunk(t.op, t.d[lo:hi], t.x[lo:hi], t.y[lo:hi]) }
 
 // The elementwise kernels, replaced by SIMD versions (elementwise_amd64.s)
 // that give bit-identical results where the CPU has them.
@@ -47,9 +56,25 @@ func binaryGo(op int, d, x, y []float32) {
 
 // Axpy implements backend.Backend.
 func (c *CPU) Axpy(dst, x backend.Ref, alpha float32, n int) {
-	d, s := f32(dst)[:n], f32(x)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { axpyChunk(d[lo:hi], s[lo:hi], alpha) })
+	runTask(c, &axpyTasks, n, elemGrain, axpyTask{f32(dst)[:n], f32(x)[:n], alpha})
 }
+
+// axpyTask is one Axpy call (d += alpha·s) or, as scaleTask, one Scale
+// call (d = alpha·s).
+type axpyTask struct {
+	d, s  []float32
+	alpha float32
+}
+
+type scaleTask axpyTask
+
+var (
+	axpyTasks  taskPool[axpyTask]
+	scaleTasks taskPool[scaleTask]
+)
+
+func (t *axpyTask) do(lo, hi int)  { axpyChunk(t.d[lo:hi], t.s[lo:hi], t.alpha) }
+func (t *scaleTask) do(lo, hi int) { scaleChunk(t.d[lo:hi], t.s[lo:hi], t.alpha) }
 
 // axpy computes d += alpha·s with the fastest available kernel.
 func axpy(d, s []float32, alpha float32) { axpyChunk(d, s, alpha) }
@@ -63,8 +88,7 @@ func axpyGo(d, s []float32, alpha float32) {
 
 // Scale implements backend.Backend.
 func (c *CPU) Scale(dst, src backend.Ref, alpha float32, n int) {
-	d, s := f32(dst)[:n], f32(src)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { scaleChunk(d[lo:hi], s[lo:hi], alpha) })
+	runTask(c, &scaleTasks, n, elemGrain, scaleTask{f32(dst)[:n], f32(src)[:n], alpha})
 }
 
 func scaleGo(d, s []float32, alpha float32) {
@@ -76,64 +100,98 @@ func scaleGo(d, s []float32, alpha float32) {
 
 // Unary implements backend.Backend.
 func (c *CPU) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
-	d, s := f32(dst)[:n], f32(src)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			x := s[i]
-			switch op {
-			case backend.Neg:
-				x = -x
-			case backend.Exp:
-				x = float32(math.Exp(float64(x)))
-			case backend.Log:
-				x = float32(math.Log(float64(x)))
-			case backend.Tanh:
-				x = float32(math.Tanh(float64(x)))
-			case backend.Sqrt:
-				x = float32(math.Sqrt(float64(x)))
-			}
-			d[i] = x
+	runTask(c, &unaryTasks, n, elemGrain, unaryTask{op, f32(dst)[:n], f32(src)[:n]})
+}
+
+// unaryTask is one Unary call.
+type unaryTask struct {
+	op   backend.UnaryOp
+	d, s []float32
+}
+
+var unaryTasks taskPool[unaryTask]
+
+func (t *unaryTask) do(lo, hi int) {
+	op, d, s := t.op, t.d, t.s
+	for i := lo; i < hi; i++ {
+		x := s[i]
+		switch op {
+		case backend.Neg:
+			x = -x
+		case backend.Exp:
+			x = float32(math.Exp(float64(x)))
+		case backend.Log:
+			x = float32(math.Log(float64(x)))
+		case backend.Tanh:
+			x = float32(math.Tanh(float64(x)))
+		case backend.Sqrt:
+			x = float32(math.Sqrt(float64(x)))
 		}
-	})
+		d[i] = x
+	}
 }
 
 // SumRows implements backend.Backend. Each output column is summed over
 // all rows in order by one goroutine.
 func (c *CPU) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
-	d, s := f32(dst)[:cols], f32(src)[:rows*cols]
-	c.parallelFor(cols, 64, func(lo, hi int) {
-		buf := getScratch(hi - lo)
-		defer scratchPool.Put(buf)
-		acc := *buf
-		clear(acc)
-		for i := 0; i < rows; i++ {
-			row := s[i*cols+lo : i*cols+hi]
-			for j := range acc {
-				acc[j] += row[j]
-			}
-		}
+	runTask(c, &sumRowsTasks, cols, 64, sumRowsTask{f32(dst)[:cols], f32(src)[:rows*cols], rows, cols, beta})
+}
+
+// sumRowsTask is one SumRows call; a range is a range of columns.
+type sumRowsTask struct {
+	d, s       []float32
+	rows, cols int
+	beta       float32
+}
+
+var (
+	sumRowsTasks   taskPool[sumRowsTask]
+	sumRowsScratch scratch[float32] // one chunk's column sums per goroutine
+)
+
+func (t *sumRowsTask) do(lo, hi int) {
+	d, s, rows, cols, beta := t.d, t.s, t.rows, t.cols, t.beta
+	buf := sumRowsScratch.get(hi - lo)
+	defer sumRowsScratch.put(buf)
+	acc := *buf
+	clear(acc)
+	for i := 0; i < rows; i++ {
+		row := s[i*cols+lo : i*cols+hi]
 		for j := range acc {
-			if beta == 0 {
-				d[lo+j] = acc[j]
-			} else {
-				d[lo+j] = beta*d[lo+j] + acc[j]
-			}
+			acc[j] += row[j]
 		}
-	})
+	}
+	for j := range acc {
+		if beta == 0 {
+			d[lo+j] = acc[j]
+		} else {
+			d[lo+j] = beta*d[lo+j] + acc[j]
+		}
+	}
 }
 
 // SumCols implements backend.Backend.
 func (c *CPU) SumCols(dst, src backend.Ref, rows, cols int) {
-	d, s := f32(dst)[:rows], f32(src)[:rows*cols]
-	c.parallelFor(rows, max(1, elemGrain/max(cols, 1)), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var acc float32
-			for _, v := range s[i*cols : (i+1)*cols] {
-				acc += v
-			}
-			d[i] = acc
+	runTask(c, &sumColsTasks, rows, max(1, elemGrain/max(cols, 1)), sumColsTask{f32(dst)[:rows], f32(src)[:rows*cols], cols})
+}
+
+// sumColsTask is one SumCols call; a range is a range of rows.
+type sumColsTask struct {
+	d, s []float32
+	cols int
+}
+
+var sumColsTasks taskPool[sumColsTask]
+
+func (t *sumColsTask) do(lo, hi int) {
+	d, s, cols := t.d, t.s, t.cols
+	for i := lo; i < hi; i++ {
+		var acc float32
+		for _, v := range s[i*cols : (i+1)*cols] {
+			acc += v
 		}
-	})
+		d[i] = acc
+	}
 }
 
 // sumSquaresChunk is fixed so the partial sums, and hence the result, do
@@ -143,18 +201,11 @@ const sumSquaresChunk = 1 << 15
 // SumSquares implements backend.Backend. Partial sums in float64 over
 // fixed chunks are added in chunk order.
 func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
-	s := f32(src)[:n]
 	chunks := (n + sumSquaresChunk - 1) / sumSquaresChunk
-	parts := make([]float64, chunks)
-	c.parallelFor(chunks, 1, func(lo, hi int) {
-		for k := lo; k < hi; k++ {
-			var acc float64
-			for _, v := range s[k*sumSquaresChunk : min((k+1)*sumSquaresChunk, n)] {
-				acc += float64(v) * float64(v)
-			}
-			parts[k] = acc
-		}
-	})
+	buf := sumSquaresScratch.get(chunks)
+	defer sumSquaresScratch.put(buf)
+	parts := *buf
+	runTask(c, &sumSquaresTasks, chunks, 1, sumSquaresTask{f32(src)[:n], parts})
 	var total float64
 	for _, p := range parts {
 		total += p
@@ -162,17 +213,52 @@ func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
 	f32(dst)[0] += float32(total)
 }
 
+// sumSquaresTask is one SumSquares call; a range is a range of
+// sumSquaresChunk-element chunks, whose sums go to parts.
+type sumSquaresTask struct {
+	s     []float32
+	parts []float64
+}
+
+var (
+	sumSquaresTasks   taskPool[sumSquaresTask]
+	sumSquaresScratch scratch[float64] // a call's partial sums
+)
+
+func (t *sumSquaresTask) do(lo, hi int) {
+	s, n := t.s, len(t.s)
+	for k := lo; k < hi; k++ {
+		var acc float64
+		for _, v := range s[k*sumSquaresChunk : min((k+1)*sumSquaresChunk, n)] {
+			acc += float64(v) * float64(v)
+		}
+		t.parts[k] = acc
+	}
+}
+
 // GELU implements backend.Backend (tanh approximation, as GPT-2).
 func (c *CPU) GELU(dst, src backend.Ref, n int) {
-	d, s := f32(dst)[:n], f32(src)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { geluChunk(d[lo:hi], s[lo:hi]) })
+	runTask(c, &geluTasks, n, elemGrain, geluTask{f32(dst)[:n], f32(src)[:n]})
 }
+
+// geluTask is one GELU call.
+type geluTask struct{ d, s []float32 }
+
+var geluTasks taskPool[geluTask]
+
+func (t *geluTask) do(lo, hi int) { geluChunk(t.d[lo:hi], t.s[lo:hi]) }
 
 // GELUBackward implements backend.Backend.
 func (c *CPU) GELUBackward(dx, x, dy backend.Ref, n int) {
-	d, s, g := f32(dx)[:n], f32(x)[:n], f32(dy)[:n]
-	c.parallelFor(n, elemGrain, func(lo, hi int) { geluBackwardChunk(d[lo:hi], s[lo:hi], g[lo:hi]) })
+	runTask(c, &geluBackwardTasks, n, elemGrain, geluBackwardTask{f32(dx)[:n], f32(x)[:n], f32(dy)[:n]})
 }
+
+// geluBackwardTask is one GELUBackward call.
+type geluBackwardTask struct{ dx, x, dy []float32 }
+
+var geluBackwardTasks taskPool[geluBackwardTask]
+
+func (t *geluBackwardTask) do(lo, hi int) { geluBackwardChunk(t.dx[lo:hi], t.x[lo:hi], t.dy[lo:hi]) }
 
 // The elementwise transcendental kernels, replaced by SIMD versions
 // (vexp_amd64.s) where the CPU has them.
@@ -222,7 +308,6 @@ func exp32(x float32) float32 {
 // AdamW implements backend.Backend: PyTorch's AdamW with bias correction
 // and decoupled weight decay.
 func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
-	w, g, mm, vv := f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n]
 	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
 	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
 	hp := adamConsts{
@@ -230,7 +315,19 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 		invBC2Sqrt: float32(1 / math.Sqrt(bc2)), eps: p.Eps,
 		decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
 	}
-	c.parallelFor(n, elemGrain, func(lo, hi int) { adamwChunk(w[lo:hi], g[lo:hi], mm[lo:hi], vv[lo:hi], &hp) })
+	runTask(c, &adamwTasks, n, elemGrain, adamwTask{f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n], hp})
+}
+
+// adamwTask is one AdamW call.
+type adamwTask struct {
+	w, g, m, v []float32
+	k          adamConsts
+}
+
+var adamwTasks taskPool[adamwTask]
+
+func (t *adamwTask) do(lo, hi int) {
+	adamwChunk(t.w[lo:hi], t.g[lo:hi], t.m[lo:hi], t.v[lo:hi], &t.k)
 }
 
 // adamConsts are one AdamW step's per-element constants, laid out for

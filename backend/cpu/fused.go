@@ -12,12 +12,22 @@ func rowGrain(cols int) int { return max(1, elemGrain/max(cols, 1)) }
 // Softmax implements backend.Backend: a numerically stable softmax over
 // each row, in one goroutine per chunk of rows.
 func (c *CPU) Softmax(dst, src backend.Ref, rows, cols int) {
-	d, s := f32(dst)[:rows*cols], f32(src)[:rows*cols]
-	c.parallelFor(rows, rowGrain(cols), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			softmaxRow(d[r*cols:(r+1)*cols], s[r*cols:(r+1)*cols])
-		}
-	})
+	runTask(c, &softmaxTasks, rows, rowGrain(cols), softmaxTask{f32(dst)[:rows*cols], f32(src)[:rows*cols], cols})
+}
+
+// softmaxTask is one Softmax call; a range is a range of rows.
+type softmaxTask struct {
+	d, s []float32
+	cols int
+}
+
+var softmaxTasks taskPool[softmaxTask]
+
+func (t *softmaxTask) do(lo, hi int) {
+	d, s, cols := t.d, t.s, t.cols
+	for r := lo; r < hi; r++ {
+		softmaxRow(d[r*cols:(r+1)*cols], s[r*cols:(r+1)*cols])
+	}
 }
 
 func softmaxRow(d, s []float32) {
@@ -41,35 +51,59 @@ func softmaxRow(d, s []float32) {
 
 // SoftmaxBackward implements backend.Backend.
 func (c *CPU) SoftmaxBackward(dx, y, dy backend.Ref, rows, cols int) {
-	d, ys, g := f32(dx)[:rows*cols], f32(y)[:rows*cols], f32(dy)[:rows*cols]
-	c.parallelFor(rows, rowGrain(cols), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			yr, gr, dr := ys[r*cols:(r+1)*cols], g[r*cols:(r+1)*cols], d[r*cols:(r+1)*cols]
-			var dot float32
-			for j := range yr {
-				dot += yr[j] * gr[j]
-			}
-			for j := range yr {
-				dr[j] = yr[j] * (gr[j] - dot)
-			}
+	runTask(c, &softmaxBackwardTasks, rows, rowGrain(cols),
+		softmaxBackwardTask{f32(dx)[:rows*cols], f32(y)[:rows*cols], f32(dy)[:rows*cols], cols})
+}
+
+// softmaxBackwardTask is one SoftmaxBackward call; a range is a range of rows.
+type softmaxBackwardTask struct {
+	d, ys, g []float32
+	cols     int
+}
+
+var softmaxBackwardTasks taskPool[softmaxBackwardTask]
+
+func (t *softmaxBackwardTask) do(lo, hi int) {
+	d, ys, g, cols := t.d, t.ys, t.g, t.cols
+	for r := lo; r < hi; r++ {
+		yr, gr, dr := ys[r*cols:(r+1)*cols], g[r*cols:(r+1)*cols], d[r*cols:(r+1)*cols]
+		var dot float32
+		for j := range yr {
+			dot += yr[j] * gr[j]
 		}
-	})
+		for j := range yr {
+			dr[j] = yr[j] * (gr[j] - dot)
+		}
+	}
 }
 
 // LayerNorm implements backend.Backend. Mean and variance are computed in
 // two passes over each row, in float32.
 func (c *CPU) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, eps float32) {
-	o, xs, ws := f32(out)[:rows*cols], f32(x)[:rows*cols], f32(w)[:cols]
-	ms, rs := f32(mean)[:rows], f32(rstd)[:rows]
 	var bs []float32
 	if !b.Nil() {
 		bs = f32(b)[:cols]
 	}
-	c.parallelFor(rows, rowGrain(cols), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			ms[r], rs[r] = lnForwardRow(o[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], ws, bs, eps)
-		}
+	runTask(c, &layerNormTasks, rows, rowGrain(cols), layerNormTask{
+		o: f32(out)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols], bs: bs,
+		ms: f32(mean)[:rows], rs: f32(rstd)[:rows], cols: cols, eps: eps,
 	})
+}
+
+// layerNormTask is one LayerNorm call; a range is a range of rows.
+type layerNormTask struct {
+	o, xs, ws, bs, ms, rs []float32
+	cols                  int
+	eps                   float32
+}
+
+var layerNormTasks taskPool[layerNormTask]
+
+func (t *layerNormTask) do(lo, hi int) {
+	o, xs, ws, bs, ms, rs, cols, eps := t.o, t.xs, t.ws, t.bs, t.ms, t.rs, t.cols, t.eps
+	for r := lo; r < hi; r++ {
+		ms[r], rs[r] = lnForwardRow(o[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], ws, bs, eps)
+	}
 }
 
 // The LayerNorm row kernels, replaced by SIMD versions (layernorm_amd64.s)
@@ -132,20 +166,14 @@ const lnChunk = 64
 
 // LayerNormBackward implements backend.Backend.
 func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
-	dxs, gs, xs, ws := f32(dx)[:rows*cols], f32(dout)[:rows*cols], f32(x)[:rows*cols], f32(w)[:cols]
-	ms, rs := f32(mean)[:rows], f32(rstd)[:rows]
 	chunks := (rows + lnChunk - 1) / lnChunk
-	buf := getScratch(2 * chunks * cols)
-	defer scratchPool.Put(buf)
+	buf := lnScratch.get(2 * chunks * cols)
+	defer lnScratch.put(buf)
 	clear(*buf)
 	partW, partB := (*buf)[:chunks*cols], (*buf)[chunks*cols:]
-	c.parallelFor(chunks, 1, func(lo, hi int) {
-		for ch := lo; ch < hi; ch++ {
-			pw, pb := partW[ch*cols:(ch+1)*cols], partB[ch*cols:(ch+1)*cols]
-			for r := ch * lnChunk; r < min(rows, (ch+1)*lnChunk); r++ {
-				lnBackwardRow(dxs[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
-			}
-		}
+	runTask(c, &layerNormBackwardTasks, chunks, 1, layerNormBackwardTask{
+		dxs: f32(dx)[:rows*cols], gs: f32(dout)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols],
+		ms: f32(mean)[:rows], rs: f32(rstd)[:rows], partW: partW, partB: partB, rows: rows, cols: cols,
 	})
 	dws := f32(dw)[:cols]
 	for ch := 0; ch < chunks; ch++ {
@@ -159,85 +187,156 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 	}
 }
 
+// layerNormBackwardTask is one LayerNormBackward call; a range is a
+// range of lnChunk-row chunks, each with its own dw and db partial sums.
+type layerNormBackwardTask struct {
+	dxs, gs, xs, ws, ms, rs, partW, partB []float32
+	rows, cols                            int
+}
+
+var (
+	layerNormBackwardTasks taskPool[layerNormBackwardTask]
+	lnScratch              scratch[float32] // a call's dw and db partial sums
+)
+
+func (t *layerNormBackwardTask) do(lo, hi int) {
+	dxs, gs, xs, ws, ms, rs, rows, cols := t.dxs, t.gs, t.xs, t.ws, t.ms, t.rs, t.rows, t.cols
+	for ch := lo; ch < hi; ch++ {
+		pw, pb := t.partW[ch*cols:(ch+1)*cols], t.partB[ch*cols:(ch+1)*cols]
+		for r := ch * lnChunk; r < min(rows, (ch+1)*lnChunk); r++ {
+			lnBackwardRow(dxs[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
+		}
+	}
+}
+
 // CrossEntropy implements backend.Backend. Each row's exponentials go
 // through the vectorised exp; their sum is accumulated in float64.
 func (c *CPU) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v int) {
-	ls, lz, xs, ts := f32(losses)[:n], f32(lse)[:n], f32(logits)[:n*v], i32(targets)[:n]
-	c.parallelFor(n, rowGrain(v), func(lo, hi int) {
-		buf := getScratch(v)
-		defer scratchPool.Put(buf)
-		tmp := *buf
-		for r := lo; r < hi; r++ {
-			row := xs[r*v : (r+1)*v]
-			m := float32(math.Inf(-1))
-			for _, x := range row {
-				m = max(m, x)
-			}
-			for j, x := range row {
-				tmp[j] = x - m
-			}
-			expChunk(tmp, tmp)
-			var sum float64
-			for _, e := range tmp {
-				sum += float64(e)
-			}
-			z := m + float32(math.Log(sum))
-			lz[r] = z
-			t := int(ts[r])
-			if t < 0 || t >= v {
-				ls[r] = 0
-				continue
-			}
-			ls[r] = z - row[t]
+	runTask(c, &crossEntropyTasks, n, rowGrain(v),
+		crossEntropyTask{f32(losses)[:n], f32(lse)[:n], f32(logits)[:n*v], i32(targets)[:n], v})
+}
+
+// crossEntropyTask is one CrossEntropy call; a range is a range of rows.
+type crossEntropyTask struct {
+	ls, lz, xs []float32
+	ts         []int32
+	v          int
+}
+
+var (
+	crossEntropyTasks taskPool[crossEntropyTask]
+	ceScratch         scratch[float32] // one row's exponentials per goroutine
+)
+
+func (ct *crossEntropyTask) do(lo, hi int) {
+	ls, lz, xs, ts, v := ct.ls, ct.lz, ct.xs, ct.ts, ct.v
+	buf := ceScratch.get(v)
+	defer ceScratch.put(buf)
+	tmp := *buf
+	for r := lo; r < hi; r++ {
+		row := xs[r*v : (r+1)*v]
+		m := float32(math.Inf(-1))
+		for _, x := range row {
+			m = max(m, x)
 		}
-	})
+		for j, x := range row {
+			tmp[j] = x - m
+		}
+		expChunk(tmp, tmp)
+		var sum float64
+		for _, e := range tmp {
+			sum += float64(e)
+		}
+		z := m + float32(math.Log(sum))
+		lz[r] = z
+		t := int(ts[r])
+		if t < 0 || t >= v {
+			ls[r] = 0
+			continue
+		}
+		ls[r] = z - row[t]
+	}
 }
 
 // CrossEntropyBackward implements backend.Backend.
 func (c *CPU) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend.Ref, scale float32, n, v int) {
-	d, xs, lz, ts := f32(dlogits)[:n*v], f32(logits)[:n*v], f32(lse)[:n], i32(targets)[:n]
-	s := f32(dloss)[0] * scale
-	c.parallelFor(n, rowGrain(v), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			row, dr := xs[r*v:(r+1)*v], d[r*v:(r+1)*v]
-			t := int(ts[r])
-			if t < 0 || t >= v {
-				clear(dr)
-				continue
-			}
-			z := lz[r]
-			for j, x := range row {
-				dr[j] = x - z
-			}
-			expChunk(dr, dr)
-			for j := range dr {
-				dr[j] *= s
-			}
-			dr[t] -= s
-		}
+	runTask(c, &crossEntropyBackwardTasks, n, rowGrain(v), crossEntropyBackwardTask{
+		f32(dlogits)[:n*v], f32(logits)[:n*v], f32(lse)[:n], i32(targets)[:n], f32(dloss)[0] * scale, v,
 	})
+}
+
+// crossEntropyBackwardTask is one CrossEntropyBackward call; a range is a
+// range of rows.
+type crossEntropyBackwardTask struct {
+	d, xs, lz []float32
+	ts        []int32
+	s         float32
+	v         int
+}
+
+var crossEntropyBackwardTasks taskPool[crossEntropyBackwardTask]
+
+func (ct *crossEntropyBackwardTask) do(lo, hi int) {
+	d, xs, lz, ts, s, v := ct.d, ct.xs, ct.lz, ct.ts, ct.s, ct.v
+	for r := lo; r < hi; r++ {
+		row, dr := xs[r*v:(r+1)*v], d[r*v:(r+1)*v]
+		t := int(ts[r])
+		if t < 0 || t >= v {
+			clear(dr)
+			continue
+		}
+		z := lz[r]
+		for j, x := range row {
+			dr[j] = x - z
+		}
+		expChunk(dr, dr)
+		for j := range dr {
+			dr[j] *= s
+		}
+		dr[t] -= s
+	}
 }
 
 // Embedding implements backend.Backend.
 func (c *CPU) Embedding(out, table, ids backend.Ref, n, dim int) {
-	o, tb, is := f32(out)[:n*dim], f32(table), i32(ids)[:n]
-	c.parallelFor(n, rowGrain(dim), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			id := int(is[i])
-			copy(o[i*dim:(i+1)*dim], tb[id*dim:(id+1)*dim])
-		}
-	})
+	runTask(c, &embeddingTasks, n, rowGrain(dim), embeddingTask{f32(out)[:n*dim], f32(table), i32(ids)[:n], dim})
+}
+
+// embeddingTask is one Embedding call (a range is a range of tokens) or,
+// as embeddingBackwardTask, one EmbeddingBackward call (a range is a range
+// of columns); o is out or dtable, tb is table or dout.
+type embeddingTask struct {
+	o, tb []float32
+	is    []int32
+	dim   int
+}
+
+type embeddingBackwardTask embeddingTask
+
+var (
+	embeddingTasks         taskPool[embeddingTask]
+	embeddingBackwardTasks taskPool[embeddingBackwardTask]
+)
+
+func (t *embeddingTask) do(lo, hi int) {
+	o, tb, is, dim := t.o, t.tb, t.is, t.dim
+	for i := lo; i < hi; i++ {
+		id := int(is[i])
+		copy(o[i*dim:(i+1)*dim], tb[id*dim:(id+1)*dim])
+	}
+}
+
+func (t *embeddingBackwardTask) do(lo, hi int) {
+	dt, g, is, dim := t.o, t.tb, t.is, t.dim
+	for i := range is {
+		id := int(is[i])
+		axpy(dt[id*dim+lo:id*dim+hi], g[i*dim+lo:i*dim+hi], 1)
+	}
 }
 
 // EmbeddingBackward implements backend.Backend. Columns are split among
 // tasks and each task adds the rows in token order, so repeated ids add in
 // a fixed order.
 func (c *CPU) EmbeddingBackward(dtable, dout, ids backend.Ref, n, dim int) {
-	dt, g, is := f32(dtable), f32(dout)[:n*dim], i32(ids)[:n]
-	c.parallelFor(dim, 32, func(lo, hi int) {
-		for i := 0; i < n; i++ {
-			id := int(is[i])
-			axpy(dt[id*dim+lo:id*dim+hi], g[i*dim+lo:i*dim+hi], 1)
-		}
-	})
+	runTask(c, &embeddingBackwardTasks, dim, 32, embeddingBackwardTask{f32(dtable), f32(dout)[:n*dim], i32(ids)[:n], dim})
 }

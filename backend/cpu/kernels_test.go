@@ -1076,6 +1076,11 @@ func TestPool(t *testing.T) {
 }
 
 // TestThreads checks the thread count knob.
+// rangeFunc adapts a function to ranger.
+type rangeFunc func(lo, hi int)
+
+func (f rangeFunc) do(lo, hi int) { f(lo, hi) }
+
 func TestThreads(t *testing.T) {
 	c := New(backend.Device{Kind: "cpu", Index: 3})
 	if c.Threads() < 1 || c.Device() != (backend.Device{Kind: "cpu", Index: 3}) {
@@ -1091,11 +1096,11 @@ func TestThreads(t *testing.T) {
 		for _, n := range []int{1, 5, 63, 64, 65, 1000, 4097} {
 			for _, grain := range []int{0, 1, 3, 64, 5000} {
 				hits := make([]int32, n)
-				c.parallelFor(n, grain, func(lo, hi int) {
+				c.parallelFor(n, grain, rangeFunc(func(lo, hi int) {
 					for i := lo; i < hi; i++ {
 						hits[i]++
 					}
-				})
+				}))
 				for i, h := range hits {
 					if h != 1 {
 						t.Fatalf("threads %d n %d grain %d: index %d handled %d times", th, n, grain, i, h)

@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"sync"
-
-	"github.com/fleetml/fleet/backend"
-)
+import "github.com/fleetml/fleet/backend"
 
 // Blocking for the matrix product. A task owns one mc×nc tile of C and
 // walks K in kc-deep panels. The micro-kernel keeps an mr×nr block of C in
@@ -85,32 +81,45 @@ type mat struct {
 	trans bool
 }
 
-// gemmWork is one goroutine's packing space.
+// gemmWork is one goroutine's packing space (see init).
 type gemmWork struct {
 	a, b []float32
 	edge [maxMR * maxNR]float32
 }
 
-var workPool = sync.Pool{New: func() any {
-	return &gemmWork{a: make([]float32, (gemmMC+maxMR)*gemmKC), b: make([]float32, gemmKC*(gemmNC+maxNR))}
-}}
+// init makes w's packing buffers if it has none yet.
+func (w *gemmWork) init() {
+	if w.a == nil {
+		w.a, w.b = make([]float32, (gemmMC+maxMR)*gemmKC), make([]float32, gemmKC*(gemmNC+maxNR))
+	}
+}
+
+var workPool pool[gemmWork]
+
+// getWork borrows a gemmWork; return it with workPool.put.
+func getWork() *gemmWork {
+	w := workPool.get()
+	w.init()
+	return w
+}
 
 // packed holds whole operands packed for one MatMul call, reused across calls.
 type packed struct{ a, b []float32 }
 
-var packedPool = sync.Pool{New: func() any { return &packed{} }}
+var packedPool pool[packed]
 
-// scratchPool holds float32 scratch slices that kernels borrow for the
-// length of one call, so steady-state steps do not allocate.
-var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+// scratch holds slices that kernels borrow for the length of one call,
+// so steady-state steps do not allocate.
+type scratch[T any] struct{ p pool[[]T] }
 
-// getScratch borrows n floats (contents unspecified); return them with
-// scratchPool.Put.
-func getScratch(n int) *[]float32 {
-	p := scratchPool.Get().(*[]float32)
-	*p = grow(*p, n)
-	return p
+// get borrows n elements (contents unspecified); return them with put.
+func (s *scratch[T]) get(n int) *[]T {
+	b := s.p.get()
+	*b = grow(*b, n)
+	return b
 }
+
+func (s *scratch[T]) put(b *[]T) { s.p.put(b) }
 
 // grow returns s resized to n elements, reallocating only when it is too small.
 func grow[T any](s []T, n int) []T {
@@ -132,83 +141,113 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		c.matmulBF16(p, a, b, cc, bias)
 		return
 	}
-	A, B, C := f32(a), f32(b), f32(cc)
-	var bs []float32
+	t := matmulTasks.get()
+	t.p, t.A, t.B, t.C = p, f32(a), f32(b), f32(cc)
 	if !bias.Nil() {
-		bs = f32(bias)[:p.N]
+		t.bias = f32(bias)[:p.N]
 	}
-	lda, ldb := p.K, p.N
+	t.lda, t.ldb = p.K, p.N
 	if p.TransA {
-		lda = p.M
+		t.lda = p.M
 	}
 	if p.TransB {
-		ldb = p.K
+		t.ldb = p.K
 	}
 	mk := gemm
-	directA := mk.ext != nil && p.Alpha == 1
-	directB := mk.ext != nil && !p.TransB
-	mPad, nPad := roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
-	pk := packedPool.Get().(*packed)
-	defer packedPool.Put(pk)
+	t.mk = mk
+	t.directA = mk.ext != nil && p.Alpha == 1
+	t.directB = mk.ext != nil && !p.TransB
+	t.mPad, t.nPad = roundUp(p.M, mk.mr), roundUp(p.N, mk.nr)
+	pk := packedPool.get()
 	// Panel q of batch item bi starts at (bi*K + q*kc) * mPad in pk.a: each
 	// panel holds all mPad rows of A for kr = min(kc, K - q*kc) columns.
 	// Strips read in place are left unpacked.
-	pk.a = grow(pk.a, p.Batch*p.K*mPad)
-	pk.b = grow(pk.b, p.Batch*p.K*nPad)
-	panels := (p.K + gemmKC - 1) / gemmKC
-	as, bsn := mPad/mk.mr, nPad/mk.nr
-	c.parallelFor(p.Batch*panels*(as+bsn), 8, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			bi, r := t/(panels*(as+bsn)), t%(panels*(as+bsn))
-			q, s := r/(as+bsn), r%(as+bsn)
-			k0 := q * gemmKC
+	pk.a = grow(pk.a, p.Batch*p.K*t.mPad)
+	pk.b = grow(pk.b, p.Batch*p.K*t.nPad)
+	t.pa, t.pb = pk.a, pk.b
+	t.panels = (p.K + gemmKC - 1) / gemmKC
+	t.as, t.bs = t.mPad/mk.mr, t.nPad/mk.nr
+	c.parallelFor(p.Batch*t.panels*(t.as+t.bs), 8, (*matmulPack)(t))
+	t.tm = (p.M + gemmMC - 1) / gemmMC
+	t.tn = (p.N + gemmNC - 1) / gemmNC
+	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*matmulTiles)(t))
+	matmulTasks.put(t)
+	packedPool.put(pk)
+}
+
+// matmulTask is one F32 MatMul call: the operands, the packed copies (pa,
+// pb), and the layout of the two parallel phases. As matmulPack a range is
+// a range of strips to pack (per batch item and panel: as strips of A,
+// then bs strips of B); as matmulTiles, a range of mc×nc tiles of C
+// (per batch item, tm×tn).
+type matmulTask struct {
+	p                            backend.MatMul
+	A, B, C, bias, pa, pb        []float32
+	mk                           microKernel
+	lda, ldb, mPad, nPad, panels int
+	as, bs, tm, tn               int
+	directA, directB             bool
+}
+
+type (
+	matmulPack  matmulTask
+	matmulTiles matmulTask
+)
+
+var matmulTasks taskPool[matmulTask]
+
+func (t *matmulPack) do(lo, hi int) {
+	p, mk, per := &t.p, &t.mk, t.panels*(t.as+t.bs)
+	for ti := lo; ti < hi; ti++ {
+		bi, r := ti/per, ti%per
+		q, s := r/(t.as+t.bs), r%(t.as+t.bs)
+		k0 := q * gemmKC
+		kr := min(gemmKC, p.K-k0)
+		if s < t.as {
+			i := s * mk.mr
+			if t.directA && p.M-i >= mk.mr {
+				continue
+			}
+			packA(t.pa[(bi*p.K+k0)*t.mPad+i*kr:], mat{t.A[bi*p.StrideA:], t.lda, p.TransA}, p.Alpha, i, k0, min(mk.mr, p.M-i), kr, mk.mr)
+		} else {
+			j := (s - t.as) * mk.nr
+			if t.directB && p.N-j >= mk.nr {
+				continue
+			}
+			packB(t.pb[(bi*p.K+k0)*t.nPad+j*kr:], mat{t.B[bi*p.StrideB:], t.ldb, p.TransB}, k0, j, kr, min(mk.nr, p.N-j), mk.nr)
+		}
+	}
+}
+
+func (t *matmulTiles) do(lo, hi int) {
+	p, lda, ldb := &t.p, t.lda, t.ldb
+	w := getWork()
+	defer workPool.put(w)
+	for ti := lo; ti < hi; ti++ {
+		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
+		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
+		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
+		ct := t.C[bi*p.StrideC+i0*p.N+j0:]
+		add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
+		for k0 := 0; k0 < p.K; k0 += gemmKC {
 			kr := min(gemmKC, p.K-k0)
-			if s < as {
-				i := s * mk.mr
-				if directA && p.M-i >= mk.mr {
-					continue
-				}
-				packA(pk.a[(bi*p.K+k0)*mPad+i*kr:], mat{A[bi*p.StrideA:], lda, p.TransA}, p.Alpha, i, k0, min(mk.mr, p.M-i), kr, mk.mr)
-			} else {
-				j := (s - as) * mk.nr
-				if directB && p.N-j >= mk.nr {
-					continue
-				}
-				packB(pk.b[(bi*p.K+k0)*nPad+j*kr:], mat{B[bi*p.StrideB:], ldb, p.TransB}, k0, j, kr, min(mk.nr, p.N-j), mk.nr)
+			op := operands{
+				ap: t.pa[(bi*p.K+k0)*t.mPad+i0*kr:], bp: t.pb[(bi*p.K+k0)*t.nPad+j0*kr:],
+				lda: lda, ldb: ldb, rowA: !p.TransA,
 			}
-		}
-	})
-	tm := (p.M + gemmMC - 1) / gemmMC
-	tn := (p.N + gemmNC - 1) / gemmNC
-	c.parallelFor(p.Batch*tm*tn, 1, func(lo, hi int) {
-		w := workPool.Get().(*gemmWork)
-		defer workPool.Put(w)
-		for t := lo; t < hi; t++ {
-			bi, r := t/(tm*tn), t%(tm*tn)
-			i0, j0 := (r/tn)*gemmMC, (r%tn)*gemmNC
-			mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
-			ct := C[bi*p.StrideC+i0*p.N+j0:]
-			add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
-			for k0 := 0; k0 < p.K; k0 += gemmKC {
-				kr := min(gemmKC, p.K-k0)
-				op := operands{
-					ap: pk.a[(bi*p.K+k0)*mPad+i0*kr:], bp: pk.b[(bi*p.K+k0)*nPad+j0*kr:],
-					lda: lda, ldb: ldb, rowA: !p.TransA,
-				}
-				if directA && p.TransA {
-					op.ad = A[bi*p.StrideA+k0*lda+i0:]
-				} else if directA {
-					op.ad = A[bi*p.StrideA+i0*lda+k0:]
-				}
-				if directB {
-					op.bd = B[bi*p.StrideB+k0*ldb+j0:]
-				}
-				microTiles(mk, op, kr, ct, p.N, mr, nr, w.edge[:], add)
-				add = true
+			if t.directA && p.TransA {
+				op.ad = t.A[bi*p.StrideA+k0*lda+i0:]
+			} else if t.directA {
+				op.ad = t.A[bi*p.StrideA+i0*lda+k0:]
 			}
-			addBias(ct, p.N, mr, nr, bs, j0)
+			if t.directB {
+				op.bd = t.B[bi*p.StrideB+k0*ldb+j0:]
+			}
+			microTiles(t.mk, op, kr, ct, p.N, mr, nr, w.edge[:], add)
+			add = true
 		}
-	})
+		addBias(ct, p.N, mr, nr, t.bias, j0)
+	}
 }
 
 // gemmSerial computes C = alpha*op(A)@op(B) + beta*C for an m×n C with

@@ -70,33 +70,44 @@ func (c *CPU) Cast(dst, src backend.Ref, n int) {
 		c.Copy(dst, src, n)
 		return
 	}
-	c.parallelFor(n, 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var v float32
-			switch s.dt {
-			case backend.F32:
-				v = s.F32[src.Off+i]
-			case backend.BF16:
-				v = backend.BF16ToF32(s.U16[src.Off+i])
-			case backend.F16:
-				v = backend.F16ToF32(s.U16[src.Off+i])
-			case backend.I32:
-				v = float32(s.I32[src.Off+i])
-			default:
-				panic(fmt.Sprintf("cpu: cast from %v", s.dt))
-			}
-			switch d.dt {
-			case backend.F32:
-				d.F32[dst.Off+i] = v
-			case backend.BF16:
-				d.U16[dst.Off+i] = backend.F32ToBF16(v)
-			case backend.F16:
-				d.U16[dst.Off+i] = backend.F32ToF16(v)
-			default:
-				panic(fmt.Sprintf("cpu: cast to %v", d.dt))
-			}
+	runTask(c, &castTasks, n, 1<<14, castTask{d, s, dst.Off, src.Off})
+}
+
+// castTask is one Cast call.
+type castTask struct {
+	d, s           *Buffer
+	dstOff, srcOff int
+}
+
+var castTasks taskPool[castTask]
+
+func (t *castTask) do(lo, hi int) {
+	d, s := t.d, t.s
+	for i := lo; i < hi; i++ {
+		var v float32
+		switch s.dt {
+		case backend.F32:
+			v = s.F32[t.srcOff+i]
+		case backend.BF16:
+			v = backend.BF16ToF32(s.U16[t.srcOff+i])
+		case backend.F16:
+			v = backend.F16ToF32(s.U16[t.srcOff+i])
+		case backend.I32:
+			v = float32(s.I32[t.srcOff+i])
+		default:
+			panic(fmt.Sprintf("cpu: cast from %v", s.dt))
 		}
-	})
+		switch d.dt {
+		case backend.F32:
+			d.F32[t.dstOff+i] = v
+		case backend.BF16:
+			d.U16[t.dstOff+i] = backend.F32ToBF16(v)
+		case backend.F16:
+			d.U16[t.dstOff+i] = backend.F32ToF16(v)
+		default:
+			panic(fmt.Sprintf("cpu: cast to %v", d.dt))
+		}
+	}
 }
 
 // Fill implements backend.Backend.
