@@ -1,0 +1,199 @@
+package driver_test
+
+import (
+	"errors"
+	"math"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/driver"
+	"github.com/fleetml/fleet/backend/cuda/nvrtc"
+)
+
+const axpySrc = `
+extern "C" __global__ void fleet_test_axpy(float *y, const float *x, float a, long long n) {
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		y[i] += a * x[i];
+	}
+}
+`
+
+// TestGPU exercises the bindings on a real device: NVRTC to cubin, module
+// load, launch, copies both ways (pinned and not), events, out-of-memory,
+// and a cuBLAS GEMM. It skips, saying why, where there is no GPU.
+func TestGPU(t *testing.T) {
+	d, err := driver.Open()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	if err := d.Init(); err != nil {
+		t.Skipf("cuInit: %v", err)
+	}
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device (%d, %v)", n, err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	info, err := d.DeviceInfo(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("driver %s (%s): %+v", d.Lib.Version(), d.Lib.Path, info)
+	if m := d.Missing(); len(m) > 0 {
+		t.Errorf("driver lacks %v", m)
+	}
+	dev, _ := d.Device(0)
+	ctx, err := d.PrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.PrimaryCtxRelease(dev)
+	if err := d.CtxSetCurrent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	free, total, err := d.MemGetInfo()
+	t.Logf("memory: %d MiB free of %d MiB (%v)", free>>20, total>>20, err)
+
+	if _, err := d.MemAlloc(1 << 50); !errors.Is(err, driver.ErrOutOfMemory) {
+		t.Errorf("1 PiB allocation: %v, want ErrOutOfMemory", err)
+	}
+
+	nv, err := nvrtc.Open()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	cubin, log, err := nv.Compile(axpySrc, "axpy.cu", info.Arch(), nvrtc.KernelOptions...)
+	if err != nil {
+		t.Skipf("NVRTC %s cannot compile for %s: %v\n%s", nv.Version(), info.Arch(), err, log)
+	}
+	mod, err := d.ModuleLoadData(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.ModuleUnload(mod)
+	fn, err := d.ModuleGetFunction(mod, "fleet_test_axpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 1 << 20
+	x, y := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i], y[i] = float32(i%100), 1
+	}
+	dx, err := d.MemAlloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.MemFree(dx)
+	dy, err := d.MemAlloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.MemFree(dy)
+	if err := d.MemcpyHtoD(dx, unsafe.Pointer(&x[0]), 4*n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemsetD32(dy, math.Float32bits(1), n); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := d.StreamCreate(driver.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.StreamDestroy(s)
+	e0, _ := d.EventCreate(driver.EventDefault)
+	e1, _ := d.EventCreate(driver.EventDefault)
+	defer d.EventDestroy(e0)
+	defer d.EventDestroy(e1)
+	args := driver.NewArgs()
+	if err := d.EventRecord(e0, s); err != nil {
+		t.Fatal(err)
+	}
+	grid := driver.Dim3{X: uint32(info.SMs * 4), Y: 1, Z: 1}
+	if err := d.LaunchKernel(fn, grid, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, s, args.Reset().Ptr(dy).Ptr(dx).Float32(0.5).Int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.EventRecord(e1, s); err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := d.MemHostAlloc(4*n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.MemFreeHost(pinned)
+	if err := d.MemcpyDtoHAsync(pinned, dy, 4*n, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := d.EventElapsedTime(e0, e1)
+	if err != nil {
+		t.Error(err)
+	}
+	got := unsafe.Slice((*float32)(pinned), n)
+	for i := 0; i < n; i += 4999 {
+		if want := 1 + 0.5*float32(i%100); got[i] != want {
+			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	t.Logf("axpy over %d floats: %.3f ms", n, ms)
+	if a := testing.AllocsPerRun(100, func() {
+		d.LaunchKernel(fn, grid, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, s, args.Reset().Ptr(dy).Ptr(dx).Float32(0).Int64(n))
+		d.EventRecord(e1, s)
+	}); a != 0 {
+		t.Errorf("launch and record allocate %v times", a)
+	}
+	d.StreamSynchronize(s)
+
+	// cuBLAS: y[2,3] = x[2,4]·W[3,4]ᵀ in F32.
+	b, err := cublas.Open()
+	if err != nil {
+		t.Skipf("no cuBLAS: %v", err)
+	}
+	v, _ := b.Version()
+	t.Logf("cuBLAS %s (%s)", v, b.Lib.Path)
+	h, err := b.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy()
+	if err := h.SetStream(uintptr(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetMathMode(cublas.MathDefault); err != nil {
+		t.Error(err)
+	}
+	xs := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	ws := []float32{1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1}
+	if err := d.MemcpyHtoD(dx, unsafe.Pointer(&xs[0]), 4*8); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemcpyHtoD(dy, unsafe.Pointer(&ws[0]), 4*12); err != nil {
+		t.Fatal(err)
+	}
+	dc := dx + 256
+	err = h.GemmEx(&cublas.Gemm{TransA: cublas.OpT, TransB: cublas.OpN, M: 3, N: 2, K: 4, Alpha: 1,
+		A: uint64(dy), AType: cublas.R32F, LDA: 4, B: uint64(dx), BType: cublas.R32F, LDB: 4,
+		C: uint64(dc), CType: cublas.R32F, LDC: 3, Compute: cublas.Compute32F, Algo: cublas.AlgoDefault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 6)
+	if err := d.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MemcpyDtoH(unsafe.Pointer(&out[0]), dc, 4*6); err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{1, 2, 10, 5, 6, 26}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Fatalf("GEMM y = %v, want %v", out, want)
+		}
+	}
+}

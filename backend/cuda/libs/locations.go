@@ -1,0 +1,149 @@
+package libs
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+)
+
+// Location is one place to look for libraries.
+type Location struct {
+	Where string // the search step, for reports: "$FLEET_CUDA_PATH", "loader search", ...
+	// Dir is the folder to look in; "" means the dynamic loader's own search.
+	Dir string
+	// Reason, if set, says why this step has nothing to look in (an unset
+	// variable); Search records it and moves on.
+	Reason string
+}
+
+// Locations lists the places Search looks, in order, from the environment
+// as it is now.
+func Locations() []Location {
+	var locs []Location
+	if p := os.Getenv("FLEET_CUDA_PATH"); p != "" {
+		for _, d := range filepath.SplitList(p) {
+			if d != "" {
+				locs = append(locs, Location{Where: "$FLEET_CUDA_PATH", Dir: d})
+			}
+		}
+	} else {
+		locs = append(locs, Location{Where: "$FLEET_CUDA_PATH", Reason: "not set"})
+	}
+	locs = append(locs, Location{Where: "loader search"})
+	if h := os.Getenv("CUDA_HOME"); h != "" {
+		locs = append(locs, Location{Where: "$CUDA_HOME", Dir: filepath.Join(h, "lib64")})
+	}
+	locs = append(locs, Location{Where: "cuda toolkit", Dir: "/usr/local/cuda/lib64"})
+	var py []Location
+	for _, sp := range sitePackages() {
+		for _, d := range pipLibDirs(sp) {
+			py = append(py, Location{Where: "python site-packages", Dir: d})
+		}
+	}
+	if len(py) == 0 {
+		py = append(py, Location{Where: "python site-packages", Reason: "no nvidia/*/lib folders"})
+	}
+	locs = append(locs, py...)
+	locs = append(locs, Location{Where: "system", Dir: "/usr/local/nvidia/lib64"})
+	if t := multiarch(); t != "" {
+		locs = append(locs, Location{Where: "system", Dir: filepath.Join("/usr/lib", t)})
+	}
+	return dedupe(locs)
+}
+
+// multiarch is Debian's multiarch triplet for this architecture.
+func multiarch() string {
+	switch runtime.GOARCH {
+	case "amd64":
+		return "x86_64-linux-gnu"
+	case "arm64":
+		return "aarch64-linux-gnu"
+	case "ppc64le":
+		return "powerpc64le-linux-gnu"
+	}
+	return ""
+}
+
+// sitePackages lists Python package folders, the active environments'
+// first: $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local, /usr.
+func sitePackages() []string {
+	var roots []string
+	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if p := os.Getenv(v); p != "" {
+			roots = append(roots, p)
+		}
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" {
+		roots = append(roots, filepath.Join(h, ".local"))
+	}
+	roots = append(roots, "/usr/local", "/usr")
+	var out []string
+	for _, r := range roots {
+		for _, kind := range []string{"site-packages", "dist-packages"} {
+			m, _ := filepath.Glob(filepath.Join(r, "lib", "python3*", kind))
+			// Newest Python first: python3.12 before python3.9.
+			sort.Slice(m, func(i, j int) bool { return pyVersionLess(m[j], m[i]) })
+			out = append(out, m...)
+		}
+	}
+	return out
+}
+
+// pyVersionLess orders .../python3.N/... folders by N.
+func pyVersionLess(a, b string) bool {
+	na, nb := pyMinor(a), pyMinor(b)
+	if na != nb {
+		return na < nb
+	}
+	return a < b
+}
+
+func pyMinor(p string) int {
+	base := filepath.Base(filepath.Dir(p)) // python3.12
+	n := 0
+	seenDot := false
+	for _, c := range base {
+		switch {
+		case c == '.':
+			seenDot = true
+		case seenDot && c >= '0' && c <= '9':
+			n = n*10 + int(c-'0')
+		case seenDot:
+			return n
+		}
+	}
+	return n
+}
+
+// pipLibDirs lists the nvidia/*/lib folders of one site-packages folder
+// (nvidia/cublas/lib, nvidia/cuda_nvrtc/lib, nvidia/nccl/lib, and for the
+// CUDA 13 wheels nvidia/cu13/lib), cu13 first.
+func pipLibDirs(sitePackages string) []string {
+	m, _ := filepath.Glob(filepath.Join(sitePackages, "nvidia", "*", "lib"))
+	sort.SliceStable(m, func(i, j int) bool {
+		ci := filepath.Base(filepath.Dir(m[i])) == "cu13"
+		cj := filepath.Base(filepath.Dir(m[j])) == "cu13"
+		return ci && !cj
+	})
+	return m
+}
+
+func dedupe(locs []Location) []Location {
+	seen := map[string]bool{}
+	out := locs[:0]
+	for _, l := range locs {
+		if l.Dir != "" {
+			key := l.Dir
+			if r, err := filepath.EvalSymlinks(l.Dir); err == nil {
+				key = r
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+		}
+		out = append(out, l)
+	}
+	return out
+}
