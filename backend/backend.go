@@ -42,10 +42,11 @@ type Backend interface {
 	Free(s Storage)
 	MemStats() MemStats
 
-	// Upload copies a host slice ([]float32, []int32, []uint16 or []int64,
-	// matching the storage dtype) to dst. Download copies back to a host slice.
-	Upload(dst Ref, src any)
-	Download(dst any, src Ref)
+	// Upload copies host bytes to dst: len(src)/dtype size elements of
+	// dst's dtype, little-endian (AsBytes views a typed slice this way).
+	// Download copies len(dst) bytes' worth of elements back to the host.
+	Upload(dst Ref, src []byte)
+	Download(dst []byte, src Ref)
 	// Copy copies n elements; Cast converts n elements between dtypes.
 	Copy(dst, src Ref, n int)
 	Cast(dst, src Ref, n int)

@@ -466,7 +466,7 @@ func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 		}
 	}
 	m := alloc("dropout", x.dev, F32, x.shape)
-	m.be.Upload(m.ref(), mask)
+	m.be.Upload(m.ref(), backend.AsBytes(mask))
 	return Mul(x, m)
 }
 

@@ -85,9 +85,10 @@ type Tensor struct {
 	Grad *Tensor
 	node *node // &nd once an op is recorded
 
-	nd      node    // the op that made this tensor, when recorded
-	pending *Tensor // gradient gathered so far, during Backward
-	visited uint64  // Backward's visit mark
+	nd      node       // the op that made this tensor, when recorded
+	pending *Tensor    // gradient gathered so far, during Backward
+	visited uint64     // Backward's visit mark
+	item    [1]float32 // Item's host buffer: a local one would escape
 }
 
 // Shape returns the tensor's shape. Do not modify it.
@@ -218,7 +219,7 @@ func FromFloat32s(dev Device, data []float32, shape ...int) *Tensor {
 		panic(&Error{Op: "from_float32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), append(Shape(nil), shape...))})
 	}
 	t := alloc("from_float32s", dev, F32, shape)
-	t.be.Upload(t.ref(), data)
+	t.be.Upload(t.ref(), backend.AsBytes(data))
 	return t
 }
 
@@ -228,7 +229,7 @@ func FromInt32s(dev Device, data []int32, shape ...int) *Tensor {
 		panic(&Error{Op: "from_int32s", Msg: fmt.Sprintf("%d values for shape %v", len(data), append(Shape(nil), shape...))})
 	}
 	t := alloc("from_int32s", dev, I32, shape)
-	t.be.Upload(t.ref(), data)
+	t.be.Upload(t.ref(), backend.AsBytes(data))
 	return t
 }
 
@@ -237,10 +238,10 @@ func (t *Tensor) Float32s() []float32 {
 	out := make([]float32, t.Numel())
 	switch t.dtype {
 	case F32:
-		t.be.Download(out, t.ref())
+		t.be.Download(backend.AsBytes(out), t.ref())
 	case BF16, F16:
 		h := make([]uint16, len(out))
-		t.be.Download(h, t.ref())
+		t.be.Download(backend.AsBytes(h), t.ref())
 		for i, v := range h {
 			if t.dtype == BF16 {
 				out[i] = backend.BF16ToF32(v)
@@ -264,7 +265,7 @@ func (t *Tensor) Int32s() []int32 {
 		panic(&Error{Op: "int32s", Msg: "want an i32 tensor", Operands: []*Tensor{t}})
 	}
 	out := make([]int32, t.Numel())
-	t.be.Download(out, t.ref())
+	t.be.Download(backend.AsBytes(out), t.ref())
 	return out
 }
 
@@ -277,13 +278,9 @@ func (t *Tensor) Item() float32 {
 	if t.dtype != F32 {
 		return t.Float32s()[0]
 	}
-	t.be.Download(itemBox, t.ref())
-	return itemBox.([]float32)[0]
+	t.be.Download(backend.AsBytes(t.item[:]), t.ref())
+	return t.item[0]
 }
-
-// itemBox is Item's host buffer, boxed once so reading the loss each step
-// allocates nothing.
-var itemBox any = make([]float32, 1)
 
 // CopyFrom overwrites t's elements with src's (same shape, dtype, device),
 // outside autograd.
@@ -298,7 +295,7 @@ func (t *Tensor) SetFloat32s(data []float32) {
 	if t.dtype != F32 || len(data) != t.Numel() {
 		panic(&Error{Op: "set_float32s", Msg: fmt.Sprintf("%d values", len(data)), Operands: []*Tensor{t}})
 	}
-	t.be.Upload(t.ref(), data)
+	t.be.Upload(t.ref(), backend.AsBytes(data))
 }
 
 // To returns the tensor on dev: t itself if it is already there, else a
@@ -310,13 +307,13 @@ func (t *Tensor) To(dev Device) *Tensor {
 	out := alloc("to", dev, t.dtype, t.shape)
 	switch t.dtype {
 	case F32:
-		out.be.Upload(out.ref(), t.Float32s())
+		out.be.Upload(out.ref(), backend.AsBytes(t.Float32s()))
 	case I32:
-		out.be.Upload(out.ref(), t.Int32s())
+		out.be.Upload(out.ref(), backend.AsBytes(t.Int32s()))
 	default:
 		h := make([]uint16, t.Numel())
-		t.be.Download(h, t.ref())
-		out.be.Upload(out.ref(), h)
+		t.be.Download(backend.AsBytes(h), t.ref())
+		out.be.Upload(out.ref(), backend.AsBytes(h))
 	}
 	return out
 }

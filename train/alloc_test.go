@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/fleetml/fleet/data"
@@ -9,29 +10,44 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// TestStepAllocations reports the Go heap allocations of one steady-state
-// training step (the reference config's shape at a smaller batch). It
-// logs the figure; the tensor storage itself comes from the pool.
+// TestStepAllocations checks that a steady-state training step makes no
+// Go heap allocations and does not grow the device pool: tensor storage
+// comes from the pool, tensor headers and tape nodes are recycled, and the
+// kernels use pooled scratch. It covers the reference config's shape at a
+// smaller batch, with and without biases, dropout and accumulation.
 func TestStepAllocations(t *testing.T) {
 	tok := data.NewChar(testText())
 	ids, _ := tok.Encode(testText())
-	c := Default()
-	c.BatchSize = 4
-	m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
-	r := &run{cfg: c, dev: tensor.CPU, model: m, train: s,
-		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95})}
-	step := 0
-	r.step(step, 1e-3) // the first step fills the pool
-	step++
-	before := tensor.MemStats(tensor.CPU).Reserved
-	allocs := testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
-	after := tensor.MemStats(tensor.CPU).Reserved
-	t.Logf("%.0f heap allocations per step; pool reserved %d bytes before, %d after", allocs, before, after)
-	if after != before {
-		t.Errorf("the pool grew from %d to %d bytes in steady state", before, after)
+	for _, tc := range []struct {
+		bias    bool
+		dropout float64
+		accum   int
+	}{{false, 0, 1}, {true, 0.1, 2}} {
+		t.Run(fmt.Sprintf("bias=%v,dropout=%v,accum=%d", tc.bias, tc.dropout, tc.accum), func(t *testing.T) {
+			c := Default()
+			c.BatchSize = 4
+			c.Bias, c.Dropout, c.GradAccum = tc.bias, tc.dropout, tc.accum
+			m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
+			r := &run{cfg: c, dev: tensor.CPU, model: m, train: s,
+				opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+			step := 0
+			for ; step < 2; step++ { // the first steps fill the pools
+				r.step(step, 1e-3)
+			}
+			before := tensor.MemStats(tensor.CPU).Reserved
+			allocs := testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
+			after := tensor.MemStats(tensor.CPU).Reserved
+			t.Logf("%.0f heap allocations per step; pool reserved %d bytes before, %d after", allocs, before, after)
+			if allocs != 0 {
+				t.Errorf("a steady-state step made %.0f heap allocations, want 0", allocs)
+			}
+			if after != before {
+				t.Errorf("the pool grew from %d to %d bytes in steady state", before, after)
+			}
+		})
 	}
 }

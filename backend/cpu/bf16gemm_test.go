@@ -43,8 +43,8 @@ func TestMatMulBF16(t *testing.T) {
 			}
 			cv := randF32(r, tc.batch*nc, 1)
 			as, bs := c.Alloc(backend.BF16, len(av)), c.Alloc(backend.BF16, len(bv))
-			c.Upload(backend.Ref{S: as}, av)
-			c.Upload(backend.Ref{S: bs}, bv)
+			c.Upload(backend.Ref{S: as}, backend.AsBytes(av))
+			c.Upload(backend.Ref{S: bs}, backend.AsBytes(bv))
 			cc := put(c, cv, 0)
 			p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.kk, TransA: tc.ta, TransB: tc.tb,
 				StrideA: na, StrideB: nb, StrideC: nc, Alpha: 1, Beta: tc.beta}
@@ -81,8 +81,8 @@ func BenchmarkMatMulBF16(b *testing.B) {
 		h[i] = backend.F32ToBF16(float32(r.Norm()))
 	}
 	as, bs := c.Alloc(backend.BF16, n*n), c.Alloc(backend.BF16, n*n)
-	c.Upload(backend.Ref{S: as}, h)
-	c.Upload(backend.Ref{S: bs}, h)
+	c.Upload(backend.Ref{S: as}, backend.AsBytes(h))
+	c.Upload(backend.Ref{S: bs}, backend.AsBytes(h))
 	cc := benchRand(c, r, n*n)
 	p := backend.MatMul{Batch: 1, M: n, N: n, K: n, Alpha: 1}
 	b.ResetTimer()

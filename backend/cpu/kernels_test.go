@@ -44,21 +44,21 @@ func put(c *CPU, v []float32, off int) backend.Ref {
 	s := c.Alloc(backend.F32, off+len(v)+3)
 	c.Fill(backend.Ref{S: s}, guard, s.Len())
 	r := backend.Ref{S: s, Off: off}
-	c.Upload(r, v)
+	c.Upload(r, backend.AsBytes(v))
 	return r
 }
 
 func putI32(c *CPU, v []int32, off int) backend.Ref {
 	s := c.Alloc(backend.I32, off+len(v)+3)
 	r := backend.Ref{S: s, Off: off}
-	c.Upload(r, v)
+	c.Upload(r, backend.AsBytes(v))
 	return r
 }
 
 // get downloads n elements at r.
 func get(c *CPU, r backend.Ref, n int) []float32 {
 	out := make([]float32, n)
-	c.Download(out, r)
+	c.Download(backend.AsBytes(out), r)
 	return out
 }
 
@@ -792,7 +792,7 @@ func TestCast(t *testing.T) {
 		hr := backend.Ref{S: h, Off: 2}
 		c.Cast(hr, x, n)
 		bits := make([]uint16, n)
-		c.Download(bits, hr)
+		c.Download(backend.AsBytes(bits), hr)
 		for i, v := range xv {
 			want := backend.F32ToBF16(v)
 			if dt == backend.F16 {
@@ -832,7 +832,7 @@ func TestCast(t *testing.T) {
 		o := c.Alloc(other, n)
 		c.Cast(backend.Ref{S: o}, hr, n)
 		obits := make([]uint16, n)
-		c.Download(obits, backend.Ref{S: o})
+		c.Download(backend.AsBytes(obits), backend.Ref{S: o})
 		for i := range obits {
 			v := backend.BF16ToF32(bits[i])
 			want := backend.F32ToF16(v)
@@ -881,10 +881,10 @@ func TestFillCopy(t *testing.T) {
 		}
 	}
 	iv := c.Alloc(backend.I32, n)
-	c.Upload(backend.Ref{S: iv}, make([]int32, n))
+	c.Upload(backend.Ref{S: iv}, backend.AsBytes(make([]int32, n)))
 	c.Fill(backend.Ref{S: iv, Off: 3}, 7, 5)
 	ig := make([]int32, n)
-	c.Download(ig, backend.Ref{S: iv})
+	c.Download(backend.AsBytes(ig), backend.Ref{S: iv})
 	for i, v := range ig {
 		if (i >= 3 && i < 8) != (v == 7) || (v != 0 && v != 7) {
 			t.Fatalf("fill i32: [%d] = %d", i, v)
@@ -892,7 +892,7 @@ func TestFillCopy(t *testing.T) {
 	}
 	for _, dt := range []backend.DType{backend.BF16, backend.F16} {
 		h := c.Alloc(dt, n)
-		c.Upload(backend.Ref{S: h}, make([]uint16, n))
+		c.Upload(backend.Ref{S: h}, backend.AsBytes(make([]uint16, n)))
 		const v = float32(1.0 / 3)
 		c.Fill(backend.Ref{S: h, Off: 1}, v, n-2)
 		want := backend.F32ToBF16(v)
@@ -900,7 +900,7 @@ func TestFillCopy(t *testing.T) {
 			want = backend.F32ToF16(v)
 		}
 		hb := make([]uint16, n)
-		c.Download(hb, backend.Ref{S: h})
+		c.Download(backend.AsBytes(hb), backend.Ref{S: h})
 		for i, b := range hb {
 			w := want
 			if i == 0 || i == n-1 {
@@ -936,20 +936,20 @@ func TestFillCopy(t *testing.T) {
 	}
 	for _, cs := range []struct {
 		dt   backend.DType
-		data any
-		zero any
-		out  func() any
+		data []byte
+		zero []byte
+		out  func() (any, []byte)
 	}{
-		{backend.I32, iv2, make([]int32, n), func() any { return make([]int32, n) }},
-		{backend.I64, i64, make([]int64, n), func() any { return make([]int64, n) }},
-		{backend.BF16, u16, make([]uint16, n), func() any { return make([]uint16, n) }},
+		{backend.I32, backend.AsBytes(iv2), backend.AsBytes(make([]int32, n)), func() (any, []byte) { o := make([]int32, n); return o, backend.AsBytes(o) }},
+		{backend.I64, backend.AsBytes(i64), backend.AsBytes(make([]int64, n)), func() (any, []byte) { o := make([]int64, n); return o, backend.AsBytes(o) }},
+		{backend.BF16, backend.AsBytes(u16), backend.AsBytes(make([]uint16, n)), func() (any, []byte) { o := make([]uint16, n); return o, backend.AsBytes(o) }},
 	} {
 		s, d := c.Alloc(cs.dt, n), c.Alloc(cs.dt, n)
 		c.Upload(backend.Ref{S: s}, cs.data)
 		c.Upload(backend.Ref{S: d}, cs.zero)
 		c.Copy(backend.Ref{S: d, Off: 2}, backend.Ref{S: s, Off: 5}, 30)
-		out := cs.out()
-		c.Download(out, backend.Ref{S: d})
+		out, ob := cs.out()
+		c.Download(ob, backend.Ref{S: d})
 		for i := 0; i < n; i++ {
 			var got, want int64
 			switch o := out.(type) {
@@ -982,16 +982,16 @@ func TestUploadDownload(t *testing.T) {
 	before := c.MemStats().Copied
 	fv := randF32(r, 10, 1)
 	s := c.Alloc(backend.F32, 16)
-	c.Upload(backend.Ref{S: s, Off: 3}, fv)
+	c.Upload(backend.Ref{S: s, Off: 3}, backend.AsBytes(fv))
 	got := make([]float32, 10)
-	c.Download(got, backend.Ref{S: s, Off: 3})
+	c.Download(backend.AsBytes(got), backend.Ref{S: s, Off: 3})
 	for i := range got {
 		if got[i] != fv[i] {
 			t.Fatalf("f32 round trip [%d] = %v, want %v", i, got[i], fv[i])
 		}
 	}
 	part := make([]float32, 4)
-	c.Download(part, backend.Ref{S: s, Off: 5})
+	c.Download(backend.AsBytes(part), backend.Ref{S: s, Off: 5})
 	for i := range part {
 		if part[i] != fv[i+2] {
 			t.Fatalf("partial download [%d] = %v, want %v", i, part[i], fv[i+2])
@@ -999,19 +999,19 @@ func TestUploadDownload(t *testing.T) {
 	}
 	i32s := []int32{1, -2, 3}
 	is := c.Alloc(backend.I32, 5)
-	c.Upload(backend.Ref{S: is, Off: 2}, i32s)
+	c.Upload(backend.Ref{S: is, Off: 2}, backend.AsBytes(i32s))
 	ig := make([]int32, 3)
-	c.Download(ig, backend.Ref{S: is, Off: 2})
+	c.Download(backend.AsBytes(ig), backend.Ref{S: is, Off: 2})
 	i64s := []int64{1 << 40, -5}
 	ls := c.Alloc(backend.I64, 2)
-	c.Upload(backend.Ref{S: ls}, i64s)
+	c.Upload(backend.Ref{S: ls}, backend.AsBytes(i64s))
 	lg := make([]int64, 2)
-	c.Download(lg, backend.Ref{S: ls})
+	c.Download(backend.AsBytes(lg), backend.Ref{S: ls})
 	u16s := []uint16{0xffff, 1, 0x8000}
 	us := c.Alloc(backend.F16, 3)
-	c.Upload(backend.Ref{S: us}, u16s)
+	c.Upload(backend.Ref{S: us}, backend.AsBytes(u16s))
 	ug := make([]uint16, 3)
-	c.Download(ug, backend.Ref{S: us})
+	c.Download(backend.AsBytes(ug), backend.Ref{S: us})
 	if fmt.Sprint(ig) != fmt.Sprint(i32s) || fmt.Sprint(lg) != fmt.Sprint(i64s) || fmt.Sprint(ug) != fmt.Sprint(u16s) {
 		t.Errorf("round trips: %v %v %v", ig, lg, ug)
 	}

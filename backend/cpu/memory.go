@@ -7,41 +7,37 @@ import (
 )
 
 // Upload implements backend.Backend. On the CPU an upload is a copy.
-func (c *CPU) Upload(dst backend.Ref, src any) {
+func (c *CPU) Upload(dst backend.Ref, src []byte) {
 	b := dst.S.(*Buffer)
-	var n int
-	switch s := src.(type) {
-	case []float32:
-		n = copy(b.F32[dst.Off:dst.Off+len(s)], s)
-	case []int32:
-		n = copy(b.I32[dst.Off:dst.Off+len(s)], s)
-	case []uint16:
-		n = copy(b.U16[dst.Off:dst.Off+len(s)], s)
-	case []int64:
-		n = copy(b.I64[dst.Off:dst.Off+len(s)], s)
-	default:
-		panic(fmt.Sprintf("cpu: upload of %T", src))
-	}
-	c.copied.Add(int64(n * b.dt.Size()))
+	n := copy(elementBytes(b, dst.Off, len(src), "upload"), src)
+	c.copied.Add(int64(n))
 }
 
 // Download implements backend.Backend.
-func (c *CPU) Download(dst any, src backend.Ref) {
+func (c *CPU) Download(dst []byte, src backend.Ref) {
 	b := src.S.(*Buffer)
-	var n int
-	switch d := dst.(type) {
-	case []float32:
-		n = copy(d, b.F32[src.Off:src.Off+len(d)])
-	case []int32:
-		n = copy(d, b.I32[src.Off:src.Off+len(d)])
-	case []uint16:
-		n = copy(d, b.U16[src.Off:src.Off+len(d)])
-	case []int64:
-		n = copy(d, b.I64[src.Off:src.Off+len(d)])
-	default:
-		panic(fmt.Sprintf("cpu: download into %T", dst))
+	n := copy(dst, elementBytes(b, src.Off, len(dst), "download"))
+	c.copied.Add(int64(n))
+}
+
+// elementBytes views nbytes of b from element off on as bytes.
+func elementBytes(b *Buffer, off, nbytes int, op string) []byte {
+	size := b.dt.Size()
+	if nbytes%size != 0 || off < 0 || off+nbytes/size > b.Len() {
+		panic(fmt.Sprintf("cpu: %s of %d bytes at element %d of a %v buffer of %d", op, nbytes, off, b.dt, b.Len()))
 	}
-	c.copied.Add(int64(n * b.dt.Size()))
+	n := nbytes / size
+	switch b.dt {
+	case backend.F32:
+		return backend.AsBytes(b.F32[off : off+n])
+	case backend.BF16, backend.F16:
+		return backend.AsBytes(b.U16[off : off+n])
+	case backend.I32:
+		return backend.AsBytes(b.I32[off : off+n])
+	case backend.I64:
+		return backend.AsBytes(b.I64[off : off+n])
+	}
+	panic(fmt.Sprintf("cpu: %s of dtype %v", op, b.dt))
 }
 
 // Copy implements backend.Backend.
