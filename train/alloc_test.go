@@ -40,6 +40,11 @@ func TestStepAllocations(t *testing.T) {
 			}
 			before := tensor.MemStats(tensor.CPU).Reserved
 			allocs := testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
+			if allocs != 0 {
+				// A garbage collection empties the kernels' sync.Pool scratch
+				// once; an allocation the step itself makes shows up again.
+				allocs = testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
+			}
 			after := tensor.MemStats(tensor.CPU).Reserved
 			t.Logf("%.0f heap allocations per step; pool reserved %d bytes before, %d after", allocs, before, after)
 			if allocs != 0 {
