@@ -1,0 +1,156 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// Launch shapes of the attention kernels (attention.cu). In the tiled
+// kernels a group of attnGroup(hd) consecutive threads owns one row, 16
+// head dimensions per thread, and a block covers attnRows(hd) rows: 64, or
+// 32 for the widest groups, so blocks have 64 to 256 threads. These mirror
+// ATTN_DISPATCH, attn_rows and ATTN_HDMAX in attention.cu.
+const (
+	attnHDMax     = 128
+	attnKVThreads = 256
+	attnKVWarps   = attnKVThreads / 32 // (b, t, h) rows per block of the KV kernel, one warp each
+)
+
+// attnGroup is the number of threads that share one row for head size hd:
+// the smallest of 1, 2, 4 and 8 that covers hd with 16 dimensions each.
+func attnGroup(hd int) int {
+	g := 1
+	for 16*g < hd {
+		g *= 2
+	}
+	return g
+}
+
+// attnRows is the number of rows (queries, or keys in the dk/dv kernel) one
+// tiled block covers for head size hd.
+func attnRows(hd int) int {
+	if attnGroup(hd) == 8 {
+		return 32
+	}
+	return 64
+}
+
+// attnBlock is the block shape of the tiled kernels for head size hd.
+func attnBlock(hd int) [3]int { return [3]int{attnRows(hd) * attnGroup(hd), 1, 1} }
+
+// attnSuffix names the kernel variant for a storage dtype.
+func attnSuffix(op string, dt backend.DType) (string, error) {
+	switch dt {
+	case backend.F32:
+		return "f32", nil
+	case backend.BF16:
+		return "bf16", nil
+	}
+	return "", fmt.Errorf("%s: dtype %v not supported (want f32 or bf16)", op, dt)
+}
+
+// attnCheck validates a shape and returns the head size.
+func attnCheck(op string, B, T, C, H int) (int, error) {
+	if B < 1 || T < 1 || C < 1 || H < 1 || C%H != 0 {
+		return 0, fmt.Errorf("%s: bad shape B=%d T=%d C=%d H=%d (want positive sizes, C a multiple of H)", op, B, T, C, H)
+	}
+	hd := C / H
+	if hd > attnHDMax {
+		return 0, fmt.Errorf("%s: head size %d exceeds %d", op, hd, attnHDMax)
+	}
+	// Every scalar travels as a 32-bit int, and B*H and the KV kernel's
+	// warp count must fit a grid dimension.
+	if int64(B)*int64(T)*3*int64(C) > math.MaxInt64/4 || 3*C > math.MaxInt32 || T > math.MaxInt32 ||
+		int64(B)*int64(H) > math.MaxInt32 || int64(B)*int64(T)*int64(H) > math.MaxInt32 {
+		return 0, fmt.Errorf("%s: shape B=%d T=%d C=%d H=%d too large", op, B, T, C, H)
+	}
+	return hd, nil
+}
+
+// attnGrid is the grid of the tiled kernels: x runs over the B*H
+// (batch, head) pairs, y over the row blocks. The kernels number row
+// blocks so that y = 0 is the one with the most work (the last query
+// block, or the first key block), and the hardware starts blocks roughly
+// in linear order, so the long blocks start first.
+func attnGrid(B, T, H, hd int) [3]int {
+	r := attnRows(hd)
+	return [3]int{B * H, (T + r - 1) / r, 1}
+}
+
+// Attention launches causal self-attention (backend.Backend.Attention) on
+// packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
+// BF16), lse [B, H, T] is F32. One launch of fleet_attention_fwd_<dt>.
+func Attention(l attnLauncher, dt backend.DType, p backend.Attention, out, lse, qkv any) error {
+	const op = "attention"
+	sfx, err := attnSuffix(op, dt)
+	if err != nil {
+		return err
+	}
+	hd, err := attnCheck(op, p.B, p.T, p.C, p.H)
+	if err != nil {
+		return err
+	}
+	return l.Launch("fleet_attention_fwd_"+sfx, attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0,
+		out, lse, qkv, int32(p.B), int32(p.T), int32(p.C), int32(p.H))
+}
+
+// AttentionBackwardScratch is the number of F32 elements of scratch
+// AttentionBackward needs: one D_i = dout_i·out_i per score row, B·H·T.
+func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T }
+
+// AttentionBackward launches the attention backward pass
+// (backend.Backend.AttentionBackward): dqkv [B, T, 3C] from dout and out
+// [B, T, C], lse [B, H, T] (F32, from Attention) and qkv. dqkv, dout, out
+// and qkv are stored as dt; scratch holds AttentionBackwardScratch(p) F32
+// elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
+// (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
+// (reads them, writes dk and dv). Every element of dqkv is written.
+func AttentionBackward(l attnLauncher, dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch any) error {
+	const op = "attention backward"
+	sfx, err := attnSuffix(op, dt)
+	if err != nil {
+		return err
+	}
+	hd, err := attnCheck(op, p.B, p.T, p.C, p.H)
+	if err != nil {
+		return err
+	}
+	grid, block := attnGrid(p.B, p.T, p.H, hd), attnBlock(hd)
+	B, T, C, H := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
+	if err := l.Launch("fleet_attention_bwd_dq_"+sfx, grid, block, 0, dqkv, scratch, dout, out, lse, qkv, B, T, C, H); err != nil {
+		return err
+	}
+	return l.Launch("fleet_attention_bwd_dkdv_"+sfx, grid, block, 0, dqkv, scratch, dout, lse, qkv, B, T, C, H)
+}
+
+// AttentionKV launches inference attention against a key/value cache
+// (backend.Backend.AttentionKV): k and v of qkv [B, T, 3C] go into kc and vc
+// [B, MaxT, C] at positions [Pos, Pos+T), and out [B, T, C] is attention of
+// each new position over positions [0, Pos+t]. All four buffers are stored
+// as dt. One launch of fleet_attention_kv_<dt>, one warp per (b, t, h).
+func AttentionKV(l attnLauncher, dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc any) error {
+	const op = "attention with cache"
+	sfx, err := attnSuffix(op, dt)
+	if err != nil {
+		return err
+	}
+	if _, err := attnCheck(op, p.B, p.T, p.C, p.H); err != nil {
+		return err
+	}
+	if p.Pos < 0 || p.MaxT > math.MaxInt32 || p.Pos+p.T > p.MaxT || int64(p.B)*int64(p.MaxT)*int64(p.C) > math.MaxInt64/4 {
+		return fmt.Errorf("%s: positions [%d, %d) outside the cache of %d", op, p.Pos, p.Pos+p.T, p.MaxT)
+	}
+	warps := p.B * p.T * p.H
+	grid := [3]int{(warps + attnKVWarps - 1) / attnKVWarps, 1, 1}
+	return l.Launch("fleet_attention_kv_"+sfx, grid, [3]int{attnKVThreads, 1, 1}, 0,
+		out, qkv, kc, vc, int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.Pos), int32(p.MaxT))
+}
+
+// attnLauncher launches a kernel by name on the device's compute stream;
+// buffers are the launcher's own device-memory values and scalars are
+// int32, int64 or float32, matching the kernel's parameter types.
+type attnLauncher interface {
+	Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error
+}
