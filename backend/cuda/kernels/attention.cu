@@ -241,7 +241,7 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 
 // Dispatch on hd: G = 1, 2, 4 or 8 threads per row for hd up to 16, 32, 64
 // or 128, each holding NC = 4 runs of four dimensions. Larger hd is not
-// supported (the launcher refuses it). The block must have
+// supported (the launcher refuses it; the kernel traps). The block must have
 // attn_rows<G>()*G threads; anything else traps rather than compute
 // garbage.
 #define ATTN_DISPATCH(FN, S, ...)                                   \
@@ -259,6 +259,8 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 		} else if (hd_ <= ATTN_HDMAX) {                     \
 			attn_check_block<8>();                      \
 			FN<8, 4, S>(__VA_ARGS__);                   \
+		} else {                                            \
+			__trap();                                   \
 		}                                                   \
 	} while (0)
 
@@ -402,7 +404,9 @@ __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D,
 			Ds[r] = r < ni ? D[(long long)bh * T + i0 + r] : 0.0f;
 		}
 		__syncthreads();
-#pragma unroll 4
+		// Not unrolled: k, v, dk and dv already hold 64 registers, and
+		// unrolling pushes the kernel past 128 (one block per SM).
+#pragma unroll 1
 		for (int x = 0; x < ni; x++) { // queries past T: none (ni is uniform over the block)
 			int i = i0 + x;
 			float s = attn_group_sum<G>(attn_dot<G, NC, HDP>(k, qs, x, g));

@@ -60,10 +60,10 @@ func attnCheck(op string, B, T, C, H int) (int, error) {
 	if hd > attnHDMax {
 		return 0, fmt.Errorf("%s: head size %d exceeds %d", op, hd, attnHDMax)
 	}
-	// Every scalar travels as a 32-bit int, and B*H and the KV kernel's
-	// warp count must fit a grid dimension.
-	if int64(B)*int64(T)*3*int64(C) > math.MaxInt64/4 || 3*C > math.MaxInt32 || T > math.MaxInt32 ||
-		int64(B)*int64(H) > math.MaxInt32 || int64(B)*int64(T)*int64(H) > math.MaxInt32 {
+	// Every scalar travels as a 32-bit int, the KV kernel numbers its
+	// B*T*H warps in a 32-bit grid, and the tiled grids have ceil(T/R)
+	// rows, at most 65535. Offsets inside the kernels are 64-bit.
+	if 3*int64(C) > math.MaxInt32 || int64(B)*int64(T)*int64(H) > math.MaxInt32 || (T+attnRows(hd)-1)/attnRows(hd) > 65535 {
 		return 0, fmt.Errorf("%s: shape B=%d T=%d C=%d H=%d too large", op, B, T, C, H)
 	}
 	return hd, nil
@@ -139,7 +139,7 @@ func AttentionKV(l attnLauncher, dt backend.DType, p backend.AttentionKV, out, q
 	if _, err := attnCheck(op, p.B, p.T, p.C, p.H); err != nil {
 		return err
 	}
-	if p.Pos < 0 || p.MaxT > math.MaxInt32 || p.Pos+p.T > p.MaxT || int64(p.B)*int64(p.MaxT)*int64(p.C) > math.MaxInt64/4 {
+	if p.Pos < 0 || p.MaxT > math.MaxInt32 || int64(p.Pos)+int64(p.T) > int64(p.MaxT) {
 		return fmt.Errorf("%s: positions [%d, %d) outside the cache of %d", op, p.Pos, p.Pos+p.T, p.MaxT)
 	}
 	warps := p.B * p.T * p.H
