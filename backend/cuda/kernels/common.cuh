@@ -31,3 +31,179 @@ __device__ __forceinline__ float fleet_warp_max(float v) {
 	}
 	return v;
 }
+
+// Negative infinity, without math headers.
+#define FLEET_NEG_INF __uint_as_float(0xff800000u)
+
+// fleet_f32_to_f16 rounds to IEEE half with round to nearest even, giving
+// subnormals, infinity on overflow and a quiet NaN for NaN; bit for bit
+// backend.F32ToF16.
+__device__ __forceinline__ unsigned short fleet_f32_to_f16(float f) {
+	unsigned int b = __float_as_uint(f);
+	unsigned int sign = (b >> 16) & 0x8000u;
+	int exp = (int)((b >> 23) & 0xffu);
+	unsigned int man = b & 0x7fffffu;
+	if (exp == 0xff) {
+		return (unsigned short)(sign | (man != 0u ? 0x7e00u : 0x7c00u));
+	}
+	if (exp == 0 && man == 0u) {
+		return (unsigned short)sign;
+	}
+	int e = exp - 127 + 15;
+	if (e >= 0x1f) {
+		return (unsigned short)(sign | 0x7c00u);
+	}
+	if (e <= 0) {
+		// Subnormal half, or zero: shift the mantissa with its implicit
+		// bit right by 14 - e, rounding to nearest even.
+		if (e < -10) {
+			return (unsigned short)sign;
+		}
+		unsigned int m = man | 0x800000u;
+		unsigned int shift = (unsigned int)(14 - e);
+		unsigned int half = 1u << (shift - 1u);
+		unsigned int rest = m & ((1u << shift) - 1u);
+		unsigned int r = m >> shift;
+		if (rest > half || (rest == half && (r & 1u) != 0u)) {
+			r++;
+		}
+		return (unsigned short)(sign | r);
+	}
+	unsigned int r = ((unsigned int)e << 10) | (man >> 13);
+	unsigned int rest = man & 0x1fffu;
+	if (rest > 0x1000u || (rest == 0x1000u && (r & 1u) != 0u)) {
+		r++; // may carry into the exponent, giving infinity at the top
+	}
+	return (unsigned short)(sign | r);
+}
+
+// fleet_f16_to_f32 widens an IEEE half exactly (NaN payloads kept).
+__device__ __forceinline__ float fleet_f16_to_f32(unsigned short h) {
+	unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+	unsigned int exp = ((unsigned int)h >> 10) & 0x1fu;
+	unsigned int man = (unsigned int)h & 0x3ffu;
+	if (exp == 0x1fu) {
+		return __uint_as_float(sign | 0x7f800000u | (man << 13));
+	}
+	if (exp == 0u) {
+		if (man == 0u) {
+			return __uint_as_float(sign);
+		}
+		float v = (float)man * 5.9604644775390625e-8f; // man * 2^-24, exact
+		return sign != 0u ? -v : v;
+	}
+	return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// Storage tags. A kernel templated over a tag S reads element i of an
+// S::T array as a float with S::ld and stores a float with S::st (rounding
+// to nearest even for 16-bit types); arithmetic is always in float.
+struct fleet_f32 {
+	typedef float T;
+	static __device__ __forceinline__ float ld(const float *p, long long i) { return p[i]; }
+	static __device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
+};
+
+struct fleet_bf16 {
+	typedef unsigned short T;
+	static __device__ __forceinline__ float ld(const unsigned short *p, long long i) { return fleet_bf16_to_f32(p[i]); }
+	static __device__ __forceinline__ void st(unsigned short *p, long long i, float v) { p[i] = fleet_f32_to_bf16(v); }
+};
+
+struct fleet_f16 {
+	typedef unsigned short T;
+	static __device__ __forceinline__ float ld(const unsigned short *p, long long i) { return fleet_f16_to_f32(p[i]); }
+	static __device__ __forceinline__ void st(unsigned short *p, long long i, float v) { p[i] = fleet_f32_to_f16(v); }
+};
+
+// fleet_i32 holds token ids and integer fills: ld converts to the nearest
+// float, st truncates toward zero (v must fit in an int).
+struct fleet_i32 {
+	typedef int T;
+	static __device__ __forceinline__ float ld(const int *p, long long i) { return (float)p[i]; }
+	static __device__ __forceinline__ void st(int *p, long long i, float v) { p[i] = (int)v; }
+};
+
+// Grid-stride loop over [0, n) for 1-D launches.
+#define FLEET_FOR_EACH(i, n) \
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// fleet_block_sum returns the sum of v over a 1-D block (blockDim.x a
+// multiple of 32, at most 1024) to every thread. red is __shared__ float[32]
+// scratch; the call begins with a barrier, so red may be reused by
+// consecutive calls. The order of additions is fixed: deterministic.
+__device__ __forceinline__ float fleet_block_sum(float v, float *red) {
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	v = fleet_warp_sum(v);
+	__syncthreads();
+	if (lane == 0) {
+		red[warp] = v;
+	}
+	__syncthreads();
+	v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f;
+	return fleet_warp_sum(v);
+}
+
+// Online softmax statistics: a running maximum m and the sum s of
+// exp(x - m) over the values seen. fleet_maxsum_add folds in one value x.
+__device__ __forceinline__ void fleet_maxsum_add(float &m, float &s, float x) {
+	if (x > m) {
+		s = s * expf(m - x) + 1.0f;
+		m = x;
+	} else if (x != FLEET_NEG_INF) {
+		s += expf(x - m); // NaN x gives NaN
+	}
+}
+
+// fleet_maxsum_merge folds the statistics (m2, s2) into (m, s). The two
+// operands are put in a canonical order first, so the result does not
+// depend on which is which (even if the compiler fuses a multiply-add):
+// both lanes of a butterfly get identical results.
+__device__ __forceinline__ void fleet_maxsum_merge(float &m, float &s, float m2, float s2) {
+	if (m2 < m || (m2 == m && s2 < s)) {
+		float t = m;
+		m = m2;
+		m2 = t;
+		t = s;
+		s = s2;
+		s2 = t;
+	}
+	float mm = fmaxf(m, m2);
+	if (mm == FLEET_NEG_INF) {
+		s = 0.0f;
+	} else {
+		s = s * expf(m - mm) + s2 * expf(m2 - mm);
+	}
+	m = mm;
+}
+
+// fleet_warp_maxsum merges (m, s) over the 32 lanes of a full warp; every
+// lane gets the result.
+__device__ __forceinline__ void fleet_warp_maxsum(float &m, float &s) {
+	for (int o = 16; o > 0; o >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+		fleet_maxsum_merge(m, s, m2, s2);
+	}
+}
+
+// fleet_block_maxsum merges (m, s) over a 1-D block (as fleet_block_sum);
+// redm and reds are __shared__ float[32] scratch.
+__device__ __forceinline__ void fleet_block_maxsum(float &m, float &s, float *redm, float *reds) {
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	fleet_warp_maxsum(m, s);
+	__syncthreads();
+	if (lane == 0) {
+		redm[warp] = m;
+		reds[warp] = s;
+	}
+	__syncthreads();
+	if (lane < (int)(blockDim.x >> 5)) {
+		m = redm[lane];
+		s = reds[lane];
+	} else {
+		m = FLEET_NEG_INF;
+		s = 0.0f;
+	}
+	fleet_warp_maxsum(m, s);
+}

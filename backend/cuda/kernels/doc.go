@@ -16,4 +16,13 @@
 //     #ifdef FLEET_NVRTC with a plain fallback in the #else branch.
 //   - A comment above each kernel says what it computes, its memory traffic
 //     and its launch shape.
+//
+// For each backend op (attention's are in attention.go) an op function in
+// ops.go, such as [LayerNormBackward], issues the exact launch sequence
+// the CUDA backend uses, through a [Launcher]: the same code drives a GPU
+// and the emulator, and the emulation tests hold it to the CPU backend.
+// Reductions never use float atomics: they are split by operand shape alone
+// into partial sums in a caller-provided scratch buffer (sized by the op's
+// ...Scratch function), which a second kernel adds in a fixed order, so
+// results are bit-for-bit repeatable on any GPU.
 package kernels

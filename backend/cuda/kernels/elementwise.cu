@@ -1,40 +1,83 @@
-// Elementwise F32 kernels. Each thread handles elements i, i+stride, ...
-// (a grid-stride loop), so any grid covers any n. Memory traffic is one
-// read per input and one write per output element. Launch: 1-D blocks of
-// 256 threads, grid min(ceil(n/256), a few per SM).
+// Elementwise kernels over n elements, for F32 and BF16 storage (suffix
+// _f32, _bf16); BF16 values are widened to float, computed on in float and
+// rounded to nearest even on store. Each thread handles elements i,
+// i+stride, ... (a grid-stride loop), so any grid covers any n. Memory
+// traffic is one read per input and one write per output element. Launch:
+// 1-D blocks of 256 threads, grid min(ceil(n/256), 8 per SM).
 
-// fleet_fill_f32: dst[i] = v.
-extern "C" __global__ void fleet_fill_f32(float *__restrict__ dst, float v, long long n) {
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		dst[i] = v;
+// fleet_fill_<t>: dst[i] = v, rounded to the storage type (truncated toward
+// zero for i32).
+template <class S>
+__device__ __forceinline__ void fleet_fill_impl(typename S::T *__restrict__ dst, float v, long long n) {
+	FLEET_FOR_EACH(i, n) {
+		S::st(dst, i, v);
 	}
 }
 
-// fleet_binary_f32: dst[i] = a[i] op b[i]; op is 0 add, 1 sub, 2 mul, 3 div
-// (backend.BinaryOp). dst may alias a or b.
-extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const float *b, int op, long long n) {
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		float x = a[i], y = b[i], r;
+extern "C" __global__ void fleet_fill_f32(float *__restrict__ dst, float v, long long n) { fleet_fill_impl<fleet_f32>(dst, v, n); }
+extern "C" __global__ void fleet_fill_bf16(unsigned short *__restrict__ dst, float v, long long n) { fleet_fill_impl<fleet_bf16>(dst, v, n); }
+extern "C" __global__ void fleet_fill_f16(unsigned short *__restrict__ dst, float v, long long n) { fleet_fill_impl<fleet_f16>(dst, v, n); }
+extern "C" __global__ void fleet_fill_i32(int *__restrict__ dst, float v, long long n) { fleet_fill_impl<fleet_i32>(dst, v, n); }
+
+// fleet_binary_<t>: dst[i] = a[i] op b[i]; op is 0 add, 1 sub, 2 mul, 3 div
+// (backend.BinaryOp). dst may alias a or b. The op is uniform across the
+// launch, so the switch does not diverge.
+template <class S>
+__device__ __forceinline__ void fleet_binary_impl(typename S::T *dst, const typename S::T *a, const typename S::T *b, int op, long long n) {
+	FLEET_FOR_EACH(i, n) {
+		float x = S::ld(a, i), y = S::ld(b, i), r;
 		switch (op) {
 		case 0: r = x + y; break;
 		case 1: r = x - y; break;
 		case 2: r = x * y; break;
 		default: r = x / y; break;
 		}
-		dst[i] = r;
+		S::st(dst, i, r);
 	}
 }
 
-// fleet_axpy_f32: dst[i] += alpha * x[i].
-extern "C" __global__ void fleet_axpy_f32(float *__restrict__ dst, const float *__restrict__ x, float alpha, long long n) {
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		dst[i] += alpha * x[i];
+extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const float *b, int op, long long n) { fleet_binary_impl<fleet_f32>(dst, a, b, op, n); }
+extern "C" __global__ void fleet_binary_bf16(unsigned short *dst, const unsigned short *a, const unsigned short *b, int op, long long n) { fleet_binary_impl<fleet_bf16>(dst, a, b, op, n); }
+
+// fleet_axpy_<t>: dst[i] += alpha * x[i] (dst is read and written).
+template <class S>
+__device__ __forceinline__ void fleet_axpy_impl(typename S::T *__restrict__ dst, const typename S::T *__restrict__ x, float alpha, long long n) {
+	FLEET_FOR_EACH(i, n) {
+		S::st(dst, i, S::ld(dst, i) + alpha * S::ld(x, i));
 	}
 }
 
-// fleet_scale_f32: dst[i] = alpha * src[i]; dst may alias src.
-extern "C" __global__ void fleet_scale_f32(float *dst, const float *src, float alpha, long long n) {
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		dst[i] = alpha * src[i];
+extern "C" __global__ void fleet_axpy_f32(float *__restrict__ dst, const float *__restrict__ x, float alpha, long long n) { fleet_axpy_impl<fleet_f32>(dst, x, alpha, n); }
+extern "C" __global__ void fleet_axpy_bf16(unsigned short *__restrict__ dst, const unsigned short *__restrict__ x, float alpha, long long n) { fleet_axpy_impl<fleet_bf16>(dst, x, alpha, n); }
+
+// fleet_scale_<t>: dst[i] = alpha * src[i]; dst may alias src.
+template <class S>
+__device__ __forceinline__ void fleet_scale_impl(typename S::T *dst, const typename S::T *src, float alpha, long long n) {
+	FLEET_FOR_EACH(i, n) {
+		S::st(dst, i, alpha * S::ld(src, i));
 	}
 }
+
+extern "C" __global__ void fleet_scale_f32(float *dst, const float *src, float alpha, long long n) { fleet_scale_impl<fleet_f32>(dst, src, alpha, n); }
+extern "C" __global__ void fleet_scale_bf16(unsigned short *dst, const unsigned short *src, float alpha, long long n) { fleet_scale_impl<fleet_bf16>(dst, src, alpha, n); }
+
+// fleet_unary_<t>: dst[i] = op(src[i]); op is 0 neg, 1 exp, 2 log, 3 tanh,
+// 4 sqrt (backend.UnaryOp). dst may alias src. Uses the accurate float
+// library functions (expf, logf, tanhf: a few ulp; sqrtf: correctly rounded).
+template <class S>
+__device__ __forceinline__ void fleet_unary_impl(typename S::T *dst, const typename S::T *src, int op, long long n) {
+	FLEET_FOR_EACH(i, n) {
+		float x = S::ld(src, i);
+		switch (op) {
+		case 0: x = -x; break;
+		case 1: x = expf(x); break;
+		case 2: x = logf(x); break;
+		case 3: x = tanhf(x); break;
+		default: x = sqrtf(x); break;
+		}
+		S::st(dst, i, x);
+	}
+}
+
+extern "C" __global__ void fleet_unary_f32(float *dst, const float *src, int op, long long n) { fleet_unary_impl<fleet_f32>(dst, src, op, n); }
+extern "C" __global__ void fleet_unary_bf16(unsigned short *dst, const unsigned short *src, int op, long long n) { fleet_unary_impl<fleet_bf16>(dst, src, op, n); }

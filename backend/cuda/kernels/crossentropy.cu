@@ -1,0 +1,78 @@
+// Cross-entropy over logits [n, V] (F32 or BF16 storage, float
+// arithmetic) with I32 targets; a target outside [0, V) marks a row as
+// ignored. One block per row, grid-stride over rows; the row loop is
+// uniform within a block, so the block reductions see every thread.
+
+// fleet_crossentropy_<t>: lse[r] = log sum_j exp(logits[r,j]) and
+// losses[r] = lse[r] - logits[r, target[r]] (0 for an ignored row). Threads
+// keep online max/sum-of-exponentials statistics over a strided share of
+// the row, merged across the block in a fixed tree. Traffic: logits read
+// once, losses and lse written once per row. Launch: 1-D blocks of 256
+// threads, grid min(n, 8 per SM). V < 2^31 - blockDim.x (V = 50304 for GPT-2).
+template <class S>
+__device__ __forceinline__ void fleet_crossentropy_impl(float *__restrict__ losses, float *__restrict__ lse, const typename S::T *__restrict__ logits,
+	const int *__restrict__ targets, int n, int V) {
+	__shared__ float redm[32], reds[32];
+	for (long long r = blockIdx.x; r < n; r += gridDim.x) {
+		const typename S::T *x = logits + r * V;
+		float m = FLEET_NEG_INF, s = 0.0f;
+		for (int j = threadIdx.x; j < V; j += blockDim.x) {
+			fleet_maxsum_add(m, s, S::ld(x, j));
+		}
+		fleet_block_maxsum(m, s, redm, reds);
+		if (threadIdx.x == 0) {
+			float z = m + logf(s);
+			int t = targets[r];
+			lse[r] = z;
+			losses[r] = (t >= 0 && t < V) ? z - S::ld(x, t) : 0.0f;
+		}
+	}
+}
+
+extern "C" __global__ void fleet_crossentropy_f32(float *__restrict__ losses, float *__restrict__ lse, const float *__restrict__ logits,
+	const int *__restrict__ targets, int n, int V) {
+	fleet_crossentropy_impl<fleet_f32>(losses, lse, logits, targets, n, V);
+}
+extern "C" __global__ void fleet_crossentropy_bf16(float *__restrict__ losses, float *__restrict__ lse, const unsigned short *__restrict__ logits,
+	const int *__restrict__ targets, int n, int V) {
+	fleet_crossentropy_impl<fleet_bf16>(losses, lse, logits, targets, n, V);
+}
+
+// fleet_crossentropy_backward_<t>: with g = dloss[0]*scale,
+// dlogits[r,j] = g*exp(logits[r,j] - lse[r]) - (j == target[r] ? g : 0),
+// and a zero row for an ignored target. No reduction: threads stride over
+// the row. Traffic: logits read once, dlogits written once. Launch: 1-D
+// blocks of 256 threads, grid min(n, 8 per SM).
+template <class S>
+__device__ __forceinline__ void fleet_crossentropy_backward_impl(typename S::T *__restrict__ dlogits, const typename S::T *__restrict__ logits,
+	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	float g = dloss[0] * scale;
+	for (long long r = blockIdx.x; r < n; r += gridDim.x) {
+		const typename S::T *x = logits + r * V;
+		typename S::T *d = dlogits + r * V;
+		int t = targets[r];
+		if (t < 0 || t >= V) {
+			for (int j = threadIdx.x; j < V; j += blockDim.x) {
+				S::st(d, j, 0.0f);
+			}
+			continue;
+		}
+		float z = lse[r];
+		for (int j = threadIdx.x; j < V; j += blockDim.x) {
+			float v = expf(S::ld(x, j) - z) * g;
+			if (j == t) {
+				v -= g;
+			}
+			S::st(d, j, v);
+		}
+	}
+}
+
+extern "C" __global__ void fleet_crossentropy_backward_f32(float *__restrict__ dlogits, const float *__restrict__ logits,
+	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	fleet_crossentropy_backward_impl<fleet_f32>(dlogits, logits, lse, targets, dloss, scale, n, V);
+}
+extern "C" __global__ void fleet_crossentropy_backward_bf16(unsigned short *__restrict__ dlogits, const unsigned short *__restrict__ logits,
+	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	fleet_crossentropy_backward_impl<fleet_bf16>(dlogits, logits, lse, targets, dloss, scale, n, V);
+}
