@@ -1,0 +1,521 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	_ "github.com/fleetml/fleet/backend/cpu" // the reference the kernels are held to
+	"github.com/fleetml/fleet/backend/cuda/emu"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+)
+
+// The attention kernels run under the CPU emulation harness and are held
+// to the CPU backend on random inputs (never zero). Tolerances are
+// normwise, ‖emu − cpu‖/‖cpu‖: 1e-5 for F32 (both sides accumulate in
+// float32 in different orders, and the kernels use exp2 of pre-scaled
+// scores where the CPU uses exp; the measured error is about 1e-7), 1e-2
+// for BF16 storage against the CPU on the same bf16-rounded inputs
+// (outputs are rounded to bf16, a relative 2^-9 each). A NaN or infinity
+// anywhere fails. Every output buffer starts as NaN attnPoison, so an element
+// a kernel skips fails too, and the harness's guard regions catch any
+// write past a buffer (all buffers are allocated at their exact sizes).
+//
+// The emulator runs every thread as an OS thread and every warp shuffle as
+// a rendezvous, so shapes are small; they still cover T = 1, T past one
+// 64-row block and past one 32-row tile, B = 2, and each thread-group width
+// the kernels pick from the head size (1, 2, 4 and 8 threads per row for
+// hd 8, 5, 12, 16; 24; 64; 72).
+
+const (
+	attnTolF32  = 1e-5
+	attnTolBF16 = 1e-2
+)
+
+var attnShapes = []backend.Attention{
+	{B: 1, T: 1, C: 16, H: 2},  // hd 8, a single position
+	{B: 2, T: 70, C: 32, H: 2}, // hd 16: two query blocks, three key tiles
+	{B: 2, T: 37, C: 36, H: 3}, // hd 12
+	{B: 1, T: 9, C: 15, H: 3},  // hd 5: odd, not a multiple of 4
+	{B: 1, T: 33, C: 48, H: 2}, // hd 24: two threads per row
+	{B: 1, T: 20, C: 64, H: 1}, // hd 64: four threads per row
+	{B: 1, T: 9, C: 72, H: 1},  // hd 72: eight threads per row, 32-row blocks
+}
+
+// attnShapesBF16 is a subset: the BF16 kernels share the F32 code.
+var attnShapesBF16 = []backend.Attention{attnShapes[0], attnShapes[1], attnShapes[4], attnShapes[6]}
+
+var attnKVShapes = []backend.AttentionKV{
+	{B: 2, T: 3, C: 32, H: 2, Pos: 5, MaxT: 12}, // hd 16, cache partly filled, room after
+	{B: 1, T: 1, C: 72, H: 1, Pos: 7, MaxT: 9},  // hd 72: three dimensions per lane
+	{B: 1, T: 4, C: 36, H: 3, Pos: 0, MaxT: 4},  // hd 12: prefill of the whole cache
+}
+
+// attentionCases are the emulation cases of attention.cu, one per kernel.
+func attentionCases() map[string]emu.Case {
+	return map[string]emu.Case{
+		"fleet_attention_fwd_f32":       func(t *testing.T, m *emu.Module) { testAttnForward(t, m, backend.F32) },
+		"fleet_attention_fwd_bf16":      func(t *testing.T, m *emu.Module) { testAttnForward(t, m, backend.BF16) },
+		"fleet_attention_bwd_dq_f32":    func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, backend.F32) },
+		"fleet_attention_bwd_dq_bf16":   func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, backend.BF16) },
+		"fleet_attention_bwd_dkdv_f32":  func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, backend.F32) },
+		"fleet_attention_bwd_dkdv_bf16": func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, backend.BF16) },
+		"fleet_attention_kv_f32":        func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.F32) },
+		"fleet_attention_kv_bf16":       func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.BF16) },
+	}
+}
+
+// TestAttentionEmu checks that every kernel of the attention files has a
+// case, and runs each case under every schedule.
+func TestAttentionEmu(t *testing.T) {
+	cases := emu.Cases{}
+	cases.Add(attentionCases())
+	var files []kernels.File
+	for _, f := range kernels.Files() {
+		if strings.HasPrefix(f.Name, "attention") {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		t.Fatal("no attention kernel files")
+	}
+	cases.Run(t, files)
+}
+
+// attnRef is the CPU backend's answer for one shape.
+type attnRef struct {
+	qkv, dout      []float32 // inputs (bf16-rounded for BF16 runs)
+	out, lse, dqkv []float32
+	D              []float32 // dout·out per score row, [B, H, T]
+}
+
+func attnCPU(t *testing.T, p backend.Attention, dt backend.DType, seed uint64) attnRef {
+	t.Helper()
+	c := attnCPUBackend(t)
+	rng := rand.New(rand.NewPCG(seed, uint64(p.B*1000003+p.T*1009+p.C*31+p.H)))
+	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*3*p.C), dout: emu.RandF32(rng, p.B*p.T*p.C)}
+	if dt == backend.BF16 {
+		r.qkv, r.dout = attnRoundBF16(r.qkv), attnRoundBF16(r.dout)
+	}
+	qkv, dout := attnCPUUpload(c, r.qkv), attnCPUUpload(c, r.dout)
+	out, lse, dqkv := attnCPUAlloc(c, p.B*p.T*p.C), attnCPUAlloc(c, p.SavedLen()), attnCPUAlloc(c, len(r.qkv))
+	c.Attention(p, out, lse, qkv)
+	c.AttentionBackward(p, dqkv, dout, out, lse, qkv)
+	r.out, r.lse, r.dqkv = attnCPUDownload(c, out, p.B*p.T*p.C), attnCPUDownload(c, lse, p.SavedLen()), attnCPUDownload(c, dqkv, len(r.qkv))
+	for _, s := range []backend.Storage{qkv.S, dout.S, out.S, lse.S, dqkv.S} {
+		c.Free(s)
+	}
+	// The BF16 backward kernels read out as stored, in bf16.
+	if dt == backend.BF16 {
+		r.out = attnRoundBF16(r.out)
+	}
+	hd := p.C / p.H
+	r.D = make([]float32, p.SavedLen())
+	for b := 0; b < p.B; b++ {
+		for h := 0; h < p.H; h++ {
+			for i := 0; i < p.T; i++ {
+				o := (b*p.T+i)*p.C + h*hd
+				var s float64
+				for d := 0; d < hd; d++ {
+					s += float64(r.dout[o+d]) * float64(r.out[o+d])
+				}
+				r.D[(b*p.H+h)*p.T+i] = float32(s)
+			}
+		}
+	}
+	return r
+}
+
+func testAttnForward(t *testing.T, m *emu.Module, dt backend.DType) {
+	for _, p := range attnShapesFor(dt) {
+		t.Run(attnName(p), func(t *testing.T) {
+			r := attnCPU(t, p, dt, 1)
+			out, lse := attnPoison(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
+			if err := kernels.Attention(m, dt, p, out, lse, attnUpload(dt, r.qkv)); err != nil {
+				t.Fatal(err)
+			}
+			attnCheckNorm(t, "out", attnDownload(dt, out), r.out, attnTol(dt))
+			attnCheckNorm(t, "lse", lse.F32(), r.lse, attnTolF32)
+		})
+	}
+}
+
+// testAttnBackward runs the whole backward launch sequence (dq, then
+// dkdv), checking after the dq launch that it wrote the q third of dqkv and
+// D and nothing else, and at the end all of dqkv; then runs it again and
+// requires bit-identical results (no atomics, fixed reduction order).
+func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
+	for _, p := range attnShapesFor(dt) {
+		t.Run(attnName(p), func(t *testing.T) {
+			r := attnCPU(t, p, dt, 2)
+			qkv, dout, out, lse := attnUpload(dt, r.qkv), attnUpload(dt, r.dout), attnUpload(dt, r.out), emu.NewF32(r.lse)
+			var first []float32
+			// The serial schedules are repeatable by construction; the
+			// parallel one interleaves threads as the OS likes, so that is
+			// where a second run must match the first bit for bit.
+			runs := 1
+			if m.Schedule() == emu.Parallel {
+				runs = 2
+			}
+			for run := 0; run < runs; run++ {
+				dqkv := attnPoison(dt, len(r.qkv))
+				scratch := emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p))
+				l := &attnLauncher{m: m, after: func(kernel string) {
+					if run != 0 || kernel != "fleet_attention_bwd_dq_"+dt.String() {
+						return
+					}
+					got := attnDownload(dt, dqkv)
+					q, k, v := attnThirds(p, got)
+					wq, _, _ := attnThirds(p, r.dqkv)
+					attnCheckScaled(t, "dq (after the dq kernel)", q, wq, attnNorm(r.dqkv), attnTol(dt))
+					attnCheckNorm(t, "D", scratch.F32(), r.D, attnTol(dt))
+					attnCheckPoison(t, "dk before the dkdv kernel", k)
+					attnCheckPoison(t, "dv before the dkdv kernel", v)
+				}}
+				if err := kernels.AttentionBackward(l, dt, p, dqkv, dout, out, lse, qkv, scratch); err != nil {
+					t.Fatal(err)
+				}
+				got := attnDownload(dt, dqkv)
+				if run == 0 {
+					first = got
+					attnCheckNorm(t, "dqkv", got, r.dqkv, attnTol(dt))
+				} else if !attnBitEqual(got, first) {
+					t.Errorf("a second run of the backward pass gave different bits")
+				}
+			}
+		})
+	}
+}
+
+// testAttnDKDV launches the dkdv kernel alone, with D computed here,
+// and checks it writes the k and v attnThirds of dqkv and leaves the q third.
+func testAttnDKDV(t *testing.T, m *emu.Module, dt backend.DType) {
+	for _, p := range attnShapesFor(dt) {
+		t.Run(attnName(p), func(t *testing.T) {
+			r := attnCPU(t, p, dt, 3)
+			dqkv := attnPoison(dt, len(r.qkv))
+			l := &attnLauncher{m: m, only: "fleet_attention_bwd_dkdv_" + dt.String()}
+			err := kernels.AttentionBackward(l, dt, p, dqkv, attnUpload(dt, r.dout), attnUpload(dt, r.out), emu.NewF32(r.lse),
+				attnUpload(dt, r.qkv), emu.NewF32(r.D))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, k, v := attnThirds(p, attnDownload(dt, dqkv))
+			_, wk, wv := attnThirds(p, r.dqkv)
+			attnCheckPoison(t, "dq (the dkdv kernel must not write it)", q)
+			attnCheckScaled(t, "dk", k, wk, attnNorm(r.dqkv), attnTol(dt))
+			attnCheckScaled(t, "dv", v, wv, attnNorm(r.dqkv), attnTol(dt))
+		})
+	}
+}
+
+// testAttnKV fills the first Pos cache positions with random keys and
+// values, poisons the rest, and checks out, the cache rows the call writes
+// (bit for bit: they are copies) and that the rows past Pos+T stay attnPoison.
+func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
+	c := attnCPUBackend(t)
+	for _, p := range attnKVShapes {
+		t.Run(fmt.Sprintf("B%d_T%d_C%d_H%d_Pos%d_MaxT%d", p.B, p.T, p.C, p.H, p.Pos, p.MaxT), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(4, uint64(p.B*1009+p.T*31+p.C+p.Pos*7)))
+			n := p.B * p.MaxT * p.C
+			qkv, kc, vc := emu.RandF32(rng, p.B*p.T*3*p.C), emu.RandF32(rng, n), emu.RandF32(rng, n)
+			if dt == backend.BF16 {
+				qkv, kc, vc = attnRoundBF16(qkv), attnRoundBF16(kc), attnRoundBF16(vc)
+			}
+			// Only positions [0, Pos) of the caches hold data; the
+			// kernel must write [Pos, Pos+T) and never read past that.
+			kdev, vdev := slices.Clone(kc), slices.Clone(vc)
+			nan := float32(math.NaN())
+			for b := 0; b < p.B; b++ {
+				for i := (b*p.MaxT + p.Pos) * p.C; i < (b+1)*p.MaxT*p.C; i++ {
+					kdev[i], vdev[i] = nan, nan
+				}
+			}
+
+			cq, ck, cv := attnCPUUpload(c, qkv), attnCPUUpload(c, kc), attnCPUUpload(c, vc)
+			cout := attnCPUAlloc(c, p.B*p.T*p.C)
+			c.AttentionKV(p, cout, cq, ck, cv)
+			want := attnCPUDownload(c, cout, p.B*p.T*p.C)
+			wk, wv := attnCPUDownload(c, ck, n), attnCPUDownload(c, cv, n)
+			for _, s := range []backend.Storage{cq.S, ck.S, cv.S, cout.S} {
+				c.Free(s)
+			}
+
+			out, kb, vb := attnPoison(dt, p.B*p.T*p.C), attnUpload(dt, kdev), attnUpload(dt, vdev)
+			if err := kernels.AttentionKV(m, dt, p, out, attnUpload(dt, qkv), kb, vb); err != nil {
+				t.Fatal(err)
+			}
+			attnCheckNorm(t, "out", attnDownload(dt, out), want, attnTol(dt))
+			gk, gv := attnDownload(dt, kb), attnDownload(dt, vb)
+			for b := 0; b < p.B; b++ {
+				lo, mid, hi := b*p.MaxT*p.C, (b*p.MaxT+p.Pos+p.T)*p.C, (b+1)*p.MaxT*p.C
+				if !attnBitEqual(gk[lo:mid], wk[lo:mid]) || !attnBitEqual(gv[lo:mid], wv[lo:mid]) {
+					t.Errorf("batch %d: cache positions [0, %d) differ from the CPU's", b, p.Pos+p.T)
+				}
+				attnCheckPoison(t, "cache past Pos+T", gk[mid:hi])
+				attnCheckPoison(t, "cache past Pos+T", gv[mid:hi])
+			}
+		})
+	}
+}
+
+// attnLauncher launches on m, calling after(kernel) once each launch
+// returns; when only is set, other kernels are skipped.
+type attnLauncher struct {
+	m     *emu.Module
+	only  string
+	after func(kernel string)
+}
+
+func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error {
+	if l.only != "" && kernel != l.only {
+		return nil
+	}
+	if err := l.m.Launch(kernel, grid, block, sharedBytes, args...); err != nil {
+		return err
+	}
+	if l.after != nil {
+		l.after(kernel)
+	}
+	return nil
+}
+
+func attnShapesFor(dt backend.DType) []backend.Attention {
+	if dt == backend.BF16 {
+		return attnShapesBF16
+	}
+	return attnShapes
+}
+
+func attnTol(dt backend.DType) float64 {
+	if dt == backend.BF16 {
+		return attnTolBF16
+	}
+	return attnTolF32
+}
+
+func attnName(p backend.Attention) string {
+	return fmt.Sprintf("B%d_T%d_C%d_H%d", p.B, p.T, p.C, p.H)
+}
+
+// attnThirds splits a [B, T, 3C] tensor into its q, k and v parts, each [B, T, C].
+func attnThirds(p backend.Attention, x []float32) (q, k, v []float32) {
+	for r := 0; r < p.B*p.T; r++ {
+		row := x[r*3*p.C : (r+1)*3*p.C]
+		q = append(q, row[:p.C]...)
+		k = append(k, row[p.C:2*p.C]...)
+		v = append(v, row[2*p.C:]...)
+	}
+	return q, k, v
+}
+
+// attnCheckNorm fails t unless ‖got − want‖/‖want‖ <= tol and got is finite.
+func attnCheckNorm(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	attnCheckScaled(t, what, got, want, attnNorm(want), tol)
+}
+
+// attnCheckScaled fails t unless ‖got − want‖/scale <= tol and got is
+// finite. A part of a result that is (nearly) zero by itself, such as dq and
+// dk for T = 1, is measured against the norm of the whole result.
+func attnCheckScaled(t *testing.T, what string, got, want []float32, scale, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d elements, want %d", what, len(got), len(want))
+		return
+	}
+	var d2 float64
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			t.Errorf("%s: element %d is %v (want %v)", what, i, g, want[i])
+			return
+		}
+		d := float64(g) - float64(want[i])
+		d2 += d * d
+	}
+	if scale == 0 {
+		t.Errorf("%s: the reference is all zeros", what)
+		return
+	}
+	if e := math.Sqrt(d2) / scale; !(e <= tol) {
+		t.Errorf("%s: normwise error %.3g, want <= %g", what, e, tol)
+	}
+}
+
+func attnNorm(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s)
+}
+
+// attnCheckPoison fails t unless every element is still NaN (never written).
+func attnCheckPoison(t *testing.T, what string, x []float32) {
+	t.Helper()
+	for i, v := range x {
+		if !math.IsNaN(float64(v)) {
+			t.Errorf("%s: element %d was written (%v)", what, i, v)
+			return
+		}
+	}
+}
+
+func attnBitEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func attnRoundBF16(v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = backend.BF16ToF32(backend.F32ToBF16(x))
+	}
+	return out
+}
+
+// attnUpload makes an emulator buffer of v stored as dt (F32, or BF16 bits).
+func attnUpload(dt backend.DType, v []float32) *emu.Buffer {
+	if dt == backend.F32 {
+		return emu.NewF32(v)
+	}
+	h := make([]uint16, len(v))
+	for i, x := range v {
+		h[i] = backend.F32ToBF16(x)
+	}
+	return emu.NewU16(h)
+}
+
+func attnDownload(dt backend.DType, b *emu.Buffer) []float32 {
+	if dt == backend.F32 {
+		return b.F32()
+	}
+	h := b.U16()
+	v := make([]float32, len(h))
+	for i, x := range h {
+		v[i] = backend.BF16ToF32(x)
+	}
+	return v
+}
+
+func attnPoison(dt backend.DType, n int) *emu.Buffer {
+	if dt == backend.F32 {
+		return emu.Poison(emu.F32, n)
+	}
+	return emu.Poison(emu.U16, n)
+}
+
+func attnCPUBackend(t *testing.T) backend.Backend {
+	t.Helper()
+	c, err := backend.Get(backend.CPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func attnCPUAlloc(c backend.Backend, n int) backend.Ref {
+	return backend.Ref{S: c.Alloc(backend.F32, n)}
+}
+
+func attnCPUUpload(c backend.Backend, v []float32) backend.Ref {
+	r := attnCPUAlloc(c, len(v))
+	c.Upload(r, backend.AsBytes(v))
+	return r
+}
+
+func attnCPUDownload(c backend.Backend, r backend.Ref, n int) []float32 {
+	v := make([]float32, n)
+	c.Download(backend.AsBytes(v), r)
+	return v
+}
+
+// launchRecorder records launches instead of running them.
+type launchRecorder struct {
+	names         []string
+	grids, blocks [][3]int
+	nargs         []int
+}
+
+func (r *launchRecorder) Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error {
+	r.names = append(r.names, kernel)
+	r.grids = append(r.grids, grid)
+	r.blocks = append(r.blocks, block)
+	r.nargs = append(r.nargs, len(args))
+	return nil
+}
+
+// TestAttentionLaunches checks the launch sequences and shapes (no
+// emulator needed) and that bad shapes are refused before any launch.
+func TestAttentionLaunches(t *testing.T) {
+	for _, c := range []struct {
+		p            backend.Attention
+		grid, block  [3]int
+		fwd, bwdArgs int
+	}{
+		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 7, 10},        // hd 16
+		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 7, 10},       // hd 32
+		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 7, 10}, // hd 64
+		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10},      // hd 128
+	} {
+		r := &launchRecorder{}
+		if err := kernels.Attention(r, backend.BF16, c.p, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := kernels.AttentionBackward(r, backend.F32, c.p, nil, nil, nil, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"fleet_attention_fwd_bf16", "fleet_attention_bwd_dq_f32", "fleet_attention_bwd_dkdv_f32"}
+		if !slices.Equal(r.names, want) {
+			t.Errorf("%v: launches %v, want %v", c.p, r.names, want)
+		}
+		for i := range r.names {
+			if r.grids[i] != c.grid || r.blocks[i] != c.block {
+				t.Errorf("%v: %s grid %v block %v, want %v %v", c.p, r.names[i], r.grids[i], r.blocks[i], c.grid, c.block)
+			}
+		}
+		if r.nargs[0] != c.fwd || r.nargs[1] != c.bwdArgs || r.nargs[2] != c.bwdArgs-1 {
+			t.Errorf("%v: argument counts %v", c.p, r.nargs)
+		}
+		if n := kernels.AttentionBackwardScratch(c.p); n != c.p.B*c.p.H*c.p.T {
+			t.Errorf("%v: scratch %d", c.p, n)
+		}
+	}
+	r := &launchRecorder{}
+	kv := backend.AttentionKV{B: 3, T: 5, C: 64, H: 4, Pos: 10, MaxT: 15}
+	if err := kernels.AttentionKV(r, backend.F32, kv, nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.names[0] != "fleet_attention_kv_f32" || r.grids[0] != [3]int{8, 1, 1} || r.blocks[0] != [3]int{256, 1, 1} {
+		t.Errorf("KV launch %s grid %v block %v", r.names[0], r.grids[0], r.blocks[0])
+	}
+
+	r = &launchRecorder{}
+	for _, err := range []error{
+		kernels.Attention(r, backend.F16, backend.Attention{B: 1, T: 4, C: 8, H: 1}, nil, nil, nil),
+		kernels.Attention(r, backend.F32, backend.Attention{B: 1, T: 4, C: 258, H: 2}, nil, nil, nil),
+		kernels.Attention(r, backend.F32, backend.Attention{B: 1, T: 4, C: 10, H: 3}, nil, nil, nil),
+		kernels.Attention(r, backend.F32, backend.Attention{B: 0, T: 4, C: 8, H: 1}, nil, nil, nil),
+		kernels.AttentionBackward(r, backend.F32, backend.Attention{B: 1, T: 0, C: 8, H: 1}, nil, nil, nil, nil, nil, nil),
+		kernels.AttentionKV(r, backend.F32, backend.AttentionKV{B: 1, T: 6, C: 8, H: 1, Pos: 10, MaxT: 15}, nil, nil, nil, nil),
+		kernels.AttentionKV(r, backend.F32, backend.AttentionKV{B: 1, T: 1, C: 8, H: 1, Pos: -1, MaxT: 15}, nil, nil, nil, nil),
+	} {
+		if err == nil {
+			t.Error("a bad call was accepted")
+		}
+	}
+	if len(r.names) != 0 {
+		t.Errorf("bad calls launched %v", r.names)
+	}
+}
