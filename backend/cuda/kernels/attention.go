@@ -82,7 +82,7 @@ func attnGrid(B, T, H, hd int) [3]int {
 // Attention launches causal self-attention (backend.Backend.Attention) on
 // packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
 // BF16), lse [B, H, T] is F32. One launch of fleet_attention_fwd_<dt>.
-func Attention(l attnLauncher, dt backend.DType, p backend.Attention, out, lse, qkv any) error {
+func Attention(l Launcher, dt backend.DType, p backend.Attention, out, lse, qkv any) error {
 	const op = "attention"
 	sfx, err := attnSuffix(op, dt)
 	if err != nil {
@@ -107,7 +107,7 @@ func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T 
 // elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
 // (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
 // (reads them, writes dk and dv). Every element of dqkv is written.
-func AttentionBackward(l attnLauncher, dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch any) error {
+func AttentionBackward(l Launcher, dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch any) error {
 	const op = "attention backward"
 	sfx, err := attnSuffix(op, dt)
 	if err != nil {
@@ -130,7 +130,7 @@ func AttentionBackward(l attnLauncher, dt backend.DType, p backend.Attention, dq
 // [B, MaxT, C] at positions [Pos, Pos+T), and out [B, T, C] is attention of
 // each new position over positions [0, Pos+t]. All four buffers are stored
 // as dt. One launch of fleet_attention_kv_<dt>, one warp per (b, t, h).
-func AttentionKV(l attnLauncher, dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc any) error {
+func AttentionKV(l Launcher, dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc any) error {
 	const op = "attention with cache"
 	sfx, err := attnSuffix(op, dt)
 	if err != nil {
@@ -146,11 +146,4 @@ func AttentionKV(l attnLauncher, dt backend.DType, p backend.AttentionKV, out, q
 	grid := [3]int{(warps + attnKVWarps - 1) / attnKVWarps, 1, 1}
 	return l.Launch("fleet_attention_kv_"+sfx, grid, [3]int{attnKVThreads, 1, 1}, 0,
 		out, qkv, kc, vc, int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.Pos), int32(p.MaxT))
-}
-
-// attnLauncher launches a kernel by name on the device's compute stream;
-// buffers are the launcher's own device-memory values and scalars are
-// int32, int64 or float32, matching the kernel's parameter types.
-type attnLauncher interface {
-	Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error
 }
