@@ -54,6 +54,8 @@ __device__ __forceinline__ float attn_scale(int hd) { return 1.0f / sqrtf((float
 template <int G>
 __device__ __forceinline__ int attn_rows() { return G == 8 ? 32 : 64; }
 
+// attn_check_block traps unless the block is the 1-D shape the kernels
+// assume for G threads per row.
 template <int G>
 __device__ __forceinline__ void attn_check_block() {
 	if (blockDim.x != attn_rows<G>() * G || blockDim.y != 1 || blockDim.z != 1) {
