@@ -23,8 +23,8 @@
 // cuLaunchKernel does (args[i] points at argument i); a static_assert checks
 // the parsed types against the compiler's.
 //
-// A launch runs its blocks one at a time, in order. A block's threads are
-// OS threads from a pool. __syncthreads is a barrier over the block's
+// A launch runs its blocks one at a time, in order. __syncthreads is a
+// barrier over the block's
 // threads that a returned thread drops out of, as exited threads do on a
 // GPU. Warp operations are barriers over the lanes of the mask, which
 // exchange values through per-lane slots; lanes that wait with different
@@ -35,10 +35,13 @@
 // waits where, instead of hanging; a launch that runs past its timeout
 // fails too.
 //
-// Each launch runs under the module's Schedule: Parallel lets the OS
-// interleave the threads; Forward and Reverse run one thread at a time,
-// lowest (or highest) numbered first, each until it reaches a barrier or
-// warp operation or returns. Under Forward, a thread that reads without a
+// Each launch runs under the module's Schedule. Under Parallel each of a
+// block's threads is an OS thread (from a pool) and the OS interleaves
+// them. Forward and Reverse run one thread at a time, lowest (or highest)
+// numbered first, each until it reaches a barrier or warp operation or
+// returns; as only one runs at a time they are fibers (ucontext) on one OS
+// thread, which makes a barrier cost about a microsecond instead of a
+// context switch per thread. Under Forward, a thread that reads without a
 // barrier what a higher-numbered thread writes reads stale data every time;
 // Reverse does the same for lower-numbered writers. Kernel cases run under
 // all three.
@@ -133,7 +136,10 @@
 //     dynamic shared memory go unseen, and an out-of-bounds read whose
 //     value only meets fmaxf or fminf (which drop a NaN) or an integer is
 //     not poisoned.
-//   - Speed: each emulated thread is an OS thread, and the serial
-//     schedules switch threads at every barrier. Keep shapes small (a few
-//     blocks of up to 256 threads, a few thousand elements).
+//   - Speed: a thread start or barrier costs about 1 µs per thread under
+//     the serial schedules and 3 µs under Parallel (go test -bench .
+//     measures it). Keep shapes small: a few blocks of up to 256 threads, a
+//     few thousand elements.
+//   - A fiber has 256 KiB of stack (a pool thread 2 MiB); a kernel with
+//     larger local arrays faults on the guard page.
 package emu

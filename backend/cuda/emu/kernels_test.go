@@ -24,7 +24,10 @@ func kernelFile(t *testing.T, name string) kernels.File {
 }
 
 // testModule builds testdata/name.
-func testModule(t *testing.T, name string) *emu.Module {
+func testModule(t *testing.T, name string) *emu.Module { return testModuleB(t, name) }
+
+// testModuleB builds testdata/name.
+func testModuleB(t testing.TB, name string) *emu.Module {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {

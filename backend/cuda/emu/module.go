@@ -281,8 +281,16 @@ func encodeArg(p Param, v any) (uint64, *Buffer, error) {
 				return 0, nil, fmt.Errorf("got a %v buffer (%s), want %s", b, b.dtype.CType()+"*", p.Type)
 			}
 			return uint64(b.addr()), b, nil
+		case View:
+			if b.buf == nil || b.buf.freed {
+				return 0, nil, fmt.Errorf("view of a freed or nil buffer")
+			}
+			if b.buf.dtype != U8 && p.Elem != "void" && p.Elem != b.buf.dtype.CType() {
+				return 0, nil, fmt.Errorf("got a view of a %v buffer (%s), want %s", b.buf, b.buf.dtype.CType()+"*", p.Type)
+			}
+			return uint64(b.buf.addr()) + uint64(b.off), b.buf, nil
 		default:
-			return 0, nil, fmt.Errorf("got %T, want a *emu.Buffer", v)
+			return 0, nil, fmt.Errorf("got %T, want a *emu.Buffer or an emu.View", v)
 		}
 	}
 	bad := func() (uint64, *Buffer, error) {

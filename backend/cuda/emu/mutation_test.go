@@ -128,3 +128,31 @@ func TestMutantEarlyReturnBeforeBarrier(t *testing.T) {
 	})
 	requireCaught(t, caught, reps, emu.Parallel, emu.Forward, emu.Reverse)
 }
+
+// A thread that reads its lower neighbour's slot without a barrier: only
+// the reverse schedule exposes it every time (forward runs the neighbour
+// first), which is why cases run under both.
+func TestMutantNeighbourWithoutBarrier(t *testing.T) {
+	m := mutants(t)
+	const reps = 3
+	caught := caughtUnder(t, m, reps, func(m *emu.Module) error {
+		const n = 300
+		x := emu.RandF32(rand.New(rand.NewPCG(7, 7)), n)
+		out := emu.Poison(emu.F32, n)
+		if err := m.Launch("fleet_mut_neighbour_no_sync", emu.Dim(3), emu.Dim(128), 0, emu.NewF32(x), out, n); err != nil {
+			return err
+		}
+		want := make([]float32, n)
+		for i := range want {
+			want[i] = x[i]
+			if i > 0 {
+				want[i] += x[i-1]
+			}
+		}
+		return emu.AllClose(out.F32(), want, 1e-6, 0)
+	})
+	requireCaught(t, caught, reps, emu.Reverse)
+	if caught[emu.Forward] != 0 {
+		t.Errorf("forward caught it %d times; the test kernel no longer separates the schedules", caught[emu.Forward])
+	}
+}

@@ -3,14 +3,14 @@
 //
 //   this prelude + common.cuh + the kernel file + generated launch wrappers
 //
-// Blocks run one at a time; the threads of a block are OS threads from a
-// pool. The threads of a block meet at __syncthreads (a barrier that a
-// returned thread drops out of, as exited threads do on a GPU) and the lanes
-// of a warp meet at the warp operations (shuffles, votes, __syncwarp), which
-// exchange values through per-lane slots. A launch runs in one of three
-// schedules: parallel (the OS interleaves the threads), forward or reverse
-// (one thread at a time: the lowest, or highest, numbered runnable thread
-// runs until it reaches a barrier or returns, so code that reads what another
+// Blocks run one at a time. The threads of a block meet at __syncthreads (a
+// barrier that a returned thread drops out of, as exited threads do on a
+// GPU) and the lanes of a warp meet at the warp operations (shuffles, votes,
+// __syncwarp), which exchange values through per-lane slots. A launch runs
+// in one of three schedules: parallel (each thread an OS thread, the OS
+// interleaves them) or forward or reverse (one thread at a time, as fibers
+// on one OS thread: the lowest, or highest, numbered runnable thread runs
+// until it reaches a barrier or returns, so code that reads what another
 // thread writes without a barrier in between reads stale data, every time).
 //
 // Shared memory is poisoned (all bytes 0xff: NaN as float, -1 as int) at the
@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <ctime>
 #include <exception>
 #include <math.h>
@@ -35,7 +36,9 @@
 #include <new>
 #include <pthread.h>
 #include <semaphore>
+#include <sys/mman.h>
 #include <type_traits>
+#include <ucontext.h>
 #include <utility>
 
 #define FLEET_EMU 1
@@ -93,6 +96,15 @@ static thread_local dim3 gridDim;
 static constexpr int warpSize = 32;
 
 // ---- The runtime --------------------------------------------------------------
+//
+// One launch runs at a time per module (launch_mu). Its blocks run one after
+// another. Under the parallel schedule, the threads of a block are pool
+// threads (one OS thread per emulated thread) that wait on their own
+// semaphores at barriers. Under the serial schedules, which run one thread
+// at a time anyway, the threads of a block are fibers (ucontext) on one
+// runner thread: a barrier switches back to the runner, which resumes the
+// next thread in the schedule's order. Both share the barrier logic below,
+// under B.mu.
 
 namespace fleet_emu {
 
@@ -115,7 +127,10 @@ constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr long long kHardMaxShared = 227 * 1024; // the most any current GPU gives one block
 constexpr size_t kSmemGuard = 256;                // guard bytes around dynamic shared memory
 constexpr unsigned char kSmemGuardByte = 0xa5;
-constexpr int kIdleExitMs = 5000; // a pool thread idle this long exits
+constexpr int kIdleExitMs = 5000;           // a pool thread idle this long exits
+constexpr size_t kThreadStack = 2 << 20;    // stack of a pool thread
+constexpr size_t kFiberStack = 256 << 10;   // stack of a fiber, below a guard page
+constexpr size_t kGuardPage = 4096;
 
 // Abort unwinds a thread's kernel code once the launch has failed.
 struct Abort {};
@@ -148,8 +163,9 @@ struct Block {
 	bool failed;
 	char err[1024];
 	State state[kMaxThreads];
-	bool parked[kMaxThreads]; // waiting on its semaphore for a wake
-	int order[kMaxThreads];   // serial schedules: who runs first
+	bool parked[kMaxThreads]; // parallel: waiting on its semaphore for a wake
+	int order[kMaxThreads];   // serial: the order of preference
+	int next;                 // serial: the thread to resume next, or -1
 	Warp warp[kMaxWarps];
 };
 
@@ -157,10 +173,20 @@ struct Worker {
 	std::binary_semaphore sem{0};
 };
 
+struct Fiber {
+	ucontext_t ctx;
+	unsigned char *stack; // kFiberStack bytes above a guard page
+	bool started;
+};
+
 static std::mutex launch_mu; // one launch at a time per module
 static bool broken;          // a launch timed out: its threads may still run
 static Worker *workers[kMaxThreads];
 static bool worker_alive[kMaxThreads];
+static Fiber fibers[kMaxThreads];
+static ucontext_t runner_ctx;             // the serial runner between fibers
+static bool runner_alive;
+static std::binary_semaphore runner_go{0}; // starts a serial block
 static Block B;
 static std::binary_semaphore block_done{0};
 
@@ -181,8 +207,25 @@ static void thread_coords(int i, unsigned *x, unsigned *y, unsigned *z) {
 	*z = i / (cur_block.x * cur_block.y);
 }
 
-// failf records the first failure and wakes every parked thread so that it
-// unwinds. Call with B.mu held.
+// become makes the calling OS thread emulated thread i of the current block.
+static void become(int i) {
+	self = i;
+	unsigned x, y, z;
+	thread_coords(i, &x, &y, &z);
+	threadIdx = uint3{x, y, z};
+	blockIdx = cur_block_idx;
+	blockDim = cur_block;
+	gridDim = cur_grid;
+}
+
+static void wake(int i) {
+	B.parked[i] = false;
+	workers[i]->sem.release();
+}
+
+// failf records the first failure. Under the parallel schedule it wakes
+// every parked thread so that it unwinds; the serial runner stops resuming
+// fibers. Call with B.mu held.
 __attribute__((format(printf, 1, 2))) static void failf(const char *fmt, ...) {
 	if (!B.failed) {
 		B.failed = true;
@@ -191,27 +234,16 @@ __attribute__((format(printf, 1, 2))) static void failf(const char *fmt, ...) {
 		vsnprintf(B.err, sizeof B.err, fmt, ap);
 		va_end(ap);
 	}
-	for (int i = 0; i < B.n; i++) {
-		if (B.parked[i]) {
-			B.parked[i] = false;
-			workers[i]->sem.release();
+	if (B.schedule == kParallel) {
+		for (int i = 0; i < B.n; i++) {
+			if (B.parked[i]) {
+				wake(i);
+			}
 		}
 	}
 }
 
-static void wake(int i) {
-	B.parked[i] = false;
-	workers[i]->sem.release();
-}
-
-static void park(std::unique_lock<std::mutex> &lk) {
-	B.parked[self] = true;
-	lk.unlock();
-	workers[self]->sem.acquire();
-	lk.lock();
-}
-
-// pick_next returns the runnable thread that a serial schedule runs next.
+// pick_next returns the runnable thread a serial schedule runs next, or -1.
 static int pick_next() {
 	for (int k = 0; k < B.n; k++) {
 		int i = B.order[k];
@@ -343,13 +375,18 @@ static void wait_turn(std::unique_lock<std::mutex> &lk) {
 	}
 	if (B.schedule == kParallel) {
 		if (B.state[self] != kRunnable) {
-			park(lk);
+			B.parked[self] = true;
+			lk.unlock();
+			workers[self]->sem.acquire();
+			lk.lock();
 		}
 	} else {
-		int next = pick_next();
-		if (next != self) {
-			wake(next); // next >= 0: a deadlock would have failed the launch
-			park(lk);
+		B.next = pick_next(); // >= 0: a deadlock would have failed the launch
+		if (B.next != self) {
+			int me = self;
+			lk.unlock();
+			swapcontext(&fibers[me].ctx, &runner_ctx);
+			lk.lock();
 		}
 	}
 	if (B.failed) {
@@ -384,8 +421,8 @@ __attribute__((noipa)) static uint64_t warp_op(const char *what, unsigned mask, 
 	}
 	int lane = self % 32;
 	Warp &W = B.warp[self / 32];
-	unsigned x, y, z;
 	if (!(mask >> lane & 1)) {
+		unsigned x, y, z;
 		thread_coords(self, &x, &y, &z);
 		failf("%s in block (%u,%u,%u): thread (%u,%u,%u), lane %d, is not in its mask 0x%08x",
 			what, cur_block_idx.x, cur_block_idx.y, cur_block_idx.z, x, y, z, lane, mask);
@@ -407,9 +444,10 @@ __attribute__((noipa)) static uint64_t warp_op(const char *what, unsigned mask, 
 }
 
 // thread_exit drops a returned (or aborted) thread out of the block's
-// barriers, which may complete them.
-static void thread_exit() {
-	std::unique_lock<std::mutex> lk(B.mu);
+// barriers, which may complete them. It returns whether this was the
+// block's last thread.
+static bool thread_exit() {
+	std::lock_guard<std::mutex> lk(B.mu);
 	B.state[self] = kDone;
 	B.live--;
 	int w = self / 32;
@@ -421,25 +459,17 @@ static void thread_exit() {
 		try_complete_warp_all(w);
 		if (B.live > 0 && B.blocked == B.live) {
 			deadlock();
-		} else if (B.schedule != kParallel && B.live > 0) {
-			wake(pick_next());
 		}
 	}
-	bool last = ++B.done == B.n;
-	lk.unlock();
-	if (last) {
-		block_done.release();
+	if (B.schedule != kParallel) {
+		B.next = B.failed ? -1 : pick_next();
 	}
+	return ++B.done == B.n;
 }
 
-static void run_thread(int i) {
-	self = i;
-	unsigned x, y, z;
-	thread_coords(i, &x, &y, &z);
-	threadIdx = uint3{x, y, z};
-	blockIdx = cur_block_idx;
-	blockDim = cur_block;
-	gridDim = cur_grid;
+// run_kernel runs the kernel as the current emulated thread, then drops it
+// out of the block.
+static bool run_kernel() {
 	bool failed;
 	{
 		std::lock_guard<std::mutex> lk(B.mu);
@@ -451,15 +481,15 @@ static void run_thread(int i) {
 		} catch (Abort &) {
 		} catch (std::exception &e) {
 			std::lock_guard<std::mutex> lk(B.mu);
-			failf("thread (%u,%u,%u) of block (%u,%u,%u) threw: %s", x, y, z,
+			failf("thread (%u,%u,%u) of block (%u,%u,%u) threw: %s", threadIdx.x, threadIdx.y, threadIdx.z,
 				cur_block_idx.x, cur_block_idx.y, cur_block_idx.z, e.what());
 		} catch (...) {
 			std::lock_guard<std::mutex> lk(B.mu);
-			failf("thread (%u,%u,%u) of block (%u,%u,%u) threw an exception", x, y, z,
+			failf("thread (%u,%u,%u) of block (%u,%u,%u) threw an exception", threadIdx.x, threadIdx.y, threadIdx.z,
 				cur_block_idx.x, cur_block_idx.y, cur_block_idx.z);
 		}
 	}
-	thread_exit();
+	return thread_exit();
 }
 
 static void *worker_main(void *arg) {
@@ -472,40 +502,116 @@ static void *worker_main(void *arg) {
 			if (!launch_mu.try_lock()) {
 				continue;
 			}
-			if (w->sem.try_acquire()) {
+			if (!w->sem.try_acquire()) {
+				worker_alive[i] = false;
 				launch_mu.unlock();
-				run_thread(i);
-				continue;
+				return nullptr;
 			}
-			worker_alive[i] = false;
 			launch_mu.unlock();
-			return nullptr;
 		}
-		run_thread(i);
+		become(i);
+		if (run_kernel()) {
+			block_done.release();
+		}
 	}
 }
 
-// ensure_workers starts pool threads 0..n-1. Call with launch_mu held.
-static bool ensure_workers(int n, char *err, size_t cap) {
+static void fiber_main() {
+	run_kernel(); // the runner sees B.next
+}
+
+// run_serial_block runs the current block's threads as fibers, one at a
+// time, in the schedule's order: each runs until it waits or returns, and
+// sets B.next to the thread to resume.
+static void run_serial_block() {
+	int next;
+	{
+		std::lock_guard<std::mutex> lk(B.mu);
+		B.next = B.failed ? -1 : B.order[0];
+		next = B.next;
+	}
+	for (int i = 0; i < B.n; i++) {
+		fibers[i].started = false;
+	}
+	while (next >= 0) {
+		Fiber &f = fibers[next];
+		become(next);
+		if (!f.started) {
+			getcontext(&f.ctx);
+			f.ctx.uc_stack.ss_sp = f.stack;
+			f.ctx.uc_stack.ss_size = kFiberStack;
+			f.ctx.uc_link = &runner_ctx;
+			makecontext(&f.ctx, fiber_main, 0);
+			f.started = true;
+		}
+		swapcontext(&runner_ctx, &f.ctx);
+		std::lock_guard<std::mutex> lk(B.mu);
+		next = B.failed ? -1 : B.next;
+	}
+	// Fibers left waiting when the block failed are abandoned: they hold
+	// no lock, and the next block starts them afresh.
+}
+
+static void *runner_main(void *) {
+	for (;;) {
+		runner_go.acquire();
+		run_serial_block();
+		block_done.release();
+	}
+}
+
+static bool start_thread(void *(*fn)(void *), void *arg, char *err, size_t cap) {
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, kThreadStack);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_t th;
+	int rc = pthread_create(&th, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	if (rc != 0) {
+		snprintf(err, cap, "cannot start a thread: %s", strerror(rc));
+		return false;
+	}
+	return true;
+}
+
+// ensure_threads makes ready what a block of n threads under schedule
+// needs: pool threads 0..n-1, or the runner and n fiber stacks. Call with
+// launch_mu held.
+static bool ensure_threads(int schedule, int n, char *err, size_t cap) {
+	if (schedule == kParallel) {
+		for (int i = 0; i < n; i++) {
+			if (worker_alive[i]) {
+				continue;
+			}
+			if (!workers[i]) {
+				workers[i] = new Worker;
+			}
+			if (!start_thread(worker_main, (void *)(intptr_t)i, err, cap)) {
+				return false;
+			}
+			worker_alive[i] = true;
+		}
+		return true;
+	}
 	for (int i = 0; i < n; i++) {
-		if (worker_alive[i]) {
+		if (fibers[i].stack) {
 			continue;
 		}
-		if (!workers[i]) {
-			workers[i] = new Worker;
-		}
-		pthread_attr_t attr;
-		pthread_attr_init(&attr);
-		pthread_attr_setstacksize(&attr, 2 << 20);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_t th;
-		int rc = pthread_create(&th, &attr, worker_main, (void *)(intptr_t)i);
-		pthread_attr_destroy(&attr);
-		if (rc != 0) {
-			snprintf(err, cap, "cannot start emulated thread %d: %s", i, strerror(rc));
+		void *p = mmap(nullptr, kGuardPage + kFiberStack, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+		if (p == MAP_FAILED) {
+			snprintf(err, cap, "cannot map a fiber stack: %s", strerror(errno));
 			return false;
 		}
-		worker_alive[i] = true;
+		mprotect(p, kGuardPage, PROT_NONE); // a stack overflow faults
+		fibers[i].stack = (unsigned char *)p + kGuardPage;
+	}
+	if (!runner_alive) {
+		if (!start_thread(runner_main, nullptr, err, cap)) {
+			return false;
+		}
+		runner_alive = true;
 	}
 	return true;
 }
@@ -557,7 +663,7 @@ static int launch(const Launch *l, void **args, void (*body)(void **), const cha
 		return launch_error(l, "%s: unknown schedule %d", name, l->schedule);
 	}
 	char err[256];
-	if (!ensure_workers((int)n, err, sizeof err)) {
+	if (!ensure_threads(l->schedule, (int)n, err, sizeof err)) {
 		return launch_error(l, "%s: %s", name, err);
 	}
 
@@ -610,7 +716,7 @@ static int launch(const Launch *l, void **args, void (*body)(void **), const cha
 							wake(i);
 						}
 					} else {
-						wake(B.order[0]);
+						runner_go.release();
 					}
 				}
 				if (l->timeout_ms > 0) {
@@ -619,10 +725,9 @@ static int launch(const Launch *l, void **args, void (*body)(void **), const cha
 						broken = true;
 						failf("block (%d,%d,%d) did not finish within %d ms (an endless loop, or a thread spinning on another)",
 							bx, by, bz, l->timeout_ms);
-						rc = launch_error(l, "%s: %s", name, B.err);
 						// The threads may still run: leave the shared
-						// memory buffer to them.
-						return rc;
+						// memory to them.
+						return launch_error(l, "%s: %s", name, B.err);
 					}
 				} else {
 					block_done.acquire();

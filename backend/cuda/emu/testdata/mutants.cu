@@ -116,3 +116,16 @@ extern "C" __global__ void fleet_mut_early_exit_sum(const float *__restrict__ x,
 		out[blockIdx.x] = s[0];
 	}
 }
+
+// fleet_mut_neighbour_no_sync: out[i] = x[i] + x[i-1] (x[-1] taken as 0)
+// within each block, through shared memory, without the __syncthreads
+// between the store and the load of the neighbour's slot. Forward runs
+// thread t-1 before thread t, so it sees the store; Reverse does not.
+extern "C" __global__ void fleet_mut_neighbour_no_sync(const float *__restrict__ x, float *__restrict__ out, long long n) {
+	__shared__ float s[256];
+	long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+	s[threadIdx.x] = i < n ? x[i] : 0.0f;
+	if (i < n) {
+		out[i] = s[threadIdx.x] + (threadIdx.x > 0 ? s[threadIdx.x - 1] : (i > 0 ? x[i - 1] : 0.0f));
+	}
+}
