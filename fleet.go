@@ -6,6 +6,7 @@ package fleet
 
 import (
 	"github.com/fleetml/fleet/backend"
+	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
 	"github.com/fleetml/fleet/tensor"
 )
 

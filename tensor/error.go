@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fleetml/fleet/backend"
 )
 
 // Error is a programming error inside a tensor op: a shape, dtype or
@@ -28,13 +30,18 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Catch runs fn and returns a tensor *Error it panicked with as an error.
-// Other panics propagate.
+// Catch runs fn and returns a tensor *Error or a *backend.DeviceError (out
+// of memory, a failed launch) it panicked with as an error. Other panics
+// propagate.
 func Catch(fn func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			if te, ok := r.(*Error); ok {
 				err = te
+				return
+			}
+			if de, ok := r.(*backend.DeviceError); ok {
+				err = de
 				return
 			}
 			panic(r)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/internal/rng"

@@ -21,6 +21,7 @@ Commands:
   sample   generate text from a trained model
   eval     evaluate a trained model's validation loss and perplexity
   bench    time training steps of a model configuration
+  doctor   report the NVIDIA driver, libraries and GPUs, and whether training on the GPU will work
 
 Run fleet COMMAND -h for a command's flags.
 `
@@ -45,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = evalCmd(args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(args[1:], stdout, stderr)
+	case "doctor":
+		err = doctorCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

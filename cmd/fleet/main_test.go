@@ -120,3 +120,25 @@ func TestBench(t *testing.T) {
 		t.Fatalf("bench exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// TestNoGPU checks, on a machine where CUDA cannot be used, that doctor
+// fails saying why and that asking to train on cuda fails with that reason
+// instead of falling back. Where a GPU works it skips.
+func TestNoGPU(t *testing.T) {
+	code, stdout, stderr := fleet(t, "doctor")
+	if code == 0 {
+		t.Skip("a GPU works here:\n" + stdout)
+	}
+	if code != 1 || !strings.Contains(stdout, "libraries:") || !strings.Contains(stderr, "no usable GPU") {
+		t.Fatalf("doctor exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.txt", corpus())
+	code, _, stderr = fleet(t, append([]string{"train", "--data", good, "--out", filepath.Join(dir, "out"), "--device", "cuda"}, tiny[2:]...)...)
+	if code != 1 || !strings.Contains(stderr, "--device cuda: device cuda:0:") {
+		t.Fatalf("train --device cuda: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "summary.json")); err == nil {
+		t.Error("a failed cuda run still wrote a summary")
+	}
+}

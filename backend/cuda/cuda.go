@@ -1,0 +1,381 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+)
+
+func init() {
+	backend.Register("cuda", func(index int) (backend.Backend, error) {
+		g, err := openGPU(index)
+		if err != nil {
+			return nil, err
+		}
+		return newCUDA(backend.Device{Kind: "cuda", Index: index}, g), nil
+	})
+}
+
+// openGPU opens device index; tests put an emulated device in its place.
+var openGPU = func(index int) (gpu, error) { return openDriverGPU(index) }
+
+// Buffer is a block of device memory holding n elements of one dtype.
+type Buffer struct {
+	dev   backend.Device
+	dt    backend.DType
+	n     int
+	ptr   devPtr
+	class int // the pool's size class of the block
+}
+
+// Device implements backend.Storage.
+func (b *Buffer) Device() backend.Device { return b.dev }
+
+// DType implements backend.Storage.
+func (b *Buffer) DType() backend.DType { return b.dt }
+
+// Len implements backend.Storage.
+func (b *Buffer) Len() int { return b.n }
+
+// CUDA is one device's backend.
+type CUDA struct {
+	dev  backend.Device
+	g    gpu
+	mu   sync.Mutex // guards pool
+	pool *pool
+	tf32 atomic.Bool
+
+	copied atomic.Int64
+}
+
+func newCUDA(dev backend.Device, g gpu) *CUDA {
+	return &CUDA{dev: dev, g: g, pool: newPool(g)}
+}
+
+// SetTF32 lets F32 matrix products use TF32 tensor cores (10-bit
+// mantissas, F32 accumulation): much faster, slightly less exact. Off by
+// default.
+func (c *CUDA) SetTF32(on bool) { c.tf32.Store(on) }
+
+// SMCount implements kernels.SMCounter.
+func (c *CUDA) SMCount() int { return c.g.smCount() }
+
+// Device implements backend.Backend.
+func (c *CUDA) Device() backend.Device { return c.dev }
+
+// fail panics with a device error; kernels return nothing, and tensor.Catch
+// turns the panic back into an error.
+func (c *CUDA) fail(op string, err error) {
+	panic(&backend.DeviceError{Dev: c.dev, Op: op, Err: err})
+}
+
+func (c *CUDA) check(op string, err error) {
+	if err != nil {
+		c.fail(op, err)
+	}
+}
+
+// Alloc implements backend.Backend.
+func (c *CUDA) Alloc(dt backend.DType, n int) backend.Storage {
+	if n < 0 {
+		c.fail("alloc", fmt.Errorf("%d elements", n))
+	}
+	c.mu.Lock()
+	ptr, class, err := c.pool.alloc(n * dt.Size())
+	c.mu.Unlock()
+	c.check("alloc", err)
+	return &Buffer{dev: c.dev, dt: dt, n: n, ptr: ptr, class: class}
+}
+
+// Free implements backend.Backend.
+func (c *CUDA) Free(s backend.Storage) {
+	b := c.buf(s)
+	c.mu.Lock()
+	c.pool.free(b.ptr, b.class)
+	c.mu.Unlock()
+}
+
+// MemStats implements backend.Backend.
+func (c *CUDA) MemStats() backend.MemStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return backend.MemStats{Allocated: c.pool.allocated, Reserved: c.pool.reserved, Peak: c.pool.peak, Copied: c.copied.Load()}
+}
+
+// EmptyCache returns the pool's cached blocks to the driver.
+func (c *CUDA) EmptyCache() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pool.release()
+}
+
+// Synchronize waits for every queued kernel and copy.
+func (c *CUDA) Synchronize() error { return c.g.sync() }
+
+func (c *CUDA) buf(s backend.Storage) *Buffer {
+	b, ok := s.(*Buffer)
+	if !ok || b.dev != c.dev {
+		c.fail("storage", fmt.Errorf("storage of %v used on %v", s.Device(), c.dev))
+	}
+	return b
+}
+
+// ptr is a Ref's device address, or nil for an operand left out.
+func (c *CUDA) ptr(r backend.Ref) any {
+	if r.Nil() {
+		return nil
+	}
+	b := c.buf(r.S)
+	return b.ptr + devPtr(r.Off*b.dt.Size())
+}
+
+func (c *CUDA) dt(r backend.Ref) backend.DType { return c.buf(r.S).dt }
+
+// Launch implements kernels.Launcher.
+func (c *CUDA) Launch(kernel string, grid, block [3]int, shared int, args ...any) error {
+	return c.g.launch(kernel, grid, block, shared, args)
+}
+
+// scratch runs fn with a temporary F32 buffer of n elements. Work is queued
+// in order on one stream, so the block can go back to the pool as soon as
+// fn has queued its kernels.
+func (c *CUDA) scratch(n int, fn func(any) error) error {
+	s := c.Alloc(backend.F32, max(n, 1))
+	defer c.Free(s)
+	return fn(c.ptr(backend.Ref{S: s}))
+}
+
+// Upload implements backend.Backend.
+func (c *CUDA) Upload(dst backend.Ref, src []byte) {
+	b := c.buf(dst.S)
+	if len(src)%b.dt.Size() != 0 || dst.Off+len(src)/b.dt.Size() > b.n {
+		c.fail("upload", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(src), dst.Off, b.dt, b.n))
+	}
+	c.check("upload", c.g.htod(c.ptr(dst).(devPtr), src))
+	c.copied.Add(int64(len(src)))
+}
+
+// Download implements backend.Backend.
+func (c *CUDA) Download(dst []byte, src backend.Ref) {
+	b := c.buf(src.S)
+	if len(dst)%b.dt.Size() != 0 || src.Off+len(dst)/b.dt.Size() > b.n {
+		c.fail("download", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(dst), src.Off, b.dt, b.n))
+	}
+	c.check("download", c.g.dtoh(dst, c.ptr(src).(devPtr)))
+	c.copied.Add(int64(len(dst)))
+}
+
+// Copy implements backend.Backend.
+func (c *CUDA) Copy(dst, src backend.Ref, n int) {
+	d, s := c.buf(dst.S), c.buf(src.S)
+	if d.dt != s.dt {
+		c.fail("copy", fmt.Errorf("from %v to %v", s.dt, d.dt))
+	}
+	if n == 0 {
+		return
+	}
+	c.check("copy", c.g.dtod(c.ptr(dst).(devPtr), c.ptr(src).(devPtr), n*d.dt.Size()))
+}
+
+// Cast implements backend.Backend.
+func (c *CUDA) Cast(dst, src backend.Ref, n int) {
+	if c.dt(dst) == c.dt(src) {
+		c.Copy(dst, src, n)
+		return
+	}
+	c.check("cast", kernels.Cast(c, c.dt(dst), c.dt(src), c.ptr(dst), c.ptr(src), n))
+}
+
+// Fill implements backend.Backend.
+func (c *CUDA) Fill(dst backend.Ref, v float32, n int) {
+	c.check("fill", kernels.Fill(c, c.dt(dst), c.ptr(dst), v, n))
+}
+
+// MatMul implements backend.Backend through cuBLAS; a bias is first
+// broadcast into C (scaled by beta), then the product is added.
+func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if p.Batch == 0 || p.M == 0 || p.N == 0 {
+		return
+	}
+	at, bt := c.dt(a), c.dt(b)
+	if at != bt || (at != backend.F32 && at != backend.BF16) || c.dt(cc) != backend.F32 {
+		c.fail("matmul", fmt.Errorf("operands %v @ %v into %v", at, bt, c.dt(cc)))
+	}
+	if !bias.Nil() {
+		if p.StrideC != p.M*p.N && p.Batch > 1 {
+			c.fail("matmul", fmt.Errorf("a bias needs contiguous outputs (stride %d, %d×%d)", p.StrideC, p.M, p.N))
+		}
+		c.check("matmul bias", kernels.BiasRows(c, c.ptr(cc), c.ptr(bias), p.Beta, p.Batch*p.M, p.N))
+		p.Beta = 1
+	}
+	if p.K == 0 { // an empty product: C = beta*C
+		if bias.Nil() {
+			c.check("matmul", kernels.Scale(c, backend.F32, c.ptr(cc), c.ptr(cc), p.Beta, p.Batch*p.M*p.N))
+		}
+		return
+	}
+	compute := cublas.Compute32F
+	if at == backend.F32 && c.tf32.Load() {
+		compute = cublas.Compute32FFastTF32
+	}
+	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(cc).(devPtr)), dataType(at), compute)
+	c.check("matmul", c.g.gemm(&g))
+}
+
+func dataType(dt backend.DType) cublas.DataType {
+	if dt == backend.BF16 {
+		return cublas.R16BF
+	}
+	return cublas.R32F
+}
+
+// gemmFor maps a row-major product onto cuBLAS's column-major one: a
+// row-major matrix read column-major is its transpose, so row-major
+// C = op(A)·op(B) is computed as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, with A and
+// B (and M and N) swapped.
+func gemmFor(p backend.MatMul, a, b, c uint64, dt cublas.DataType, compute cublas.ComputeType) cublas.Gemm {
+	g := cublas.Gemm{
+		M: p.N, N: p.M, K: p.K, Alpha: p.Alpha, Beta: p.Beta,
+		A: b, B: a, C: c, AType: dt, BType: dt, CType: cublas.R32F, LDC: p.N,
+		StrideA: int64(p.StrideB), StrideB: int64(p.StrideA), StrideC: int64(p.StrideC),
+		Batch: p.Batch, Compute: compute, Algo: cublas.AlgoDefault,
+	}
+	if p.TransB { // B is stored N×K: read column-major it is op(B) (K×N)
+		g.TransA, g.LDA = cublas.OpT, p.K
+	} else { // B is stored K×N: read column-major it is op(B)ᵀ
+		g.TransA, g.LDA = cublas.OpN, p.N
+	}
+	if p.TransA { // A is stored K×M: read column-major it is op(A)
+		g.TransB, g.LDB = cublas.OpT, p.M
+	} else { // A is stored M×K: read column-major it is op(A)ᵀ
+		g.TransB, g.LDB = cublas.OpN, p.K
+	}
+	return g
+}
+
+// Binary implements backend.Backend.
+func (c *CUDA) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
+	c.check("binary", kernels.Binary(c, c.dt(dst), op, c.ptr(dst), c.ptr(a), c.ptr(b), n))
+}
+
+// Axpy implements backend.Backend.
+func (c *CUDA) Axpy(dst, x backend.Ref, alpha float32, n int) {
+	c.check("axpy", kernels.Axpy(c, c.dt(dst), c.ptr(dst), c.ptr(x), alpha, n))
+}
+
+// Scale implements backend.Backend.
+func (c *CUDA) Scale(dst, src backend.Ref, alpha float32, n int) {
+	c.check("scale", kernels.Scale(c, c.dt(dst), c.ptr(dst), c.ptr(src), alpha, n))
+}
+
+// Unary implements backend.Backend.
+func (c *CUDA) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
+	c.check("unary", kernels.Unary(c, c.dt(dst), op, c.ptr(dst), c.ptr(src), n))
+}
+
+// SumRows implements backend.Backend.
+func (c *CUDA) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
+	c.check("sum_rows", c.scratch(kernels.SumRowsScratch(rows, cols), func(s any) error {
+		return kernels.SumRows(c, c.dt(src), c.ptr(dst), c.ptr(src), s, rows, cols, beta)
+	}))
+}
+
+// SumCols implements backend.Backend.
+func (c *CUDA) SumCols(dst, src backend.Ref, rows, cols int) {
+	c.check("sum_cols", kernels.SumCols(c, c.dt(src), c.ptr(dst), c.ptr(src), rows, cols))
+}
+
+// SumSquares implements backend.Backend.
+func (c *CUDA) SumSquares(dst, src backend.Ref, n int) {
+	c.check("sum_squares", c.scratch(kernels.SumSquaresScratch(n), func(s any) error {
+		return kernels.SumSquares(c, c.dt(src), c.ptr(dst), c.ptr(src), s, n)
+	}))
+}
+
+// Softmax implements backend.Backend.
+func (c *CUDA) Softmax(dst, src backend.Ref, rows, cols int) {
+	c.check("softmax", kernels.Softmax(c, c.dt(src), c.ptr(dst), c.ptr(src), rows, cols))
+}
+
+// SoftmaxBackward implements backend.Backend.
+func (c *CUDA) SoftmaxBackward(dx, y, dy backend.Ref, rows, cols int) {
+	c.check("softmax_backward", kernels.SoftmaxBackward(c, c.dt(y), c.ptr(dx), c.ptr(y), c.ptr(dy), rows, cols))
+}
+
+// LayerNorm implements backend.Backend.
+func (c *CUDA) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, eps float32) {
+	c.check("layer_norm", kernels.LayerNorm(c, c.dt(x), c.ptr(out), c.ptr(mean), c.ptr(rstd), c.ptr(x), c.ptr(w), c.ptr(b), rows, cols, eps))
+}
+
+// LayerNormBackward implements backend.Backend.
+func (c *CUDA) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
+	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s any) error {
+		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols)
+	}))
+}
+
+// GELU implements backend.Backend.
+func (c *CUDA) GELU(dst, src backend.Ref, n int) {
+	c.check("gelu", kernels.GELU(c, c.dt(src), c.ptr(dst), c.ptr(src), n))
+}
+
+// GELUBackward implements backend.Backend.
+func (c *CUDA) GELUBackward(dx, x, dy backend.Ref, n int) {
+	c.check("gelu_backward", kernels.GELUBackward(c, c.dt(x), c.ptr(dx), c.ptr(x), c.ptr(dy), n))
+}
+
+// Attention implements backend.Backend.
+func (c *CUDA) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
+	c.check("attention", kernels.Attention(c, c.dt(qkv), p, c.ptr(out), c.ptr(saved), c.ptr(qkv)))
+}
+
+// AttentionBackward implements backend.Backend.
+func (c *CUDA) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
+	c.check("attention_backward", c.scratch(kernels.AttentionBackwardScratch(p), func(s any) error {
+		return kernels.AttentionBackward(c, c.dt(qkv), p, c.ptr(dqkv), c.ptr(dout), c.ptr(out), c.ptr(saved), c.ptr(qkv), s)
+	}))
+}
+
+// AttentionKV implements backend.Backend.
+func (c *CUDA) AttentionKV(p backend.AttentionKV, out, qkv, kc, vc backend.Ref) {
+	c.check("attention_kv", kernels.AttentionKV(c, c.dt(qkv), p, c.ptr(out), c.ptr(qkv), c.ptr(kc), c.ptr(vc)))
+}
+
+// CrossEntropy implements backend.Backend.
+func (c *CUDA) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v int) {
+	c.check("cross_entropy", kernels.CrossEntropy(c, c.dt(logits), c.ptr(losses), c.ptr(lse), c.ptr(logits), c.ptr(targets), n, v))
+}
+
+// CrossEntropyBackward implements backend.Backend.
+func (c *CUDA) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend.Ref, scale float32, n, v int) {
+	c.check("cross_entropy_backward", kernels.CrossEntropyBackward(c, c.dt(logits), c.ptr(dlogits), c.ptr(logits), c.ptr(lse), c.ptr(targets), c.ptr(dloss), scale, n, v))
+}
+
+// Embedding implements backend.Backend. Ids outside the table give zero rows.
+func (c *CUDA) Embedding(out, table, ids backend.Ref, n, dim int) {
+	c.check("embedding", kernels.Embedding(c, c.dt(table), c.ptr(out), c.ptr(table), c.ptr(ids), n, dim, c.rowsOf(table, dim)))
+}
+
+// EmbeddingBackward implements backend.Backend.
+func (c *CUDA) EmbeddingBackward(dtable, dout, ids backend.Ref, n, dim int) {
+	c.check("embedding_backward", kernels.EmbeddingBackward(c, c.dt(dtable), c.ptr(dtable), c.ptr(dout), c.ptr(ids), n, dim, c.rowsOf(dtable, dim)))
+}
+
+// rowsOf is how many rows of dim elements a table holds from its offset on.
+func (c *CUDA) rowsOf(r backend.Ref, dim int) int {
+	if dim == 0 {
+		return 0
+	}
+	return (c.buf(r.S).n - r.Off) / dim
+}
+
+// AdamW implements backend.Backend.
+func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
+	c.check("adamw", kernels.AdamW(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), n))
+}
+
+var _ backend.Backend = (*CUDA)(nil)

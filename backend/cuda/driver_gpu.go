@@ -1,0 +1,315 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"unsafe"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/driver"
+	"github.com/fleetml/fleet/backend/cuda/kcache"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/backend/cuda/nvrtc"
+)
+
+// driverGPU is a real device through the CUDA driver API. Every call runs
+// on its worker goroutine, which holds the device's primary context on its
+// locked OS thread.
+type driverGPU struct {
+	d       *driver.Driver
+	info    driver.Info
+	dev     driver.Device
+	ctx     driver.Context
+	compute driver.Stream
+	blas    *cublas.Handle
+	nv      *nvrtc.NVRTC
+	cache   *kcache.Cache // nil: compile every process
+
+	arch, target string // device arch (sm_90) and what NVRTC builds for it
+	fns          map[string]driver.Function
+	fnShared     map[string]int // dynamic shared memory each kernel is allowed
+	file         map[string]kernels.File
+	args         *driver.Args
+
+	calls chan func()
+}
+
+// openDriverGPU opens device ordinal with everything training needs: the
+// driver, NVRTC and cuBLAS. Each missing piece is an error saying which.
+func openDriverGPU(ordinal int) (*driverGPU, error) {
+	d, err := driver.Open()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Init(); err != nil {
+		return nil, fmt.Errorf("cuda: driver init: %w", err)
+	}
+	n, err := d.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if ordinal >= n {
+		return nil, fmt.Errorf("cuda: no device %d (%d found)", ordinal, n)
+	}
+	info, err := d.DeviceInfo(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	nv, err := nvrtc.Open()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: kernels need NVRTC: %w", err)
+	}
+	blas, err := cublas.Open()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: matrix products need cuBLAS: %w", err)
+	}
+	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(),
+		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]kernels.File{},
+		args: driver.NewArgs(), calls: make(chan func())}
+	g.target, err = nvrtcTarget(nv, info.Major*10+info.Minor)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range kernels.Files() {
+		for _, k := range kernels.Kernels(f.Source) {
+			g.file[k] = f
+		}
+	}
+	if c, err := kcache.Open(""); err == nil {
+		g.cache = c
+	}
+	ready := make(chan error)
+	go g.worker(ordinal, blas, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// nvrtcTarget picks what NVRTC builds for a device of compute capability
+// cc (86 for 8.6): a cubin (sm_XY) when NVRTC knows the architecture, else
+// PTX for the newest virtual architecture it knows (compute_XY), which the
+// driver compiles for the device when it loads the module.
+func nvrtcTarget(nv *nvrtc.NVRTC, cc int) (string, error) {
+	archs, err := nv.SupportedArchs()
+	if err != nil {
+		return fmt.Sprintf("sm_%d", cc), nil // old NVRTC: ask for the device's own
+	}
+	best := 0
+	for _, a := range archs {
+		if a == cc {
+			return fmt.Sprintf("sm_%d", cc), nil
+		}
+		if a < cc && a > best {
+			best = a
+		}
+	}
+	if best == 0 {
+		return "", fmt.Errorf("cuda: NVRTC %s builds none of the architectures up to sm_%d", nv.Version(), cc)
+	}
+	return fmt.Sprintf("compute_%d", best), nil
+}
+
+// worker owns the context: it makes it current on its locked thread, sets
+// up the stream and cuBLAS, then runs calls until close.
+func (g *driverGPU) worker(ordinal int, blas *cublas.CUBLAS, ready chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	setup := func() error {
+		var err error
+		if g.dev, err = g.d.Device(ordinal); err != nil {
+			return err
+		}
+		if g.ctx, err = g.d.PrimaryCtxRetain(g.dev); err != nil {
+			return err
+		}
+		if err = g.d.CtxSetCurrent(g.ctx); err != nil {
+			return err
+		}
+		if g.compute, err = g.d.StreamCreate(driver.StreamNonBlocking); err != nil {
+			return err
+		}
+		if g.blas, err = blas.Create(); err != nil {
+			return err
+		}
+		return g.blas.SetStream(uintptr(g.compute))
+	}
+	if err := setup(); err != nil {
+		ready <- fmt.Errorf("cuda: set up device %d: %w", ordinal, err)
+		return
+	}
+	ready <- nil
+	for f := range g.calls {
+		f()
+	}
+}
+
+// do runs f on the worker and returns its error.
+func (g *driverGPU) do(f func() error) error {
+	done := make(chan error, 1)
+	g.calls <- func() { done <- f() }
+	return <-done
+}
+
+func (g *driverGPU) memAlloc(bytes int) (devPtr, error) {
+	var p driver.DevicePtr
+	err := g.do(func() (err error) { p, err = g.d.MemAlloc(uint64(bytes)); return })
+	if errors.Is(err, driver.ErrOutOfMemory) {
+		err = fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
+	}
+	return devPtr(p), err
+}
+
+func (g *driverGPU) memFree(p devPtr) error {
+	return g.do(func() error { return g.d.MemFree(driver.DevicePtr(p)) })
+}
+
+func (g *driverGPU) memInfo() (free, total uint64, err error) {
+	err = g.do(func() (err error) { free, total, err = g.d.MemGetInfo(); return })
+	return
+}
+
+func (g *driverGPU) htod(dst devPtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		// From pageable memory the call returns once src is staged.
+		err := g.d.MemcpyHtoDAsync(driver.DevicePtr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.compute)
+		runtime.KeepAlive(src)
+		return err
+	})
+}
+
+func (g *driverGPU) dtoh(dst []byte, src devPtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		if err := g.d.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), driver.DevicePtr(src), uint64(len(dst)), g.compute); err != nil {
+			return err
+		}
+		err := g.d.StreamSynchronize(g.compute)
+		runtime.KeepAlive(dst)
+		return err
+	})
+}
+
+func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		return g.d.MemcpyDtoDAsync(driver.DevicePtr(dst), driver.DevicePtr(src), uint64(bytes), g.compute)
+	})
+}
+
+func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {
+	return g.do(func() error {
+		fn, err := g.function(kernel)
+		if err != nil {
+			return err
+		}
+		if shared > 48<<10 && g.fnShared[kernel] < shared {
+			if err := g.d.FuncSetAttribute(fn, driver.FuncAttrMaxDynamicSharedSizeBytes, shared); err != nil {
+				return fmt.Errorf("%s: %d bytes of shared memory: %w", kernel, shared, err)
+			}
+			g.fnShared[kernel] = shared
+		}
+		a := g.args.Reset()
+		for i, v := range args {
+			switch v := v.(type) {
+			case nil:
+				a.Ptr(0)
+			case devPtr:
+				a.Ptr(driver.DevicePtr(v))
+			case int32:
+				a.Int(v)
+			case uint32:
+				a.Uint(v)
+			case int64:
+				a.Int64(v)
+			case float32:
+				a.Float32(v)
+			default:
+				return fmt.Errorf("%s: argument %d has type %T", kernel, i, v)
+			}
+		}
+		err = g.d.LaunchKernel(fn, dim3(grid), dim3(block), uint32(shared), g.compute, a)
+		if err != nil {
+			return fmt.Errorf("%s grid %v block %v: %w", kernel, grid, block, err)
+		}
+		return nil
+	})
+}
+
+func dim3(d [3]int) driver.Dim3 {
+	return driver.Dim3{X: uint32(d[0]), Y: uint32(d[1]), Z: uint32(d[2])}
+}
+
+// function returns a kernel, compiling and loading its file on first use.
+// Called on the worker.
+func (g *driverGPU) function(kernel string) (driver.Function, error) {
+	if fn, ok := g.fns[kernel]; ok {
+		return fn, nil
+	}
+	f, ok := g.file[kernel]
+	if !ok {
+		return 0, fmt.Errorf("no kernel %s in the embedded sources", kernel)
+	}
+	src := kernels.NVRTCSource(f)
+	compile := func() ([]byte, error) {
+		img, log, err := g.nv.Compile(src, f.Name, g.target, nvrtc.KernelOptions...)
+		if err != nil {
+			return nil, fmt.Errorf("compile %s for %s: %w\n%s", f.Name, g.target, err, strings.TrimSpace(log))
+		}
+		return img, nil
+	}
+	var img []byte
+	var err error
+	if g.cache != nil {
+		img, _, err = g.cache.Load(kcache.Key(src, g.target, g.nv.Version(), nvrtc.KernelOptions), compile)
+	} else {
+		img, err = compile()
+	}
+	if err != nil {
+		return 0, err
+	}
+	mod, err := g.d.ModuleLoadData(img)
+	if err != nil {
+		return 0, fmt.Errorf("load %s (%s): %w", f.Name, g.target, err)
+	}
+	for _, k := range kernels.Kernels(f.Source) {
+		fn, err := g.d.ModuleGetFunction(mod, k)
+		if err != nil {
+			return 0, err
+		}
+		g.fns[k] = fn
+	}
+	return g.fns[kernel], nil
+}
+
+func (g *driverGPU) gemm(p *cublas.Gemm) error {
+	return g.do(func() error { return g.blas.GemmStridedBatchedEx(p) })
+}
+
+func (g *driverGPU) sync() error {
+	return g.do(func() error { return g.d.StreamSynchronize(g.compute) })
+}
+
+func (g *driverGPU) smCount() int { return g.info.SMs }
+
+func (g *driverGPU) close() error {
+	err := g.do(func() error {
+		e1 := g.d.StreamSynchronize(g.compute)
+		e2 := g.blas.Destroy()
+		e3 := g.d.StreamDestroy(g.compute)
+		e4 := g.d.PrimaryCtxRelease(g.dev)
+		return errors.Join(e1, e2, e3, e4)
+	})
+	close(g.calls)
+	return err
+}

@@ -1,0 +1,233 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/emu"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+)
+
+// fakeGPU is a device made of host memory: a synthetic address space with
+// one Go byte slice per block, cuBLAS's column-major GEMM written out in Go,
+// and kernel launches handed to launchFn (the emulation harness, when the
+// test has one). It checks what a real device would refuse: unknown or
+// freed addresses and accesses past a block's end.
+type fakeGPU struct {
+	limit    int // bytes the device can hold
+	used     int
+	next     devPtr
+	blocks   map[devPtr]*emu.Buffer
+	bases    []devPtr // sorted block addresses
+	launchFn func(kernel string, grid, block [3]int, shared int, args []any) error
+	launches []string
+	allocs   int
+}
+
+func newFakeGPU(limit int) *fakeGPU {
+	return &fakeGPU{limit: limit, next: 1 << 20, blocks: map[devPtr]*emu.Buffer{}}
+}
+
+func (f *fakeGPU) memAlloc(bytes int) (devPtr, error) {
+	if f.used+bytes > f.limit {
+		return 0, fmt.Errorf("%w (fake device: %d of %d bytes used)", backend.ErrOutOfMemory, f.used, f.limit)
+	}
+	p := f.next
+	f.next += devPtr(bytes+4095)&^4095 + 4096 // a gap: no block touches the next
+	f.blocks[p] = emu.Poison(emu.U8, bytes)   // uninitialised memory reads as NaN
+	f.used += bytes
+	f.allocs++
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= p })
+	f.bases = append(f.bases, 0)
+	copy(f.bases[i+1:], f.bases[i:])
+	f.bases[i] = p
+	return p, nil
+}
+
+func (f *fakeGPU) memFree(p devPtr) error {
+	b, ok := f.blocks[p]
+	if !ok {
+		return fmt.Errorf("fake device: free of %#x, not a block", p)
+	}
+	f.used -= b.Len()
+	b.Free()
+	delete(f.blocks, p)
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= p })
+	f.bases = append(f.bases[:i], f.bases[i+1:]...)
+	return nil
+}
+
+func (f *fakeGPU) memInfo() (uint64, uint64, error) {
+	return uint64(f.limit - f.used), uint64(f.limit), nil
+}
+
+// mem returns n bytes at address p, which must lie inside one block.
+func (f *fakeGPU) mem(p devPtr, n int) ([]byte, error) {
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] > p }) - 1
+	if i < 0 {
+		return nil, fmt.Errorf("fake device: address %#x is in no block", p)
+	}
+	base := f.bases[i]
+	b := f.blocks[base].Bytes()
+	off := int(p - base)
+	if off+n > len(b) {
+		return nil, fmt.Errorf("fake device: %d bytes at %#x run past a block of %d at %#x", n, p, len(b), base)
+	}
+	return b[off : off+n], nil
+}
+
+// view turns a device address into the emulator's view of its block.
+func (f *fakeGPU) view(p devPtr) (emu.View, error) {
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] > p }) - 1
+	if i < 0 || int(p-f.bases[i]) > f.blocks[f.bases[i]].Len() {
+		return emu.View{}, fmt.Errorf("fake device: address %#x is in no block", p)
+	}
+	return f.blocks[f.bases[i]].At(int(p - f.bases[i])), nil
+}
+
+// withEmulator makes f run kernels under the emulation harness, building
+// every kernel file; it skips the test where the harness cannot build.
+func (f *fakeGPU) withEmulator(t testing.TB) *fakeGPU {
+	mods := map[string]*emu.Module{}
+	for _, file := range kernels.Files() {
+		m := emu.MustBuild(t, file)
+		for _, k := range m.Kernels() {
+			mods[k] = m
+		}
+	}
+	f.launchFn = func(kernel string, grid, block [3]int, shared int, args []any) error {
+		m := mods[kernel]
+		if m == nil {
+			return fmt.Errorf("fake device: no kernel %s", kernel)
+		}
+		conv := make([]any, len(args))
+		for i, a := range args {
+			conv[i] = a
+			if p, ok := a.(devPtr); ok {
+				v, err := f.view(p)
+				if err != nil {
+					return fmt.Errorf("%s argument %d: %w", kernel, i, err)
+				}
+				conv[i] = v
+			}
+		}
+		return m.Launch(kernel, grid, block, shared, conv...)
+	}
+	return f
+}
+
+func (f *fakeGPU) htod(dst devPtr, src []byte) error {
+	m, err := f.mem(dst, len(src))
+	if err == nil {
+		copy(m, src)
+	}
+	return err
+}
+
+func (f *fakeGPU) dtoh(dst []byte, src devPtr) error {
+	m, err := f.mem(src, len(dst))
+	if err == nil {
+		copy(dst, m)
+	}
+	return err
+}
+
+func (f *fakeGPU) dtod(dst, src devPtr, n int) error {
+	d, err := f.mem(dst, n)
+	if err != nil {
+		return err
+	}
+	s, err := f.mem(src, n)
+	if err == nil {
+		copy(d, s)
+	}
+	return err
+}
+
+func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {
+	f.launches = append(f.launches, kernel)
+	if f.launchFn == nil {
+		return fmt.Errorf("fake device: cannot run kernel %s", kernel)
+	}
+	return f.launchFn(kernel, grid, block, shared, args)
+}
+
+// gemm is cublasGemmStridedBatchedEx's definition, column-major:
+// C[i + j·ldc] = α·Σ_l op(A)(i,l)·op(B)(l,j) + β·C[i + j·ldc] (C unread
+// when β = 0), for each matrix of the batch.
+func (f *fakeGPU) gemm(g *cublas.Gemm) error {
+	if g.Compute != cublas.Compute32F && g.Compute != cublas.Compute32FFastTF32 {
+		return fmt.Errorf("fake device: compute type %d", g.Compute)
+	}
+	if g.CType != cublas.R32F || g.AType != g.BType {
+		return fmt.Errorf("fake device: types %d %d -> %d", g.AType, g.BType, g.CType)
+	}
+	size := 4
+	if g.AType == cublas.R16BF {
+		size = 2
+	}
+	// Extents each operand must have, as cuBLAS reads them.
+	rowsA, colsA := g.M, g.K
+	if g.TransA == cublas.OpT {
+		rowsA, colsA = g.K, g.M
+	}
+	rowsB, colsB := g.K, g.N
+	if g.TransB == cublas.OpT {
+		rowsB, colsB = g.N, g.K
+	}
+	if g.LDA < max(1, rowsA) || g.LDB < max(1, rowsB) || g.LDC < max(1, g.M) {
+		return fmt.Errorf("fake device: leading dimensions %d %d %d too small for %d, %d, %d rows", g.LDA, g.LDB, g.LDC, rowsA, rowsB, g.M)
+	}
+	span := func(ld, cols int) int { return (ld*(cols-1) + ld) }
+	for bi := 0; bi < g.Batch; bi++ {
+		a, err := f.mem(devPtr(g.A)+devPtr(int64(bi)*g.StrideA*int64(size)), span(g.LDA, colsA)*size)
+		if err != nil {
+			return fmt.Errorf("A: %w", err)
+		}
+		b, err := f.mem(devPtr(g.B)+devPtr(int64(bi)*g.StrideB*int64(size)), span(g.LDB, colsB)*size)
+		if err != nil {
+			return fmt.Errorf("B: %w", err)
+		}
+		c, err := f.mem(devPtr(g.C)+devPtr(int64(bi)*g.StrideC*4), span(g.LDC, g.N)*4)
+		if err != nil {
+			return fmt.Errorf("C: %w", err)
+		}
+		at := func(m []byte, k int) float64 {
+			if size == 2 {
+				return float64(backend.BF16ToF32(binary.LittleEndian.Uint16(m[2*k:])))
+			}
+			return float64(math.Float32frombits(binary.LittleEndian.Uint32(m[4*k:])))
+		}
+		for j := 0; j < g.N; j++ {
+			for i := 0; i < g.M; i++ {
+				var s float64
+				for l := 0; l < g.K; l++ {
+					ai := i + l*g.LDA
+					if g.TransA == cublas.OpT {
+						ai = l + i*g.LDA
+					}
+					bi := l + j*g.LDB
+					if g.TransB == cublas.OpT {
+						bi = j + l*g.LDB
+					}
+					s += at(a, ai) * at(b, bi)
+				}
+				v := float64(g.Alpha) * s
+				if g.Beta != 0 {
+					v += float64(g.Beta) * at(c, i+j*g.LDC)
+				}
+				binary.LittleEndian.PutUint32(c[4*(i+j*g.LDC):], math.Float32bits(float32(v)))
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeGPU) sync() error  { return nil }
+func (f *fakeGPU) smCount() int { return 2 }
+func (f *fakeGPU) close() error { return nil }

@@ -1,0 +1,32 @@
+package cuda
+
+import "github.com/fleetml/fleet/backend/cuda/cublas"
+
+// devPtr is a device address. Kernel launches take device buffers as devPtr
+// arguments (nil for an optional operand left out).
+type devPtr uint64
+
+// gpu is what the backend needs from a device. Methods are called from one
+// goroutine at a time; an implementation that needs a particular OS thread
+// arranges that itself.
+type gpu interface {
+	// memAlloc returns a new device block of bytes, or an error wrapping
+	// backend.ErrOutOfMemory when the device has no room.
+	memAlloc(bytes int) (devPtr, error)
+	memFree(p devPtr) error
+	memInfo() (free, total uint64, err error)
+	// htod, dtoh and dtod copy in stream order; htod and dtoh return when
+	// the host memory is no longer needed (dtoh: when the data is there).
+	htod(dst devPtr, src []byte) error
+	dtoh(dst []byte, src devPtr) error
+	dtod(dst, src devPtr, bytes int) error
+	// launch queues a kernel by name; args are devPtr, nil, int32, int64,
+	// uint32 or float32, matching the kernel's parameters.
+	launch(kernel string, grid, block [3]int, shared int, args []any) error
+	// gemm queues one cuBLAS GemmStridedBatchedEx (addresses in g.A, g.B, g.C).
+	gemm(g *cublas.Gemm) error
+	// sync waits for all queued work.
+	sync() error
+	smCount() int
+	close() error
+}

@@ -1,0 +1,106 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sort"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// pool is a caching allocator over a gpu: freed blocks wait in bins of
+// their size class for the next request of that class, so steady-state
+// training (the same sizes every step) stops calling the driver after its
+// first step. Blocks are never split or merged.
+type pool struct {
+	g    gpu
+	bins map[int][]devPtr // size class -> cached blocks
+
+	allocated, reserved, peak int64
+	cached                    int64 // bytes in bins
+}
+
+func newPool(g gpu) *pool { return &pool{g: g, bins: map[int][]devPtr{}} }
+
+// sizeClass rounds a request up to its class: a multiple of 512 bytes up to
+// 1 MiB, then one of eight steps between powers of two, so a class wastes
+// at most 1/8 of a large block and nearby sizes share a bin.
+func sizeClass(bytes int) int {
+	const small = 1 << 20
+	if bytes <= 0 {
+		return 512
+	}
+	if bytes <= small {
+		return (bytes + 511) &^ 511
+	}
+	step := 1 << (bits.Len(uint(bytes)) - 1) / 8
+	return (bytes + step - 1) / step * step
+}
+
+// alloc returns a block of at least bytes. When the device is full it
+// returns every cached block to the driver and tries once more; if that
+// fails too, the error wraps backend.ErrOutOfMemory and says how memory
+// stands.
+func (p *pool) alloc(bytes int) (devPtr, int, error) {
+	class := sizeClass(bytes)
+	if l := p.bins[class]; len(l) > 0 {
+		ptr := l[len(l)-1]
+		p.bins[class] = l[:len(l)-1]
+		p.cached -= int64(class)
+		p.take(class)
+		return ptr, class, nil
+	}
+	ptr, err := p.g.memAlloc(class)
+	if errors.Is(err, backend.ErrOutOfMemory) && p.cached > 0 {
+		if ferr := p.release(); ferr != nil {
+			return 0, 0, ferr
+		}
+		ptr, err = p.g.memAlloc(class)
+	}
+	if err != nil {
+		if errors.Is(err, backend.ErrOutOfMemory) {
+			free, total, _ := p.g.memInfo()
+			return 0, 0, fmt.Errorf("%w: %d bytes requested; %d allocated by tensors, %d reserved by the pool; device has %d free of %d",
+				err, bytes, p.allocated, p.reserved, free, total)
+		}
+		return 0, 0, err
+	}
+	p.reserved += int64(class)
+	p.take(class)
+	return ptr, class, nil
+}
+
+func (p *pool) take(class int) {
+	p.allocated += int64(class)
+	p.peak = max(p.peak, p.allocated)
+}
+
+// free puts a block back in its bin.
+func (p *pool) free(ptr devPtr, class int) {
+	p.bins[class] = append(p.bins[class], ptr)
+	p.allocated -= int64(class)
+	p.cached += int64(class)
+}
+
+// release returns every cached block to the driver, largest first.
+func (p *pool) release() error {
+	classes := make([]int, 0, len(p.bins))
+	for c := range p.bins {
+		classes = append(classes, c)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(classes)))
+	var errs []error
+	for _, c := range classes {
+		for _, ptr := range p.bins[c] {
+			if err := p.g.memFree(ptr); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			p.reserved -= int64(c)
+			p.cached -= int64(c)
+		}
+		delete(p.bins, c)
+	}
+	return errors.Join(errs...)
+}
