@@ -88,7 +88,10 @@
 //
 // Launch matches each argument to the kernel's parameter: a *Buffer whose
 // element type is the pointee's (F32 for float*, U16 for unsigned short*,
-// I32 for int*, U32, I64, U8; any for void*) or nil; int32, uint32, int64,
+// I32 for int*, U32, I64, U8; any for void*) or nil; a View, a byte offset
+// into a buffer (Buffer.At), as a device backend's pointer arithmetic makes
+// (a view of a U8 buffer, raw device memory, fits any pointer type at an
+// offset aligned for it; the guards checked are the whole buffer's); int32, uint32, int64,
 // uint64, float32 or float64 for int, unsigned int, long long, unsigned long
 // long, float or double; or a Go int for any integer parameter it fits.
 // A mismatch is an error naming the parameter.

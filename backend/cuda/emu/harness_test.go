@@ -510,3 +510,41 @@ func TestTimeout(t *testing.T) {
 		t.Error("a module that timed out launched again")
 	}
 }
+
+func TestViews(t *testing.T) {
+	m := testModule(t, "mutants.cu") // for a grid-stride scale kernel with bounds bugs
+	e := emu.MustBuild(t, kernelFile(t, "elementwise.cu"))
+	src := emu.RandF32(rand.New(rand.NewPCG(9, 9)), 10)
+	b := emu.NewF32(src)
+	// Scale elements 2..7 in place through views.
+	if err := e.Launch("fleet_scale_f32", emu.Dim(1), emu.Dim(32), 0, b.At(8), b.At(8), float32(2), 6); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), src...)
+	for i := 2; i < 8; i++ {
+		want[i] *= 2
+	}
+	if err := emu.AllClose(b.F32(), want, 0, 0); err != nil {
+		t.Error(err)
+	}
+	// Raw device memory: a U8 buffer viewed as floats.
+	raw := emu.Zeros(emu.U8, 64)
+	if err := e.Launch("fleet_fill_f32", emu.Dim(1), emu.Dim(32), 0, raw.At(16), float32(1), 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := raw.U8(); got[15] != 0 || got[16+3] != 0x3f || got[32] != 0 {
+		t.Errorf("fill through a raw view: %v", got)
+	}
+	if err := e.Launch("fleet_fill_f32", emu.Dim(1), emu.Dim(32), 0, raw.At(2), float32(1), 4); err == nil || !strings.Contains(err.Error(), "not aligned to 4 bytes") {
+		t.Errorf("misaligned view: got %v", err)
+	}
+	if err := e.Launch("fleet_fill_f32", emu.Dim(1), emu.Dim(32), 0, emu.Zeros(emu.I32, 4).At(0), float32(1), 4); err == nil || !strings.Contains(err.Error(), "want float*") {
+		t.Errorf("view of the wrong type: got %v", err)
+	}
+	// A view's overrun is the buffer's: writing one past the end of b.
+	err := m.Launch("fleet_mut_scale_past_end", emu.Dim(1), emu.Dim(32), 0, b.At(36), b.At(0), float32(1), 1)
+	var be *emu.BoundsError
+	if !errors.As(err, &be) || be.Elem() != 10 || be.Side() != "after" {
+		t.Errorf("overrun through a view: got %v", err)
+	}
+}

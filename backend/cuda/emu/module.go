@@ -163,7 +163,9 @@ func Dim(x int, yz ...int) [3]int {
 // Launch runs kernel over grid blocks of block threads with sharedBytes of
 // dynamic shared memory, as cuLaunchKernel would, and returns when it is
 // done. args match the kernel's parameters in order: a *Buffer (or nil) for
-// a pointer, whose element type must be the pointee's (any for void*);
+// a pointer, whose element type must be the pointee's (any for void*), or a
+// View into one (a view of a U8 buffer fits any pointer, at an offset
+// aligned for the pointee);
 // int32, uint32, int64, uint64, float32 or float64 for int, unsigned int,
 // long long, unsigned long long, float or double; a Go int fits any integer
 // parameter it is in range of.
@@ -288,6 +290,10 @@ func encodeArg(p Param, v any) (uint64, *Buffer, error) {
 			if b.buf.dtype != U8 && p.Elem != "void" && p.Elem != b.buf.dtype.CType() {
 				return 0, nil, fmt.Errorf("got a view of a %v buffer (%s), want %s", b.buf, b.buf.dtype.CType()+"*", p.Type)
 			}
+			if size := elemSize[p.Elem]; size > 1 && b.off%size != 0 {
+				// A GPU faults on a misaligned pointer ("misaligned address").
+				return 0, nil, fmt.Errorf("view at byte %d of %v is not aligned to %d bytes for %s", b.off, b.buf, size, p.Type)
+			}
 			return uint64(b.buf.addr()) + uint64(b.off), b.buf, nil
 		default:
 			return 0, nil, fmt.Errorf("got %T, want a *emu.Buffer or an emu.View", v)
@@ -333,6 +339,11 @@ func encodeArg(p Param, v any) (uint64, *Buffer, error) {
 		}
 	}
 	return bad()
+}
+
+// elemSize is the size of each pointee type a kernel may take (void: 0).
+var elemSize = map[string]int{
+	"float": 4, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8, "unsigned char": 1,
 }
 
 var goScalar = map[string]string{
