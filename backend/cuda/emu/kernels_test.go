@@ -77,16 +77,3 @@ extern "C" __global__ void __launch_bounds__(256) fleet_b(const unsigned short *
 	}()
 	cases.Add(map[string]emu.Case{"fleet_a": func(*testing.T, *emu.Module) {}})
 }
-
-// TestEveryKernelFileBuilds builds every kernel file of package kernels under
-// the harness: the prelude must define whatever they use.
-func TestEveryKernelFileBuilds(t *testing.T) {
-	for _, f := range kernels.Files() {
-		t.Run(f.Name, func(t *testing.T) {
-			m := emu.MustBuild(t, f)
-			if len(m.Kernels()) == 0 {
-				t.Errorf("%s: no kernels", f.Name)
-			}
-		})
-	}
-}
