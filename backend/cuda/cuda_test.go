@@ -183,7 +183,8 @@ func closeTo(got, want []float32, tol float64) error {
 		n += math.Pow(float64(want[i]), 2)
 	}
 	if math.Sqrt(d) > tol*math.Sqrt(n) {
-		return fmt.Errorf("normwise error %.3g > %g\ngot  %v\nwant %v", math.Sqrt(d/n), tol, got, want)
+		k := min(len(want), 8)
+		return fmt.Errorf("normwise error %.3g > %g\ngot  %v...\nwant %v...", math.Sqrt(d/n), tol, got[:k], want[:k])
 	}
 	return nil
 }

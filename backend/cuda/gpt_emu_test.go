@@ -36,8 +36,27 @@ func emulatedDevice(t *testing.T, n int) tensor.Device {
 // backend (memory, pointers and offsets, dtype dispatch, scratch buffers,
 // the matmul mapping and bias epilogue, every kernel's launch sequence) as
 // the trainer drives it.
-func TestGPTOnEmulatedDevice(t *testing.T) {
-	dev := emulatedDevice(t, 3)
+func TestGPTOnEmulatedDevice(t *testing.T) { checkGPTTraining(t, emulatedDevice(t, 3)) }
+
+// TestGPTOnGPU is the same check on cuda:0, where there is one.
+func TestGPTOnGPU(t *testing.T) { checkGPTTraining(t, realDevice(t)) }
+
+// TestOpsOnGPU holds every backend op on cuda:0 to the CPU backend.
+func TestOpsOnGPU(t *testing.T) {
+	be, _ := backend.Get(realDevice(t))
+	checkBackendOps(t, be)
+}
+
+// realDevice returns cuda:0, or skips the test saying why it cannot open.
+func realDevice(t *testing.T) tensor.Device {
+	dev := backend.Device{Kind: "cuda"}
+	if _, err := backend.Get(dev); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	return dev
+}
+
+func checkGPTTraining(t *testing.T, dev tensor.Device) {
 	for _, bias := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bias=%v", bias), func(t *testing.T) {
 			cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 16, Bias: bias}
