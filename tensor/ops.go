@@ -187,7 +187,7 @@ func matmulBackward(n *node, g *Tensor) {
 func Linear(x, w, bias *Tensor) *Tensor {
 	const op = "linear"
 	check(op, x, w)
-	wantDType(op, F32, x, w)
+	x, w = lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(0) != in {
@@ -201,7 +201,7 @@ func Linear(x, w, bias *Tensor) *Tensor {
 		}
 	}
 	var buf [maxInlineRank]int
-	out := like(op, x, withLast(&buf, x.shape, outF))
+	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
 	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in}, x, w, out, bias)
 	record(out, op, linearBackward, x, w, bias)
 	return out
@@ -211,13 +211,14 @@ func linearBackward(n *node, g *Tensor) {
 	x, w, bias := n.in[0], n.in[1], n.in[2]
 	rows, in := rowsOf(x)
 	outF := w.Dim(1)
+	gl := Cast(g, x.dtype) // the products run in the forward's precision
 	if x.requiresGrad {
-		n.gin[0] = like("linear", x, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true}, g, w, n.gin[0], nil)
+		n.gin[0] = alloc("linear", x.dev, F32, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		n.gin[1] = like("linear", w, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true}, x, g, n.gin[1], nil)
+		n.gin[1] = alloc("linear", w.dev, F32, w.shape)
+		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true}, x, gl, n.gin[1], nil)
 	}
 	if bias != nil && bias.requiresGrad {
 		n.gin[2] = like("linear", bias, bias.shape)
@@ -230,7 +231,7 @@ func linearBackward(n *node, g *Tensor) {
 func LinearT(x, w *Tensor) *Tensor {
 	const op = "linear_t"
 	check(op, x, w)
-	wantDType(op, F32, x, w)
+	x, w = lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(1) != in {
@@ -238,7 +239,7 @@ func LinearT(x, w *Tensor) *Tensor {
 	}
 	outF := w.Dim(0)
 	var buf [maxInlineRank]int
-	out := like(op, x, withLast(&buf, x.shape, outF))
+	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
 	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true}, x, w, out, nil)
 	record(out, op, linearTBackward, x, w)
 	return out
@@ -248,14 +249,47 @@ func linearTBackward(n *node, g *Tensor) {
 	x, w := n.in[0], n.in[1]
 	rows, in := rowsOf(x)
 	outF := w.Dim(0)
+	gl := Cast(g, x.dtype)
 	if x.requiresGrad {
-		n.gin[0] = like("linear_t", x, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF}, g, w, n.gin[0], nil)
+		n.gin[0] = alloc("linear_t", x.dev, F32, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		n.gin[1] = like("linear_t", w, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true}, g, x, n.gin[1], nil)
+		n.gin[1] = alloc("linear_t", w.dev, F32, w.shape)
+		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true}, gl, x, n.gin[1], nil)
 	}
+}
+
+// autocast is the storage dtype Linear and LinearT compute their products
+// in; F32 means as given. See Autocast.
+var autocast = F32
+
+// Autocast runs fn with Linear and LinearT (every matrix product of the
+// GPT) casting F32 operands to dt, BF16, for the product: BF16 inputs,
+// F32 accumulation and F32 outputs. The casts are ops of their own, so
+// gradients reach the F32 tensors (master weights stay F32), and the
+// backward products run in BF16 too. Softmax, LayerNorm, the loss and the
+// optimizer stay in F32. Autocast(F32, fn) turns it off inside fn.
+func Autocast(dt DType, fn func()) {
+	if dt != F32 && dt != BF16 {
+		panic(&Error{Op: "autocast", Msg: fmt.Sprintf("products in %v are not supported (want f32 or bf16)", dt)})
+	}
+	prev := autocast
+	autocast = dt
+	defer func() { autocast = prev }()
+	fn()
+}
+
+// lowPrecision applies the autocast policy to a product's operands, which
+// must then share an F32 or BF16 dtype.
+func lowPrecision(op string, x, w *Tensor) (*Tensor, *Tensor) {
+	if autocast != F32 {
+		x, w = Cast(x, autocast), Cast(w, autocast)
+	}
+	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16) {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32 or both bf16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
+	}
+	return x, w
 }
 
 // GELU applies the tanh approximation of GELU elementwise.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
 )
 
 // Config is one training run. Field names follow nanoGPT's config keys;
@@ -12,6 +13,9 @@ type Config struct {
 	Data   string `json:"data"` // a file or folder; "" means the embedded default corpus
 	Out    string `json:"out"`
 	Device string `json:"device"` // auto, cpu, cuda:N
+	// Precision of the matrix products: fp32, or bf16 (BF16 operands, F32
+	// accumulation; master weights, norms, loss and optimizer in F32).
+	Precision string `json:"precision"`
 
 	NLayer    int     `json:"n_layer"`
 	NHead     int     `json:"n_head"`
@@ -47,8 +51,9 @@ type Config struct {
 // on two CPU cores. The optimizer and evaluation settings are nanoGPT's.
 func Default() Config {
 	return Config{
-		Out:    "out",
-		Device: "auto",
+		Out:       "out",
+		Device:    "auto",
+		Precision: "fp32",
 
 		NLayer:    4,
 		NHead:     4,
@@ -102,8 +107,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--weight-decay and --grad-clip must not be negative")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
 		return fmt.Errorf("--eval-interval, --eval-iters and --log-interval must be positive")
+	case c.Precision == "fp16":
+		return fmt.Errorf("--precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32")
+	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16":
+		return fmt.Errorf("--precision must be fp32 or bf16, got %q", c.Precision)
 	}
 	return nil
+}
+
+// ProductDType is the dtype matrix products run in under the precision.
+func (c Config) ProductDType() tensor.DType {
+	if c.Precision == "bf16" {
+		return tensor.BF16
+	}
+	return tensor.F32
 }
 
 // ModelConfig is the GPT shape for a vocabulary size.

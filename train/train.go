@@ -243,7 +243,8 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 		tensor.Step(func() {
 			xt := tensor.FromInt32s(r.dev, x, B, T)
 			yt := tensor.FromInt32s(r.dev, y, B, T)
-			loss := r.model.Loss(xt, yt)
+			var loss *tensor.Tensor
+			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
 			total += float64(loss.Item())
 			if cfg.GradAccum > 1 {
 				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
@@ -264,8 +265,11 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 // evaluate estimates train and val loss on EvalIters random batches each,
 // saving best.safetensors when val loss improves.
 func (r *run) evaluate(step int, sum *Summary) error {
-	tl := EstimateLoss(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
-	vl := EstimateLoss(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
+	var tl, vl float64
+	tensor.Autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
+		tl = EstimateLoss(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
+		vl = EstimateLoss(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
+	})
 	ppl := math.Exp(vl)
 	fmt.Fprintf(r.log, "eval step %d: train loss %.4f, val loss %.4f, val perplexity %.3f\n", step, tl, vl, ppl)
 	sum.FinalValLoss = vl

@@ -113,7 +113,7 @@ func TestMatMulAgainstCPU(t *testing.T) {
 			for _, sh := range []struct{ batch, m, n, k, sa, sb int }{
 				{1, 1, 1, 1, 0, 0}, {1, 5, 7, 3, 0, 0}, {3, 4, 6, 5, -1, -1}, {2, 3, 5, 4, -1, 0}, {2, 3, 5, 4, 0, -1},
 			} {
-				for _, ab := range [][2]float32{{1, 0}, {0.5, 1}, {-2, 0.25}} {
+				for _, ab := range [][2]float32{{1, 0}, {1, 0.5}, {0.5, 1}, {-2, 0.25}} {
 					p := backend.MatMul{Batch: sh.batch, M: sh.m, N: sh.n, K: sh.k, TransA: tr[0], TransB: tr[1],
 						StrideC: sh.m * sh.n, Alpha: ab[0], Beta: ab[1]}
 					if sh.sa != 0 {

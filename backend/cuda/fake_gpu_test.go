@@ -218,8 +218,8 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 					s += at(a, ai) * at(b, bi)
 				}
 				v := float64(g.Alpha) * s
-				if g.Beta != 0 {
-					v += float64(g.Beta) * at(c, i+j*g.LDC)
+				if g.Beta != 0 { // C is F32 whatever A and B hold
+					v += float64(g.Beta) * float64(math.Float32frombits(binary.LittleEndian.Uint32(c[4*(i+j*g.LDC):])))
 				}
 				binary.LittleEndian.PutUint32(c[4*(i+j*g.LDC):], math.Float32bits(float32(v)))
 			}
