@@ -188,3 +188,13 @@ func closeTo(got, want []float32, tol float64) error {
 	}
 	return nil
 }
+
+func TestPeakTable(t *testing.T) {
+	c := newCUDA(testDev, newFakeGPU(1<<20)) // named as an H200
+	if p, ok := c.PeakTFLOPs(backend.BF16); !ok || p != 989.4 {
+		t.Errorf("H200 bf16 peak %v %v", p, ok)
+	}
+	if p, ok := c.PeakTFLOPs(backend.F32); !ok || p != 66.9 {
+		t.Errorf("H200 fp32 peak %v %v", p, ok)
+	}
+}

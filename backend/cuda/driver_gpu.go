@@ -302,6 +302,8 @@ func (g *driverGPU) sync() error {
 
 func (g *driverGPU) smCount() int { return g.info.SMs }
 
+func (g *driverGPU) name() string { return g.info.Name }
+
 func (g *driverGPU) close() error {
 	err := g.do(func() error {
 		e1 := g.d.StreamSynchronize(g.compute)

@@ -230,4 +230,5 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 
 func (f *fakeGPU) sync() error  { return nil }
 func (f *fakeGPU) smCount() int { return 2 }
+func (f *fakeGPU) name() string { return "fake H200 (host memory)" }
 func (f *fakeGPU) close() error { return nil }

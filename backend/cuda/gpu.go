@@ -28,5 +28,6 @@ type gpu interface {
 	// sync waits for all queued work.
 	sync() error
 	smCount() int
+	name() string
 	close() error
 }
