@@ -22,6 +22,7 @@ type BenchResult struct {
 	TokensPerSec  float64 // median of per-step rates
 	FLOPsPerToken float64
 	GFLOPs        float64 // achieved model FLOP/s at the median rate, in 1e9
+	PeakBytes     int64   // the device pool's peak allocation
 }
 
 // Benchmark times steps training steps of the model cfg describes after
@@ -69,6 +70,7 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	res := BenchResult{Device: dev.String(), NumParams: r.model.NumParams(), TokensPerStep: r.tokensPerStep(),
 		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: r.model.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
+	res.PeakBytes = tensor.MemStats(dev).Peak
 	return res, nil
 }
 

@@ -32,8 +32,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "device %s | %d layers, %d heads, %d embd, block %d, batch %d×%d | %.2fM params\n",
 		r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize, c.GradAccum, float64(r.NumParams)/1e6)
-	fmt.Fprintf(stdout, "%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps)\n",
-		r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps)
+	fmt.Fprintf(stdout, "%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps) | peak memory %.1f MiB\n",
+		r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, float64(r.PeakBytes)/(1<<20))
 	if !*matmuls {
 		return nil
 	}
