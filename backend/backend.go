@@ -232,3 +232,14 @@ func Get(d Device) (Backend, error) {
 	opened[d] = b
 	return b, nil
 }
+
+// AsyncUploader is a backend that can copy from host memory without
+// waiting: UploadAsync queues the copy, ordered before the kernels queued
+// after it, and returns a function that waits for it to finish. src must
+// not change until then. Where the backend needs page-locked memory for
+// this, PinnedAlloc provides it.
+type AsyncUploader interface {
+	PinnedAlloc(n int) ([]byte, error)
+	PinnedFree(b []byte) error
+	UploadAsync(dst Ref, src []byte) (wait func() error)
+}

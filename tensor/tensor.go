@@ -298,6 +298,37 @@ func (t *Tensor) SetFloat32s(data []float32) {
 	t.be.Upload(t.ref(), backend.AsBytes(data))
 }
 
+// UploadAsync overwrites t's elements with src, host bytes in t's dtype
+// (backend.AsBytes gives them), outside autograd. Where the backend copies
+// asynchronously (a GPU, from page-locked memory that PinnedAlloc returns)
+// it returns at once and the copy overlaps the work already queued; ops
+// issued later see the data. src must not change until wait returns. Other
+// backends copy before returning.
+func (t *Tensor) UploadAsync(src []byte) (wait func() error) {
+	if len(src) != t.Numel()*t.dtype.Size() {
+		panic(&Error{Op: "upload_async", Msg: fmt.Sprintf("%d bytes for %d elements", len(src), t.Numel()), Operands: []*Tensor{t}})
+	}
+	if a, ok := t.be.(backend.AsyncUploader); ok {
+		return a.UploadAsync(t.ref(), src)
+	}
+	t.be.Upload(t.ref(), src)
+	return func() error { return nil }
+}
+
+// PinnedAlloc returns n bytes of host memory that dev copies from without
+// waiting (page-locked on a GPU), and a function that frees it; on other
+// devices it is ordinary memory.
+func PinnedAlloc(dev Device, n int) ([]byte, func() error, error) {
+	if a, ok := getBackend("pinned_alloc", dev).(backend.AsyncUploader); ok {
+		b, err := a.PinnedAlloc(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() error { return a.PinnedFree(b) }, nil
+	}
+	return make([]byte, n), func() error { return nil }, nil
+}
+
 // To returns the tensor on dev: t itself if it is already there, else a
 // copy (outside autograd). Host<->device bytes are counted by the backend.
 func (t *Tensor) To(dev Device) *Tensor {

@@ -559,3 +559,22 @@ func TestCatch(t *testing.T) {
 		}()
 	}
 }
+
+// TestUploadAsyncOnCPU: where the backend has no asynchronous copy, the
+// upload is done before UploadAsync returns.
+func TestUploadAsyncOnCPU(t *testing.T) {
+	b, free, err := PinnedAlloc(CPU, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free()
+	copy(b, backend.AsBytes([]float32{4, 5}))
+	x := Zeros(CPU, 2)
+	if err := x.UploadAsync(b)(); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Float32s(); got[0] != 4 || got[1] != 5 {
+		t.Errorf("got %v", got)
+	}
+	wantErr(t, "wrong size", func() { x.UploadAsync(b[:4]) }, "4 bytes for 2 elements")
+}

@@ -159,6 +159,36 @@ func (c *CUDA) Upload(dst backend.Ref, src []byte) {
 	c.copied.Add(int64(len(src)))
 }
 
+// PinnedAlloc returns n bytes of page-locked host memory for UploadAsync.
+// Free it with PinnedFree.
+func (c *CUDA) PinnedAlloc(n int) ([]byte, error) {
+	b, err := c.g.hostAlloc(n)
+	if err != nil {
+		return nil, &backend.DeviceError{Dev: c.dev, Op: "pinned_alloc", Err: err}
+	}
+	return b, nil
+}
+
+// PinnedFree releases memory from PinnedAlloc.
+func (c *CUDA) PinnedFree(b []byte) error { return c.g.hostFree(b) }
+
+// UploadAsync implements backend.AsyncUploader: it queues a copy of src,
+// page-locked memory from PinnedAlloc, into dst on the copy stream and
+// returns at once, so the copy overlaps the kernels already queued (it
+// starts after them, since dst may be a block they still read, and
+// kernels queued later wait for it). src must not change until wait
+// returns.
+func (c *CUDA) UploadAsync(dst backend.Ref, src []byte) (wait func() error) {
+	b := c.buf(dst.S)
+	if len(src)%b.dt.Size() != 0 || dst.Off+len(src)/b.dt.Size() > b.n {
+		c.fail("upload_async", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(src), dst.Off, b.dt, b.n))
+	}
+	wait, err := c.g.htodAsync(c.ptr(dst).(devPtr), src)
+	c.check("upload_async", err)
+	c.copied.Add(int64(len(src)))
+	return wait
+}
+
 // Download implements backend.Backend.
 func (c *CUDA) Download(dst []byte, src backend.Ref) {
 	b := c.buf(src.S)

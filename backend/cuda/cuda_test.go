@@ -198,3 +198,28 @@ func TestPeakTable(t *testing.T) {
 		t.Errorf("H200 fp32 peak %v %v", p, ok)
 	}
 }
+
+func TestUploadAsync(t *testing.T) {
+	c := newCUDA(testDev, newFakeGPU(1<<20))
+	pinned, err := c.PinnedAlloc(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(pinned, backend.AsBytes([]float32{1, 2, 3}))
+	s := c.Alloc(backend.F32, 5)
+	wait := c.UploadAsync(backend.Ref{S: s, Off: 2}, pinned)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 3)
+	c.Download(backend.AsBytes(got), backend.Ref{S: s, Off: 2})
+	if fmt.Sprint(got) != "[1 2 3]" {
+		t.Errorf("async upload gave %v", got)
+	}
+	if err := deviceError(func() { c.UploadAsync(backend.Ref{S: s, Off: 4}, pinned) }); err == nil {
+		t.Error("an async upload past the end was accepted")
+	}
+	if err := c.PinnedFree(pinned); err != nil {
+		t.Error(err)
+	}
+}

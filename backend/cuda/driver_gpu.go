@@ -24,6 +24,7 @@ type driverGPU struct {
 	dev     driver.Device
 	ctx     driver.Context
 	compute driver.Stream
+	copies  driver.Stream // host-to-device copies that overlap compute
 	blas    *cublas.Handle
 	nv      *nvrtc.NVRTC
 	cache   *kcache.Cache // nil: compile every process
@@ -132,6 +133,9 @@ func (g *driverGPU) worker(ordinal int, blas *cublas.CUBLAS, ready chan<- error)
 		if g.compute, err = g.d.StreamCreate(driver.StreamNonBlocking); err != nil {
 			return err
 		}
+		if g.copies, err = g.d.StreamCreate(driver.StreamNonBlocking); err != nil {
+			return err
+		}
 		if g.blas, err = blas.Create(); err != nil {
 			return err
 		}
@@ -196,6 +200,64 @@ func (g *driverGPU) dtoh(dst []byte, src devPtr) error {
 		runtime.KeepAlive(dst)
 		return err
 	})
+}
+
+func (g *driverGPU) hostAlloc(bytes int) ([]byte, error) {
+	var b []byte
+	err := g.do(func() error {
+		p, err := g.d.MemHostAlloc(uint64(max(bytes, 1)), driver.HostAllocPortable)
+		if err == nil {
+			b = unsafe.Slice((*byte)(p), bytes)
+		}
+		return err
+	})
+	return b, err
+}
+
+func (g *driverGPU) hostFree(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	return g.do(func() error { return g.d.MemFreeHost(p) })
+}
+
+func (g *driverGPU) htodAsync(dst devPtr, src []byte) (func() error, error) {
+	var done driver.Event
+	err := g.do(func() error {
+		mark, err := g.d.EventCreate(driver.EventDisableTiming)
+		if err != nil {
+			return err
+		}
+		defer g.d.EventDestroy(mark) // released once the wait below is done with it
+		if err := g.d.EventRecord(mark, g.compute); err != nil {
+			return err
+		}
+		if err := g.d.StreamWaitEvent(g.copies, mark); err != nil {
+			return err
+		}
+		if len(src) > 0 {
+			if err := g.d.MemcpyHtoDAsync(driver.DevicePtr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.copies); err != nil {
+				return err
+			}
+		}
+		if done, err = g.d.EventCreate(driver.EventDisableTiming); err != nil {
+			return err
+		}
+		if err := g.d.EventRecord(done, g.copies); err != nil {
+			return err
+		}
+		return g.d.StreamWaitEvent(g.compute, done)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		return g.do(func() error {
+			err := g.d.EventSynchronize(done)
+			return errors.Join(err, g.d.EventDestroy(done))
+		})
+	}, nil
 }
 
 func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {
@@ -297,7 +359,9 @@ func (g *driverGPU) gemm(p *cublas.Gemm) error {
 }
 
 func (g *driverGPU) sync() error {
-	return g.do(func() error { return g.d.StreamSynchronize(g.compute) })
+	return g.do(func() error {
+		return errors.Join(g.d.StreamSynchronize(g.copies), g.d.StreamSynchronize(g.compute))
+	})
 }
 
 func (g *driverGPU) smCount() int { return g.info.SMs }
@@ -306,9 +370,9 @@ func (g *driverGPU) name() string { return g.info.Name }
 
 func (g *driverGPU) close() error {
 	err := g.do(func() error {
-		e1 := g.d.StreamSynchronize(g.compute)
+		e1 := errors.Join(g.d.StreamSynchronize(g.compute), g.d.StreamSynchronize(g.copies))
 		e2 := g.blas.Destroy()
-		e3 := g.d.StreamDestroy(g.compute)
+		e3 := errors.Join(g.d.StreamDestroy(g.compute), g.d.StreamDestroy(g.copies))
 		e4 := g.d.PrimaryCtxRelease(g.dev)
 		return errors.Join(e1, e2, e3, e4)
 	})

@@ -232,3 +232,14 @@ func (f *fakeGPU) sync() error  { return nil }
 func (f *fakeGPU) smCount() int { return 2 }
 func (f *fakeGPU) name() string { return "fake H200 (host memory)" }
 func (f *fakeGPU) close() error { return nil }
+
+func (f *fakeGPU) hostAlloc(bytes int) ([]byte, error) { return make([]byte, bytes), nil }
+func (f *fakeGPU) hostFree([]byte) error               { return nil }
+
+// htodAsync copies at once: the fake device has no streams to overlap.
+func (f *fakeGPU) htodAsync(dst devPtr, src []byte) (func() error, error) {
+	if err := f.htod(dst, src); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}

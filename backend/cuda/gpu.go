@@ -20,6 +20,15 @@ type gpu interface {
 	htod(dst devPtr, src []byte) error
 	dtoh(dst []byte, src devPtr) error
 	dtod(dst, src devPtr, bytes int) error
+	// hostAlloc returns page-locked host memory, which the copy engine
+	// reads while the host goes on; hostFree releases it.
+	hostAlloc(bytes int) ([]byte, error)
+	hostFree(b []byte) error
+	// htodAsync queues a copy from page-locked src on the copy stream,
+	// after the compute work queued so far (dst may be a block the pool
+	// just recycled), and makes later compute work wait for it. It returns
+	// at once; wait returns when the copy is done and src may be reused.
+	htodAsync(dst devPtr, src []byte) (wait func() error, err error)
 	// launch queues a kernel by name; args are devPtr, nil, int32, int64,
 	// uint32 or float32, matching the kernel's parameters.
 	launch(kernel string, grid, block [3]int, shared int, args []any) error
