@@ -88,9 +88,13 @@ type run struct {
 	sched optim.Schedule
 	train *data.Sampler
 	// batch fills x and y with micro-batch micro of a step; it defaults to
-	// the train sampler's windows (tests replay fixed batches).
+	// the train sampler's windows (tests replay fixed batches). It is also
+	// asked for the micro-batch after the one being trained (a prefetch),
+	// which may lie past the last step.
 	batch   func(step, micro int, x, y []int32)
-	x, y    []int32 // host staging for one micro-batch, reused every step
+	staged  batches // micro-batches on the device, the next one prefetched
+	opened  bool
+	fill    func(step, micro int, x, y []int32) // batch, or the sampler's
 	evalTr  *data.Sampler
 	evalVal *data.Sampler
 	metrics bytes.Buffer
@@ -151,6 +155,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: desc,
 		TrainTokens: len(trainIDs), ValTokens: len(valIDs), BestValLoss: math.Inf(1)}
+	defer r.staged.close()
 	if err := tensor.Catch(func() { err = r.loop(&sum) }); err != nil {
 		return nil, err
 	}
@@ -228,21 +233,21 @@ func (r *run) step(step int, lr float64) float64 { return r.stepWithHook(step, l
 func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	cfg := r.cfg
 	B, T := cfg.BatchSize, cfg.BlockSize
-	if len(r.x) != B*T {
-		r.x, r.y = make([]int32, B*T), make([]int32, B*T)
+	if !r.opened {
+		if err := r.staged.open(r.dev, B, T); err != nil {
+			panic(&tensor.Error{Op: "train", Msg: "staging batches: " + err.Error()})
+		}
+		r.opened = true
+		r.fill = r.batch
+		if r.fill == nil {
+			r.fill = samplerFill(r.train, B, cfg.GradAccum)
+		}
 	}
-	x, y := r.x, r.y
 	var total float64
 	for micro := 0; micro < cfg.GradAccum; micro++ {
-		if r.batch != nil {
-			r.batch(step, micro, x, y)
-		} else {
-			r.train.Batch(step, data.MicroBatchFirst(B, cfg.GradAccum, 0, micro), B, x, y)
-		}
+		xt, yt := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
 		r.model.SetDropoutSeed(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)))
 		tensor.Step(func() {
-			xt := tensor.FromInt32s(r.dev, x, B, T)
-			yt := tensor.FromInt32s(r.dev, y, B, T)
 			var loss *tensor.Tensor
 			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
 			total += float64(loss.Item())

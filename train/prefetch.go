@@ -1,0 +1,122 @@
+package train
+
+import (
+	"unsafe"
+
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// batchSlot is one of two staging slots for a micro-batch: host memory the
+// device copies from without waiting (page-locked on a GPU) and persistent
+// device tensors the step reads.
+type batchSlot struct {
+	key        [2]int // (step, micro) it holds; step -1 when empty
+	hx, hy     []byte // host staging, viewed as int32 by x32 and y32
+	x32, y32   []int32
+	x, y       *tensor.Tensor
+	wx, wy     func() error // wait for the pending copies out of hx and hy
+	freeX, frY func() error
+}
+
+// waitCopies waits until the slot's staging memory may be reused.
+func (s *batchSlot) waitCopies() error {
+	var err error
+	if s.wx != nil {
+		err = s.wx()
+		if e := s.wy(); err == nil {
+			err = e
+		}
+		s.wx, s.wy = nil, nil
+	}
+	return err
+}
+
+// batches double-buffers micro-batches onto the device: while a step
+// computes on one slot, the next micro-batch is drawn and copied into the
+// other, so on a GPU its host-to-device copy overlaps the step. The copy is
+// queued after the work already issued (the previous step, done by then),
+// and the step that reads it is issued after it.
+type batches struct {
+	slots [2]batchSlot
+}
+
+// open allocates the slots for B×T micro-batches on dev.
+func (b *batches) open(dev tensor.Device, B, T int) error {
+	for i := range b.slots {
+		s := &b.slots[i]
+		var err error
+		if s.hx, s.freeX, err = tensor.PinnedAlloc(dev, 4*B*T); err != nil {
+			return err
+		}
+		if s.hy, s.frY, err = tensor.PinnedAlloc(dev, 4*B*T); err != nil {
+			return err
+		}
+		s.x32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(s.hx))), B*T)
+		s.y32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(s.hy))), B*T)
+		tensor.Persist(func() {
+			s.x = tensor.Empty(dev, tensor.I32, B, T)
+			s.y = tensor.Empty(dev, tensor.I32, B, T)
+		})
+		s.key = [2]int{-1, 0}
+	}
+	return nil
+}
+
+// close releases the slots.
+func (b *batches) close() {
+	for i := range b.slots {
+		s := &b.slots[i]
+		s.waitCopies()
+		if s.x != nil {
+			s.x.Free()
+			s.y.Free()
+		}
+		if s.freeX != nil {
+			s.freeX()
+			s.frY()
+		}
+		*s = batchSlot{}
+	}
+}
+
+// load draws micro-batch key into slot s and queues its copy.
+func (s *batchSlot) load(key [2]int, fill func(step, micro int, x, y []int32)) {
+	if err := s.waitCopies(); err != nil { // the previous copy out of this staging memory
+		panic(err)
+	}
+	fill(key[0], key[1], s.x32, s.y32)
+	s.wx = s.x.UploadAsync(s.hx)
+	s.wy = s.y.UploadAsync(s.hy)
+	s.key = key
+}
+
+// get returns the device tensors of micro-batch (step, micro), loading it
+// unless it was prefetched, and prefetches the one after it (next).
+func (b *batches) get(step, micro int, next [2]int, fill func(step, micro int, x, y []int32)) (x, y *tensor.Tensor) {
+	key := [2]int{step, micro}
+	cur, other := &b.slots[0], &b.slots[1]
+	if other.key == key {
+		cur, other = other, cur
+	}
+	if cur.key != key {
+		cur.load(key, fill)
+	}
+	other.load(next, fill)
+	return cur.x, cur.y
+}
+
+// nextMicro is the micro-batch after (step, micro) with accum micro-steps.
+func nextMicro(step, micro, accum int) [2]int {
+	if micro+1 < accum {
+		return [2]int{step, micro + 1}
+	}
+	return [2]int{step + 1, 0}
+}
+
+// samplerFill draws micro-batch micro of a step from s.
+func samplerFill(s *data.Sampler, B, accum int) func(step, micro int, x, y []int32) {
+	return func(step, micro int, x, y []int32) {
+		s.Batch(step, data.MicroBatchFirst(B, accum, 0, micro), B, x, y)
+	}
+}
