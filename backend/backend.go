@@ -234,12 +234,30 @@ func Get(d Device) (Backend, error) {
 }
 
 // AsyncUploader is a backend that can copy from host memory without
-// waiting: UploadAsync queues the copy, ordered before the kernels queued
-// after it, and returns a function that waits for it to finish. src must
-// not change until then. Where the backend needs page-locked memory for
-// this, PinnedAlloc provides it.
+// waiting. UploadAsync queues the copy after the work already issued (dst
+// may be memory that work still reads) and returns at once; the copy then
+// runs while later work is issued. Before issuing work that reads dst, call
+// the Upload's Ready; before changing src, its Wait. Where the backend needs
+// page-locked memory for this, PinnedAlloc provides it.
 type AsyncUploader interface {
 	PinnedAlloc(n int) ([]byte, error)
 	PinnedFree(b []byte) error
-	UploadAsync(dst Ref, src []byte) (wait func() error)
+	UploadAsync(dst Ref, src []byte) Upload
 }
+
+// Upload is a copy UploadAsync queued.
+type Upload interface {
+	// Ready makes the work issued from now on wait for the copy.
+	Ready() error
+	// Wait blocks until the copy is done and its source may change.
+	Wait() error
+}
+
+// DoneUpload is an Upload that finished before it was returned.
+type DoneUpload struct{}
+
+// Ready implements Upload.
+func (DoneUpload) Ready() error { return nil }
+
+// Wait implements Upload.
+func (DoneUpload) Wait() error { return nil }

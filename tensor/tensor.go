@@ -301,10 +301,10 @@ func (t *Tensor) SetFloat32s(data []float32) {
 // UploadAsync overwrites t's elements with src, host bytes in t's dtype
 // (backend.AsBytes gives them), outside autograd. Where the backend copies
 // asynchronously (a GPU, from page-locked memory that PinnedAlloc returns)
-// it returns at once and the copy overlaps the work already queued; ops
-// issued later see the data. src must not change until wait returns. Other
-// backends copy before returning.
-func (t *Tensor) UploadAsync(src []byte) (wait func() error) {
+// it returns at once and the copy overlaps the work issued next; call the
+// Upload's Ready before issuing ops that read t, and its Wait before
+// changing src. Other backends copy before returning.
+func (t *Tensor) UploadAsync(src []byte) backend.Upload {
 	if len(src) != t.Numel()*t.dtype.Size() {
 		panic(&Error{Op: "upload_async", Msg: fmt.Sprintf("%d bytes for %d elements", len(src), t.Numel()), Operands: []*Tensor{t}})
 	}
@@ -312,7 +312,7 @@ func (t *Tensor) UploadAsync(src []byte) (wait func() error) {
 		return a.UploadAsync(t.ref(), src)
 	}
 	t.be.Upload(t.ref(), src)
-	return func() error { return nil }
+	return backend.DoneUpload{}
 }
 
 // PinnedAlloc returns n bytes of host memory that dev copies from without

@@ -570,7 +570,7 @@ func TestUploadAsyncOnCPU(t *testing.T) {
 	defer free()
 	copy(b, backend.AsBytes([]float32{4, 5}))
 	x := Zeros(CPU, 2)
-	if err := x.UploadAsync(b)(); err != nil {
+	if err := x.UploadAsync(b).Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if got := x.Float32s(); got[0] != 4 || got[1] != 5 {

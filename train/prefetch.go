@@ -1,8 +1,10 @@
 package train
 
 import (
+	"errors"
 	"unsafe"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -15,34 +17,46 @@ type batchSlot struct {
 	hx, hy     []byte // host staging, viewed as int32 by x32 and y32
 	x32, y32   []int32
 	x, y       *tensor.Tensor
-	wx, wy     func() error // wait for the pending copies out of hx and hy
+	ux, uy     backend.Upload // the pending copies out of hx and hy
 	freeX, frY func() error
 }
 
 // waitCopies waits until the slot's staging memory may be reused.
 func (s *batchSlot) waitCopies() error {
-	var err error
-	if s.wx != nil {
-		err = s.wx()
-		if e := s.wy(); err == nil {
-			err = e
-		}
-		s.wx, s.wy = nil, nil
+	if s.ux == nil {
+		return nil
 	}
+	err := errors.Join(s.ux.Wait(), s.uy.Wait())
+	s.ux, s.uy = nil, nil
 	return err
 }
 
-// batches double-buffers micro-batches onto the device: while a step
-// computes on one slot, the next micro-batch is drawn and copied into the
-// other, so on a GPU its host-to-device copy overlaps the step. The copy is
-// queued after the work already issued (the previous step, done by then),
-// and the step that reads it is issued after it.
+// ready makes the work issued next wait for the slot's copies.
+func (s *batchSlot) ready() error {
+	if s.ux == nil {
+		return nil
+	}
+	return errors.Join(s.ux.Ready(), s.uy.Ready())
+}
+
+// batches double-buffers micro-batches onto the device: before a step is
+// issued, the next micro-batch is drawn and its copy into the other slot
+// queued, after the work already issued (the previous step, which read that
+// slot); the step is issued next, so on a GPU the copy overlaps it. A slot's
+// step waits for its copy (Ready) only when it is issued.
 type batches struct {
+	dev   tensor.Device
 	slots [2]batchSlot
+}
+
+// fail reports a failed copy as the device error it is.
+func (b *batches) fail(err error) {
+	panic(&backend.DeviceError{Dev: b.dev, Op: "batch copy", Err: err})
 }
 
 // open allocates the slots for B×T micro-batches on dev.
 func (b *batches) open(dev tensor.Device, B, T int) error {
+	b.dev = dev
 	for i := range b.slots {
 		s := &b.slots[i]
 		var err error
@@ -81,14 +95,15 @@ func (b *batches) close() {
 }
 
 // load draws micro-batch key into slot s and queues its copy.
-func (s *batchSlot) load(key [2]int, fill func(step, micro int, x, y []int32)) {
+func (s *batchSlot) load(key [2]int, fill func(step, micro int, x, y []int32)) error {
 	if err := s.waitCopies(); err != nil { // the previous copy out of this staging memory
-		panic(err)
+		return err
 	}
 	fill(key[0], key[1], s.x32, s.y32)
-	s.wx = s.x.UploadAsync(s.hx)
-	s.wy = s.y.UploadAsync(s.hy)
+	s.ux = s.x.UploadAsync(s.hx)
+	s.uy = s.y.UploadAsync(s.hy)
 	s.key = key
+	return nil
 }
 
 // get returns the device tensors of micro-batch (step, micro), loading it
@@ -100,9 +115,14 @@ func (b *batches) get(step, micro int, next [2]int, fill func(step, micro int, x
 		cur, other = other, cur
 	}
 	if cur.key != key {
-		cur.load(key, fill)
+		if err := cur.load(key, fill); err != nil {
+			b.fail(err)
+		}
 	}
-	other.load(next, fill)
+	// Queued after the previous step, the next copy overlaps this one.
+	if err := errors.Join(other.load(next, fill), cur.ready()); err != nil {
+		b.fail(err)
+	}
 	return cur.x, cur.y
 }
 

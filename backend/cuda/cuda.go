@@ -173,20 +173,20 @@ func (c *CUDA) PinnedAlloc(n int) ([]byte, error) {
 func (c *CUDA) PinnedFree(b []byte) error { return c.g.hostFree(b) }
 
 // UploadAsync implements backend.AsyncUploader: it queues a copy of src,
-// page-locked memory from PinnedAlloc, into dst on the copy stream and
-// returns at once, so the copy overlaps the kernels already queued (it
-// starts after them, since dst may be a block they still read, and
-// kernels queued later wait for it). src must not change until wait
-// returns.
-func (c *CUDA) UploadAsync(dst backend.Ref, src []byte) (wait func() error) {
+// page-locked memory from PinnedAlloc, into dst on the copy stream, after
+// the kernels already queued (dst may be a block they still read), and
+// returns at once, so the copy overlaps the kernels queued next. Call the
+// Upload's Ready before queuing kernels that read dst, and its Wait before
+// changing src.
+func (c *CUDA) UploadAsync(dst backend.Ref, src []byte) backend.Upload {
 	b := c.buf(dst.S)
 	if len(src)%b.dt.Size() != 0 || dst.Off+len(src)/b.dt.Size() > b.n {
 		c.fail("upload_async", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(src), dst.Off, b.dt, b.n))
 	}
-	wait, err := c.g.htodAsync(c.ptr(dst).(devPtr), src)
+	u, err := c.g.htodAsync(c.ptr(dst).(devPtr), src)
 	c.check("upload_async", err)
 	c.copied.Add(int64(len(src)))
-	return wait
+	return u
 }
 
 // Download implements backend.Backend.

@@ -207,8 +207,8 @@ func TestUploadAsync(t *testing.T) {
 	}
 	copy(pinned, backend.AsBytes([]float32{1, 2, 3}))
 	s := c.Alloc(backend.F32, 5)
-	wait := c.UploadAsync(backend.Ref{S: s, Off: 2}, pinned)
-	if err := wait(); err != nil {
+	u := c.UploadAsync(backend.Ref{S: s, Off: 2}, pinned)
+	if err := errors.Join(u.Ready(), u.Wait()); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]float32, 3)

@@ -222,14 +222,16 @@ func (g *driverGPU) hostFree(b []byte) error {
 	return g.do(func() error { return g.d.MemFreeHost(p) })
 }
 
-func (g *driverGPU) htodAsync(dst devPtr, src []byte) (func() error, error) {
-	var done driver.Event
+func (g *driverGPU) htodAsync(dst devPtr, src []byte) (backend.Upload, error) {
+	c := &asyncCopy{g: g}
 	err := g.do(func() error {
 		mark, err := g.d.EventCreate(driver.EventDisableTiming)
 		if err != nil {
 			return err
 		}
-		defer g.d.EventDestroy(mark) // released once the wait below is done with it
+		// Destroying an event that a stream waits on is allowed: the wait
+		// keeps what it needs.
+		defer g.d.EventDestroy(mark)
 		if err := g.d.EventRecord(mark, g.compute); err != nil {
 			return err
 		}
@@ -241,23 +243,52 @@ func (g *driverGPU) htodAsync(dst devPtr, src []byte) (func() error, error) {
 				return err
 			}
 		}
-		if done, err = g.d.EventCreate(driver.EventDisableTiming); err != nil {
+		if c.done, err = g.d.EventCreate(driver.EventDisableTiming); err != nil {
 			return err
 		}
-		if err := g.d.EventRecord(done, g.copies); err != nil {
-			return err
-		}
-		return g.d.StreamWaitEvent(g.compute, done)
+		return g.d.EventRecord(c.done, g.copies)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return func() error {
-		return g.do(func() error {
-			err := g.d.EventSynchronize(done)
-			return errors.Join(err, g.d.EventDestroy(done))
-		})
-	}, nil
+	return c, nil
+}
+
+// asyncCopy is a copy queued on the copy stream; its event is destroyed
+// once both Ready and Wait have used it.
+type asyncCopy struct {
+	g               *driverGPU
+	done            driver.Event
+	readied, waited bool
+}
+
+// Ready implements backend.Upload: the compute stream waits for the copy.
+func (c *asyncCopy) Ready() error {
+	if c.readied {
+		return nil
+	}
+	return c.g.do(func() error {
+		c.readied = true
+		return errors.Join(c.g.d.StreamWaitEvent(c.g.compute, c.done), c.release())
+	})
+}
+
+// Wait implements backend.Upload: the host waits for the copy.
+func (c *asyncCopy) Wait() error {
+	if c.waited {
+		return nil
+	}
+	return c.g.do(func() error {
+		c.waited = true
+		return errors.Join(c.g.d.EventSynchronize(c.done), c.release())
+	})
+}
+
+func (c *asyncCopy) release() error {
+	if c.readied && c.waited {
+		return c.g.d.EventDestroy(c.done)
+	}
+	return nil
 }
 
 func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {

@@ -237,9 +237,9 @@ func (f *fakeGPU) hostAlloc(bytes int) ([]byte, error) { return make([]byte, byt
 func (f *fakeGPU) hostFree([]byte) error               { return nil }
 
 // htodAsync copies at once: the fake device has no streams to overlap.
-func (f *fakeGPU) htodAsync(dst devPtr, src []byte) (func() error, error) {
+func (f *fakeGPU) htodAsync(dst devPtr, src []byte) (backend.Upload, error) {
 	if err := f.htod(dst, src); err != nil {
 		return nil, err
 	}
-	return func() error { return nil }, nil
+	return backend.DoneUpload{}, nil
 }

@@ -1,6 +1,9 @@
 package cuda
 
-import "github.com/fleetml/fleet/backend/cuda/cublas"
+import (
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+)
 
 // devPtr is a device address. Kernel launches take device buffers as devPtr
 // arguments (nil for an optional operand left out).
@@ -26,9 +29,8 @@ type gpu interface {
 	hostFree(b []byte) error
 	// htodAsync queues a copy from page-locked src on the copy stream,
 	// after the compute work queued so far (dst may be a block the pool
-	// just recycled), and makes later compute work wait for it. It returns
-	// at once; wait returns when the copy is done and src may be reused.
-	htodAsync(dst devPtr, src []byte) (wait func() error, err error)
+	// just recycled), and returns at once with the copy's handle.
+	htodAsync(dst devPtr, src []byte) (backend.Upload, error)
 	// launch queues a kernel by name; args are devPtr, nil, int32, int64,
 	// uint32 or float32, matching the kernel's parameters.
 	launch(kernel string, grid, block [3]int, shared int, args []any) error
