@@ -1,0 +1,44 @@
+package cuda
+
+import (
+	"strings"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// peaks are dense (no sparsity) tensor-core BF16 and plain FP32 peaks, in
+// TFLOP/s, from NVIDIA's data sheets, matched by a piece of the device
+// name. More specific names come first.
+var peaks = []struct {
+	match      string
+	bf16, fp32 float64
+}{
+	{"H200", 989.4, 66.9},
+	{"H100 PCIe", 756.0, 51.2},
+	{"H100", 989.4, 66.9},
+	{"A100", 312.0, 19.5},
+	{"L40S", 362.1, 91.6},
+	{"A10G", 70.0, 31.2},
+	{"A10", 125.0, 31.2},
+	{"RTX 4090", 165.2, 82.6},
+	{"L4", 121.0, 30.3},
+}
+
+// Name is the device's name, e.g. "NVIDIA H200".
+func (c *CUDA) Name() string { return c.g.name() }
+
+// PeakTFLOPs is the device's dense peak for matrix products with operands
+// in dt (BF16 on tensor cores, F32 without), from a table of common GPUs;
+// ok is false for a device that is not in it.
+func (c *CUDA) PeakTFLOPs(dt backend.DType) (tflops float64, ok bool) {
+	name := c.Name()
+	for _, p := range peaks {
+		if strings.Contains(name, p.match) {
+			if dt == backend.BF16 {
+				return p.bf16, true
+			}
+			return p.fp32, true
+		}
+	}
+	return 0, false
+}
