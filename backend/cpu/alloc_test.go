@@ -49,6 +49,7 @@ func allocCases(c *CPU) []allocCase {
 		ids[i] = int32(r.Intn(vocab))
 	}
 	tok := putI32(c, ids, 2)
+	hostIDs := append([]int32(nil), ids...)
 	ids[3] = -1 // a masked target
 	tgt := putI32(c, ids, 0)
 
@@ -75,6 +76,7 @@ func allocCases(c *CPU) []allocCase {
 	half2 := backend.Ref{S: c.Alloc(backend.BF16, hidden*C)}
 	c.Cast(half2, wProj, hidden*C)
 	pos32 := backend.Ref{S: c.Alloc(backend.F32, rows*hidden)}
+	hostLoss := make([]float32, 1)
 
 	mm := func(m, n, k int, ta, tb bool, alpha, beta float32) backend.MatMul {
 		return backend.MatMul{Batch: 1, M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: alpha, Beta: beta,
@@ -130,6 +132,9 @@ func allocCases(c *CPU) []allocCase {
 		{"fill", func() { c.Fill(hy, 0.25, rows*hidden) }},
 		{"fill_zero", func() { c.Fill(hy, 0, rows*hidden) }},
 		{"copy", func() { c.Copy(hy, h, rows*hidden) }},
+		{"upload", func() { c.Upload(tok, backend.AsBytes(hostIDs)) }},
+		{"download", func() { c.Download(backend.AsBytes(hostLoss), losses) }},
+		{"mem_stats", func() { _ = c.MemStats() }},
 		{"alloc_free", func() {
 			s1, s2 := c.Alloc(backend.F32, 1234), c.Alloc(backend.I32, 77)
 			c.Free(s1)
