@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -247,6 +248,11 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.check("matmul", kernels.Scale(c, backend.F32, c.ptr(cc), c.ptr(cc), p.Beta, p.Batch*p.M*p.N))
 		}
 		return
+	}
+	for _, v := range []int{p.M, p.N, p.K, p.Batch, p.StrideA, p.StrideB, p.StrideC} {
+		if v > math.MaxInt32 { // cuBLAS takes C ints
+			c.fail("matmul", fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
+		}
 	}
 	compute := cublas.Compute32F
 	if at == backend.F32 && c.tf32.Load() {

@@ -34,6 +34,7 @@ type driverGPU struct {
 	fnShared     map[string]int // dynamic shared memory each kernel is allowed
 	file         map[string]kernels.File
 	args         *driver.Args
+	pinned       map[uintptr]int // page-locked host blocks: base -> bytes
 
 	calls chan func()
 }
@@ -69,7 +70,7 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 	}
 	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(),
 		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]kernels.File{},
-		args: driver.NewArgs(), calls: make(chan func())}
+		args: driver.NewArgs(), pinned: map[uintptr]int{}, calls: make(chan func())}
 	g.target, err = nvrtcTarget(nv, info.Major*10+info.Minor)
 	if err != nil {
 		return nil, err
@@ -181,11 +182,30 @@ func (g *driverGPU) htod(dst devPtr, src []byte) error {
 		return nil
 	}
 	return g.do(func() error {
-		// From pageable memory the call returns once src is staged.
+		// From pageable memory the call returns once src is staged; from
+		// page-locked memory it returns at once, so wait for the copy.
 		err := g.d.MemcpyHtoDAsync(driver.DevicePtr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.compute)
+		if err == nil && g.isPinned(src) {
+			err = g.d.StreamSynchronize(g.compute)
+		}
 		runtime.KeepAlive(src)
 		return err
 	})
+}
+
+// isPinned reports whether b lies in page-locked memory from hostAlloc.
+// Called on the worker.
+func (g *driverGPU) isPinned(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	for base, n := range g.pinned {
+		if p >= base && p+uintptr(len(b)) <= base+uintptr(n) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *driverGPU) dtoh(dst []byte, src devPtr) error {
@@ -205,9 +225,11 @@ func (g *driverGPU) dtoh(dst []byte, src devPtr) error {
 func (g *driverGPU) hostAlloc(bytes int) ([]byte, error) {
 	var b []byte
 	err := g.do(func() error {
-		p, err := g.d.MemHostAlloc(uint64(max(bytes, 1)), driver.HostAllocPortable)
+		n := max(bytes, 1)
+		p, err := g.d.MemHostAlloc(uint64(n), driver.HostAllocPortable)
 		if err == nil {
-			b = unsafe.Slice((*byte)(p), bytes)
+			b = unsafe.Slice((*byte)(p), n)[:bytes]
+			g.pinned[uintptr(p)] = n
 		}
 		return err
 	})
@@ -218,13 +240,24 @@ func (g *driverGPU) hostFree(b []byte) error {
 	if cap(b) == 0 {
 		return nil
 	}
-	p := unsafe.Pointer(unsafe.SliceData(b))
-	return g.do(func() error { return g.d.MemFreeHost(p) })
+	p := unsafe.Pointer(unsafe.SliceData(b[:cap(b)]))
+	return g.do(func() error {
+		if _, ok := g.pinned[uintptr(p)]; !ok {
+			return fmt.Errorf("free of host memory that PinnedAlloc did not return")
+		}
+		delete(g.pinned, uintptr(p))
+		return g.d.MemFreeHost(p)
+	})
 }
 
 func (g *driverGPU) htodAsync(dst devPtr, src []byte) (backend.Upload, error) {
 	c := &asyncCopy{g: g}
 	err := g.do(func() error {
+		if len(src) > 0 && !g.isPinned(src) {
+			// From pageable memory the driver would first wait for the
+			// copy stream, i.e. for the compute work queued so far.
+			return fmt.Errorf("an asynchronous upload needs page-locked memory from PinnedAlloc")
+		}
 		mark, err := g.d.EventCreate(driver.EventDisableTiming)
 		if err != nil {
 			return err
@@ -254,8 +287,9 @@ func (g *driverGPU) htodAsync(dst devPtr, src []byte) (backend.Upload, error) {
 	return c, nil
 }
 
-// asyncCopy is a copy queued on the copy stream; its event is destroyed
-// once both Ready and Wait have used it.
+// asyncCopy is a copy queued on the copy stream. Wait destroys its event
+// (a stream that waits on it keeps what it needs); a Ready after Wait has
+// nothing left to wait for.
 type asyncCopy struct {
 	g               *driverGPU
 	done            driver.Event
@@ -264,31 +298,24 @@ type asyncCopy struct {
 
 // Ready implements backend.Upload: the compute stream waits for the copy.
 func (c *asyncCopy) Ready() error {
-	if c.readied {
-		return nil
-	}
 	return c.g.do(func() error {
+		if c.readied || c.waited {
+			return nil
+		}
 		c.readied = true
-		return errors.Join(c.g.d.StreamWaitEvent(c.g.compute, c.done), c.release())
+		return c.g.d.StreamWaitEvent(c.g.compute, c.done)
 	})
 }
 
 // Wait implements backend.Upload: the host waits for the copy.
 func (c *asyncCopy) Wait() error {
-	if c.waited {
-		return nil
-	}
 	return c.g.do(func() error {
+		if c.waited {
+			return nil
+		}
 		c.waited = true
-		return errors.Join(c.g.d.EventSynchronize(c.done), c.release())
+		return errors.Join(c.g.d.EventSynchronize(c.done), c.g.d.EventDestroy(c.done))
 	})
-}
-
-func (c *asyncCopy) release() error {
-	if c.readied && c.waited {
-		return c.g.d.EventDestroy(c.done)
-	}
-	return nil
 }
 
 func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {

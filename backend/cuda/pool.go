@@ -83,8 +83,12 @@ func (p *pool) free(ptr devPtr, class int) {
 	p.cached += int64(class)
 }
 
-// release returns every cached block to the driver, largest first.
+// release returns every cached block to the driver, largest first, once
+// the work that may still use them is done.
 func (p *pool) release() error {
+	if err := p.g.sync(); err != nil {
+		return err
+	}
 	classes := make([]int, 0, len(p.bins))
 	for c := range p.bins {
 		classes = append(classes, c)

@@ -307,6 +307,17 @@ func (d *Driver) DeviceInfo(ordinal int) (Info, error) {
 		{AttrComputeCapabilityMajor, &info.Major},
 		{AttrComputeCapabilityMinor, &info.Minor},
 		{AttrMultiprocessorCount, &info.SMs},
+	} {
+		if *a.dst, err = d.DeviceAttribute(dev, a.attr); err != nil {
+			return info, err
+		}
+	}
+	// The rest are informative: a driver that no longer reports one (the
+	// memory clock is deprecated in CUDA 13) must not stop the device opening.
+	for _, a := range []struct {
+		attr Attribute
+		dst  *int
+	}{
 		{AttrMaxSharedMemoryPerBlock, &info.SharedPerBlock},
 		{AttrMaxSharedMemoryPerBlockOptin, &info.SharedPerBlockOptin},
 		{AttrMaxSharedMemoryPerMultiprocessor, &info.SharedPerMultiproc},
@@ -316,8 +327,8 @@ func (d *Driver) DeviceInfo(ordinal int) (Info, error) {
 		{AttrGlobalMemoryBusWidth, &info.MemoryBusWidth},
 		{AttrAsyncEngineCount, &info.AsyncEngines},
 	} {
-		if *a.dst, err = d.DeviceAttribute(dev, a.attr); err != nil {
-			return info, err
+		if v, err := d.DeviceAttribute(dev, a.attr); err == nil {
+			*a.dst = v
 		}
 	}
 	ua, err := d.DeviceAttribute(dev, AttrUnifiedAddressing)

@@ -99,6 +99,11 @@ func TestGPU(t *testing.T) {
 	if err := d.MemsetD32(dy, math.Float32bits(1), n); err != nil {
 		t.Fatal(err)
 	}
+	// The stream below does not wait for the legacy stream's memset and
+	// copy: finish them first.
+	if err := d.CtxSynchronize(); err != nil {
+		t.Fatal(err)
+	}
 
 	s, err := d.StreamCreate(driver.StreamNonBlocking)
 	if err != nil {
@@ -174,6 +179,9 @@ func TestGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := d.MemcpyHtoD(dy, unsafe.Pointer(&ws[0]), 4*12); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CtxSynchronize(); err != nil { // before cuBLAS reads them on its stream
 		t.Fatal(err)
 	}
 	dc := dx + 256
