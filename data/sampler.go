@@ -31,23 +31,34 @@ const (
 // batch is split into micro-batches or processes, and never on what was
 // drawn before.
 type Sampler struct {
-	tokens    []int32
+	tokens    Tokens
+	n         int // tokens.Len()
 	blockSize int
 	seed      uint64
 	stream    uint64
 }
 
-// NewSampler returns a Sampler over tokens. It fails if blockSize is not
-// positive or tokens is too short to hold one window.
+// NewSampler returns a Sampler over tokens in memory. It fails if
+// blockSize is not positive or tokens is too short to hold one window.
 func NewSampler(tokens []int32, blockSize int, seed uint64, stream uint64) (*Sampler, error) {
+	return NewTokenSampler(Int32s(tokens), blockSize, seed, stream)
+}
+
+// NewTokenSampler returns a Sampler over any token sequence, such as
+// memory-mapped shards. For the same ids it draws exactly the windows
+// NewSampler does.
+func NewTokenSampler(tokens Tokens, blockSize int, seed uint64, stream uint64) (*Sampler, error) {
 	if blockSize <= 0 {
 		return nil, fmt.Errorf("data: block size must be positive, got %d", blockSize)
 	}
-	if len(tokens) < blockSize+1 {
-		return nil, fmt.Errorf("data has %d tokens, fewer than block size %d + 1", len(tokens), blockSize)
+	if n := tokens.Len(); n < blockSize+1 {
+		return nil, fmt.Errorf("data has %d tokens, fewer than block size %d + 1", n, blockSize)
 	}
-	return &Sampler{tokens: tokens, blockSize: blockSize, seed: seed, stream: stream}, nil
+	return &Sampler{tokens: tokens, n: tokens.Len(), blockSize: blockSize, seed: seed, stream: stream}, nil
 }
+
+// Tokens returns the sequence the windows are drawn from.
+func (s *Sampler) Tokens() Tokens { return s.tokens }
 
 // BlockSize returns the window length T.
 func (s *Sampler) BlockSize() int { return s.blockSize }
@@ -55,7 +66,7 @@ func (s *Sampler) BlockSize() int { return s.blockSize }
 // Offset returns where window j of the given step starts in the tokens.
 func (s *Sampler) Offset(step, j int) int {
 	r := rng.New(rng.Mix(s.seed, s.stream, uint64(step), uint64(j)))
-	return r.Intn(len(s.tokens) - s.blockSize)
+	return r.Intn(s.n - s.blockSize)
 }
 
 // Batch fills x and y, each of length count*blockSize laid out row-major
@@ -74,8 +85,10 @@ func (s *Sampler) Batch(step int, first, count int, x, y []int32) {
 	}
 	for i := 0; i < count; i++ {
 		o := s.Offset(step, first+i)
-		copy(x[i*T:(i+1)*T], s.tokens[o:o+T])
-		copy(y[i*T:(i+1)*T], s.tokens[o+1:o+T+1])
+		xr, yr := x[i*T:(i+1)*T], y[i*T:(i+1)*T]
+		s.tokens.Read(xr, o)
+		copy(yr, xr[1:])
+		s.tokens.Read(yr[T-1:], o+T)
 	}
 }
 

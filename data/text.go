@@ -11,11 +11,10 @@ import (
 	"strings"
 )
 
-// LoadText reads a file, or every regular file under a folder (walked
-// recursively, in lexical path order), and returns their contents
-// concatenated as they are. Hidden files and folders (names starting with
-// ".") inside the folder are skipped. It fails, naming path, when path
-// does not exist, when a folder holds no files, or when the text is empty.
+// LoadText reads a file, or every regular file under a folder (as
+// ListFiles lists them), and returns their contents concatenated as they
+// are. It fails, naming path, when path does not exist, when a folder
+// holds no files, or when the text is empty.
 func LoadText(path string) (string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -31,14 +30,36 @@ func LoadText(path string) (string, error) {
 		}
 		return string(b), nil
 	}
-
+	files, err := ListFiles(path)
+	if err != nil {
+		return "", err
+	}
 	var sb strings.Builder
-	files := 0
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return "", fmt.Errorf("data %s: %w", path, err)
+		}
+		sb.Write(b)
+	}
+	if sb.Len() == 0 {
+		return "", fmt.Errorf("data %s: empty", path)
+	}
+	return sb.String(), nil
+}
+
+// ListFiles returns the regular files under folder dir, walked
+// recursively in lexical path order. Hidden files and folders (names
+// starting with ".") are skipped; symbolic links to regular files are
+// followed. It fails, naming dir, when dir cannot be walked or holds no
+// files.
+func ListFiles(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p != path && strings.HasPrefix(d.Name(), ".") {
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -57,24 +78,16 @@ func LoadText(path string) (string, error) {
 				return nil
 			}
 		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sb.Write(b)
-		files++
+		files = append(files, p)
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("data %s: %w", path, err)
+		return nil, fmt.Errorf("data %s: %w", dir, err)
 	}
-	if files == 0 {
-		return "", fmt.Errorf("data %s: folder has no files", path)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("data %s: folder has no files", dir)
 	}
-	if sb.Len() == 0 {
-		return "", fmt.Errorf("data %s: empty", path)
-	}
-	return sb.String(), nil
+	return files, nil
 }
 
 // unwrapPath strips an *fs.PathError so that the path is not repeated when
