@@ -1,0 +1,102 @@
+// Package tokenizer turns text into token ids for fleet's models and back.
+// Nothing here touches the network: every vocabulary is a file the user
+// has or makes.
+//
+// # Tokenizers
+//
+// Open takes a spec:
+//
+//	char:FILE   nanoGPT's character tokenizer (data.Char), from the
+//	            tokenizer.json that data.SaveChar wrote. One id per
+//	            character; no end-of-text token.
+//	bpe:FILE    a byte-level BPE that fleet trained itself (TrainBPE,
+//	            BPE.Save; fleet tokenizer train).
+//	gpt2:FILE   GPT-2's tokenizer from a tiktoken rank file
+//	            (r50k_base.tiktoken).
+//	gpt2:DIR    GPT-2's tokenizer from a folder holding GPT-2's
+//	            encoder.json and vocab.bpe.
+//
+// bpe and gpt2 share one implementation, BPE: GPT-2's pre-tokenizer, then
+// byte-level BPE within each pre-token, merging the adjacent pair of lowest
+// rank (the leftmost if it occurs twice) until none is left, as GPT-2's
+// encoder does. gpt2 gives exactly GPT-2's ids (the ids tiktoken's
+// r50k_base gives); the tests hold it to independent references. Encoding
+// caches the ids of recent pre-tokens, and long pre-tokens merge with a
+// heap, so encoding is fast on any input. Every Tokenizer here is safe for
+// concurrent use, except that BPE.Save changes what Spec returns.
+//
+// # Pre-tokenization
+//
+// Text is first split by GPT-2's regular expression
+//
+//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//
+// with \s meaning Unicode White_Space, as in tiktoken and Python's regex
+// module: \t \n \v \f \r, space, U+0085, U+00A0, U+1680, U+2000 to U+200A,
+// U+2028, U+2029, U+202F, U+205F and U+3000 (exactly Go's unicode.IsSpace;
+// not Go regexp's ASCII \s, and not JavaScript's, which adds U+FEFF and
+// leaves out U+0085). Go's regexp cannot express the lookahead, so the
+// expression is a hand-written state machine: a run of whitespace followed
+// by a non-space gives its last character to the next piece, so that
+// "a\u00a0 b" splits as "a", "\u00a0", " b", and a word after three spaces
+// as two spaces and the word with one. Letters and digits are Unicode categories L and N in the tables of
+// Go's unicode package (unicode.Version); a character assigned after that
+// version is a symbol here. Bytes that are not valid UTF-8 are symbols too
+// (as U+FFFD would be), so any bytes encode, and decode back unchanged.
+//
+// # Documents and the end-of-text token
+//
+// Encode never produces a special token: the text "<|endoftext|>" is
+// encoded as ordinary text. Documents (for example, the input files) are
+// joined with the end-of-text token between them, which EncodeDocuments
+// does and EOT returns: GPT-2's is 50256, a trained BPE's is its last id.
+// char has none, and its documents are concatenated as they are.
+//
+// # Streaming
+//
+// Encode works on any piece of a text that ends where SplitPoint says: a
+// pre-token boundary that no continuation can move (after a letter that is
+// followed by a non-letter, for example). Encoding a stream chunk by chunk,
+// each cut at SplitPoint and the rest carried into the next chunk, gives
+// the ids of encoding it whole. EncodeReader does this for an io.Reader.
+//
+// # File formats
+//
+// A trained BPE (bpe:) is JSON:
+//
+//	{
+//	  "type": "bpe",
+//	  "version": 1,
+//	  "pre_tokenizer": "gpt2",
+//	  "vocab_size": 1024,
+//	  "eot": 1023,
+//	  "merges": [
+//	    [32, 116],
+//	    [104, 101],
+//	    ...
+//	  ]
+//	}
+//
+// Ids 0 to 255 are the bytes 0 to 255. Merge i (from 0) joins the two ids
+// it lists into id 256+i and has rank i: lower ranks merge first. Each
+// merge may only use bytes and earlier merges, and no pair is merged
+// twice. <|endoftext|> is the last id: eot = vocab_size-1 =
+// 256+len(merges). Unknown fields are an error.
+//
+// A tiktoken rank file (gpt2:FILE) has one line per token: the token's
+// bytes in standard base64, a space, and its rank, which is its id. Ranks
+// run from 0 to n-1 without gaps or repeats, each single byte is a token,
+// and <|endoftext|> is id n (50256 for r50k_base). The merges are recovered
+// from the ranks: BPE of a token's bytes with the tokens of lower rank must
+// give two tokens, which are its merge. For r50k_base these are exactly
+// vocab.bpe's merges.
+//
+// GPT-2's encoder.json maps each token, its bytes written in GPT-2's
+// printable byte alphabet (bytes_to_unicode), to its id, with
+// "<|endoftext|>" as the end-of-text token; vocab.bpe has a "#version"
+// line and then one merge "A B" per line, in rank order.
+//
+// Every vocabulary must fit token shards' uint16 ids: at most MaxVocab
+// (65535) ids, the end-of-text token included. Files that break any rule
+// above are refused with an error naming the file and the line or entry.
+package tokenizer

@@ -1,0 +1,309 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/data"
+)
+
+// chunkReader yields b in reads of the given sizes, in turn.
+type chunkReader struct {
+	b     []byte
+	sizes []int
+	i     int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), len(r.b), r.sizes[r.i%len(r.sizes)])
+	r.i++
+	copy(p, r.b[:n])
+	r.b = r.b[n:]
+	return n, nil
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte("{"), 0o644)
+	for _, c := range []struct{ spec, want string }{
+		{"", "unknown tokenizer"},
+		{"sentencepiece:x.model", `unknown tokenizer "sentencepiece:x.model"`},
+		{"char", `"char" needs a file`},
+		{"gpt2:", `"gpt2:" needs a file`},
+		{"gpt2", `"gpt2" needs a file`},
+		{"char:" + filepath.Join(dir, "none.json"), "none.json: no such file"},
+		{"bpe:" + filepath.Join(dir, "none.json"), "none.json: no such file"},
+		{"gpt2:" + filepath.Join(dir, "none.tiktoken"), "none.tiktoken: no such file"},
+		{"gpt2:" + dir, "encoder.json: no such file"},
+		{"bpe:" + bad, "bpe tokenizer " + bad + ": not a bpe tokenizer file"},
+		{"gpt2:" + bad, "gpt2 tokenizer " + bad + ": line 1"},
+		{"char:" + bad, bad},
+	} {
+		_, err := Open(c.spec)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%q): error %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
+
+func TestChar(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := data.SaveChar(path, data.NewChar("hello world\n")); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Open("char:" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Spec() != "char:"+path || tok.VocabSize() != 9 {
+		t.Errorf("Spec %q, VocabSize %d", tok.Spec(), tok.VocabSize())
+	}
+	if _, ok := tok.EOT(); ok {
+		t.Errorf("char has an EOT")
+	}
+	ids := tok.Encode([]byte("hello"))
+	if back, err := tok.Decode(ids); err != nil || string(back) != "hello" {
+		t.Errorf("round trip: %q %v", back, err)
+	}
+	if got := tok.Encode([]byte("hexlo")); len(got) != 4 {
+		t.Errorf("Encode drops unknown characters: got %v", got)
+	}
+	if _, err := tok.(*Char).EncodeStrict([]byte("hexlo")); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("EncodeStrict: %v", err)
+	}
+	if _, err := tok.Decode([]int32{9}); err == nil {
+		t.Errorf("Decode(9) did not fail")
+	}
+	docs := EncodeDocuments(tok, []byte("he"), []byte("llo"))
+	if back, _ := tok.Decode(docs); string(back) != "hello" {
+		t.Errorf("documents: %q, want them concatenated", back)
+	}
+	err = EncodeReader(tok, strings.NewReader("hello\nhex"), func([]int32) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("EncodeReader: %v", err)
+	}
+}
+
+func TestEncodeDocuments(t *testing.T) {
+	bpe := trained(t)
+	eot, _ := bpe.EOT()
+	a, b := []byte("first document"), []byte("second one")
+	got := EncodeDocuments(bpe, a, b)
+	want := append(append(bpe.Encode(a), eot), bpe.Encode(b)...)
+	if firstDiff(got, want) != len(want) || len(got) != len(want) {
+		t.Errorf("EncodeDocuments = %v, want %v", got, want)
+	}
+	back, _ := bpe.Decode(got)
+	if string(back) != "first document<|endoftext|>second one" {
+		t.Errorf("decoded %q", back)
+	}
+	// The text "<|endoftext|>" is not the token.
+	for _, id := range bpe.Encode([]byte("<|endoftext|>")) {
+		if id == eot {
+			t.Errorf("Encode produced the end-of-text token")
+		}
+	}
+}
+
+func TestEncodeReader(t *testing.T) {
+	bpe := trained(t)
+	var text []byte
+	sample := sampleText(t)
+	defer func(n int) { readChunk = n }(readChunk)
+	readChunk = 1 << 12
+	for i := 0; len(text) < 1<<18; i++ {
+		text = append(text, sample[:len(sample)*(i%7+1)/7]...)
+		text = append(text, bytes.Repeat([]byte{' '}, i%5)...)
+	}
+	// A stretch with no split point, longer than a chunk.
+	text = append(text, bytes.Repeat([]byte("  \t"), 5000)...)
+	text = append(text, sample...)
+	want := bpe.Encode(text)
+	for _, sizes := range [][]int{{1 << 20}, {4096, 1, 7000}, {3333}, {1}} {
+		var got []int32
+		calls := 0
+		err := EncodeReader(bpe, &chunkReader{b: text, sizes: sizes}, func(ids []int32) error {
+			got = append(got, ids...)
+			calls++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if firstDiff(got, want) != len(want) || len(got) != len(want) {
+			t.Errorf("reads of %v: %d ids, want %d, first difference at %d", sizes, len(got), len(want), firstDiff(got, want))
+		}
+		if calls < 3 {
+			t.Errorf("reads of %v: %d calls, want the input in several chunks", sizes, calls)
+		}
+	}
+	stop := fmt.Errorf("stop")
+	if err := EncodeReader(bpe, bytes.NewReader(text), func([]int32) error { return stop }); err != stop {
+		t.Errorf("EncodeReader returned %v, want fn's error", err)
+	}
+}
+
+func tiktokenFile(tokens ...string) []byte {
+	var b bytes.Buffer
+	for i, s := range tokens {
+		fmt.Fprintf(&b, "%s %d\n", base64.StdEncoding.EncodeToString([]byte(s)), i)
+	}
+	return b.Bytes()
+}
+
+func bytesTokens() []string {
+	var t []string
+	for i := range 256 {
+		t = append(t, string([]byte{byte(i)}))
+	}
+	return t
+}
+
+func TestParseTiktoken(t *testing.T) {
+	good := tiktokenFile(append(bytesTokens(), "ab", "abc", " ab")...)
+	tok, err := parseTiktoken(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() != 260 {
+		t.Errorf("VocabSize %d", tok.VocabSize())
+	}
+	if got := tok.Encode([]byte("abc ab")); len(got) != 2 || got[0] != 257 || got[1] != 258 {
+		t.Errorf("Encode = %v, want [257 258]", got)
+	}
+	for _, c := range []struct {
+		in   []byte
+		want string
+	}{
+		{nil, "empty file"},
+		{[]byte("\n\n"), "no tokens"},
+		{[]byte("YQ==\n"), `line 1: want "BASE64 RANK"`},
+		{[]byte("YQ== 0\n!!! 1\n"), "line 2: bad base64"},
+		{[]byte("YQ== x\n"), `line 1: bad rank "x"`},
+		{[]byte("YQ== -1\n"), `bad rank "-1"`},
+		{[]byte("YQ== 0\nYg== 0\n"), "line 2: rank 0 given twice"},
+		{[]byte("YQ== 0\nYQ== 1\n"), `line 2: token "a" given twice`},
+		{[]byte("YQ== 0\nYg== 2\n"), "rank 1 is missing"},
+		{[]byte("YQ== 70000\n"), "larger than 65535"},
+		{[]byte(" 0\n"), `line 1: want "BASE64 RANK"`},
+		{tiktokenFile("a", "b"), "byte 0x00 has no token"},
+		{tiktokenFile(append(bytesTokens(), "abc")...), `token "abc" (rank 256) is not made by merging two tokens`},
+		{tiktokenFile(append(bytesTokens(), "abc", "ab")...), `token "abc" (rank 256) is not made by merging two tokens`},
+	} {
+		_, err := parseTiktoken(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseTiktoken(%q): error %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+// encoderDir writes encoder.json and vocab.bpe for the given tokens (in
+// GPT-2's byte alphabet) and merges.
+func encoderDir(t *testing.T, tokens []string, merges string) string {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("{")
+	for i, s := range tokens {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q: %d", s, i)
+	}
+	b.WriteString("}")
+	os.WriteFile(filepath.Join(dir, "encoder.json"), []byte(b.String()), 0o644)
+	os.WriteFile(filepath.Join(dir, "vocab.bpe"), []byte(merges), 0o644)
+	return dir
+}
+
+func TestEncoderJSON(t *testing.T) {
+	var base []string
+	for i := range 256 {
+		base = append(base, string(byteUnicode[i]))
+	}
+	base = base[:256:256] // appends copy
+	dir := encoderDir(t, append(base, "ab", "Ġab", EndOfText), "#version: 0.2\na b\nĠ ab\n")
+	tok, err := OpenGPT2(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := tok.EOT(); !ok || id != 258 || tok.VocabSize() != 259 || tok.Spec() != "gpt2:"+dir {
+		t.Errorf("EOT %d %v, VocabSize %d, Spec %q", id, ok, tok.VocabSize(), tok.Spec())
+	}
+	if got := tok.Encode([]byte("ab ab")); len(got) != 2 || got[0] != 256 || got[1] != 257 {
+		t.Errorf("Encode = %v", got)
+	}
+	for _, c := range []struct {
+		tokens []string
+		merges string
+		want   string
+	}{
+		{append(base, "ab"), "#version: 0.2\n", `token 256 ("ab") is not a byte and no merge makes it`},
+		{append(base, "ab"), "#version: 0.2\na c\n", `line 2: the merge "ac" is not in encoder.json`},
+		{append(base, "ab"), "#version: 0.2\na b c\n", "line 2: want two tokens"},
+		{append(base, "ab"), "#version: 0.2\na b\na b\n", `"ac"`},
+		{append(base, "ab"), "", "empty file"},
+		{append(base, "a\u4e00"), "a \u4e00\n", `not in GPT-2's byte alphabet`},
+		{base[1:], "", "byte 0x00"},
+	} {
+		_, err := OpenGPT2(encoderDir(t, c.tokens, c.merges))
+		if c.want == `"ac"` {
+			if err == nil || !strings.Contains(err.Error(), "merged twice") && !strings.Contains(err.Error(), "exists already") {
+				t.Errorf("duplicate merge: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("tokens %d, merges %q: error %v, want %q", len(c.tokens), c.merges, err, c.want)
+		}
+	}
+	dir = t.TempDir()
+	os.WriteFile(filepath.Join(dir, "encoder.json"), []byte(`{"a": 5}`), 0o644)
+	if _, err := OpenGPT2(dir); err == nil || !strings.Contains(err.Error(), "outside 0 to 0") {
+		t.Errorf("bad id: %v", err)
+	}
+}
+
+func FuzzParseTiktoken(f *testing.F) {
+	f.Add(tiktokenFile(append(bytesTokens(), "ab", "abc")...))
+	f.Add([]byte("YQ== 0\nYg== 1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, err := parseTiktoken(b)
+		if err == nil {
+			in := []byte("abc ab\xff")
+			if back, err := tok.Decode(tok.Encode(in)); err != nil || !bytes.Equal(back, in) {
+				t.Fatalf("parsed tokenizer does not round-trip")
+			}
+		}
+	})
+}
+
+func FuzzEncoderJSON(f *testing.F) {
+	var base []string
+	for i := range 256 {
+		base = append(base, fmt.Sprintf("%q: %d", string(byteUnicode[i]), i))
+	}
+	f.Add([]byte("{"+strings.Join(base, ",")+`, "ab": 256}`), []byte("#version: 0.2\na b\n"))
+	f.Add([]byte(`{"a": 0}`), []byte("a b"))
+	f.Fuzz(func(t *testing.T, enc, merges []byte) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "encoder.json"), enc, 0o644)
+		os.WriteFile(filepath.Join(dir, "vocab.bpe"), merges, 0o644)
+		tok, err := OpenGPT2(dir)
+		if err == nil {
+			in := []byte("abc ab\xff")
+			if back, err := tok.Decode(tok.Encode(in)); err != nil || !bytes.Equal(back, in) {
+				t.Fatalf("parsed tokenizer does not round-trip")
+			}
+		}
+	})
+}
