@@ -7,19 +7,17 @@ import (
 	"sync"
 )
 
-// LoaderConfig says which windows a Loader draws and how far ahead.
+// LoaderConfig says which of a Sampler's windows a Loader draws, and how
+// far ahead.
 type LoaderConfig struct {
-	BlockSize int // tokens per window (T)
-	Batch     int // windows per micro-batch, per process (B)
-	Accum     int // micro-batches per optimizer step, per process
+	Batch int // windows per micro-batch, per process (B)
+	Accum int // micro-batches per optimizer step, per process
 	// Rank and World place this process in a data-parallel group: each
 	// global batch of Batch*Accum*World windows is dealt out rank-major
 	// (MicroBatchFirst), so the global batch is the same for any World.
 	// World 0 means 1.
 	Rank, World int
-	Seed        uint64
-	Stream      uint64 // StreamTrain for training batches
-	Start       int    // the first step; prefetching begins there
+	Start       int // the first step; prefetching begins there
 	// Workers is the number of goroutines drawing batches; 0 means
 	// DefaultWorkers().
 	Workers int
@@ -67,9 +65,9 @@ type loaderSlot struct {
 	ready chan struct{} // a value when the worker has filled the slot
 }
 
-// NewLoader starts a loader drawing from tokens, prefetching from step
+// NewLoader starts a loader dealing out s's windows, prefetching from step
 // cfg.Start. Close stops its workers.
-func NewLoader(tokens Tokens, cfg LoaderConfig) (*Loader, error) {
+func NewLoader(s *Sampler, cfg LoaderConfig) (*Loader, error) {
 	if cfg.World == 0 {
 		cfg.World = 1
 	}
@@ -89,12 +87,8 @@ func NewLoader(tokens Tokens, cfg LoaderConfig) (*Loader, error) {
 	case cfg.Start < 0:
 		return nil, fmt.Errorf("data: loader start step %d is negative", cfg.Start)
 	}
-	s, err := NewTokenSampler(tokens, cfg.BlockSize, cfg.Seed, cfg.Stream)
-	if err != nil {
-		return nil, err
-	}
 	l := &Loader{s: s, cfg: cfg, slots: make([]loaderSlot, cfg.Prefetch), work: make(chan int, cfg.Prefetch)}
-	n := cfg.Batch * cfg.BlockSize
+	n := cfg.Batch * s.BlockSize()
 	for i := range l.slots {
 		l.slots[i] = loaderSlot{x: make([]int32, n), y: make([]int32, n), ready: make(chan struct{}, 1)}
 	}
@@ -108,6 +102,9 @@ func NewLoader(tokens Tokens, cfg LoaderConfig) (*Loader, error) {
 
 // Config returns the loader's settings, defaults filled in.
 func (l *Loader) Config() LoaderConfig { return l.cfg }
+
+// Sampler returns the sampler whose windows the loader deals out.
+func (l *Loader) Sampler() *Sampler { return l.s }
 
 func (l *Loader) worker() {
 	defer l.wg.Done()
@@ -130,7 +127,7 @@ func (l *Loader) check(sl *loaderSlot, step, micro int) error {
 	for _, b := range [2][]int32{sl.x, sl.y} {
 		for i, id := range b {
 			if id < 0 || id >= V {
-				T := l.cfg.BlockSize
+				T := l.s.BlockSize()
 				first := MicroBatchFirst(l.cfg.Batch, l.cfg.Accum, l.cfg.Rank, micro) + i/T
 				return fmt.Errorf("data: %s: token id %d at position %d is not below the vocabulary size %d",
 					l.name(), id, l.s.Offset(step, first)+i%T, V)
@@ -156,7 +153,7 @@ func (l *Loader) dispatch(k int) {
 }
 
 // Fill copies this process's micro-batch micro of step into x and y, each
-// of length Batch*BlockSize, laid out [Batch][BlockSize]. Asked for the
+// of length Batch*T, laid out [Batch][T] (T the sampler's block size). Asked for the
 // micro-batch after the previous one it returns a prefetched one; asked
 // for any other, it drops what it drew ahead and starts over from there.
 // It fails on ids outside the vocabulary, and after Close.
@@ -168,9 +165,9 @@ func (l *Loader) Fill(step, micro int, x, y []int32) error {
 	if step < 0 || micro < 0 || micro >= c.Accum {
 		return fmt.Errorf("data: no micro-batch %d of step %d with %d per step", micro, step, c.Accum)
 	}
-	if n := c.Batch * c.BlockSize; len(x) != n || len(y) != n {
+	if n := c.Batch * l.s.BlockSize(); len(x) != n || len(y) != n {
 		return fmt.Errorf("data: micro-batch of %d×%d tokens needs x and y of length %d, got %d and %d",
-			c.Batch, c.BlockSize, n, len(x), len(y))
+			c.Batch, l.s.BlockSize(), n, len(x), len(y))
 	}
 	k := step*c.Accum + micro
 	if k != l.next {

@@ -7,9 +7,13 @@ import (
 	"testing"
 )
 
-func newLoader(t testing.TB, toks Tokens, cfg LoaderConfig) *Loader {
+func newLoader(t testing.TB, toks Tokens, T int, seed uint64, cfg LoaderConfig) *Loader {
 	t.Helper()
-	l, err := NewLoader(toks, cfg)
+	s, err := NewTokenSampler(toks, T, seed, StreamTrain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLoader(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +26,7 @@ func newLoader(t testing.TB, toks Tokens, cfg LoaderConfig) *Loader {
 func drawAll(t testing.TB, l *Loader, first, steps int) (xs, ys []int32) {
 	t.Helper()
 	c := l.Config()
-	n := c.Batch * c.BlockSize
+	n := c.Batch * l.Sampler().BlockSize()
 	x, y := make([]int32, n), make([]int32, n)
 	for s := first; s < first+steps; s++ {
 		for m := 0; m < c.Accum; m++ {
@@ -52,7 +56,7 @@ func TestLoaderMatchesSampler(t *testing.T) {
 	var first []int32
 	for _, workers := range []int{1, 2, 4} {
 		for _, prefetch := range []int{1, 2, 5, 16} {
-			l := newLoader(t, toks, LoaderConfig{BlockSize: T, Batch: B, Accum: A, Seed: 42, Workers: workers, Prefetch: prefetch})
+			l := newLoader(t, toks, T, 42, LoaderConfig{Batch: B, Accum: A, Workers: workers, Prefetch: prefetch})
 			xs, ys := drawAll(t, l, 0, steps)
 			if !slices.Equal(xs, want) {
 				t.Fatalf("workers %d, prefetch %d: batches differ from the sampler's", workers, prefetch)
@@ -73,12 +77,12 @@ func TestLoaderRanks(t *testing.T) {
 	toks := Int32s(randomIDs(10_000, 65, 2))
 	const B, T, A, steps = 3, 8, 2, 5
 	for _, W := range []int{2, 3} {
-		one := newLoader(t, toks, LoaderConfig{BlockSize: T, Batch: B, Accum: A * W, Seed: 7, Workers: 2})
+		one := newLoader(t, toks, T, 7, LoaderConfig{Batch: B, Accum: A * W, Workers: 2})
 		wantX, wantY := drawAll(t, one, 0, steps)
 		ranks := make([][]int32, W)
 		rankY := make([][]int32, W)
 		for r := range W {
-			l := newLoader(t, toks, LoaderConfig{BlockSize: T, Batch: B, Accum: A, Rank: r, World: W, Seed: 7, Workers: r + 1})
+			l := newLoader(t, toks, T, 7, LoaderConfig{Batch: B, Accum: A, Rank: r, World: W, Workers: r + 1})
 			ranks[r], rankY[r] = drawAll(t, l, 0, steps)
 		}
 		per := B * A * T // tokens per rank per step
@@ -99,10 +103,10 @@ func TestLoaderRanks(t *testing.T) {
 // replayed step) gives the same data as asking in order.
 func TestLoaderSeek(t *testing.T) {
 	toks := Int32s(randomIDs(5000, 65, 3))
-	cfg := LoaderConfig{BlockSize: 8, Batch: 2, Accum: 2, Seed: 1, Workers: 2, Prefetch: 3}
-	all, _ := drawAll(t, newLoader(t, toks, cfg), 0, 10)
+	cfg := LoaderConfig{Batch: 2, Accum: 2, Workers: 2, Prefetch: 3}
+	all, _ := drawAll(t, newLoader(t, toks, 8, 1, cfg), 0, 10)
 	per := 2 * 8
-	l := newLoader(t, toks, cfg)
+	l := newLoader(t, toks, 8, 1, cfg)
 	x, y := make([]int32, per), make([]int32, per)
 	for _, k := range []int{7, 8, 3, 0, 19, 19, 4, 5, 6} {
 		if err := l.Fill(k/2, k%2, x, y); err != nil {
@@ -114,7 +118,7 @@ func TestLoaderSeek(t *testing.T) {
 	}
 	// Starting at a later step is the same as reaching it.
 	cfg.Start = 6
-	late, _ := drawAll(t, newLoader(t, toks, cfg), 6, 4)
+	late, _ := drawAll(t, newLoader(t, toks, 8, 1, cfg), 6, 4)
 	if !slices.Equal(late, all[6*2*per:]) {
 		t.Error("a loader started at step 6 differs from one that ran there")
 	}
@@ -122,19 +126,20 @@ func TestLoaderSeek(t *testing.T) {
 
 func TestLoaderErrors(t *testing.T) {
 	toks := Int32s(randomIDs(1000, 65, 4))
+	s, _ := NewTokenSampler(toks, 8, 0, StreamTrain)
 	for _, cfg := range []LoaderConfig{
-		{BlockSize: 8, Batch: 0, Accum: 1},
-		{BlockSize: 8, Batch: 1, Accum: 0},
-		{BlockSize: 8, Batch: 1, Accum: 1, Rank: 2, World: 2},
-		{BlockSize: 8, Batch: 1, Accum: 1, Workers: -1},
-		{BlockSize: 2000, Batch: 1, Accum: 1},
+		{Batch: 0, Accum: 1},
+		{Batch: 1, Accum: 0},
+		{Batch: 1, Accum: 1, Rank: 2, World: 2},
+		{Batch: 1, Accum: 1, Workers: -1},
+		{Batch: 1, Accum: 1, Start: -1},
 	} {
-		if l, err := NewLoader(toks, cfg); err == nil {
+		if l, err := NewLoader(s, cfg); err == nil {
 			l.Close()
 			t.Errorf("NewLoader(%+v) succeeded", cfg)
 		}
 	}
-	l := newLoader(t, toks, LoaderConfig{BlockSize: 8, Batch: 2, Accum: 1, Vocab: 65})
+	l := newLoader(t, toks, 8, 0, LoaderConfig{Batch: 2, Accum: 1, Vocab: 65})
 	x, y := make([]int32, 16), make([]int32, 16)
 	if err := l.Fill(0, 1, x, y); err == nil {
 		t.Error("micro-batch 1 of 1 accepted")
@@ -147,7 +152,7 @@ func TestLoaderErrors(t *testing.T) {
 	for i := range bad {
 		bad[i] = 64 + int32(i%2)
 	}
-	lb := newLoader(t, bad, LoaderConfig{BlockSize: 8, Batch: 2, Accum: 1, Vocab: 65, Name: "train split of test"})
+	lb := newLoader(t, bad, 8, 0, LoaderConfig{Batch: 2, Accum: 1, Vocab: 65, Name: "train split of test"})
 	if err := lb.Fill(0, 0, x, y); err == nil || !strings.Contains(err.Error(), "token id 65") ||
 		!strings.Contains(err.Error(), "train split of test") {
 		t.Errorf("bad id: err = %v", err)
@@ -163,7 +168,7 @@ func TestLoaderErrors(t *testing.T) {
 // buffers are recycled.
 func TestLoaderAllocations(t *testing.T) {
 	toks := Int32s(randomIDs(10_000, 65, 5))
-	l := newLoader(t, toks, LoaderConfig{BlockSize: 64, Batch: 12, Accum: 2, Workers: 2, Vocab: 65})
+	l := newLoader(t, toks, 64, 0, LoaderConfig{Batch: 12, Accum: 2, Workers: 2, Vocab: 65})
 	x, y := make([]int32, 12*64), make([]int32, 12*64)
 	k := 0
 	next := func() {
@@ -204,7 +209,7 @@ func BenchmarkLoader(b *testing.B) {
 	for _, shape := range []struct{ B, T int }{{12, 64}, {16, 1024}} {
 		for _, workers := range []int{1, DefaultWorkers()} {
 			b.Run(fmt.Sprintf("B=%d,T=%d,workers=%d", shape.B, shape.T, workers), func(b *testing.B) {
-				l := newLoader(b, toks, LoaderConfig{BlockSize: shape.T, Batch: shape.B, Accum: 1, Workers: workers, Vocab: 50257})
+				l := newLoader(b, toks, shape.T, 0, LoaderConfig{Batch: shape.B, Accum: 1, Workers: workers, Vocab: 50257})
 				x, y := make([]int32, shape.B*shape.T), make([]int32, shape.B*shape.T)
 				b.ResetTimer()
 				for i := range b.N {

@@ -127,7 +127,7 @@ func TestPrepareChar(t *testing.T) {
 
 		// The loader over the shards draws the sampler's windows over the ids.
 		s, _ := NewSampler(wantTrain, 32, 9, StreamTrain)
-		l := newLoader(t, p.Train, LoaderConfig{BlockSize: 32, Batch: 4, Accum: 2, Seed: 9, Workers: 2, Vocab: man.VocabSize})
+		l := newLoader(t, p.Train, 32, 9, LoaderConfig{Batch: 4, Accum: 2, Workers: 2, Vocab: man.VocabSize})
 		got, _ := drawAll(t, l, 0, 5)
 		var wantX []int32
 		for step := range 5 {

@@ -53,7 +53,7 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	}
 	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 	var ms, rates []float64
-	defer r.staged.close()
+	defer r.close()
 	err = tensor.Catch(func() {
 		for s := 0; s < warmup+steps; s++ {
 			t0 := time.Now()

@@ -10,7 +10,31 @@ import (
 // Config is one training run. Field names follow nanoGPT's config keys;
 // the JSON form is what config.json and summary.json hold.
 type Config struct {
-	Data   string `json:"data"` // a file or folder; "" means the embedded default corpus
+	// Data is what to train on: a folder written by fleet prepare (with a
+	// manifest), token files (a .bin file, llm.c shard or raw nanoGPT
+	// uint16 ids, or a folder of *train*.bin and *val*.bin files), or
+	// text (a file, or a folder of files), which is tokenized by
+	// character. "" means the embedded default corpus.
+	Data string `json:"data"`
+	// VocabSize is the model's vocabulary. 0 means the data's (the
+	// manifest's, the tokenizer's, or the characters of the text); token
+	// files without a manifest need it or Tokenizer. Larger than the
+	// data's, it pads the embedding (nanoGPT's 50304 for GPT-2).
+	VocabSize int `json:"vocab_size,omitempty"`
+	// Tokenizer is the spec of the tokenizer of token files without a
+	// manifest (bpe:FILE, gpt2:FILE, ...), recorded so that the run can be
+	// sampled.
+	Tokenizer string `json:"tokenizer,omitempty"`
+	// DataWorkers draw training batches ahead of the trainer (0: min(4,
+	// CPUs)); Prefetch is how many micro-batches they draw ahead (0:
+	// twice the workers).
+	DataWorkers int `json:"data_workers,omitempty"`
+	Prefetch    int `json:"prefetch,omitempty"`
+	// Rank and WorldSize place this process in a data-parallel group (0
+	// and 1 alone): it trains on its own part of every global batch.
+	Rank      int `json:"rank,omitempty"`
+	WorldSize int `json:"world_size,omitempty"`
+
 	Out    string `json:"out"`
 	Device string `json:"device"` // auto, cpu, cuda:N
 	// Precision of the matrix products: fp32, or bf16 (BF16 operands, F32
@@ -107,6 +131,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--weight-decay and --grad-clip must not be negative")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
 		return fmt.Errorf("--eval-interval, --eval-iters and --log-interval must be positive")
+	case c.VocabSize < 0:
+		return fmt.Errorf("--vocab-size must not be negative, got %d", c.VocabSize)
+	case c.DataWorkers < 0 || c.Prefetch < 0:
+		return fmt.Errorf("--data-workers and --prefetch must not be negative")
+	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):
+		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision == "fp16":
 		return fmt.Errorf("--precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32")
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16":

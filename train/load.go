@@ -19,11 +19,13 @@ import (
 type Trained struct {
 	Config    RunConfig
 	Model     *model.GPT
-	Tokenizer *data.Char
+	Tokenizer Tokenizer
 }
 
 // Load reads config.json, tokenizer.json and the weights file (ModelFile
 // or BestFile) from a run folder onto device dev ("auto", "cpu", ...).
+// tokenizer.json holds the character tokenizer, or the spec of the
+// tokenizer of the run's prepared data, which is opened.
 func Load(dir, weights, device string) (*Trained, error) {
 	if weights == "" {
 		weights = ModelFile
@@ -40,12 +42,12 @@ func Load(dir, weights, device string) (*Trained, error) {
 	if err := json.Unmarshal(b, &rc); err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
-	tok, err := data.LoadChar(filepath.Join(dir, TokenizerFile))
+	tok, err := loadTokenizer(dir)
 	if err != nil {
 		return nil, err
 	}
-	if tok.Size() != rc.Model.VocabSize {
-		return nil, fmt.Errorf("%s: tokenizer has %d symbols but the model expects %d", dir, tok.Size(), rc.Model.VocabSize)
+	if tok.Size() > rc.Model.VocabSize {
+		return nil, fmt.Errorf("%s: tokenizer has %d symbols but the model only %d", dir, tok.Size(), rc.Model.VocabSize)
 	}
 	wpath := filepath.Join(dir, weights)
 	if _, err := os.Stat(wpath); errors.Is(err, fs.ErrNotExist) {
@@ -70,11 +72,14 @@ func Load(dir, weights, device string) (*Trained, error) {
 // the block size: window w has inputs ids[wT : wT+T] and targets
 // ids[wT+1 : wT+T+1]. It returns the mean loss over every predicted token,
 // and the number of windows. Windows go through the model batch at a time.
-func SequentialLoss(m *model.GPT, ids []int32, batch int) (float64, int, error) {
+func SequentialLoss(m *model.GPT, ids data.Tokens, batch int) (float64, int, error) {
 	T := m.Config.BlockSize
-	windows := (len(ids) - 1) / T
+	windows := (ids.Len() - 1) / T
 	if windows < 1 {
-		return 0, 0, fmt.Errorf("evaluation data has %d tokens, fewer than block size %d + 1", len(ids), T)
+		return 0, 0, fmt.Errorf("evaluation data has %d tokens, fewer than block size %d + 1", ids.Len(), T)
+	}
+	if largest := data.MaxID(ids); int(largest) >= m.Config.VocabSize {
+		return 0, 0, fmt.Errorf("evaluation data holds token id %d, not below the model's vocabulary of %d", largest, m.Config.VocabSize)
 	}
 	var total float64
 	defer m.SetTraining(m.SetTraining(false))
@@ -86,8 +91,8 @@ func SequentialLoss(m *model.GPT, ids []int32, batch int) (float64, int, error) 
 				y := make([]int32, n*T)
 				for i := 0; i < n; i++ {
 					o := (w0 + i) * T
-					copy(x[i*T:(i+1)*T], ids[o:o+T])
-					copy(y[i*T:(i+1)*T], ids[o+1:o+T+1])
+					ids.Read(x[i*T:(i+1)*T], o)
+					ids.Read(y[i*T:(i+1)*T], o+1)
 				}
 				tensor.Step(func() {
 					l := m.Loss(tensor.FromInt32s(m.Device(), x, n, T), tensor.FromInt32s(m.Device(), y, n, T))
@@ -104,4 +109,44 @@ func SequentialLoss(m *model.GPT, ids []int32, batch int) (float64, int, error) 
 		return 0, 0, fmt.Errorf("evaluation loss is NaN")
 	}
 	return loss, windows, nil
+}
+
+// EvalTokens returns the tokens fleet eval evaluates for a trained model:
+// the val split of the data at path, or of the run's own data when path is
+// "". Text is encoded with the run's tokenizer and split 90/10; prepared
+// data and token files give their val split. Call close when done.
+func EvalTokens(tr *Trained, path string) (val data.Tokens, close func(), err error) {
+	c := tr.Config.Train
+	if path != "" {
+		c.Data = path
+	}
+	if c.Data != "" && (data.IsPrepared(c.Data) || data.IsTokenData(c.Data)) {
+		c.VocabSize, c.Tokenizer = 0, ""
+		if !data.IsPrepared(c.Data) {
+			c.VocabSize = tr.Model.Config.VocabSize
+		}
+		d, err := openData(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d.val, d.close, nil
+	}
+	var text string
+	if c.Data == "" {
+		if c.CorpusBytes == 0 {
+			c.CorpusBytes = Default().CorpusBytes
+		}
+		text, _, err = data.DefaultCorpus(c.CorpusBytes)
+	} else {
+		text, err = data.LoadText(c.Data)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, err := tr.Tokenizer.Encode(text)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--data %s: %w", c.Data, err)
+	}
+	_, v := data.Split(ids)
+	return data.Int32s(v), func() {}, nil
 }

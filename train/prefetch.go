@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"time"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend"
@@ -134,9 +135,33 @@ func nextMicro(step, micro, accum int) [2]int {
 	return [2]int{step + 1, 0}
 }
 
-// samplerFill draws micro-batch micro of a step from s.
-func samplerFill(s *data.Sampler, B, accum int) func(step, micro int, x, y []int32) {
-	return func(step, micro int, x, y []int32) {
-		s.Batch(step, data.MicroBatchFirst(B, accum, 0, micro), B, x, y)
+// openFill sets r.fill: r.batch where a test set it, else a loader
+// dealing out the train sampler's windows for this rank from step on.
+// Either way the time spent in it is added to r.dataWait.
+func (r *run) openFill(step int) error {
+	src := r.batch
+	if src == nil {
+		cfg := r.cfg
+		lc := data.LoaderConfig{Batch: cfg.BatchSize, Accum: cfg.GradAccum, Rank: cfg.Rank, World: cfg.WorldSize,
+			Start: step, Workers: cfg.DataWorkers, Prefetch: cfg.Prefetch, Name: "train split"}
+		if r.checkIDs {
+			lc.Vocab = r.vocab
+		}
+		l, err := data.NewLoader(r.train, lc)
+		if err != nil {
+			return err
+		}
+		r.loader = l
+		src = func(step, micro int, x, y []int32) {
+			if err := l.Fill(step, micro, x, y); err != nil {
+				panic(&tensor.Error{Op: "train", Msg: err.Error()})
+			}
+		}
 	}
+	r.fill = func(step, micro int, x, y []int32) {
+		t0 := time.Now()
+		src(step, micro, x, y)
+		r.dataWait += time.Since(t0)
+	}
+	return nil
 }

@@ -48,15 +48,20 @@ type Summary struct {
 	// 5) of each step's tokens / its time, evaluation excluded.
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	MsPerStep    float64 `json:"ms_per_step"`
-	Steps        int     `json:"steps"`
-	Device       string  `json:"device"`
-	NumParams    int     `json:"num_params"`
-	Data         string  `json:"data"`
-	TrainTokens  int     `json:"train_tokens"`
-	ValTokens    int     `json:"val_tokens"`
-	ElapsedSec   float64 `json:"elapsed_sec"`
-	Config       Config  `json:"config"`
-	Model        model.Config
+	// DataWaitMs is the median over the same steps of the time each step
+	// waited for data; DataWaitShare is the total wait over the total
+	// step time.
+	DataWaitMs    float64 `json:"data_wait_ms"`
+	DataWaitShare float64 `json:"data_wait_share"`
+	Steps         int     `json:"steps"`
+	Device        string  `json:"device"`
+	NumParams     int     `json:"num_params"`
+	Data          string  `json:"data"`
+	TrainTokens   int     `json:"train_tokens"`
+	ValTokens     int     `json:"val_tokens"`
+	ElapsedSec    float64 `json:"elapsed_sec"`
+	Config        Config  `json:"config"`
+	Model         model.Config
 }
 
 // Metric is one line of metrics.jsonl. Fields that are unknown at an event
@@ -69,12 +74,16 @@ type Metric struct {
 	LR           *float64 `json:"lr,omitempty"`
 	MsPerStep    *float64 `json:"ms_per_step,omitempty"`
 	TokensPerSec *float64 `json:"tokens_per_sec,omitempty"`
+	// DataWaitMs is the mean time per step the trainer waited for its
+	// batches (drawing them from the loader's queue into the staging
+	// memory) over the log interval.
+	DataWaitMs *float64 `json:"data_wait_ms,omitempty"`
 }
 
 // Result is a finished run.
 type Result struct {
 	Model     *model.GPT
-	Tokenizer *data.Char
+	Tokenizer Tokenizer
 	Summary   Summary
 }
 
@@ -88,16 +97,29 @@ type run struct {
 	sched optim.Schedule
 	train *data.Sampler
 	// batch fills x and y with micro-batch micro of a step; it defaults to
-	// the train sampler's windows (tests replay fixed batches). It is also
-	// asked for the micro-batch after the one being trained (a prefetch),
-	// which may lie past the last step.
-	batch   func(step, micro int, x, y []int32)
-	staged  batches // micro-batches on the device, the next one prefetched
-	opened  bool
-	fill    func(step, micro int, x, y []int32) // batch, or the sampler's
-	evalTr  *data.Sampler
-	evalVal *data.Sampler
-	metrics bytes.Buffer
+	// the loader's, which deals out the train sampler's windows (tests
+	// replay fixed batches). It is also asked for the micro-batch after
+	// the one being trained (a prefetch), which may lie past the last step.
+	batch    func(step, micro int, x, y []int32)
+	loader   *data.Loader
+	vocab    int     // ids must be below it
+	checkIDs bool    // the loader checks the ids (they come from files)
+	staged   batches // micro-batches on the device, the next one prefetched
+	opened   bool
+	fill     func(step, micro int, x, y []int32) // batch, or the loader's, timed
+	dataWait time.Duration                       // time spent in fill, in all
+	evalTr   *data.Sampler
+	evalVal  *data.Sampler
+	metrics  bytes.Buffer
+}
+
+// close releases the staging slots and stops the loader.
+func (r *run) close() {
+	r.staged.close()
+	if r.loader != nil {
+		r.loader.Close()
+		r.loader = nil
+	}
 }
 
 // Run trains a model as cfg says, printing progress to log.
@@ -112,26 +134,26 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := prepareOut(cfg.Out); err != nil {
 		return nil, err
 	}
-	text, desc, err := loadData(cfg)
+	ds, err := openData(cfg)
 	if err != nil {
 		return nil, err
 	}
-	tok := data.NewChar(text)
-	ids, err := tok.Encode(text)
-	if err != nil {
-		return nil, err
-	}
-	trainIDs, valIDs := data.Split(ids)
-	r := &run{cfg: cfg, log: log, dev: dev}
-	if r.train, err = data.NewSampler(trainIDs, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
+	defer ds.close()
+	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
+	if r.train, err = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
 		return nil, fmt.Errorf("train split: %w", err)
 	}
-	if r.evalVal, err = data.NewSampler(valIDs, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
-		return nil, fmt.Errorf("validation split (the last 10%% of the data): %w", err)
+	if r.evalVal, err = data.NewTokenSampler(ds.val, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
+		return nil, fmt.Errorf("validation split: %w", err)
 	}
-	r.evalTr, _ = data.NewSampler(trainIDs, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
+	r.evalTr, _ = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
+	r.vocab = ds.vocab
+	tok, err := ds.tokenizer()
+	if err != nil {
+		return nil, err
+	}
 
-	mc := cfg.ModelConfig(tok.Size())
+	mc := cfg.ModelConfig(ds.vocab)
 	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
 		return nil, err
 	}
@@ -139,23 +161,23 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
 		return nil, err
 	}
-	if err := data.SaveChar(filepath.Join(cfg.Out, TokenizerFile), tok); err != nil {
+	if err := ds.saveTokenizer(cfg.Out); err != nil {
 		return nil, err
 	}
 	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
 		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
 
-	fmt.Fprintf(log, "data: %s\n", desc)
-	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (char)\n", len(trainIDs), len(valIDs), tok.Size())
+	fmt.Fprintf(log, "data: %s\n", ds.desc)
+	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
 	fmt.Fprintf(log, "model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
 		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
 	fmt.Fprintf(log, "batch: %d × %d accumulation × %d tokens = %d tokens per step\n",
 		cfg.BatchSize, cfg.GradAccum, cfg.BlockSize, r.tokensPerStep())
 
-	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: desc,
-		TrainTokens: len(trainIDs), ValTokens: len(valIDs), BestValLoss: math.Inf(1)}
-	defer r.staged.close()
+	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
+		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1)}
+	defer r.close()
 	if err := tensor.Catch(func() { err = r.loop(&sum) }); err != nil {
 		return nil, err
 	}
@@ -177,10 +199,10 @@ func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r
 func (r *run) loop(sum *Summary) error {
 	cfg := r.cfg
 	start := time.Now()
-	var rates, stepMs []float64
+	var rates, stepMs, waitMs []float64
 	var lossAcc float64
 	var lossN int
-	var windowMs float64
+	var windowMs, windowWait, totalStep, totalWait float64
 	for step := 0; ; step++ {
 		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters {
 			if err := r.evaluate(step, sum); err != nil {
@@ -191,34 +213,43 @@ func (r *run) loop(sum *Summary) error {
 			break
 		}
 		lr := r.sched.At(step)
-		t0 := time.Now()
+		t0, w0 := time.Now(), r.dataWait
 		loss := r.step(step, lr)
 		dt := time.Since(t0).Seconds()
+		wait := (r.dataWait - w0).Seconds() * 1000
 		sum.Steps++
 		lossAcc += loss
 		lossN++
 		windowMs += dt * 1000
+		windowWait += wait
 		sum.FinalTrainLoss = loss
 		if step >= 5 {
 			rates = append(rates, float64(r.tokensPerStep())/dt)
 			stepMs = append(stepMs, dt*1000)
+			waitMs = append(waitMs, wait)
+			totalStep += dt * 1000
+			totalWait += wait
 		}
 		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
-			avg, ms := lossAcc/float64(lossN), windowMs/float64(lossN)
+			avg, ms, wms := lossAcc/float64(lossN), windowMs/float64(lossN), windowWait/float64(lossN)
 			tps := float64(r.tokensPerStep()) / (ms / 1000)
-			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s\n",
-				step+1, cfg.MaxIters, avg, lr, ms, tps)
+			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s | data wait %.3f ms (%.2f%%)\n",
+				step+1, cfg.MaxIters, avg, lr, ms, tps, wms, 100*wms/ms)
 			if math.IsNaN(avg) || math.IsInf(avg, 0) {
 				return fmt.Errorf("step %d: training loss is %v; lower --lr or raise --grad-clip", step+1, avg)
 			}
-			if err := r.addMetric(Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps}); err != nil {
+			if err := r.addMetric(Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}); err != nil {
 				return err
 			}
-			lossAcc, lossN, windowMs = 0, 0, 0
+			lossAcc, lossN, windowMs, windowWait = 0, 0, 0, 0
 		}
 	}
 	sum.TokensPerSec = median(rates)
 	sum.MsPerStep = median(stepMs)
+	sum.DataWaitMs = median(waitMs)
+	if totalStep > 0 {
+		sum.DataWaitShare = totalWait / totalStep
+	}
 	sum.ElapsedSec = time.Since(start).Seconds()
 	return nil
 }
@@ -238,9 +269,8 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			panic(&tensor.Error{Op: "train", Msg: "staging batches: " + err.Error()})
 		}
 		r.opened = true
-		r.fill = r.batch
-		if r.fill == nil {
-			r.fill = samplerFill(r.train, B, cfg.GradAccum)
+		if err := r.openFill(step); err != nil {
+			panic(&tensor.Error{Op: "train", Msg: err.Error()})
 		}
 	}
 	var total float64
@@ -316,17 +346,6 @@ func (r *run) addMetric(m Metric) error {
 	r.metrics.Write(line)
 	r.metrics.WriteByte('\n')
 	return atomicfile.WriteFile(filepath.Join(r.cfg.Out, MetricsFile), r.metrics.Bytes())
-}
-
-func loadData(cfg Config) (text, desc string, err error) {
-	if cfg.Data == "" {
-		return data.DefaultCorpus(cfg.CorpusBytes)
-	}
-	text, err = data.LoadText(cfg.Data)
-	if err != nil {
-		return "", "", err
-	}
-	return text, fmt.Sprintf("%s (%d bytes)", cfg.Data, len(text)), nil
 }
 
 // prepareOut creates the output folder and checks that it can be written.

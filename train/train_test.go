@@ -119,7 +119,7 @@ func TestRunWritesFilesAndLearns(t *testing.T) {
 	}
 	ids, _ := tr.Tokenizer.Encode(testText())
 	_, val := data.Split(ids)
-	loss, windows, err := SequentialLoss(tr.Model, val, 16)
+	loss, windows, err := SequentialLoss(tr.Model, data.Int32s(val), 16)
 	if err != nil || windows != (len(val)-1)/c.BlockSize {
 		t.Fatalf("sequential loss: %v, %d windows", err, windows)
 	}

@@ -6,14 +6,13 @@ import (
 	"io"
 	"math"
 
-	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/train"
 )
 
 func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	out := fs.String("out", "out", "run folder written by fleet train")
-	dataPath := fs.String("data", "", "text whose validation split (the last 10%) is evaluated (default: the run's own training data)")
+	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", "device: auto, cpu")
@@ -27,27 +26,11 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var text string
-	if *dataPath == "" {
-		*dataPath = tr.Config.Train.Data
-	}
-	if *dataPath == "" {
-		corpus := tr.Config.Train.CorpusBytes
-		if corpus == 0 {
-			corpus = train.Default().CorpusBytes
-		}
-		text, _, err = data.DefaultCorpus(corpus)
-	} else {
-		text, err = data.LoadText(*dataPath)
-	}
+	val, closeData, err := train.EvalTokens(tr, *dataPath)
 	if err != nil {
 		return err
 	}
-	ids, err := tr.Tokenizer.Encode(text)
-	if err != nil {
-		return fmt.Errorf("--data: %w", err)
-	}
-	_, val := data.Split(ids)
+	defer closeData()
 	loss, windows, err := train.SequentialLoss(tr.Model, val, *batch)
 	if err != nil {
 		return fmt.Errorf("validation split: %w", err)

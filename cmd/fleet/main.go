@@ -17,11 +17,14 @@ const usage = `fleet trains GPT language models.
 Usage: fleet COMMAND [flags]
 
 Commands:
-  train    train a model (with no flags: a small char-level GPT on Go's own source)
-  sample   generate text from a trained model
-  eval     evaluate a trained model's validation loss and perplexity
-  bench    time training steps of a model configuration
-  doctor   report the NVIDIA driver, libraries and GPUs, and whether training on the GPU will work
+  tokenizer  train a BPE tokenizer, or encode and decode text with one
+  prepare    tokenize text files into token shards for train --data
+  train      train a model (with no flags: a small char-level GPT on Go's own source)
+  sample     generate text from a trained model
+  eval       evaluate a trained model's validation loss and perplexity
+  ngram      a Kneser-Ney n-gram baseline: its val perplexity on prepared data
+  bench      time training steps of a model configuration
+  doctor     report the NVIDIA driver, libraries and GPUs, and whether training on the GPU will work
 
 Run fleet COMMAND -h for a command's flags.
 `
@@ -38,12 +41,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "tokenizer":
+		err = tokenizerCmd(args[1:], stdout, stderr)
+	case "prepare":
+		err = prepareCmd(args[1:], stdout, stderr)
 	case "train":
 		err = trainCmd(args[1:], stdout, stderr)
 	case "sample":
 		err = sampleCmd(args[1:], stdout, stderr)
 	case "eval":
 		err = evalCmd(args[1:], stdout, stderr)
+	case "ngram":
+		err = ngramCmd(args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(args[1:], stdout, stderr)
 	case "doctor":

@@ -29,8 +29,13 @@ func modelFlags(fs *flag.FlagSet, c *train.Config) {
 func trainCmd(args []string, stdout, stderr io.Writer) error {
 	c := train.Default()
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.StringVar(&c.Data, "data", "", "training text: a file, or a folder of files read in sorted order (default: Go's standard-library source)")
+	fs.StringVar(&c.Data, "data", "", "training data: a folder from fleet prepare; token files (a .bin file, or a folder of *train*.bin and *val*.bin); "+
+		"or text, a file or a folder of files read in sorted order, tokenized by character (default: Go's standard-library source)")
 	fs.StringVar(&c.Out, "out", c.Out, "output folder")
+	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "model vocabulary (0: the data's); needed for token files without --tokenizer, and may pad (50304 for GPT-2)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "tokenizer of token files without a manifest (char:FILE, bpe:FILE, gpt2:FILE|DIR), recorded for sampling")
+	fs.IntVar(&c.DataWorkers, "data-workers", c.DataWorkers, "goroutines drawing batches ahead of the trainer (0: min(4, CPUs))")
+	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "micro-batches drawn ahead (0: twice the data workers)")
 	modelFlags(fs, &c)
 	fs.Float64Var(&c.MinLR, "min-lr", c.MinLR, "learning rate at the end of the cosine decay")
 	fs.IntVar(&c.WarmupIters, "warmup-iters", c.WarmupIters, "linear warmup steps")
@@ -55,15 +60,15 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
 		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
 	fmt.Fprintf(stdout, "wrote %s\n", c.Out)
-	prompt := "\n"
-	if _, err := res.Tokenizer.Encode(prompt); err != nil {
-		prompt = res.Tokenizer.Decode([]int32{0})
+	prompt, err := res.Tokenizer.Encode("\n")
+	if err != nil || len(prompt) == 0 {
+		prompt = []int32{0}
 	}
-	text, err := generate(res.Model, res.Tokenizer, prompt, 300, 0.8, 200, c.Seed)
+	out, err := res.Model.Generate(prompt, 300, model.Sampling{Temperature: 0.8, TopK: 200, RNG: tensor.NewRNG(c.Seed)})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nsample:\n%s\n", text)
+	fmt.Fprintf(stdout, "\nsample:\n%s\n", res.Tokenizer.Decode(out))
 	return nil
 }
 
