@@ -149,22 +149,31 @@ func EncodeDocuments(t Tokenizer, docs ...[]byte) []int32 {
 // as a long run of whitespace, is held until one comes or the input
 // ends.) For char, a character outside the vocabulary is an error.
 func EncodeReader(t Tokenizer, r io.Reader, fn func(ids []int32) error) error {
-	chunk := readChunk
-	buf := make([]byte, 0, chunk)
-	scanned := 0 // buf[:scanned] has no split point that needs no more input
-	off := int64(0)
-	flush := func(n int) error {
-		ids, err := encodeChecked(t, buf[:n])
+	return splitReader(r, func(text []byte, off int64) error {
+		ids, err := encodeChecked(t, text)
 		if err != nil {
 			if off > 0 {
 				return fmt.Errorf("in the text from byte %d on: %w", off, err)
 			}
 			return err
 		}
-		off += int64(n)
-		if err := fn(ids); err != nil {
+		return fn(ids)
+	})
+}
+
+// splitReader reads r and calls fn with its bytes in order, in pieces
+// that end where SplitPoint allows (the last at the end of the input),
+// with the offset of each. The piece is only valid during the call.
+func splitReader(r io.Reader, fn func(text []byte, off int64) error) error {
+	chunk := readChunk
+	buf := make([]byte, 0, chunk)
+	scanned := 0 // buf[:scanned] has no split point that needs no more input
+	off := int64(0)
+	flush := func(n int) error {
+		if err := fn(buf[:n], off); err != nil {
 			return err
 		}
+		off += int64(n)
 		buf = buf[:copy(buf, buf[n:])]
 		scanned = 0
 		return nil
@@ -196,7 +205,7 @@ func EncodeReader(t Tokenizer, r io.Reader, fn func(ids []int32) error) error {
 	}
 }
 
-// readChunk is the size of EncodeReader's reads (a variable for tests).
+// readChunk is the size of splitReader's reads (a variable for tests).
 var readChunk = 1 << 20
 
 // encodeChecked is Encode, or EncodeStrict where there is one.

@@ -18,16 +18,33 @@ func TrainBPE(inputs []string, vocabSize int) (*BPE, error) {
 	}
 	var c wordCounter
 	for _, path := range inputs {
-		b, err := os.ReadFile(path)
-		if err != nil {
+		if err := c.addFile(path); err != nil {
 			return nil, fmt.Errorf("train bpe: %w", err)
 		}
-		if len(b) == 0 {
-			return nil, fmt.Errorf("train bpe: %s is empty", path)
-		}
-		c.add(b)
 	}
 	return c.train(vocabSize)
+}
+
+// addFile counts the words of a file, read in chunks.
+func (c *wordCounter) addFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n := int64(0)
+	err = splitReader(f, func(text []byte, _ int64) error {
+		c.add(text)
+		n += int64(len(text))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s is empty", path)
+	}
+	return nil
 }
 
 // TrainBPEText is TrainBPE on documents held in memory.

@@ -117,18 +117,37 @@ func tokenizerTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var nbytes, ntokens int64
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for _, name := range files {
+		f, err := os.Open(name)
 		if err != nil {
 			return err
 		}
-		nbytes += int64(len(b))
-		ntokens += int64(len(bpe.Encode(b)))
+		cr := &countingReader{r: f}
+		err = tokenizer.EncodeReader(bpe, cr, func(ids []int32) error {
+			ntokens += int64(len(ids))
+			return nil
+		})
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		nbytes += cr.n
 	}
 	fmt.Fprintf(stdout, "trained a BPE of %d tokens (%d merges) on %d file(s), %d bytes, in %.2fs: %.3f tokens per byte\n",
 		bpe.VocabSize(), len(bpe.Merges()), len(files), nbytes, took.Seconds(), float64(ntokens)/float64(nbytes))
 	fmt.Fprintf(stdout, "wrote %s (use it as --tokenizer %s)\n", *out, bpe.Spec())
 	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // expandInputs replaces each folder by the regular files under it, in
