@@ -164,11 +164,19 @@ func TestLoaderErrors(t *testing.T) {
 	}
 }
 
-// TestLoaderAllocations: steady-state Fill makes no heap allocations; the
-// buffers are recycled.
+// TestLoaderAllocations: steady-state Fill makes no heap allocations (nor
+// do the workers); the buffers are recycled. The tokens are shards.
 func TestLoaderAllocations(t *testing.T) {
-	toks := Int32s(randomIDs(10_000, 65, 5))
-	l := newLoader(t, toks, 64, 0, LoaderConfig{Batch: 12, Accum: 2, Workers: 2, Vocab: 65})
+	ids := randomIDs(10_000, 65, 5)
+	var parts []Tokens
+	for lo := 0; lo < len(ids); lo += 1000 {
+		u := make(Uint16s, 1000)
+		for i := range u {
+			u[i] = uint16(ids[lo+i])
+		}
+		parts = append(parts, u)
+	}
+	l := newLoader(t, NewConcat(parts...), 64, 0, LoaderConfig{Batch: 12, Accum: 2, Workers: 2, Vocab: 65})
 	x, y := make([]int32, 12*64), make([]int32, 12*64)
 	k := 0
 	next := func() {
