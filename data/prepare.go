@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -92,9 +93,9 @@ type PrepareConfig struct {
 	// Progress, if set, is called after each chunk with the input bytes
 	// done and the total.
 	Progress func(done, total int64)
-	// Extra are files already in Out that belong to the prepared data
-	// (a character vocabulary); Prepare keeps them.
-	Extra []string
+	// Files are written into Out, atomically, before the manifest: a
+	// character vocabulary that the manifest's tokenizer spec names.
+	Files map[string][]byte
 }
 
 // DefaultShardTokens is llm.c's shard size, 100M tokens.
@@ -150,6 +151,11 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
+	for _, d := range docs {
+		if inside(d.path, cfg.Out) {
+			return nil, fmt.Errorf("prepare: input %s is inside the output folder %s", d.path, cfg.Out)
+		}
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("prepare: --out %s: %w", cfg.Out, err)
 	}
@@ -178,12 +184,31 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 	if man.Train.Tokens == 0 {
 		return nil, fmt.Errorf("prepare: the inputs gave no training tokens")
 	}
+	for name, b := range cfg.Files {
+		if name != filepath.Base(name) || shardName.MatchString(name) || name == ManifestFile {
+			return nil, fmt.Errorf("prepare: cannot write a file named %q into the output folder", name)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(cfg.Out, name), b); err != nil {
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+	}
 	b, _ := json.MarshalIndent(man, "", "  ")
 	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, ManifestFile), append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
 	removeStaleShards(cfg.Out, man)
 	return man, nil
+}
+
+// inside reports whether path is in folder dir (at any depth).
+func inside(path, dir string) bool {
+	ap, err1 := filepath.Abs(path)
+	ad, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(ad, ap)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // document is one input file and the size it had when listed.

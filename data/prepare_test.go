@@ -245,6 +245,7 @@ func TestPrepareBadInput(t *testing.T) {
 		{"character outside the vocabulary", PrepareConfig{Tokenizer: enc, Inputs: []string{good, filepath.Join(dir, "ω.txt")}, Out: out}, "ω.txt: tokenizer char:v cannot encode it"},
 		{"val fraction", PrepareConfig{Tokenizer: enc, Inputs: []string{good}, Out: out, ValFraction: 1}, "val fraction 1 is not in [0, 1)"},
 		{"shard size", PrepareConfig{Tokenizer: enc, Inputs: []string{good}, Out: out, ShardTokens: -5}, "shard size -5"},
+		{"input inside out", PrepareConfig{Tokenizer: enc, Inputs: []string{good}, Out: dir}, "good.txt is inside the output folder"},
 	} {
 		_, err := Prepare(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -261,7 +262,7 @@ func TestPrepareBadInput(t *testing.T) {
 }
 
 // TestPrepareReplaces: preparing into the same folder again leaves only
-// the new shards.
+// the new shards (and the files Prepare was given).
 func TestPrepareReplaces(t *testing.T) {
 	in := t.TempDir()
 	writeFiles(t, in, map[string]string{"x.txt": strings.Repeat("abc def\n", 1000)})
@@ -272,6 +273,7 @@ func TestPrepareReplaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ShardTokens = 0
+	cfg.Files = map[string][]byte{"tokenizer.json": []byte("{}\n")}
 	man, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +283,7 @@ func TestPrepareReplaces(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{ManifestFile, "train_000000.bin", "val_000000.bin"}) || len(man.Train.Shards) != 1 {
+	if !slices.Equal(names, []string{ManifestFile, "tokenizer.json", "train_000000.bin", "val_000000.bin"}) || len(man.Train.Shards) != 1 {
 		t.Errorf("folder holds %v", names)
 	}
 }

@@ -1,12 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -43,13 +43,13 @@ func prepareCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	bar := newProgress(stderr)
 	start := time.Now()
-	enc, boundary, err := prepareEncoder(*spec, *out, inputs, bar)
+	enc, boundary, files, err := prepareEncoder(*spec, inputs, bar)
 	if err != nil {
 		return err
 	}
 	bar.phase("encoding")
 	man, err := data.Prepare(data.PrepareConfig{Tokenizer: enc, Boundary: boundary, Inputs: inputs, Out: *out,
-		ValFraction: *valFraction, ShardTokens: *shardTokens, Workers: *workers, Progress: bar.update})
+		ValFraction: *valFraction, ShardTokens: *shardTokens, Workers: *workers, Progress: bar.update, Files: files})
 	bar.done()
 	if err != nil {
 		return err
@@ -63,20 +63,19 @@ func prepareCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // prepareEncoder opens the tokenizer spec for Prepare. A char tokenizer is
-// built from the inputs (char) or read (char:FILE), and saved into out as
-// tokenizer.json, which the manifest names, so the folder is
+// built from the inputs (char) or read (char:FILE), and goes into out as
+// tokenizer.json (in files), which the manifest names, so the folder is
 // self-contained; other specs are recorded with an absolute path.
-func prepareEncoder(spec, out string, inputs []string, bar *progress) (data.Encoder, func([]byte) int, error) {
+func prepareEncoder(spec string, inputs []string, bar *progress) (enc data.Encoder, boundary func([]byte) int, files map[string][]byte, err error) {
 	kind, path, _ := strings.Cut(spec, ":")
 	if kind != "char" {
 		enc, boundary, err := openEncoder(data.AbsSpec(spec))
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tokenizer: %w", err)
+			return nil, nil, nil, fmt.Errorf("--tokenizer: %w", err)
 		}
-		return enc, boundary, nil
+		return enc, boundary, nil, nil
 	}
 	var c *data.Char
-	var err error
 	if path == "" {
 		bar.phase("vocabulary")
 		c, err = data.CharVocab(inputs, bar.update)
@@ -85,19 +84,17 @@ func prepareEncoder(spec, out string, inputs []string, bar *progress) (data.Enco
 		c, err = data.LoadChar(path)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if c.Size() > data.MaxVocab16 {
-		return nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)
+		return nil, nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("--out %s: %w", out, err)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	const name = "tokenizer.json"
-	if err := data.SaveChar(filepath.Join(out, name), c); err != nil {
-		return nil, nil, err
-	}
-	return data.CharEncoder{Char: c, Name: "char:" + name}, nil, nil
+	return data.CharEncoder{Char: c, Name: "char:" + name}, nil, map[string][]byte{name: append(b, '\n')}, nil
 }
 
 // parseWithArgs parses flags that may come before, between or after the
