@@ -21,7 +21,7 @@ import (
 // scores where the CPU uses exp; the measured error is about 1e-7), 1e-2
 // for BF16 storage against the CPU on the same bf16-rounded inputs
 // (outputs are rounded to bf16, a relative 2^-9 each). A NaN or infinity
-// anywhere fails. Every output buffer starts as NaN attnPoison, so an element
+// anywhere fails. Every output buffer starts as NaN poison, so an element
 // a kernel skips fails too, and the harness's guard regions catch any
 // write past a buffer (all buffers are allocated at their exact sizes).
 //
@@ -99,7 +99,7 @@ func attnCPU(t *testing.T, p backend.Attention, dt backend.DType, seed uint64) a
 	rng := rand.New(rand.NewPCG(seed, uint64(p.B*1000003+p.T*1009+p.C*31+p.H)))
 	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*3*p.C), dout: emu.RandF32(rng, p.B*p.T*p.C)}
 	if dt == backend.BF16 {
-		r.qkv, r.dout = attnRoundBF16(r.qkv), attnRoundBF16(r.dout)
+		r.qkv, r.dout = round(backend.BF16, r.qkv), round(backend.BF16, r.dout)
 	}
 	qkv, dout := attnCPUUpload(c, r.qkv), attnCPUUpload(c, r.dout)
 	out, lse, dqkv := attnCPUAlloc(c, p.B*p.T*p.C), attnCPUAlloc(c, p.SavedLen()), attnCPUAlloc(c, len(r.qkv))
@@ -111,7 +111,7 @@ func attnCPU(t *testing.T, p backend.Attention, dt backend.DType, seed uint64) a
 	}
 	// The BF16 backward kernels read out as stored, in bf16.
 	if dt == backend.BF16 {
-		r.out = attnRoundBF16(r.out)
+		r.out = round(backend.BF16, r.out)
 	}
 	hd := p.C / p.H
 	r.D = make([]float32, p.SavedLen())
@@ -134,11 +134,11 @@ func testAttnForward(t *testing.T, m *emu.Module, dt backend.DType) {
 	for _, p := range attnShapesFor(dt) {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 1)
-			out, lse := attnPoison(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
-			if err := kernels.Attention(m, dt, p, out, lse, attnUpload(dt, r.qkv)); err != nil {
+			out, lse := devOut(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
+			if err := kernels.Attention(m, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
 				t.Fatal(err)
 			}
-			attnCheckNorm(t, "out", attnDownload(dt, out), r.out, attnTol(dt))
+			attnCheckNorm(t, "out", devGet(out), r.out, attnTol(dt))
 			attnCheckNorm(t, "lse", lse.F32(), r.lse, attnTolF32)
 		})
 	}
@@ -152,7 +152,7 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 	for _, p := range attnShapesFor(dt) {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 2)
-			qkv, dout, out, lse := attnUpload(dt, r.qkv), attnUpload(dt, r.dout), attnUpload(dt, r.out), emu.NewF32(r.lse)
+			qkv, dout, out, lse := devIn(dt, r.qkv), devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse)
 			var first []float32
 			// The serial schedules are repeatable by construction; the
 			// parallel one interleaves threads as the OS likes, so that is
@@ -162,13 +162,13 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 				runs = 2
 			}
 			for run := 0; run < runs; run++ {
-				dqkv := attnPoison(dt, len(r.qkv))
+				dqkv := devOut(dt, len(r.qkv))
 				scratch := emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p))
 				l := &attnLauncher{m: m, after: func(kernel string) {
 					if run != 0 || kernel != "fleet_attention_bwd_dq_"+dt.String() {
 						return
 					}
-					got := attnDownload(dt, dqkv)
+					got := devGet(dqkv)
 					q, k, v := attnThirds(p, got)
 					wq, _, _ := attnThirds(p, r.dqkv)
 					attnCheckScaled(t, "dq (after the dq kernel)", q, wq, attnNorm(r.dqkv), attnTol(dt))
@@ -179,7 +179,7 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 				if err := kernels.AttentionBackward(l, dt, p, dqkv, dout, out, lse, qkv, scratch); err != nil {
 					t.Fatal(err)
 				}
-				got := attnDownload(dt, dqkv)
+				got := devGet(dqkv)
 				if run == 0 {
 					first = got
 					attnCheckNorm(t, "dqkv", got, r.dqkv, attnTol(dt))
@@ -197,14 +197,14 @@ func testAttnDKDV(t *testing.T, m *emu.Module, dt backend.DType) {
 	for _, p := range attnShapesFor(dt) {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 3)
-			dqkv := attnPoison(dt, len(r.qkv))
+			dqkv := devOut(dt, len(r.qkv))
 			l := &attnLauncher{m: m, only: "fleet_attention_bwd_dkdv_" + dt.String()}
-			err := kernels.AttentionBackward(l, dt, p, dqkv, attnUpload(dt, r.dout), attnUpload(dt, r.out), emu.NewF32(r.lse),
-				attnUpload(dt, r.qkv), emu.NewF32(r.D))
+			err := kernels.AttentionBackward(l, dt, p, dqkv, devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse),
+				devIn(dt, r.qkv), emu.NewF32(r.D))
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, k, v := attnThirds(p, attnDownload(dt, dqkv))
+			q, k, v := attnThirds(p, devGet(dqkv))
 			_, wk, wv := attnThirds(p, r.dqkv)
 			attnCheckPoison(t, "dq (the dkdv kernel must not write it)", q)
 			attnCheckScaled(t, "dk", k, wk, attnNorm(r.dqkv), attnTol(dt))
@@ -215,7 +215,7 @@ func testAttnDKDV(t *testing.T, m *emu.Module, dt backend.DType) {
 
 // testAttnKV fills the first Pos cache positions with random keys and
 // values, poisons the rest, and checks out, the cache rows the call writes
-// (bit for bit: they are copies) and that the rows past Pos+T stay attnPoison.
+// (bit for bit: they are copies) and that the rows past Pos+T stay poison.
 func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 	c := attnCPUBackend(t)
 	for _, p := range attnKVShapes {
@@ -224,7 +224,7 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			n := p.B * p.MaxT * p.C
 			qkv, kc, vc := emu.RandF32(rng, p.B*p.T*3*p.C), emu.RandF32(rng, n), emu.RandF32(rng, n)
 			if dt == backend.BF16 {
-				qkv, kc, vc = attnRoundBF16(qkv), attnRoundBF16(kc), attnRoundBF16(vc)
+				qkv, kc, vc = round(backend.BF16, qkv), round(backend.BF16, kc), round(backend.BF16, vc)
 			}
 			// Only positions [0, Pos) of the caches hold data; the
 			// kernel must write [Pos, Pos+T) and never read past that.
@@ -245,12 +245,12 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 				c.Free(s)
 			}
 
-			out, kb, vb := attnPoison(dt, p.B*p.T*p.C), attnUpload(dt, kdev), attnUpload(dt, vdev)
-			if err := kernels.AttentionKV(m, dt, p, out, attnUpload(dt, qkv), kb, vb); err != nil {
+			out, kb, vb := devOut(dt, p.B*p.T*p.C), devIn(dt, kdev), devIn(dt, vdev)
+			if err := kernels.AttentionKV(m, dt, p, out, devIn(dt, qkv), kb, vb); err != nil {
 				t.Fatal(err)
 			}
-			attnCheckNorm(t, "out", attnDownload(dt, out), want, attnTol(dt))
-			gk, gv := attnDownload(dt, kb), attnDownload(dt, vb)
+			attnCheckNorm(t, "out", devGet(out), want, attnTol(dt))
+			gk, gv := devGet(kb), devGet(vb)
 			for b := 0; b < p.B; b++ {
 				lo, mid, hi := b*p.MaxT*p.C, (b*p.MaxT+p.Pos+p.T)*p.C, (b+1)*p.MaxT*p.C
 				if !attnBitEqual(gk[lo:mid], wk[lo:mid]) || !attnBitEqual(gv[lo:mid], wv[lo:mid]) {
@@ -375,45 +375,6 @@ func attnBitEqual(a, b []float32) bool {
 		}
 	}
 	return true
-}
-
-func attnRoundBF16(v []float32) []float32 {
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = backend.BF16ToF32(backend.F32ToBF16(x))
-	}
-	return out
-}
-
-// attnUpload makes an emulator buffer of v stored as dt (F32, or BF16 bits).
-func attnUpload(dt backend.DType, v []float32) *emu.Buffer {
-	if dt == backend.F32 {
-		return emu.NewF32(v)
-	}
-	h := make([]uint16, len(v))
-	for i, x := range v {
-		h[i] = backend.F32ToBF16(x)
-	}
-	return emu.NewU16(h)
-}
-
-func attnDownload(dt backend.DType, b *emu.Buffer) []float32 {
-	if dt == backend.F32 {
-		return b.F32()
-	}
-	h := b.U16()
-	v := make([]float32, len(h))
-	for i, x := range h {
-		v[i] = backend.BF16ToF32(x)
-	}
-	return v
-}
-
-func attnPoison(dt backend.DType, n int) *emu.Buffer {
-	if dt == backend.F32 {
-		return emu.Poison(emu.F32, n)
-	}
-	return emu.Poison(emu.U16, n)
 }
 
 func attnCPUBackend(t *testing.T) backend.Backend {
