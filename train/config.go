@@ -68,6 +68,18 @@ type Config struct {
 
 	// CorpusBytes caps the embedded default corpus.
 	CorpusBytes int `json:"corpus_bytes"`
+
+	// CkptInterval saves a checkpoint in OUT/checkpoints every so many
+	// steps and at the end (0: only when stopped); Keep is how many are
+	// kept (0: all).
+	CkptInterval int `json:"ckpt_interval,omitempty"`
+	Keep         int `json:"keep,omitempty"`
+	// Resume continues from the newest complete checkpoint in Out. Without
+	// it, an Out that holds checkpoints is refused.
+	Resume bool `json:"-"`
+	// Stop, when closed, makes the run finish its step, save a checkpoint
+	// and return ErrInterrupted.
+	Stop <-chan struct{} `json:"-"`
 }
 
 // Default is the configuration of `fleet train` with no flags: a small
@@ -101,6 +113,7 @@ func Default() Config {
 		LogInterval:  10,
 		Seed:         1337,
 		CorpusBytes:  4 << 20,
+		Keep:         3,
 	}
 }
 
@@ -133,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--eval-interval, --eval-iters and --log-interval must be positive")
 	case c.VocabSize < 0:
 		return fmt.Errorf("--vocab-size must not be negative, got %d", c.VocabSize)
+	case c.CkptInterval < 0 || c.Keep < 0:
+		return fmt.Errorf("--ckpt-interval and --keep must not be negative")
 	case c.DataWorkers < 0 || c.Prefetch < 0:
 		return fmt.Errorf("--data-workers and --prefetch must not be negative")
 	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):

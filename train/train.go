@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/internal/rng"
@@ -111,6 +112,7 @@ type run struct {
 	evalTr   *data.Sampler
 	evalVal  *data.Sampler
 	metrics  bytes.Buffer
+	ckpt     *checkpointer
 }
 
 // close releases the staging slots and stops the loader.
@@ -133,6 +135,24 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	if err := prepareOut(cfg.Out); err != nil {
 		return nil, err
+	}
+	ckRoot := filepath.Join(cfg.Out, CheckpointDir)
+	var resumeDir string
+	var resumeMan *checkpoint.Manifest
+	if cfg.Resume {
+		d, m, skipped, err := checkpoint.Latest(ckRoot)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range skipped {
+			fmt.Fprintf(log, "skipping an incomplete or damaged checkpoint: %v\n", e)
+		}
+		if d == "" {
+			fmt.Fprintf(log, "resume: no complete checkpoint in %s; starting at step 0\n", ckRoot)
+		}
+		resumeDir, resumeMan = d, m
+	} else if checkpoint.Exists(ckRoot) {
+		return nil, fmt.Errorf("--out %s already holds checkpoints (%s); add --resume to continue that run, or pick a new --out", cfg.Out, ckRoot)
 	}
 	ds, err := openData(cfg)
 	if err != nil {
@@ -177,8 +197,27 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
 		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1)}
+	if r.ckpt, err = newCheckpointer(r, rc); err != nil {
+		return nil, err
+	}
+	start := 0
+	if resumeDir != "" {
+		if start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan, mc); err != nil {
+			return nil, err
+		}
+		if start > cfg.MaxIters {
+			return nil, fmt.Errorf("resume: checkpoint %s is at step %d, past --max-iters %d", resumeDir, start, cfg.MaxIters)
+		}
+		r.keepMetrics(start)
+		sum.Steps = start
+		if start == cfg.MaxIters {
+			fmt.Fprintf(log, "resume: %s is the end of the run (step %d); rewriting the final files\n", resumeDir, start)
+		} else {
+			fmt.Fprintf(log, "resume: continuing from %s at step %d\n", resumeDir, start)
+		}
+	}
 	defer r.close()
-	if err := tensor.Catch(func() { err = r.loop(&sum) }); err != nil {
+	if err := tensor.Catch(func() { err = r.loop(&sum, start) }); err != nil {
 		return nil, err
 	}
 	if err != nil {
@@ -196,14 +235,20 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
 
 // loop runs the optimizer steps with evaluations, filling sum.
-func (r *run) loop(sum *Summary) error {
+func (r *run) loop(sum *Summary, first int) (err error) {
 	cfg := r.cfg
 	start := time.Now()
 	var rates, stepMs, waitMs []float64
 	var lossAcc float64
 	var lossN int
 	var windowMs, windowWait, totalStep, totalWait float64
-	for step := 0; ; step++ {
+	defer func() {
+		// Let a write in flight finish (a panic included) and report it.
+		if werr := r.ckpt.wait(r.log); err == nil {
+			err = werr
+		}
+	}()
+	for step := first; ; step++ {
 		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters {
 			if err := r.evaluate(step, sum); err != nil {
 				return err
@@ -242,6 +287,24 @@ func (r *run) loop(sum *Summary) error {
 				return err
 			}
 			lossAcc, lossN, windowMs, windowWait = 0, 0, 0, 0
+		}
+		if err := r.ckpt.poll(r.log); err != nil {
+			return err
+		}
+		done := step + 1
+		select {
+		case <-cfg.Stop:
+			if err := r.ckpt.save(r, done, sum.BestValLoss, true); err != nil {
+				return err
+			}
+			fmt.Fprintf(r.log, "stopped after step %d: checkpoint in %s; continue with --resume\n", done, r.ckpt.last)
+			return fmt.Errorf("%w after step %d; checkpoint %s; continue with --resume", ErrInterrupted, done, r.ckpt.last)
+		default:
+		}
+		if cfg.CkptInterval > 0 && (done%cfg.CkptInterval == 0 || done == cfg.MaxIters) {
+			if err := r.ckpt.save(r, done, sum.BestValLoss, false); err != nil {
+				return err
+			}
 		}
 	}
 	sum.TokensPerSec = median(rates)

@@ -1,0 +1,127 @@
+package train
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+)
+
+func resumeConfig(t *testing.T) Config {
+	c := tinyConfig(t)
+	c.MaxIters = 30
+	c.Dropout = 0.1
+	c.GradAccum = 2
+	c.DataWorkers = 2
+	c.EvalInterval = 10
+	c.CkptInterval = 5
+	c.Keep = 0
+	return c
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestResumeIsExact resumes a run (dropout, accumulation, two loader
+// workers) from its checkpoints at several steps and checks that the final
+// weights, and the checkpoints written after the resume, are bitwise those
+// of the uninterrupted run.
+func TestResumeIsExact(t *testing.T) {
+	c := resumeConfig(t)
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "checkpoint step 30: snapshot") {
+		t.Fatalf("no checkpoint log line:\n%s", log.String())
+	}
+	want := mustRead(t, filepath.Join(c.Out, ModelFile))
+	root := filepath.Join(c.Out, CheckpointDir)
+	wantStep30 := mustRead(t, filepath.Join(root, checkpoint.DirName(30), StateFile))
+
+	// Without --resume the folder is refused.
+	if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Fatalf("a second run into the same --out: err = %v, want a refusal naming --resume", err)
+	}
+
+	for _, from := range []int{10, 15, 25} {
+		// Make the checkpoint at from the newest: copy the run aside and
+		// drop later checkpoints and the latest pointer.
+		rc := c
+		rc.Out = filepath.Join(t.TempDir(), "out")
+		os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
+		for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
+			os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
+		}
+		if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(from)), os.DirFS(filepath.Join(root, checkpoint.DirName(from)))); err != nil {
+			t.Fatal(err)
+		}
+		rc.Resume = true
+		log.Reset()
+		if _, err := Run(rc, &log); err != nil {
+			t.Fatalf("resume from %d: %v\n%s", from, err, log.String())
+		}
+		if !strings.Contains(log.String(), "continuing from") {
+			t.Errorf("resume from %d: log does not say it resumed:\n%s", from, log.String())
+		}
+		if got := mustRead(t, filepath.Join(rc.Out, ModelFile)); !bytes.Equal(got, want) {
+			t.Errorf("resume from step %d: final weights differ from the uninterrupted run's", from)
+		}
+		got := mustRead(t, filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(30), StateFile))
+		if !bytes.Equal(got, wantStep30) {
+			t.Errorf("resume from step %d: optimizer state at step 30 differs", from)
+		}
+	}
+
+	// Resuming the finished run rewrites the final files and stops.
+	os.Remove(filepath.Join(c.Out, ModelFile))
+	c.Resume = true
+	log.Reset()
+	res, err := Run(c, &log)
+	if err != nil || !strings.Contains(log.String(), "end of the run") || res.Summary.Steps != 30 {
+		t.Fatalf("resume a finished run: %v\n%s", err, log.String())
+	}
+	if got := mustRead(t, filepath.Join(c.Out, ModelFile)); !bytes.Equal(got, want) {
+		t.Error("resuming the finished run rewrote different weights")
+	}
+}
+
+func TestResumeWithoutCheckpoint(t *testing.T) {
+	c := tinyConfig(t)
+	c.MaxIters = 2
+	c.Resume = true
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "starting at step 0") {
+		t.Fatalf("log does not say it starts at step 0:\n%s", log.String())
+	}
+}
+
+func TestStopSavesCheckpoint(t *testing.T) {
+	c := tinyConfig(t)
+	c.MaxIters = 20
+	stop := make(chan struct{})
+	close(stop)
+	c.Stop = stop
+	var log bytes.Buffer
+	_, err := Run(c, &log)
+	if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), "after step 1") {
+		t.Fatalf("err = %v, want ErrInterrupted after step 1\n%s", err, log.String())
+	}
+	d, m, _, err := checkpoint.Latest(filepath.Join(c.Out, CheckpointDir))
+	if err != nil || m == nil || m.Step != 1 {
+		t.Fatalf("checkpoint after stop: %q %+v %v", d, m, err)
+	}
+}
