@@ -49,9 +49,15 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.EvalIters, "eval-iters", c.EvalIters, "batches per evaluation")
 	fs.IntVar(&c.LogInterval, "log-interval", c.LogInterval, "steps between log lines")
 	fs.IntVar(&c.CorpusBytes, "corpus-bytes", c.CorpusBytes, "size cap of the default corpus")
+	fs.IntVar(&c.CkptInterval, "ckpt-interval", c.CkptInterval, "save a checkpoint in OUT/checkpoints every N steps and at the end (0: only on SIGTERM/SIGINT)")
+	fs.IntVar(&c.Keep, "keep", c.Keep, "checkpoints to keep (0: all)")
+	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	stop, release := stopOnSignal(stderr)
+	defer release()
+	c.Stop = stop
 	res, err := train.Run(c, stdout)
 	if err != nil {
 		return err
