@@ -59,7 +59,8 @@ type checkpointer struct {
 	busy     bool
 	snapTime time.Duration
 	done     chan ckptResult
-	last     string // the directory of the last completed write
+	last     string     // the directory of the last completed write
+	lastRes  ckptResult // and its times
 }
 
 func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
@@ -173,6 +174,7 @@ func (c *checkpointer) poll(log io.Writer) error {
 }
 
 func (c *checkpointer) report(log io.Writer, res ckptResult, background bool) error {
+	c.lastRes = res
 	if res.err != nil {
 		return fmt.Errorf("%w (the checkpoints saved before are intact)", res.err)
 	}
