@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/tensor"
@@ -38,25 +37,23 @@ func (m *GPT) LoadWeights(path string) error {
 	return nil
 }
 
-// SetWeights copies the tensors of f into the parameters.
+// SetWeights copies the tensors of f into the parameters. Names may be
+// fleet's (Hugging Face's prefixed ones) or the hub's unprefixed ones;
+// non-weight buffers are ignored, and an lm_head.weight must equal wte.
 func (m *GPT) SetWeights(f *checkpoint.File) error {
-	byName := map[string]checkpoint.Tensor{}
-	for name, t := range f.Tensors {
-		if strings.HasSuffix(name, ".attn.bias") || strings.HasSuffix(name, ".attn.masked_bias") || name == "lm_head.weight" {
-			continue
-		}
-		if !strings.HasPrefix(name, "transformer.") {
-			name = "transformer." + name
-		}
-		byName[name] = t
-	}
+	byName, head := hfWeights(f)
 	for _, p := range m.Parameters() {
 		t, ok := byName[p.Name]
 		if !ok {
-			return fmt.Errorf("missing tensor %s", p.Name)
+			return fmt.Errorf("missing tensor %s (the model has %d layers, bias=%v)", p.Name, m.Config.NLayer, m.Config.Bias)
 		}
 		if !tensor.Shape(t.Shape).Equal(p.T.Shape()) {
-			return fmt.Errorf("tensor %s has shape %v, model expects %v", p.Name, t.Shape, p.T.Shape())
+			return fmt.Errorf("tensor %s has shape %v, the config (%s) gives %v", p.Name, t.Shape, m.Config.short(), p.T.Shape())
+		}
+		switch t.DType {
+		case checkpoint.F32, checkpoint.F16, checkpoint.BF16, checkpoint.F64:
+		default:
+			return fmt.Errorf("tensor %s has dtype %s, want a float type (F32, F16, BF16, F64)", p.Name, t.DType)
 		}
 		v, err := t.Float32s()
 		if err != nil {
@@ -64,5 +61,10 @@ func (m *GPT) SetWeights(f *checkpoint.File) error {
 		}
 		p.T.SetFloat32s(v)
 	}
-	return nil
+	return checkHead(head, byName["transformer.wte.weight"])
+}
+
+// short describes the config's shape for errors.
+func (c Config) short() string {
+	return fmt.Sprintf("vocab %d, block %d, %d layers, %d embd, bias=%v", c.VocabSize, c.BlockSize, c.NLayer, c.NEmbd, c.Bias)
 }
