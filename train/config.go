@@ -74,6 +74,10 @@ type Config struct {
 	// kept (0: all).
 	CkptInterval int `json:"ckpt_interval,omitempty"`
 	Keep         int `json:"keep,omitempty"`
+	// InitFrom starts from the weights of a GPT-2 safetensors file (fleet's
+	// or Hugging Face's), whose shape replaces the model settings; NHead
+	// 0 infers the heads from the width.
+	InitFrom string `json:"init_from,omitempty"`
 	// Resume continues from the newest complete checkpoint in Out. Without
 	// it, an Out that holds checkpoints is refused.
 	Resume bool `json:"-"`

@@ -126,6 +126,12 @@ func (r *run) close() {
 
 // Run trains a model as cfg says, printing progress to log.
 func Run(cfg Config, log io.Writer) (res *Result, err error) {
+	var initFile *checkpoint.File
+	if cfg.InitFrom != "" {
+		if initFile, err = initFrom(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -176,6 +182,12 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	mc := cfg.ModelConfig(ds.vocab)
 	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
 		return nil, err
+	}
+	if initFile != nil {
+		if err := r.model.SetWeights(initFile); err != nil {
+			return nil, fmt.Errorf("--init-from %s: %w", cfg.InitFrom, err)
+		}
+		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
 	rc := RunConfig{Train: cfg, Model: mc}
 	if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {

@@ -13,7 +13,10 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	out := fs.String("out", "out", "run folder written by fleet train")
 	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
-	weights := fs.String("weights", train.ModelFile, "weights file in the run folder")
+	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own (fleet's or Hugging Face's; needs --data)")
+	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
+	tokSpec := fs.String("tokenizer", "char", "with --weights FILE: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR")
+	evalWindows := fs.Int("eval-windows", 0, "evaluate the first N windows (0: all)")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", "device: auto, cpu")
 	if err := parse(fs, args, stderr); err != nil {
@@ -22,7 +25,10 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if *batch <= 0 {
 		return fmt.Errorf("--batch-size must be positive")
 	}
-	tr, err := train.Load(*out, *weights, *device)
+	if *dataPath == "" && standalone(*out, *weights) {
+		return fmt.Errorf("--weights %s: give --data to evaluate on", *weights)
+	}
+	tr, err := loadModel(*out, *weights, *device, *nHead, *tokSpec, *dataPath)
 	if err != nil {
 		return err
 	}
@@ -31,6 +37,10 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeData()
+	if *evalWindows < 0 {
+		return fmt.Errorf("--eval-windows must not be negative")
+	}
+	val = train.FirstWindows(val, *evalWindows, tr.Model.Config.BlockSize)
 	loss, windows, err := train.SequentialLoss(tr.Model, val, *batch)
 	if err != nil {
 		return fmt.Errorf("validation split: %w", err)

@@ -23,6 +23,7 @@ Commands:
   sample     generate text from a trained model
   eval       evaluate a trained model's validation loss and perplexity
   ngram      a Kneser-Ney n-gram baseline: its val perplexity on prepared data
+  export     write a model as a Hugging Face GPT-2 folder (weights and config.json)
   bench      time training steps of a model configuration
   doctor     report the NVIDIA driver, libraries and GPUs, and whether training on the GPU will work
 
@@ -53,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = evalCmd(args[1:], stdout, stderr)
 	case "ngram":
 		err = ngramCmd(args[1:], stdout, stderr)
+	case "export":
+		err = exportCmd(args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(args[1:], stdout, stderr)
 	case "doctor":

@@ -11,7 +11,9 @@ import (
 func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
 	out := fs.String("out", "out", "run folder written by fleet train")
-	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss)")
+	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss), or a GPT-2 safetensors file of its own (fleet's or Hugging Face's)")
+	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
+	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR)")
 	prompt := fs.String("prompt", "\n", "text to continue")
 	tokens := fs.Int("tokens", 500, "tokens to generate")
 	temperature := fs.Float64("temperature", 0.8, "sampling temperature (> 0)")
@@ -27,7 +29,10 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	if *topK < 0 {
 		return fmt.Errorf("--top-k must not be negative")
 	}
-	tr, err := train.Load(*out, *weights, *device)
+	if standalone(*out, *weights) && *tokSpec == "" {
+		return fmt.Errorf("--weights %s: give --tokenizer to turn text into ids", *weights)
+	}
+	tr, err := loadModel(*out, *weights, *device, *nHead, *tokSpec, "")
 	if err != nil {
 		return err
 	}

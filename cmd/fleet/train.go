@@ -51,9 +51,17 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.CorpusBytes, "corpus-bytes", c.CorpusBytes, "size cap of the default corpus")
 	fs.IntVar(&c.CkptInterval, "ckpt-interval", c.CkptInterval, "save a checkpoint in OUT/checkpoints every N steps and at the end (0: only on SIGTERM/SIGINT)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "checkpoints to keep (0: all)")
+	fs.StringVar(&c.InitFrom, "init-from", "", "start from the weights of a GPT-2 safetensors file (fleet's or Hugging Face's); its shape replaces the model flags, and --n-head is needed only for widths that are not GPT-2's")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
+	}
+	if c.InitFrom != "" {
+		heads := false
+		fs.Visit(func(f *flag.Flag) { heads = heads || f.Name == "n-head" })
+		if !heads {
+			c.NHead = 0 // inferred from the file
+		}
 	}
 	stop, release := stopOnSignal(stderr)
 	defer release()
