@@ -107,6 +107,10 @@ func LoadGPT2(path string, nHead int, dev tensor.Device) (*GPT, error) {
 // HFConfig is the config.json with which transformers' GPT2LMHeadModel
 // loads the weights that ExportHF writes.
 func (c Config) HFConfig() map[string]any {
+	eot := c.VocabSize - 1
+	if c.VocabSize > 50256 {
+		eot = 50256 // GPT-2's <|endoftext|>, below nanoGPT's padding to 50304
+	}
 	return map[string]any{
 		"architectures":                   []string{"GPT2LMHeadModel"},
 		"model_type":                      "gpt2",
@@ -126,8 +130,8 @@ func (c Config) HFConfig() map[string]any {
 		"tie_word_embeddings":             true,
 		"scale_attn_weights":              true,
 		"torch_dtype":                     "float32",
-		"bos_token_id":                    c.VocabSize - 1,
-		"eos_token_id":                    c.VocabSize - 1,
+		"bos_token_id":                    eot,
+		"eos_token_id":                    eot,
 		"summary_type":                    "cls_index",
 		"summary_use_proj":                true,
 		"summary_activation":              nil,

@@ -116,6 +116,10 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 	}
 }
 
+// writeFault, when set (by tests), wraps the writer of each checkpoint
+// file, to inject faults such as a full disk.
+var writeFault func(step int, name string, w io.Writer) io.Writer
+
 func (c *checkpointer) files() (*checkpoint.Manifest, []checkpoint.Entry) {
 	s := &c.snap
 	weights := &checkpoint.File{Metadata: map[string]string{"step": strconv.Itoa(s.step)}, Tensors: map[string]checkpoint.Tensor{}}
@@ -132,12 +136,19 @@ func (c *checkpointer) files() (*checkpoint.Manifest, []checkpoint.Entry) {
 	if json.Valid(c.tokJSON) {
 		m.Tokenizer = c.tokJSON
 	}
-	return m, []checkpoint.Entry{
+	files := []checkpoint.Entry{
 		{Name: ModelFile, Write: func(w io.Writer) error { return checkpoint.Encode(w, weights) }},
 		{Name: StateFile, Write: func(w io.Writer) error { return checkpoint.Encode(w, state) }},
 		bytesEntry(ConfigFile, c.cfgJSON),
 		bytesEntry(TokenizerFile, c.tokJSON),
 	}
+	if fault := writeFault; fault != nil {
+		for i, e := range files {
+			write, step := e.Write, s.step
+			files[i].Write = func(w io.Writer) error { return write(fault(step, e.Name, w)) }
+		}
+	}
+	return m, files
 }
 
 func (c *checkpointer) write() ckptResult {

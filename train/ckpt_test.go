@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +124,65 @@ func TestStopSavesCheckpoint(t *testing.T) {
 	d, m, _, err := checkpoint.Latest(filepath.Join(c.Out, CheckpointDir))
 	if err != nil || m == nil || m.Step != 1 {
 		t.Fatalf("checkpoint after stop: %q %+v %v", d, m, err)
+	}
+}
+
+// diskFull fails every write once n bytes have gone through, as a full
+// disk does.
+type diskFull struct {
+	w io.Writer
+	n int
+}
+
+var errDiskFull = errors.New("no space left on device (injected)")
+
+func (d *diskFull) Write(p []byte) (int, error) {
+	if len(p) > d.n {
+		n, _ := d.w.Write(p[:d.n])
+		d.n = 0
+		return n, errDiskFull
+	}
+	d.n -= len(p)
+	return d.w.Write(p)
+}
+
+// TestCheckpointDiskFull fails the write of the second checkpoint part way
+// through model.safetensors: the run stops with an error naming the step
+// and the file, and the first checkpoint still verifies and resumes.
+func TestCheckpointDiskFull(t *testing.T) {
+	c := tinyConfig(t)
+	c.MaxIters = 20
+	c.CkptInterval = 5
+	writeFault = func(step int, name string, w io.Writer) io.Writer {
+		if step >= 10 && name == ModelFile {
+			return &diskFull{w: w, n: 3000}
+		}
+		return w
+	}
+	defer func() { writeFault = nil }()
+	var log bytes.Buffer
+	_, err := Run(c, &log)
+	if !errors.Is(err, errDiskFull) {
+		t.Fatalf("err = %v, want the injected fault\n%s", err, log.String())
+	}
+	for _, w := range []string{"checkpoint step 10", ModelFile, "intact"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	root := filepath.Join(c.Out, CheckpointDir)
+	d, m, skipped, err := checkpoint.Latest(root)
+	if err != nil || m == nil || m.Step != 5 || len(skipped) != 0 {
+		t.Fatalf("after the failed write: Latest = %q %+v %v %v", d, m, skipped, err)
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 2 {
+		t.Errorf("%d entries in %s, want latest and step-0000005 (no temporary directory left)", len(ents), root)
+	}
+	writeFault = nil
+	c.Resume = true
+	log.Reset()
+	if _, err := Run(c, &log); err != nil || !strings.Contains(log.String(), "at step 5") {
+		t.Fatalf("resume after the failed write: %v\n%s", err, log.String())
 	}
 }
