@@ -107,8 +107,10 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		// Every random stream is a function of (seed, step): dropout is
 		// reseeded per (step, micro-batch) and the loader draws the
 		// windows of a step from (seed, step, rank).
-		"seed":            strconv.FormatUint(cfg.Seed, 10),
-		"dropout_rng":     "rng.Mix(seed, 0xd0, step, micro)",
+		"seed":        strconv.FormatUint(cfg.Seed, 10),
+		"dropout_rng": "rng.Mix(seed, 0xd0, step, micro)",
+		// Every rank's loader is at the step: rank r draws its part of
+		// the step's global batch.
 		"loader_position": strconv.Itoa(step),
 		"rank":            strconv.Itoa(cfg.Rank),
 		"world_size":      strconv.Itoa(max(cfg.WorldSize, 1)),
@@ -251,6 +253,10 @@ func (r *run) restore(dir string, man *checkpoint.Manifest, mc model.Config) (st
 	}
 	if s, _ := strconv.ParseUint(st.Metadata["seed"], 10, 64); s != r.cfg.Seed {
 		return 0, 0, bad("seed %s, the run has --seed %d", st.Metadata["seed"], r.cfg.Seed)
+	}
+	if w := st.Metadata["world_size"]; w != strconv.Itoa(max(r.cfg.WorldSize, 1)) {
+		fmt.Fprintf(r.log, "resume: the checkpoint was written by a world of %s processes, this run has %d: the batches are the same, but the result is not bitwise that of an uninterrupted run\n",
+			w, max(r.cfg.WorldSize, 1))
 	}
 	for i, p := range r.model.Parameters() {
 		for _, mv := range []struct {
