@@ -12,4 +12,9 @@
 // every dtype, shape and byte range, and that the tensors tile the data
 // section exactly, and reports the first problem as an error rather than
 // panicking.
+//
+// WriteDir, Verify and Latest manage a folder of training checkpoints, one
+// directory per step holding its files and a manifest of their SHA-256
+// sums, written under a temporary name and renamed into place, with a
+// latest pointer replaced atomically last.
 package checkpoint

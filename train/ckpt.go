@@ -60,11 +60,12 @@ type checkpointer struct {
 	snapTime time.Duration
 	done     chan ckptResult
 	last     string     // the directory of the last completed write
+	lastStep int        // and its step (-1: none yet)
 	lastRes  ckptResult // and its times
 }
 
 func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
-	c := &checkpointer{root: filepath.Join(r.cfg.Out, CheckpointDir), keep: r.cfg.Keep, done: make(chan ckptResult, 1)}
+	c := &checkpointer{root: filepath.Join(r.cfg.Out, CheckpointDir), keep: r.cfg.Keep, done: make(chan ckptResult, 1), lastStep: -1}
 	var err error
 	if c.cfgJSON, err = json.MarshalIndent(rc, "", "  "); err != nil {
 		return nil, err
@@ -158,7 +159,7 @@ func (c *checkpointer) write() ckptResult {
 	m, files := c.files()
 	dir, err := checkpoint.WriteDir(c.root, m, files, c.keep)
 	if err == nil {
-		c.last = dir
+		c.last, c.lastStep = dir, c.snap.step
 	}
 	return ckptResult{step: c.snap.step, snap: c.snapTime, write: time.Since(t0), err: err}
 }
@@ -208,6 +209,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
 	if err := c.wait(r.log); err != nil {
 		return err
+	}
+	if c.lastStep == step {
+		return nil // saved already (a stop right after an interval checkpoint)
 	}
 	t0 := time.Now()
 	c.take(r, step, best)
