@@ -50,6 +50,11 @@ type Config struct {
 
 	BatchSize int `json:"batch_size"` // micro-batch per process
 	GradAccum int `json:"grad_accum"` // micro-steps per optimizer step
+	// TokensPerStep, when positive, sets the global tokens per optimizer
+	// step instead: the accumulation is TokensPerStep / (BatchSize ×
+	// BlockSize × world size), which must divide exactly. It cannot be
+	// combined with a GradAccum other than 1.
+	TokensPerStep int `json:"tokens_per_step,omitempty"`
 
 	LR           float64 `json:"learning_rate"`
 	MinLR        float64 `json:"min_lr"`
@@ -132,7 +137,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--out must name a folder")
 	case c.BatchSize <= 0:
 		return fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
-	case c.GradAccum <= 0:
+	case c.GradAccum <= 0 && c.TokensPerStep == 0:
 		return fmt.Errorf("--grad-accum must be positive, got %d", c.GradAccum)
 	case c.MaxIters < 0:
 		return fmt.Errorf("--max-iters must not be negative, got %d", c.MaxIters)
@@ -161,7 +166,35 @@ func (c Config) Validate() error {
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16":
 		return fmt.Errorf("--precision must be fp32 or bf16, got %q", c.Precision)
 	}
+	if _, err := c.Accumulation(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// Accumulation is the number of micro-steps per optimizer step: GradAccum,
+// or TokensPerStep / (BatchSize × BlockSize × world size) when
+// TokensPerStep is set.
+func (c Config) Accumulation() (int, error) {
+	if c.TokensPerStep == 0 {
+		return c.GradAccum, nil
+	}
+	world := max(c.WorldSize, 1)
+	perMicro := c.BatchSize * c.BlockSize * world
+	switch {
+	case c.TokensPerStep < 0:
+		return 0, fmt.Errorf("--tokens-per-step must be positive, got %d", c.TokensPerStep)
+	case c.GradAccum > 1:
+		return 0, fmt.Errorf("--tokens-per-step %d cannot be combined with --grad-accum %d: it sets the accumulation itself",
+			c.TokensPerStep, c.GradAccum)
+	case perMicro <= 0:
+		return 0, fmt.Errorf("--tokens-per-step %d needs a positive batch size and block size (got %d and %d)",
+			c.TokensPerStep, c.BatchSize, c.BlockSize)
+	case c.TokensPerStep%perMicro != 0:
+		return 0, fmt.Errorf("--tokens-per-step %d is not a multiple of batch size %d × block size %d × world size %d = %d tokens per micro-step",
+			c.TokensPerStep, c.BatchSize, c.BlockSize, world, perMicro)
+	}
+	return c.TokensPerStep / perMicro, nil
 }
 
 // ProductDType is the dtype matrix products run in under the precision.

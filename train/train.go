@@ -135,6 +135,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.GradAccum, _ = cfg.Accumulation() // checked by Validate
 	dev, err := backend.Resolve(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
@@ -204,8 +205,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
 	fmt.Fprintf(log, "model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
 		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
-	fmt.Fprintf(log, "batch: %d × %d accumulation × %d tokens = %d tokens per step\n",
-		cfg.BatchSize, cfg.GradAccum, cfg.BlockSize, r.tokensPerStep())
+	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
+		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
 		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1)}

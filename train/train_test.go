@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -209,5 +210,58 @@ func TestDefaultCorpus(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "Go standard library source") || res.Tokenizer.Size() < 50 {
 		t.Errorf("unexpected corpus: vocabulary %d\n%s", res.Tokenizer.Size(), log.String())
+	}
+}
+
+// TestTokensPerStep: --tokens-per-step derives the accumulation, refuses
+// what does not divide or is combined with --grad-accum, and N = 4×B×T
+// trains the same weights as --grad-accum 4.
+func TestTokensPerStep(t *testing.T) {
+	c := Default()
+	c.BatchSize, c.BlockSize, c.WorldSize = 4, 16, 2
+	for _, tc := range []struct {
+		tokens, accum int
+		want          string
+	}{
+		{tokens: 4 * 16 * 2 * 3, accum: 1},
+		{tokens: 100, accum: 1, want: "not a multiple of batch size 4 × block size 16 × world size 2 = 128"},
+		{tokens: 512, accum: 2, want: "cannot be combined with --grad-accum 2"},
+		{tokens: -128, accum: 1, want: "must be positive"},
+	} {
+		c.TokensPerStep, c.GradAccum = tc.tokens, tc.accum
+		err := c.Validate()
+		if tc.want == "" {
+			if n, _ := c.Accumulation(); err != nil || n != 3 {
+				t.Errorf("--tokens-per-step %d: accumulation %d, err %v; want 3", tc.tokens, n, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--tokens-per-step %d --grad-accum %d: err = %v, want one naming %q", tc.tokens, tc.accum, err, tc.want)
+		}
+	}
+
+	var weights [2][]byte
+	for i := range weights {
+		c := tinyConfig(t)
+		c.MaxIters = 6
+		if i == 0 {
+			c.GradAccum = 4
+		} else {
+			c.TokensPerStep = 4 * c.BatchSize * c.BlockSize
+		}
+		var log bytes.Buffer
+		if _, err := Run(c, &log); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		want := fmt.Sprintf("micro-batch %d × %d tokens, 4 accumulation steps, world 1: %d tokens per step",
+			c.BatchSize, c.BlockSize, 4*c.BatchSize*c.BlockSize)
+		if !strings.Contains(log.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, log.String())
+		}
+		weights[i] = mustRead(t, filepath.Join(c.Out, ModelFile))
+	}
+	if !bytes.Equal(weights[0], weights[1]) {
+		t.Fatal("--tokens-per-step 4×B×T and --grad-accum 4 wrote different weights")
 	}
 }

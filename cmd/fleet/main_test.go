@@ -62,6 +62,8 @@ func TestBadInput(t *testing.T) {
 		{"eval without model", []string{"eval", "--out", emptyDir, "--data", good}, 1, "no model in"},
 		{"sample missing dir", []string{"sample", "--out", filepath.Join(dir, "absent")}, 1, "no model in"},
 		{"negative lr", append([]string{"train", "--data", good, "--out", out, "--lr", "-1"}, tiny...), 1, "--lr"},
+		{"tokens per step with grad accum", append([]string{"train", "--data", good, "--out", out, "--tokens-per-step", "64", "--grad-accum", "1"}, tiny...), 1, "cannot be combined with --grad-accum"},
+		{"tokens per step not a multiple", append([]string{"train", "--data", good, "--out", out, "--tokens-per-step", "100"}, tiny...), 1, "not a multiple of batch size 4 × block size 8 × world size 1 = 32"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

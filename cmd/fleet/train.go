@@ -52,9 +52,17 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.CkptInterval, "ckpt-interval", c.CkptInterval, "save a checkpoint in OUT/checkpoints every N steps and at the end (0: only on SIGTERM/SIGINT)")
 	fs.IntVar(&c.Keep, "keep", c.Keep, "checkpoints to keep (0: all)")
 	fs.StringVar(&c.InitFrom, "init-from", "", "start from the weights of a GPT-2 safetensors file (fleet's or Hugging Face's); its shape replaces the model flags, and --n-head is needed only for widths that are not GPT-2's")
+	fs.IntVar(&c.TokensPerStep, "tokens-per-step", 0, "global tokens per optimizer step; sets the accumulation to N / (batch-size × block-size × world size), which must divide exactly (0: use --grad-accum)")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
+	}
+	if c.TokensPerStep != 0 {
+		accum := false
+		fs.Visit(func(f *flag.Flag) { accum = accum || f.Name == "grad-accum" })
+		if accum {
+			return fmt.Errorf("--tokens-per-step %d cannot be combined with --grad-accum %d: it sets the accumulation itself", c.TokensPerStep, c.GradAccum)
+		}
 	}
 	if c.InitFrom != "" {
 		heads := false
