@@ -16,6 +16,15 @@ func roundBF16(v []float32) []float32 {
 	return out
 }
 
+// roundF16 returns v rounded to IEEE half precision and widened back.
+func roundF16(v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = backend.F16ToF32(backend.F32ToF16(x))
+	}
+	return out
+}
+
 func normErr(got, want []float32) float64 {
 	var d, n float64
 	for i := range want {
@@ -28,9 +37,10 @@ func normErr(got, want []float32) float64 {
 	return math.Sqrt(d / n)
 }
 
-// TestAutocastBF16 checks Linear and LinearT under Autocast(BF16): the
+// TestAutocastBF16 checks Linear and LinearT under Autocast(BF16) and
+// Autocast(F16) (emulated on the CPU through F32 products): the
 // output and every gradient equal the F32 computation on bf16-rounded
-// operands (products of bf16 values are exact in F32; only the order of
+// operands (products of bf16 and f16 values are exact in F32; only the order of
 // the F32 sums differs), gradients reach the F32 leaves, and outputs and
 // gradients are F32.
 func TestAutocastBF16(t *testing.T) {
@@ -71,33 +81,38 @@ func TestAutocastBF16(t *testing.T) {
 		})
 		return res
 	}
-	for _, transposed := range []bool{false, true} {
-		w := wv
-		if transposed {
-			w = wt
-		}
-		got := run(BF16, xv, w, bv, gv, transposed)
-		want := run(F32, roundBF16(xv), roundBF16(w), bv, roundBF16(gv), transposed)
-		plain := run(F32, xv, w, bv, gv, transposed)
-		for _, c := range []struct {
-			name            string
-			got, want, full []float32
-		}{{"out", got.out, want.out, plain.out}, {"grad x", got.gx, want.gx, plain.gx}, {"grad w", got.gw, want.gw, plain.gw}} {
-			if e := normErr(c.got, c.want); e > 1e-5 {
-				t.Errorf("transposed=%v %s: %.3g from F32 on rounded operands", transposed, c.name, e)
+	for _, tc := range []struct {
+		dt    DType
+		round func([]float32) []float32
+	}{{BF16, roundBF16}, {F16, roundF16}} {
+		for _, transposed := range []bool{false, true} {
+			w := wv
+			if transposed {
+				w = wt
 			}
-			if e := normErr(c.got, c.full); e > 1e-2 || e == 0 {
-				t.Errorf("transposed=%v %s: %.3g from full F32 (want a bf16-sized difference)", transposed, c.name, e)
+			got := run(tc.dt, xv, w, bv, gv, transposed)
+			want := run(F32, tc.round(xv), tc.round(w), bv, tc.round(gv), transposed)
+			plain := run(F32, xv, w, bv, gv, transposed)
+			for _, c := range []struct {
+				name            string
+				got, want, full []float32
+			}{{"out", got.out, want.out, plain.out}, {"grad x", got.gx, want.gx, plain.gx}, {"grad w", got.gw, want.gw, plain.gw}} {
+				if e := normErr(c.got, c.want); e > 1e-5 {
+					t.Errorf("%v transposed=%v %s: %.3g from F32 on rounded operands", tc.dt, transposed, c.name, e)
+				}
+				if e := normErr(c.got, c.full); e > 1e-2 || e == 0 {
+					t.Errorf("%v transposed=%v %s: %.3g from full F32 (want a rounding-sized difference)", tc.dt, transposed, c.name, e)
+				}
 			}
-		}
-		if !transposed {
-			// The bias gradient is a sum of g in F32: it does not see the rounding.
-			if e := normErr(got.gb, plain.gb); e > 1e-6 {
-				t.Errorf("bias gradient %.3g from F32", e)
+			if !transposed {
+				// The bias gradient is a sum of g in F32: it does not see the rounding.
+				if e := normErr(got.gb, plain.gb); e > 1e-6 {
+					t.Errorf("bias gradient %.3g from F32", e)
+				}
 			}
 		}
 	}
-	if err := Catch(func() { Autocast(F16, func() {}) }); err == nil {
-		t.Error("autocast to f16 products was accepted")
+	if err := Catch(func() { Autocast(I32, func() {}) }); err == nil {
+		t.Error("autocast to i32 products was accepted")
 	}
 }

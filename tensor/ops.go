@@ -265,14 +265,15 @@ func linearTBackward(n *node, g *Tensor) {
 var autocast = F32
 
 // Autocast runs fn with Linear and LinearT (every matrix product of the
-// GPT) casting F32 operands to dt, BF16, for the product: BF16 inputs,
-// F32 accumulation and F32 outputs. The casts are ops of their own, so
+// GPT) casting F32 operands to dt, BF16 or F16, for the product: low
+// precision inputs, F32 accumulation and F32 outputs (F16 needs loss
+// scaling to keep small gradients from flushing to zero). The casts are ops of their own, so
 // gradients reach the F32 tensors (master weights stay F32), and the
 // backward products run in BF16 too. Softmax, LayerNorm, the loss and the
 // optimizer stay in F32. Autocast(F32, fn) turns it off inside fn.
 func Autocast(dt DType, fn func()) {
-	if dt != F32 && dt != BF16 {
-		panic(&Error{Op: "autocast", Msg: fmt.Sprintf("products in %v are not supported (want f32 or bf16)", dt)})
+	if dt != F32 && dt != BF16 && dt != F16 {
+		panic(&Error{Op: "autocast", Msg: fmt.Sprintf("products in %v are not supported (want f32, bf16 or f16)", dt)})
 	}
 	prev := autocast
 	autocast = dt
@@ -281,13 +282,13 @@ func Autocast(dt DType, fn func()) {
 }
 
 // lowPrecision applies the autocast policy to a product's operands, which
-// must then share an F32 or BF16 dtype.
+// must then share an F32, BF16 or F16 dtype.
 func lowPrecision(op string, x, w *Tensor) (*Tensor, *Tensor) {
 	if autocast != F32 {
 		x, w = Cast(x, autocast), Cast(w, autocast)
 	}
-	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16) {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32 or both bf16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
+	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16 && x.dtype != F16) {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32, both bf16 or both f16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
 	}
 	return x, w
 }

@@ -141,6 +141,10 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		c.matmulBF16(p, a, b, cc, bias)
 		return
 	}
+	if a.S.DType() == backend.F16 && b.S.DType() == backend.F16 {
+		c.matmulF16(p, a, b, cc, bias)
+		return
+	}
 	t := matmulTasks.get()
 	t.p, t.A, t.B, t.C = p, f32(a), f32(b), f32(cc)
 	if !bias.Nil() {

@@ -233,7 +233,7 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		return
 	}
 	at, bt := c.dt(a), c.dt(b)
-	if at != bt || (at != backend.F32 && at != backend.BF16) || c.dt(cc) != backend.F32 {
+	if at != bt || (at != backend.F32 && at != backend.BF16 && at != backend.F16) || c.dt(cc) != backend.F32 {
 		c.fail("matmul", fmt.Errorf("operands %v @ %v into %v", at, bt, c.dt(cc)))
 	}
 	if !bias.Nil() {
@@ -263,8 +263,11 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 }
 
 func dataType(dt backend.DType) cublas.DataType {
-	if dt == backend.BF16 {
+	switch dt {
+	case backend.BF16:
 		return cublas.R16BF
+	case backend.F16:
+		return cublas.R16F
 	}
 	return cublas.R32F
 }
