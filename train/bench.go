@@ -40,6 +40,9 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 		return BenchResult{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
 	}
 	r := &run{cfg: cfg, dev: dev}
+	if cfg.Precision == "fp16" {
+		r.scaler = newGradScaler()
+	}
 	tokens := make([]int32, 1<<16+cfg.BlockSize+1)
 	g := rng.New(cfg.Seed)
 	for i := range tokens {

@@ -103,7 +103,7 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		"step":       strconv.Itoa(step),
 		"adam_steps": strconv.Itoa(r.opt.Steps),
 		// The schedule is a function of the step: the next step's LR.
-		"next_lr":       strconv.FormatFloat(r.sched.At(step), 'g', -1, 64),
+		"next_lr":       strconv.FormatFloat(r.sched.At(r.scheduleStep(step)), 'g', -1, 64),
 		"best_val_loss": strconv.FormatFloat(best, 'g', -1, 64),
 		// Every random stream is a function of (seed, step): dropout is
 		// reseeded per (step, micro-batch) and the loader draws the
@@ -115,8 +115,8 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		"loader_position": strconv.Itoa(step),
 		"rank":            strconv.Itoa(cfg.Rank),
 		"world_size":      strconv.Itoa(max(cfg.WorldSize, 1)),
-		"grad_scaler":     "none",
 	}
+	r.scaler.metadata(s.meta)
 }
 
 // writeFault, when set (by tests), wraps the writer of each checkpoint
@@ -254,6 +254,9 @@ func (r *run) restore(dir string, man *checkpoint.Manifest, mc model.Config) (st
 	}
 	if best, err = strconv.ParseFloat(st.Metadata["best_val_loss"], 64); err != nil {
 		best = math.Inf(1)
+	}
+	if err := r.scaler.restore(st.Metadata); err != nil {
+		return 0, 0, bad("%v", err)
 	}
 	if s, _ := strconv.ParseUint(st.Metadata["seed"], 10, 64); s != r.cfg.Seed {
 		return 0, 0, bad("seed %s, the run has --seed %d", st.Metadata["seed"], r.cfg.Seed)

@@ -37,8 +37,9 @@ type Config struct {
 
 	Out    string `json:"out"`
 	Device string `json:"device"` // auto, cpu, cuda:N
-	// Precision of the matrix products: fp32, or bf16 (BF16 operands, F32
-	// accumulation; master weights, norms, loss and optimizer in F32).
+	// Precision of the matrix products: fp32, bf16 (BF16 operands, F32
+	// accumulation; master weights, norms, loss and optimizer in F32), or
+	// fp16 (the same with F16 operands and dynamic loss scaling).
 	Precision string `json:"precision"`
 
 	NLayer    int     `json:"n_layer"`
@@ -161,10 +162,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--data-workers and --prefetch must not be negative")
 	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
-	case c.Precision == "fp16":
-		return fmt.Errorf("--precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32")
-	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16":
-		return fmt.Errorf("--precision must be fp32 or bf16, got %q", c.Precision)
+	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
+		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
 	}
 	if _, err := c.Accumulation(); err != nil {
 		return err
@@ -199,8 +198,11 @@ func (c Config) Accumulation() (int, error) {
 
 // ProductDType is the dtype matrix products run in under the precision.
 func (c Config) ProductDType() tensor.DType {
-	if c.Precision == "bf16" {
+	switch c.Precision {
+	case "bf16":
 		return tensor.BF16
+	case "fp16":
+		return tensor.F16
 	}
 	return tensor.F32
 }

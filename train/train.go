@@ -113,6 +113,7 @@ type run struct {
 	evalVal  *data.Sampler
 	metrics  bytes.Buffer
 	ckpt     *checkpointer
+	scaler   *gradScaler // loss scaling, for fp16 products; nil otherwise
 }
 
 // close releases the staging slots and stops the loader.
@@ -200,6 +201,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
 		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
+	if cfg.Precision == "fp16" {
+		r.scaler = newGradScaler()
+	}
 
 	fmt.Fprintf(log, "data: %s\n", ds.desc)
 	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
@@ -207,6 +211,13 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
 	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
 		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
+	if r.scaler != nil {
+		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
+			r.scaler.scale, scalerGrowth, r.scaler.growthInterval, scalerBackoff)
+		if dev.Kind == "cpu" {
+			fmt.Fprintf(log, "precision: the CPU has no fp16 products; they are emulated (f16 operands widened to f32) and slower than fp32\n")
+		}
+	}
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
 		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1)}
@@ -245,6 +256,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
 }
 
+// scheduleStep is the learning-rate schedule's position at a step: the
+// steps taken, not counting those the loss scaler skipped.
+func (r *run) scheduleStep(step int) int { return step - r.scaler.skippedSteps() }
+
 func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
 
 // loop runs the optimizer steps with evaluations, filling sum.
@@ -270,7 +285,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		if step == cfg.MaxIters {
 			break
 		}
-		lr := r.sched.At(step)
+		lr := r.sched.At(r.scheduleStep(step))
 		t0, w0 := time.Now(), r.dataWait
 		loss := r.step(step, lr)
 		dt := time.Since(t0).Seconds()
@@ -291,8 +306,12 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
 			avg, ms, wms := lossAcc/float64(lossN), windowMs/float64(lossN), windowWait/float64(lossN)
 			tps := float64(r.tokensPerStep()) / (ms / 1000)
-			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s | data wait %.3f ms (%.2f%%)\n",
+			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s | data wait %.3f ms (%.2f%%)",
 				step+1, cfg.MaxIters, avg, lr, ms, tps, wms, 100*wms/ms)
+			if r.scaler != nil {
+				fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.scale, r.scaler.skipped)
+			}
+			fmt.Fprintln(r.log)
 			if math.IsNaN(avg) || math.IsInf(avg, 0) {
 				return fmt.Errorf("step %d: training loss is %v; lower --lr or raise --grad-clip", step+1, avg)
 			}
@@ -332,7 +351,10 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 
 // step runs one optimizer step: GradAccum micro-batches, each loss scaled
 // by 1/GradAccum so the gradients add up to those of the whole batch, then
-// clipping and AdamW. It returns the mean micro-batch loss.
+// clipping and AdamW. With a loss scaler, the losses are also multiplied
+// by its scale and the gradients divided by it before clipping; a step
+// with inf or NaN gradients is skipped. It returns the mean micro-batch
+// loss.
 func (r *run) step(step int, lr float64) float64 { return r.stepWithHook(step, lr, nil) }
 
 // stepWithHook is step with a hook run after the gradients are complete
@@ -357,7 +379,9 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			var loss *tensor.Tensor
 			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
 			total += float64(loss.Item())
-			if cfg.GradAccum > 1 {
+			if r.scaler != nil {
+				loss = tensor.Scale(loss, r.scaler.scale/float32(cfg.GradAccum))
+			} else if cfg.GradAccum > 1 {
 				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 			}
 			loss.Backward()
@@ -366,7 +390,19 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	if hook != nil {
 		hook()
 	}
-	optim.ClipGradNorm(r.opt.Params, cfg.GradClip)
+	if r.scaler != nil {
+		inv := 1 / r.scaler.scale
+		for _, p := range r.opt.Params {
+			if g := p.T.Grad; g != nil {
+				tensor.ScaleInPlace(g, inv)
+			}
+		}
+	}
+	norm := optim.ClipGradNorm(r.opt.Params, cfg.GradClip)
+	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
+		r.opt.ZeroGrad() // skipped: the weights and AdamW state are untouched
+		return total / float64(cfg.GradAccum)
+	}
 	r.opt.SetLR(float32(lr))
 	r.opt.Step()
 	r.opt.ZeroGrad()

@@ -1,0 +1,209 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// fp16Run is a tiny fp16 trainer on the CPU with a scaler that starts at
+// scale and grows after interval clean steps.
+func fp16Run(t *testing.T, scale float32, interval int) *run {
+	t.Helper()
+	tok := data.NewChar(testText())
+	ids, _ := tok.Encode(testText())
+	c := Default()
+	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
+	c.BatchSize, c.GradAccum = 4, 2
+	c.Precision = "fp16"
+	m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := data.NewSampler(ids, c.BlockSize, 3, data.StreamTrain)
+	return &run{cfg: c, dev: tensor.CPU, model: m, train: s,
+		opt:    optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}),
+		scaler: &gradScaler{scale: scale, growthInterval: interval}}
+}
+
+// state is the weights and AdamW moments, copied to the host.
+func (r *run) state() [][]float32 {
+	var out [][]float32
+	for i, p := range r.opt.Params {
+		out = append(out, p.T.Float32s(), r.opt.M[i].Float32s(), r.opt.V[i].Float32s())
+	}
+	return out
+}
+
+func bitwiseEqual(a, b [][]float32) bool {
+	for i := range a {
+		for j := range a[i] {
+			if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
+				return false
+			}
+		}
+	}
+	return len(a) == len(b)
+}
+
+// TestGradScaler: the scale goes 4 → 8 after growth_interval clean steps;
+// an injected inf gradient halves it and skips the step, leaving the
+// weights, the Adam moments and step count, and the schedule untouched.
+func TestGradScaler(t *testing.T) {
+	r := fp16Run(t, 4, 3)
+	defer r.close()
+	for step := 0; step < 3; step++ {
+		if r.scaler.scale != 4 {
+			t.Fatalf("scale %v before step %d, want 4", r.scaler.scale, step)
+		}
+		r.step(step, 1e-3)
+	}
+	if r.scaler.scale != 8 || r.scaler.tracker != 0 || r.opt.Steps != 3 {
+		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.scale, r.scaler.tracker, r.opt.Steps)
+	}
+	r.step(3, 1e-3)
+	before := r.state()
+	lrBefore := r.scheduleStep(5)
+	r.stepWithHook(4, 1e-3, func() {
+		g := r.opt.Params[1].T.Grad
+		v := g.Float32s()
+		v[0] = float32(math.Inf(1))
+		g.SetFloat32s(v)
+	})
+	if r.scaler.scale != 4 || r.scaler.tracker != 0 || r.scaler.skipped != 1 {
+		t.Fatalf("after an inf: scale %v, tracker %d, skipped %d; want 4, 0, 1", r.scaler.scale, r.scaler.tracker, r.scaler.skipped)
+	}
+	if r.opt.Steps != 4 {
+		t.Fatalf("adam steps %d after a skipped step, want 4", r.opt.Steps)
+	}
+	if !bitwiseEqual(before, r.state()) {
+		t.Fatal("a skipped step changed the weights or the Adam moments")
+	}
+	if got := r.scheduleStep(5); got != lrBefore-1 {
+		t.Fatalf("schedule step %d at step 5 after a skip, want %d", got, lrBefore-1)
+	}
+	for _, p := range r.opt.Params {
+		if g := p.T.Grad; g != nil {
+			for _, v := range g.Float32s() {
+				if v != 0 {
+					t.Fatal("the skipped step's gradients were not cleared")
+				}
+			}
+		}
+	}
+	r.step(5, 1e-3) // training goes on
+	if r.opt.Steps != 5 || bitwiseEqual(before, r.state()) {
+		t.Fatal("the step after a skipped one did not update")
+	}
+}
+
+// TestFP16Learns: fp16 training on the CPU (emulated products, default
+// scaler) lowers the loss over 50 steps and says that it is emulated.
+func TestFP16Learns(t *testing.T) {
+	c := tinyConfig(t)
+	c.Precision = "fp16"
+	c.MaxIters = 50
+	c.LogInterval = 10
+	c.EvalInterval = 50
+	var log bytes.Buffer
+	res, err := Run(c, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "emulated") {
+		t.Errorf("the log does not say fp16 is emulated on the CPU:\n%s", log.String())
+	}
+	first := trainLosses(t, c.Out)
+	if !(first[len(first)-1] < first[0]-0.3) {
+		t.Fatalf("fp16 train loss went %v → %v over 50 steps:\n%s", first[0], first[len(first)-1], log.String())
+	}
+	if math.IsNaN(res.Summary.BestValLoss) || math.IsInf(res.Summary.BestValLoss, 0) {
+		t.Fatalf("best val loss %v", res.Summary.BestValLoss)
+	}
+}
+
+// trainLosses reads the logged train losses of a run.
+func trainLosses(t *testing.T, out string) []float64 {
+	t.Helper()
+	var losses []float64
+	for _, line := range splitLines(mustRead(t, filepath.Join(out, MetricsFile))) {
+		var m Metric
+		if err := json.Unmarshal(line, &m); err == nil && m.TrainLoss != nil {
+			losses = append(losses, *m.TrainLoss)
+		}
+	}
+	if len(losses) < 2 {
+		t.Fatalf("%d train losses logged", len(losses))
+	}
+	return losses
+}
+
+// TestResumeRestoresScaler: an fp16 run resumed from a checkpoint carries
+// on with the saved scale, growth tracker and skipped steps, and ends
+// bitwise where the uninterrupted run does.
+func TestResumeRestoresScaler(t *testing.T) {
+	c := tinyConfig(t)
+	c.Precision = "fp16"
+	c.MaxIters = 12
+	c.CkptInterval = 6
+	c.Keep = 0
+	c.EvalInterval = 6
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	want := mustRead(t, filepath.Join(c.Out, ModelFile))
+	root := filepath.Join(c.Out, CheckpointDir)
+	st, err := checkpoint.Load(filepath.Join(root, checkpoint.DirName(6), StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Metadata["grad_scaler"] != "dynamic" || st.Metadata["grad_scale"] == "" {
+		t.Fatalf("checkpoint metadata lacks the scaler: %v", st.Metadata)
+	}
+	saved := newGradScaler()
+	if err := saved.restore(st.Metadata); err != nil {
+		t.Fatal(err)
+	}
+
+	// Resume from step 6, in a copy of the run that holds only that
+	// checkpoint.
+	rc := c
+	rc.Out = filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
+	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
+		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
+	}
+	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(6)), os.DirFS(filepath.Join(root, checkpoint.DirName(6)))); err != nil {
+		t.Fatal(err)
+	}
+	rc.Resume = true
+	log.Reset()
+	if _, err := Run(rc, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "continuing from") {
+		t.Fatalf("did not resume:\n%s", log.String())
+	}
+	if got := mustRead(t, filepath.Join(rc.Out, ModelFile)); !bytes.Equal(got, want) {
+		t.Fatal("the resumed fp16 run's weights differ from the uninterrupted run's")
+	}
+	r := &run{scaler: newGradScaler()}
+	if err := r.scaler.restore(st.Metadata); err != nil || *r.scaler != *saved {
+		t.Fatalf("restored scaler %+v, saved %+v (err %v)", *r.scaler, *saved, err)
+	}
+	st.Metadata["grad_scale"] = "-1"
+	if err := newGradScaler().restore(st.Metadata); err == nil {
+		t.Fatal("a negative grad_scale was accepted")
+	}
+}
