@@ -13,6 +13,13 @@ type Storage interface {
 	Len() int
 }
 
+// PeakResetter is a Backend whose MemStats peak can be restarted from the
+// memory allocated now, so that one phase of a process (a benchmark) can
+// measure its own peak.
+type PeakResetter interface {
+	ResetPeak()
+}
+
 // Ref is a position in a Storage: kernels read and write elements
 // S[Off], S[Off+1], ...
 type Ref struct {

@@ -428,3 +428,11 @@ func (t *Tensor) Free() {
 
 // MemStats reports the memory pool of dev.
 func MemStats(dev Device) backend.MemStats { return getBackend("mem_stats", dev).MemStats() }
+
+// ResetPeakMemory restarts dev's MemStats peak from the memory allocated
+// now, where its backend can (see backend.PeakResetter).
+func ResetPeakMemory(dev Device) {
+	if r, ok := getBackend("reset_peak", dev).(backend.PeakResetter); ok {
+		r.ResetPeak()
+	}
+}

@@ -22,7 +22,7 @@ type BenchResult struct {
 	TokensPerSec  float64 // median of per-step rates
 	FLOPsPerToken float64
 	GFLOPs        float64 // achieved model FLOP/s at the median rate, in 1e9
-	PeakBytes     int64   // the device pool's peak allocation
+	PeakBytes     int64   // the device pool's peak allocation during the benchmark
 }
 
 // Benchmark times steps training steps of the model cfg describes after
@@ -39,6 +39,10 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	if err != nil {
 		return BenchResult{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
 	}
+	// The peak is this benchmark's: counted from the memory held when it
+	// starts (another benchmark's model, in the same process).
+	tensor.ResetPeakMemory(dev)
+	base := tensor.MemStats(dev).Allocated
 	r := &run{cfg: cfg, dev: dev}
 	if cfg.Precision == "fp16" {
 		r.scaler = newGradScaler()
@@ -74,7 +78,7 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	res := BenchResult{Device: dev.String(), NumParams: r.model.NumParams(), TokensPerStep: r.tokensPerStep(),
 		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: r.model.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
-	res.PeakBytes = tensor.MemStats(dev).Peak
+	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	return res, nil
 }
 

@@ -143,6 +143,13 @@ func (c *CPU) Free(s backend.Storage) {
 	c.mu.Unlock()
 }
 
+// ResetPeak implements backend.PeakResetter.
+func (c *CPU) ResetPeak() {
+	c.mu.Lock()
+	c.peak = c.allocated
+	c.mu.Unlock()
+}
+
 // MemStats implements backend.Backend.
 func (c *CPU) MemStats() backend.MemStats {
 	c.mu.Lock()

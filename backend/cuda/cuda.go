@@ -100,6 +100,13 @@ func (c *CUDA) Free(s backend.Storage) {
 	c.mu.Unlock()
 }
 
+// ResetPeak implements backend.PeakResetter.
+func (c *CUDA) ResetPeak() {
+	c.mu.Lock()
+	c.pool.peak = c.pool.allocated
+	c.mu.Unlock()
+}
+
 // MemStats implements backend.Backend.
 func (c *CUDA) MemStats() backend.MemStats {
 	c.mu.Lock()

@@ -26,18 +26,45 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *vocab <= 0 {
 		return fmt.Errorf("--vocab-size must be positive")
 	}
-	r, err := train.Benchmark(c, *vocab, *warmup, *steps)
+	dev, err := backend.Resolve(c.Device)
 	if err != nil {
-		return err
+		return fmt.Errorf("--device %s: %w", c.Device, err)
 	}
-	fmt.Fprintf(stdout, "device %s | %d layers, %d heads, %d embd, block %d, batch %d×%d | %.2fM params\n",
-		r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize, c.GradAccum, float64(r.NumParams)/1e6)
-	fmt.Fprintf(stdout, "%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps) | peak memory %.1f MiB\n",
-		r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, float64(r.PeakBytes)/(1<<20))
+	precisions := []string{c.Precision}
+	if c.Precision == "all" {
+		// Side by side: fp16 only where the products are native.
+		precisions = []string{"fp32", "bf16"}
+		if dev.Kind != "cpu" {
+			precisions = append(precisions, "fp16")
+		}
+	}
+	var results []train.BenchResult
+	for i, p := range precisions {
+		c.Precision = p
+		r, err := train.Benchmark(c, *vocab, *warmup, *steps)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		results = append(results, r)
+		if i == 0 {
+			fmt.Fprintf(stdout, "device %s | %d layers, %d heads, %d embd, block %d, batch %d×%d | %.2fM params\n",
+				r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize, c.GradAccum, float64(r.NumParams)/1e6)
+		}
+		label := ""
+		if len(precisions) > 1 {
+			label = fmt.Sprintf("%-5s ", p)
+		}
+		fmt.Fprintf(stdout, "%s%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps) | peak memory %.1f MiB\n",
+			label, r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, float64(r.PeakBytes)/(1<<20))
+	}
+	for i := 1; i < len(results); i++ {
+		fmt.Fprintf(stdout, "%s/fp32: %.2f× the tokens/s, %.2f× the peak memory\n", precisions[i],
+			results[i].TokensPerSec/results[0].TokensPerSec, float64(results[i].PeakBytes)/float64(results[0].PeakBytes))
+	}
+	c.Precision = precisions[0]
 	if !*matmuls {
 		return nil
 	}
-	dev, _ := backend.Resolve(c.Device)
 	var peak float64
 	if dev.Kind == "cpu" {
 		b, _ := backend.Get(dev)

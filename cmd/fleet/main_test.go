@@ -121,6 +121,11 @@ func TestBench(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "tokens/s") || !strings.Contains(stdout, "ms/step") {
 		t.Fatalf("bench exit %d\n%s\n%s", code, stdout, stderr)
 	}
+	code, stdout, stderr = fleet(t, "bench", "--device", "cpu", "--n-layer", "1", "--n-embd", "32", "--steps", "2", "--warmup", "1",
+		"--precision", "all", "--matmuls=false")
+	if code != 0 || !strings.Contains(stdout, "fp32  ") || !strings.Contains(stdout, "bf16  ") || !strings.Contains(stdout, "bf16/fp32: ") {
+		t.Fatalf("bench --precision all: exit %d\n%s\n%s", code, stdout, stderr)
+	}
 }
 
 // TestNoGPU checks, on a machine where CUDA cannot be used, that doctor
