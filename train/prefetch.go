@@ -14,12 +14,12 @@ import (
 // device copies from without waiting (page-locked on a GPU) and persistent
 // device tensors the step reads.
 type batchSlot struct {
-	key        [2]int // (step, micro) it holds; step -1 when empty
-	hx, hy     []byte // host staging, viewed as int32 by x32 and y32
-	x32, y32   []int32
-	x, y       *tensor.Tensor
-	ux, uy     backend.Upload // the pending copies out of hx and hy
-	freeX, frY func() error
+	key          [2]int // (step, micro) it holds; step -1 when empty
+	hx, hy       []byte // host staging, viewed as int32 by x32 and y32
+	x32, y32     []int32
+	x, y         *tensor.Tensor
+	ux, uy       backend.Upload // the pending copies out of hx and hy
+	freeX, freeY func() error
 }
 
 // waitCopies waits until the slot's staging memory may be reused.
@@ -64,7 +64,7 @@ func (b *batches) open(dev tensor.Device, B, T int) error {
 		if s.hx, s.freeX, err = tensor.PinnedAlloc(dev, 4*B*T); err != nil {
 			return err
 		}
-		if s.hy, s.frY, err = tensor.PinnedAlloc(dev, 4*B*T); err != nil {
+		if s.hy, s.freeY, err = tensor.PinnedAlloc(dev, 4*B*T); err != nil {
 			return err
 		}
 		s.x32 = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(s.hx))), B*T)
@@ -89,7 +89,7 @@ func (b *batches) close() {
 		}
 		if s.freeX != nil {
 			s.freeX()
-			s.frY()
+			s.freeY()
 		}
 		*s = batchSlot{}
 	}

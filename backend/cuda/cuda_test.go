@@ -30,11 +30,16 @@ func TestSizeClass(t *testing.T) {
 	}
 }
 
-// deviceError runs fn and returns the *backend.DeviceError it panics with.
+// deviceError runs fn and returns the *backend.DeviceError it panics with;
+// any other panic goes on.
 func deviceError(fn func()) (err *backend.DeviceError) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = r.(*backend.DeviceError)
+			e, ok := r.(*backend.DeviceError)
+			if !ok {
+				panic(r)
+			}
+			err = e
 		}
 	}()
 	fn()
@@ -141,24 +146,10 @@ func TestMatMulAgainstCPU(t *testing.T) {
 
 // matmulOn runs one MatMul on be with host operands (a and b stored as dt).
 func matmulOn(be backend.Backend, dt backend.DType, p backend.MatMul, a, b, c []float32) []float32 {
-	up := func(v []float32, dt backend.DType) backend.Ref {
-		s := be.Alloc(dt, len(v))
-		if dt == backend.BF16 {
-			h := make([]uint16, len(v))
-			for i, x := range v {
-				h[i] = backend.F32ToBF16(x)
-			}
-			be.Upload(backend.Ref{S: s}, backend.AsBytes(h))
-		} else {
-			be.Upload(backend.Ref{S: s}, backend.AsBytes(v))
-		}
-		return backend.Ref{S: s}
-	}
-	cr := up(c, backend.F32)
-	be.MatMul(p, up(a, dt), up(b, dt), cr, backend.Ref{})
-	out := make([]float32, len(c))
-	be.Download(backend.AsBytes(out), cr)
-	return out
+	h := host{be: be}
+	cr := h.up(backend.F32, c)
+	be.MatMul(p, h.up(dt, a), h.up(dt, b), cr, backend.Ref{})
+	return h.down(cr, len(c))
 }
 
 func randF32(r *rand.Rand, n int) []float32 {

@@ -279,7 +279,7 @@ func checkBackendOps(t *testing.T, be backend.Backend) {
 	for _, c := range backendOpCases(1) {
 		want := c.run(host{be: ref.be, asF32: c.bf16})
 		var got [][]float32
-		if err := catchDevice(func() { got = c.run(dev) }); err != nil {
+		if err := deviceError(func() { got = c.run(dev) }); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
 		}
@@ -298,20 +298,6 @@ func checkBackendOps(t *testing.T, be backend.Backend) {
 			}
 		}
 	}
-}
-
-func catchDevice(fn func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = e
-				return
-			}
-			panic(r)
-		}
-	}()
-	fn()
-	return nil
 }
 
 // TestOpsOnEmulatedDevice holds every backend op, as the backend issues
