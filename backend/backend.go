@@ -36,6 +36,7 @@ type MemStats struct {
 	Reserved  int64 // held by the pool, including cached free blocks
 	Peak      int64 // highest Allocated seen
 	Copied    int64 // host<->device bytes moved since start
+	Total     int64 // the device's memory capacity; 0 where unknown
 }
 
 // Backend is one device's kernel set. Sizes are in elements. Unless a

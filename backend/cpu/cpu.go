@@ -154,7 +154,7 @@ func (c *CPU) ResetPeak() {
 func (c *CPU) MemStats() backend.MemStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return backend.MemStats{Allocated: c.allocated, Reserved: c.reserved, Peak: c.peak, Copied: c.copied.Load()}
+	return backend.MemStats{Allocated: c.allocated, Reserved: c.reserved, Peak: c.peak, Copied: c.copied.Load(), Total: physicalMemory()}
 }
 
 // f32 returns the float32 elements of r from its offset on.

@@ -109,9 +109,13 @@ func (c *CUDA) ResetPeak() {
 
 // MemStats implements backend.Backend.
 func (c *CUDA) MemStats() backend.MemStats {
+	var total int64
+	if _, t, err := c.g.memInfo(); err == nil {
+		total = int64(t)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return backend.MemStats{Allocated: c.pool.allocated, Reserved: c.pool.reserved, Peak: c.pool.peak, Copied: c.copied.Load()}
+	return backend.MemStats{Allocated: c.pool.allocated, Reserved: c.pool.reserved, Peak: c.pool.peak, Copied: c.copied.Load(), Total: total}
 }
 
 // EmptyCache returns the pool's cached blocks to the driver.
