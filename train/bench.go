@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
@@ -38,6 +39,16 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	dev, err := backend.Resolve(cfg.Device)
 	if err != nil {
 		return BenchResult{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
+	}
+	if cfg.BatchAuto {
+		ab, err := ChooseBatch(cfg, vocab, dev, io.Discard)
+		if err != nil {
+			return BenchResult{}, err
+		}
+		cfg.BatchSize, cfg.BatchAuto = ab.Batch, false
+		if cfg.GradAccum, err = cfg.Accumulation(); err != nil {
+			return BenchResult{}, err
+		}
 	}
 	// The peak is this benchmark's: counted from the memory held when it
 	// starts (another benchmark's model, in the same process).

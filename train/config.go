@@ -50,7 +50,12 @@ type Config struct {
 	Bias      bool    `json:"bias"`
 
 	BatchSize int `json:"batch_size"` // micro-batch per process
-	GradAccum int `json:"grad_accum"` // micro-steps per optimizer step
+	// BatchAuto (--batch-size auto) replaces BatchSize with the largest
+	// micro-batch that fits the device (see ChooseBatch); MemoryLimit is
+	// the bytes it may plan for on the CPU (0: half the RAM).
+	BatchAuto   bool  `json:"batch_auto,omitempty"`
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	GradAccum   int   `json:"grad_accum"` // micro-steps per optimizer step
 	// TokensPerStep, when positive, sets the global tokens per optimizer
 	// step instead: the accumulation is TokensPerStep / (BatchSize ×
 	// BlockSize × world size), which must divide exactly. It cannot be
@@ -136,7 +141,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Out == "":
 		return fmt.Errorf("--out must name a folder")
-	case c.BatchSize <= 0:
+	case c.BatchSize <= 0 && !c.BatchAuto:
 		return fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
 	case c.GradAccum <= 0 && c.TokensPerStep == 0:
 		return fmt.Errorf("--grad-accum must be positive, got %d", c.GradAccum)
@@ -164,6 +169,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
 		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
+	case c.MemoryLimit < 0:
+		return fmt.Errorf("--memory-limit must not be negative")
+	}
+	if c.BatchAuto {
+		c.BatchSize = 1 // the token budget must hold whole sequences
 	}
 	if _, err := c.Accumulation(); err != nil {
 		return err

@@ -136,7 +136,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.GradAccum, _ = cfg.Accumulation() // checked by Validate
+	if !cfg.BatchAuto {
+		cfg.GradAccum, _ = cfg.Accumulation() // checked by Validate
+	}
 	dev, err := backend.Resolve(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
@@ -167,6 +169,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	defer ds.close()
+	if cfg.BatchAuto {
+		if err := autoBatch(&cfg, ds.vocab, dev, resumeMan, log); err != nil {
+			return nil, err
+		}
+	}
 	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
 	if r.train, err = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
 		return nil, fmt.Errorf("train split: %w", err)

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
@@ -20,10 +22,74 @@ func modelFlags(fs *flag.FlagSet, c *train.Config) {
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "context length in tokens")
 	fs.Float64Var(&c.Dropout, "dropout", c.Dropout, "dropout probability")
 	fs.BoolVar(&c.Bias, "bias", c.Bias, "use biases in Linear and LayerNorm layers")
-	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "micro-batch size per process")
+	fs.Var(batchFlag{c}, "batch-size", "micro-batch size per process, or auto: the largest that fits the device (real trial steps on a GPU; an estimate and --memory-limit on the CPU)")
+	fs.Var(bytesFlag{&c.MemoryLimit}, "memory-limit", "memory --batch-size auto may plan for on the CPU, e.g. 8GiB or 500MB (default: half the RAM)")
 	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "micro-steps per optimizer step")
 	fs.Float64Var(&c.LR, "lr", c.LR, "peak learning rate")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
+}
+
+// batchFlag is --batch-size: a positive integer or auto.
+type batchFlag struct{ c *train.Config }
+
+func (f batchFlag) String() string {
+	if f.c == nil {
+		return ""
+	}
+	if f.c.BatchAuto {
+		return "auto"
+	}
+	return strconv.Itoa(f.c.BatchSize)
+}
+
+func (f batchFlag) Set(s string) error {
+	if s == "auto" {
+		f.c.BatchAuto = true
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("want a positive integer or auto")
+	}
+	f.c.BatchSize, f.c.BatchAuto = n, false
+	return nil
+}
+
+// bytesFlag is a size in bytes with an optional unit: B, KB, MB, GB, TB
+// (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); K, M, G, T
+// alone are binary.
+type bytesFlag struct{ n *int64 }
+
+func (f bytesFlag) String() string {
+	if f.n == nil || *f.n == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(*f.n, 10)
+}
+
+func (f bytesFlag) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*f.n = n
+	return nil
+}
+
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
+		i--
+	}
+	mult := map[string]float64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+		"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}[strings.ToUpper(strings.TrimSpace(t[i:]))]
+	v, err := strconv.ParseFloat(t[:i], 64)
+	if err != nil || mult == 0 || v < 0 {
+		return 0, fmt.Errorf("want a size such as 8GiB, 500MB or 1073741824, got %q", s)
+	}
+	return int64(v * mult), nil
 }
 
 func trainCmd(args []string, stdout, stderr io.Writer) error {
