@@ -91,7 +91,7 @@ type Telemetry struct {
 	MemPeakBytes  int64 `json:"mem_peak_bytes"`  // the most held at once
 	MemTotalBytes int64 `json:"mem_total_bytes"` // the device's (a CPU: what the process may use)
 
-	CommMsPerStep    float64 `json:"comm_ms_per_step"`    // all of the step's communication
+	CommMsPerStep    float64 `json:"comm_ms_per_step"`   // all of the step's communication
 	CommOverlappedMs float64 `json:"comm_overlapped_ms"` // the part of it that ran during backward
 
 	// OverheadPct is what measuring cost, in percent of the step time,
