@@ -7,7 +7,16 @@ import (
 )
 
 // The BF16 matrix product: A and B hold bfloat16, C is float32, and
-// products accumulate in float32. Operands are packed as pairs of
+// products accumulate in float32. It runs one of two ways (bf16Dot):
+//
+//   - widened: the operands are widened to F32 (exactly) in pooled scratch
+//     and the F32 product runs on them. Where VDPBF16PS is slow (Intel's
+//     cores issue one every other cycle, half the FMA rate in FLOP/s) or
+//     missing, this is the fastest product there is.
+//   - dot products: VDPBF16PS on packed pairs, where a VDPBF16PS does at
+//     least the work of two FMAs (AMD's cores with AVX512-BF16).
+//
+// For the dot products, operands are packed as pairs of
 // consecutive k values in one uint32, the layout AVX512-BF16's VDPBF16PS
 // multiplies: each instruction does 16 columns × 2 k-steps. A is packed in
 // strips of bf16MR rows ([k/2][MR] pairs), B in strips of bf16NR columns
@@ -16,6 +25,10 @@ const (
 	bf16MR = 8
 	bf16NR = 32
 )
+
+// bf16Dot selects the VDPBF16PS product over the widened one (see above);
+// bf16gemm_amd64.go sets it, tests swap it.
+var bf16Dot = false
 
 // bf16Kernel adds (or, when add is false, writes) one 8×32 block over kp
 // k-pairs from packed strips a (kp×8 pairs) and b (kp×32 pairs) into c.
@@ -60,6 +73,10 @@ var bf16PackedPool pool[bf16Packed]
 func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.Alpha != 1 {
 		panic(fmt.Sprintf("cpu: bf16 matmul with alpha %v (only 1 is supported)", p.Alpha))
+	}
+	if !bf16Dot {
+		c.matmulBF16Wide(p, a, b, cc, bias)
+		return
 	}
 	t := bf16Tasks.get()
 	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
@@ -211,5 +228,46 @@ func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp in
 				row[c] = uint32(lo[c])
 			}
 		}
+	}
+}
+
+// bf16Operands holds a BF16 product's operands widened to F32, reused
+// across calls.
+type bf16Operands struct{ a, b Buffer }
+
+var bf16OperandPool pool[bf16Operands]
+
+// matmulBF16Wide is the widened BF16 product: both operands are widened to
+// F32 in parallel, then the F32 product runs on them. BF16 values widen
+// exactly and the products of two of them are exact in F32, so only the
+// order of the F32 sums differs from the dot-product kernel.
+func (c *CPU) matmulBF16Wide(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	s := bf16OperandPool.get()
+	s.a.dt, s.b.dt = backend.F32, backend.F32
+	na, nb := operandLen(p.Batch, p.StrideA, p.M*p.K), operandLen(p.Batch, p.StrideB, p.K*p.N)
+	s.a.F32, s.b.F32 = grow(s.a.F32, na), grow(s.b.F32, nb)
+	runTask(c, &bf16WidenTasks, na+nb, 1<<13, bf16Widen{s.a.F32, s.b.F32, u16(a)[:na], u16(b)[:nb]})
+	c.MatMul(p, backend.Ref{S: &s.a}, backend.Ref{S: &s.b}, cc, bias)
+	bf16OperandPool.put(s)
+}
+
+// bf16Widen widens two BF16 operands into F32 scratch; a range is a range
+// of the concatenation of a and b.
+type bf16Widen struct {
+	da, db []float32
+	a, b   []uint16
+}
+
+var bf16WidenTasks taskPool[bf16Widen]
+
+func (t *bf16Widen) do(lo, hi int) {
+	na := len(t.a)
+	if lo < na {
+		e := min(hi, na)
+		bf16ToF32s(t.da[lo:e], t.a[lo:e])
+		lo = e
+	}
+	if lo < hi {
+		bf16ToF32s(t.db[lo-na:hi-na], t.b[lo-na:hi-na])
 	}
 }

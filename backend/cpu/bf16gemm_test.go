@@ -10,18 +10,25 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// TestMatMulBF16 holds the BF16 product (each available micro-kernel) to
-// the float64 reference on the same bf16-rounded inputs.
+// TestMatMulBF16 holds the BF16 product (widened to F32, and the dot
+// products with each available micro-kernel) to the float64 reference on
+// the same bf16-rounded inputs.
 func TestMatMulBF16(t *testing.T) {
-	kernels := map[string]func(kp int, a, b []uint32, c []float32, ldc int, add bool){"default": bf16Kernel, "go": bf16KernelGo}
-	defer func(k func(kp int, a, b []uint32, c []float32, ldc int, add bool)) { bf16Kernel = k }(bf16Kernel)
+	type kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool)
+	modes := []struct {
+		name string
+		dot  bool
+		k    kernel
+	}{{"widened", false, bf16Kernel}, {"dot/default", true, bf16Kernel}, {"dot/go", true, bf16KernelGo}}
+	defer func(k kernel, dot bool) { bf16Kernel, bf16Dot = k, dot }(bf16Kernel, bf16Dot)
 	c := newCPU(2)
 	r := rng.New(5)
 	if cpu.X86.HasAVX512BF16 {
-		t.Log("this CPU has AVX512-BF16: the default kernel uses VDPBF16PS")
+		t.Logf("this CPU has AVX512-BF16: the default kernel uses VDPBF16PS; the product uses it: %v", bf16Dot)
 	}
-	for name, k := range kernels {
-		bf16Kernel = k
+	for _, mode := range modes {
+		name := mode.name
+		bf16Kernel, bf16Dot = mode.k, mode.dot
 		for _, tc := range []struct {
 			batch, m, n, kk int
 			ta, tb          bool
@@ -32,6 +39,9 @@ func TestMatMulBF16(t *testing.T) {
 			{2, 19, 45, 7, true, false, 1},
 			{1, 64, 100, 130, false, true, 0.5},
 			{1, 9, 33, 300, true, true, 0},
+			{3, 1, 1, 1, false, false, 0},
+			{1, 65, 31, 129, true, false, 0},
+			{2, 17, 97, 64, false, true, 1},
 		} {
 			na, nb, nc := tc.m*tc.kk, tc.kk*tc.n, tc.m*tc.n
 			av, bv := make([]uint16, tc.batch*na), make([]uint16, tc.batch*nb)
