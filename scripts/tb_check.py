@@ -6,7 +6,9 @@ and last step and last value, and each text tag with its number of entries.
 NOT YET RUN AGAINST A REAL TENSORBOARD: the machine this was written on has
 no tensorboard package. The files fleet writes (monitor/tfevents) were
 checked there by parsing them with the protobuf runtime and a schema of the
-same field numbers; this script is the check with TensorBoard itself.
+same field numbers, and this script's own logic was run there against a
+stand-in reader with EventAccumulator's methods; this script is the check
+with TensorBoard itself.
 
 Usage:
     python3 scripts/tb_check.py DIR [--expect TAG=COUNT ...]
