@@ -269,3 +269,17 @@ func (DoneUpload) Ready() error { return nil }
 
 // Wait implements Upload.
 func (DoneUpload) Wait() error { return nil }
+
+// Timer is a Backend whose work runs asynchronously (a GPU) and which can
+// time it in queue order: Mark records a point after the work queued so
+// far, Elapsed is the device time in milliseconds between two points
+// (waiting for the later one), and ReleaseMark recycles a point. Host
+// clocks time synchronous backends (the CPU) exactly, so they need none.
+type Timer interface {
+	Mark() (Mark, error)
+	Elapsed(from, to Mark) (float64, error)
+	ReleaseMark(m Mark)
+}
+
+// Mark is a Timer's recorded point.
+type Mark uintptr

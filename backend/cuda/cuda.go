@@ -429,3 +429,17 @@ func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 }
 
 var _ backend.Backend = (*CUDA)(nil)
+
+// Mark implements backend.Timer: an event on the compute stream.
+func (c *CUDA) Mark() (backend.Mark, error) {
+	m, err := c.g.mark()
+	return backend.Mark(m), err
+}
+
+// Elapsed implements backend.Timer.
+func (c *CUDA) Elapsed(from, to backend.Mark) (float64, error) {
+	return c.g.elapsed(uintptr(from), uintptr(to))
+}
+
+// ReleaseMark implements backend.Timer.
+func (c *CUDA) ReleaseMark(m backend.Mark) { c.g.releaseMark(uintptr(m)) }

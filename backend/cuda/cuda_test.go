@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
@@ -213,4 +214,26 @@ func TestUploadAsync(t *testing.T) {
 	if err := c.PinnedFree(pinned); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestTimerMarks: the backend's marks measure the time between them
+// (host time on the fake device, events on a real one).
+func TestTimerMarks(t *testing.T) {
+	c := newCUDA(testDev, newFakeGPU(1<<20))
+	var tm backend.Timer = c
+	a, err := tm.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	b, err := tm.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := tm.Elapsed(a, b)
+	if err != nil || ms < 15 || ms > 2000 {
+		t.Errorf("elapsed %v ms (err %v) across a 20 ms sleep", ms, err)
+	}
+	tm.ReleaseMark(a)
+	tm.ReleaseMark(b)
 }

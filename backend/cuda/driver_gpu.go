@@ -35,6 +35,7 @@ type driverGPU struct {
 	file         map[string]kernels.File
 	args         *driver.Args
 	pinned       map[uintptr]int // page-locked host blocks: base -> bytes
+	events       []driver.Event  // released marks, for reuse (on the worker)
 
 	calls chan func()
 }
@@ -170,6 +171,35 @@ func (g *driverGPU) memAlloc(bytes int) (devPtr, error) {
 
 func (g *driverGPU) memFree(p devPtr) error {
 	return g.do(func() error { return g.d.MemFree(driver.DevicePtr(p)) })
+}
+
+func (g *driverGPU) mark() (uintptr, error) {
+	var e driver.Event
+	err := g.do(func() (err error) {
+		if n := len(g.events); n > 0 {
+			e, g.events = g.events[n-1], g.events[:n-1]
+		} else if e, err = g.d.EventCreate(driver.EventDefault); err != nil {
+			return err
+		}
+		return g.d.EventRecord(e, g.compute)
+	})
+	return uintptr(e), err
+}
+
+func (g *driverGPU) elapsed(from, to uintptr) (float64, error) {
+	var ms float32
+	err := g.do(func() (err error) {
+		if err = g.d.EventSynchronize(driver.Event(to)); err != nil {
+			return err
+		}
+		ms, err = g.d.EventElapsedTime(driver.Event(from), driver.Event(to))
+		return err
+	})
+	return float64(ms), err
+}
+
+func (g *driverGPU) releaseMark(m uintptr) {
+	g.do(func() error { g.events = append(g.events, driver.Event(m)); return nil })
 }
 
 func (g *driverGPU) memInfo() (free, total uint64, err error) {
@@ -430,6 +460,10 @@ func (g *driverGPU) close() error {
 	err := g.do(func() error {
 		e1 := errors.Join(g.d.StreamSynchronize(g.compute), g.d.StreamSynchronize(g.copies))
 		e2 := g.blas.Destroy()
+		for _, e := range g.events {
+			e2 = errors.Join(e2, g.d.EventDestroy(e))
+		}
+		g.events = nil
 		e3 := errors.Join(g.d.StreamDestroy(g.compute), g.d.StreamDestroy(g.copies))
 		e4 := g.d.PrimaryCtxRelease(g.dev)
 		return errors.Join(e1, e2, e3, e4)

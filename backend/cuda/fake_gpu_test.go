@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
@@ -27,6 +28,7 @@ type fakeGPU struct {
 	launchFn func(kernel string, grid, block [3]int, shared int, args []any) error
 	launches []string
 	allocs   int
+	marks    []time.Time
 }
 
 func newFakeGPU(limit int) *fakeGPU {
@@ -228,10 +230,22 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 	return nil
 }
 
-func (f *fakeGPU) sync() error  { return nil }
-func (f *fakeGPU) smCount() int { return 2 }
-func (f *fakeGPU) name() string { return "fake H200 (host memory)" }
-func (f *fakeGPU) close() error { return nil }
+func (f *fakeGPU) sync() error { return nil }
+
+// Marks are host times: the fake device runs each call at once.
+func (f *fakeGPU) mark() (uintptr, error) {
+	f.marks = append(f.marks, time.Now())
+	return uintptr(len(f.marks) - 1), nil
+}
+
+func (f *fakeGPU) elapsed(from, to uintptr) (float64, error) {
+	return float64(f.marks[to].Sub(f.marks[from]).Nanoseconds()) / 1e6, nil
+}
+
+func (f *fakeGPU) releaseMark(uintptr) {}
+func (f *fakeGPU) smCount() int        { return 2 }
+func (f *fakeGPU) name() string        { return "fake H200 (host memory)" }
+func (f *fakeGPU) close() error        { return nil }
 
 func (f *fakeGPU) hostAlloc(bytes int) ([]byte, error) { return make([]byte, bytes), nil }
 func (f *fakeGPU) hostFree([]byte) error               { return nil }

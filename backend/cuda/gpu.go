@@ -38,6 +38,12 @@ type gpu interface {
 	gemm(g *cublas.Gemm) error
 	// sync waits for all queued work.
 	sync() error
+	// mark records an event on the compute stream after the work queued
+	// so far; elapsed waits for the later of two marks and returns the
+	// milliseconds between them; releaseMark recycles a mark.
+	mark() (uintptr, error)
+	elapsed(from, to uintptr) (float64, error)
+	releaseMark(m uintptr)
 	smCount() int
 	name() string
 	close() error
