@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -13,5 +14,27 @@ func (t *Tensor) ReadFloat32s(dst []float32) {
 	if t.dtype != F32 || len(dst) != t.Numel() {
 		panic(&Error{Op: "read_float32s", Msg: fmt.Sprintf("%d values into an f32 buffer", len(dst)), Operands: []*Tensor{t}})
 	}
-	t.be.Download(backend.AsBytes(dst), t.ref())
+	t.download(backend.AsBytes(dst))
+}
+
+// hostReads counts reads of device values by the host.
+var hostReads atomic.Int64
+
+// download copies t's elements to the host, counting the read: on an
+// asynchronous device each one waits for the work queued before it.
+func (t *Tensor) download(dst []byte) {
+	hostReads.Add(1)
+	t.be.Download(dst, t.ref())
+}
+
+// HostReads is the number of times the host has read tensor values back
+// (Item, Float32s, ...) since the process started. On a GPU each one is a
+// synchronisation point; telemetry counts them per step.
+func HostReads() int64 { return hostReads.Load() }
+
+// DeviceTimer is dev's backend.Timer, or nil where host clocks time its
+// work exactly (a synchronous backend such as the CPU).
+func DeviceTimer(dev Device) backend.Timer {
+	tm, _ := getBackend("timer", dev).(backend.Timer)
+	return tm
 }

@@ -238,10 +238,10 @@ func (t *Tensor) Float32s() []float32 {
 	out := make([]float32, t.Numel())
 	switch t.dtype {
 	case F32:
-		t.be.Download(backend.AsBytes(out), t.ref())
+		t.download(backend.AsBytes(out))
 	case BF16, F16:
 		h := make([]uint16, len(out))
-		t.be.Download(backend.AsBytes(h), t.ref())
+		t.download(backend.AsBytes(h))
 		for i, v := range h {
 			if t.dtype == BF16 {
 				out[i] = backend.BF16ToF32(v)
@@ -265,7 +265,7 @@ func (t *Tensor) Int32s() []int32 {
 		panic(&Error{Op: "int32s", Msg: "want an i32 tensor", Operands: []*Tensor{t}})
 	}
 	out := make([]int32, t.Numel())
-	t.be.Download(backend.AsBytes(out), t.ref())
+	t.download(backend.AsBytes(out))
 	return out
 }
 
@@ -278,7 +278,7 @@ func (t *Tensor) Item() float32 {
 	if t.dtype != F32 {
 		return t.Float32s()[0]
 	}
-	t.be.Download(backend.AsBytes(t.item[:]), t.ref())
+	t.download(backend.AsBytes(t.item[:]))
 	return t.item[0]
 }
 
@@ -343,7 +343,7 @@ func (t *Tensor) To(dev Device) *Tensor {
 		out.be.Upload(out.ref(), backend.AsBytes(t.Int32s()))
 	default:
 		h := make([]uint16, t.Numel())
-		t.be.Download(backend.AsBytes(h), t.ref())
+		t.download(backend.AsBytes(h))
 		out.be.Upload(out.ref(), backend.AsBytes(h))
 	}
 	return out
