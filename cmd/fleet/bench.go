@@ -13,6 +13,9 @@ import (
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "lab" {
+		return labCmd(args[1:], stdout, stderr)
+	}
 	c := train.Default()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	modelFlags(fs, &c)

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/monitor/lab"
+)
+
+// TestBenchLabQuick runs every experiment of `fleet bench lab --quick` on
+// the CPU and checks that lab.json holds sane measurements.
+func TestBenchLabQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs training steps")
+	}
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "lab", "--quick", "--device", "cpu", "--out", dir}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	text := out.String()
+	for _, want := range []string{"1. vector add", "2. matmul", "7. gpu speed-up", "GB/s", "TFLOP/s", "tokens/s",
+		"not applicable: no host↔device copies on the CPU", "not applicable: no GPU", "lab.json"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r lab.Result
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("lab.json: %v", err)
+	}
+	if r.Device != "cpu" || !r.Quick || r.Model.Params <= 0 {
+		t.Errorf("device %q quick %v params %d", r.Device, r.Quick, r.Model.Params)
+	}
+	pos := func(what string, v float64) {
+		t.Helper()
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v, want a positive number", what, v)
+		}
+	}
+	if len(r.VecAdd.Points) < 3 {
+		t.Errorf("vector add: %d sizes, want at least 3", len(r.VecAdd.Points))
+	}
+	for i, p := range r.VecAdd.Points {
+		pos("vector add GB/s", p.GBs)
+		if i > 0 && p.Bytes <= r.VecAdd.Points[i-1].Bytes {
+			t.Errorf("vector add sizes not increasing: %+v", r.VecAdd.Points)
+		}
+	}
+	dtypes := map[string]int{}
+	for _, p := range r.MatMul.Points {
+		pos("matmul TFLOP/s", p.TFLOPs)
+		pos("matmul peak", p.PeakTFLOPs)
+		dtypes[p.DType]++
+	}
+	if dtypes["fp32"] < 2 || dtypes["bf16"] < 2 {
+		t.Errorf("matmul points by dtype: %v", dtypes)
+	}
+	if r.Copy.Applicable || !strings.HasPrefix(r.Copy.Note, "not applicable") || len(r.Copy.Points) != 0 {
+		t.Errorf("host-to-device copies on the CPU: %+v", r.Copy)
+	}
+	if r.Speedup.Applicable || !strings.HasPrefix(r.Speedup.Note, "not applicable") || r.Speedup.GPU != nil {
+		t.Errorf("GPU speed-up on the CPU: %+v", r.Speedup)
+	}
+	if len(r.Sweep.Points) < 3 {
+		t.Fatalf("batch sweep: %d points, want at least 3", len(r.Sweep.Points))
+	}
+	for i, p := range r.Sweep.Points {
+		pos("sweep tokens/s", p.TokensPerSec)
+		pos("sweep step ms", p.StepMs)
+		pos("sweep peak memory", float64(p.PeakBytes))
+		if p.Util <= 0 || p.Util > 1 {
+			t.Errorf("batch %d: utilisation %v, want (0, 1]", p.Batch, p.Util)
+		}
+		if i > 0 && p.Batch <= r.Sweep.Points[i-1].Batch {
+			t.Errorf("sweep batches not increasing: %+v", r.Sweep.Points)
+		}
+	}
+	if len(r.Precision) != 2 || r.Precision[0].Name != "fp32" || r.Precision[1].Name != "bf16" {
+		t.Fatalf("precision: %+v", r.Precision)
+	}
+	for _, p := range r.Precision {
+		pos(p.Name+" tokens/s", p.TokensPerSec)
+		pos(p.Name+" peak memory", float64(p.PeakBytes))
+	}
+	a := r.Accum
+	pos("gradient magnitude", a.MaxAbsGrad)
+	if a.RelDiff >= 1e-5 || a.MaxAbsDiff/a.MaxAbsGrad >= 1e-5 {
+		t.Errorf("accumulated gradient differs by %g (relative %g)", a.MaxAbsDiff, a.RelDiff)
+	}
+	pos("one batch step ms", a.OneBatch.StepMs)
+	pos("accumulated step ms", a.Accumulated.StepMs)
+	if a.OneBatch.Batch != a.Batch*a.Steps {
+		t.Errorf("one batch of %d, want %d×%d", a.OneBatch.Batch, a.Batch, a.Steps)
+	}
+}
+
+func TestBenchLabFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "lab", "--accum-steps", "0", "--out", t.TempDir()}, &out, &errb); code != 1 {
+		t.Errorf("--accum-steps 0: exit %d, want 1", code)
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "lab", "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "fleet bench lab") {
+		t.Errorf("-h: exit %d, %s", code, errb.String())
+	}
+}

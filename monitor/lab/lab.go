@@ -1,0 +1,177 @@
+// Package lab reproduces the examples of a GPU-performance lecture with
+// figures measured on this machine: memory bandwidth of an elementwise add
+// from cache-resident to DRAM-sized vectors, matrix-product FLOP/s against
+// the device's peak, pageable versus pinned host-to-device copies, a
+// batch-size sweep of training steps, fp32 versus bf16 steps, gradient
+// accumulation against one large batch, and the speed-up of a GPU over the
+// CPU. Everything goes through the public tensor, backend and train APIs,
+// so the figures are those the trainer itself would see. `fleet bench lab`
+// runs it and writes the Result as lab.json.
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/train"
+)
+
+// Options says what to measure and how long to spend on it.
+type Options struct {
+	// Device is auto, cpu or cuda:N.
+	Device string
+	// Quick shrinks every experiment (about 30 s on two CPU cores).
+	Quick bool
+	// Model is the configuration of the training experiments (its Device
+	// and Precision are set by the lab); Vocab is the vocabulary of the
+	// random tokens they train on.
+	Model train.Config
+	Vocab int
+	// MaxBytes caps the vector-add working set (0: 1 GiB, 64 MiB with
+	// Quick, and never more than an eighth of the device's memory).
+	MaxBytes int64
+	// MaxBatch caps the batch-size sweep (0: 64 on the CPU, 1024 on a
+	// GPU, 4 with Quick); MaxStepMs stops it once a step takes longer (0:
+	// 2000 ms).
+	MaxBatch  int
+	MaxStepMs float64
+	// AccumBatch and AccumSteps are the B and k of the gradient
+	// accumulation experiment (0: 4 and 4).
+	AccumBatch, AccumSteps int
+	// Log receives each experiment's table as it finishes (nil: none).
+	Log io.Writer
+}
+
+// Result is everything the lab measured; it is what lab.json holds.
+type Result struct {
+	Device     string `json:"device"`      // cpu, cuda:0
+	DeviceName string `json:"device_name"` // the CPU model or the GPU's name
+	Threads    int    `json:"threads"`     // CPU worker goroutines
+	Quick      bool   `json:"quick"`
+	Time       string `json:"time"` // when the run started, RFC 3339
+	Model      Model  `json:"model"`
+
+	VecAdd     VecAdd      `json:"vector_add"`
+	MatMul     MatMul      `json:"matmul"`
+	Copy       Copy        `json:"host_to_device"`
+	Sweep      Sweep       `json:"batch_sweep"`
+	Precision  []StepPoint `json:"precision"`
+	Accum      Accum       `json:"grad_accum"`
+	Speedup    Speedup     `json:"gpu_speedup"`
+	ElapsedSec float64     `json:"elapsed_s"`
+}
+
+// Model is the shape of the model the training experiments step.
+type Model struct {
+	NLayer    int `json:"n_layer"`
+	NHead     int `json:"n_head"`
+	NEmbd     int `json:"n_embd"`
+	BlockSize int `json:"block_size"`
+	Vocab     int `json:"vocab_size"`
+	Params    int `json:"params"`
+}
+
+// NotApplicable is set, with the reason, on an experiment the device has
+// no use for (host-to-device copies on the CPU).
+type NotApplicable struct {
+	Applicable bool   `json:"applicable"`
+	Note       string `json:"note,omitempty"`
+}
+
+// Run runs every experiment on the device opts names, writing each table
+// to opts.Log as it finishes.
+func Run(opts Options) (*Result, error) {
+	start := time.Now()
+	if opts.Device == "" {
+		opts.Device = "auto"
+	}
+	if opts.Vocab <= 0 {
+		opts.Vocab = 65
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	dev, err := backend.Resolve(opts.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device %s: %w", opts.Device, err)
+	}
+	be, err := backend.Get(dev)
+	if err != nil {
+		return nil, err
+	}
+	opts.Model.Device = dev.String()
+	opts.Model.Precision = "fp32"
+	opts.Model.GradAccum = 1
+	opts.Model.TokensPerStep = 0
+	opts.Model.Out = "-"
+	if err := opts.Model.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{Device: dev.String(), DeviceName: deviceName(be), Threads: threads(be), Quick: opts.Quick,
+		Time: start.UTC().Format(time.RFC3339)}
+	c := opts.Model
+	res.Model = Model{NLayer: c.NLayer, NHead: c.NHead, NEmbd: c.NEmbd, BlockSize: c.BlockSize, Vocab: opts.Vocab}
+	w := opts.Log
+	fmt.Fprintf(w, "fleet lab on %s (%s), %d CPU threads%s\n", res.Device, res.DeviceName, res.Threads, map[bool]string{true: ", quick"}[opts.Quick])
+
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"vector add", func() (err error) { res.VecAdd, err = vectorAdd(dev, be, opts); return }},
+		{"matmul", func() (err error) { res.MatMul, err = matMul(dev, be, opts); return }},
+		{"host to device", func() (err error) { res.Copy, err = hostToDevice(dev, be, opts); return }},
+		{"batch sweep", func() (err error) { res.Sweep, err = batchSweep(dev, opts, &res.Model); return }},
+		{"precision", func() (err error) { res.Precision, err = precisions(dev, opts); return }},
+		{"grad accum", func() (err error) { res.Accum, err = gradAccum(dev, opts); return }},
+		{"gpu speed-up", func() (err error) { res.Speedup, err = speedup(dev, opts); return }},
+	}
+	for i, s := range steps {
+		fmt.Fprintf(w, "\n%d. %s\n", i+1, s.name)
+		t0 := time.Now()
+		if err := s.fn(); err != nil {
+			return res, fmt.Errorf("%s: %w", s.name, err)
+		}
+		fmt.Fprintf(w, "   (%.1f s)\n", time.Since(t0).Seconds())
+	}
+	res.ElapsedSec = time.Since(start).Seconds()
+	return res, nil
+}
+
+// deviceName is the GPU's name where the backend has one, else the CPU's.
+func deviceName(be backend.Backend) string {
+	if n, ok := be.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return cpuModel()
+}
+
+// threads is the CPU backend's worker count, or GOMAXPROCS on a GPU.
+func threads(be backend.Backend) int {
+	if t, ok := be.(interface{ Threads() int }); ok {
+		return t.Threads()
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// isOOM reports whether err is a device out of memory.
+func isOOM(err error) bool { return errors.Is(err, backend.ErrOutOfMemory) }
+
+// benchThreads is how many threads a benchmark on the named device can
+// keep busy: the CPU backend's workers, or one (the thread that issues
+// the GPU's work).
+func benchThreads(device string) int {
+	d, err := backend.ParseDevice(device)
+	if err != nil || d.Kind != "cpu" {
+		return 1
+	}
+	be, err := backend.Get(d)
+	if err != nil {
+		return runtime.GOMAXPROCS(0)
+	}
+	return threads(be)
+}

@@ -1,0 +1,338 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train"
+)
+
+// Sweep is experiment 4: training steps at batch sizes 1, 2, 4, ...
+type Sweep struct {
+	// UtilSource says how Util was measured.
+	UtilSource string       `json:"utilisation_source"`
+	Points     []SweepPoint `json:"points"`
+	Stop       string       `json:"stop"` // why the sweep ended
+	Summary    string       `json:"summary"`
+}
+
+// SweepPoint is one batch size's training steps (forward, backward,
+// clipping and AdamW), medians over the timed steps.
+type SweepPoint struct {
+	Batch        int     `json:"batch"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	StepMs       float64 `json:"step_ms"`
+	GFLOPs       float64 `json:"gflops"` // achieved model FLOP/s, in 1e9
+	// Util is the device's busy fraction while stepping, 0 to 1: on the
+	// CPU, process CPU time / wall time / worker threads; -1 where it
+	// could not be measured.
+	Util      float64 `json:"utilisation"`
+	PeakBytes int64   `json:"peak_bytes"`
+}
+
+// StepPoint is one configuration's training step: experiment 5's
+// precisions and experiment 7's devices.
+type StepPoint struct {
+	Name         string  `json:"name"` // fp32, bf16; or a device
+	Batch        int     `json:"batch"`
+	StepMs       float64 `json:"step_ms"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	PeakBytes    int64   `json:"peak_bytes"`
+}
+
+// Accum is experiment 6: one batch of B×k sequences against k
+// accumulated micro-batches of B.
+type Accum struct {
+	Batch int `json:"batch"` // B
+	Steps int `json:"steps"` // k
+	// MaxAbsDiff is the largest difference between the two gradients of
+	// any parameter element; MaxAbsGrad the largest gradient element, and
+	// RelDiff their ratio.
+	MaxAbsDiff float64 `json:"max_abs_diff"`
+	MaxAbsGrad float64 `json:"max_abs_grad"`
+	RelDiff    float64 `json:"rel_diff"`
+	// OneBatch and Accumulated are full training steps of each.
+	OneBatch    StepPoint `json:"one_batch"`
+	Accumulated StepPoint `json:"accumulated"`
+	Summary     string    `json:"summary"`
+}
+
+// Speedup is experiment 7: a training step on the GPU against the CPU.
+type Speedup struct {
+	NotApplicable
+	CPU     *StepPoint `json:"cpu,omitempty"`
+	GPU     *StepPoint `json:"gpu,omitempty"`
+	Speedup float64    `json:"speedup,omitempty"` // CPU step time / GPU step time
+	Summary string     `json:"summary,omitempty"`
+}
+
+// bench runs train.Benchmark, returning its result with the utilisation
+// of the device over the call.
+func bench(c train.Config, vocab, warmup, steps int) (train.BenchResult, float64, error) {
+	cpu0, ok := cpuTime()
+	t0 := time.Now()
+	r, err := train.Benchmark(c, vocab, warmup, steps)
+	wall := time.Since(t0)
+	util := -1.0
+	if cpu1, ok1 := cpuTime(); ok && ok1 && wall > 0 {
+		n := benchThreads(c.Device)
+		util = math.Min(1, float64(cpu1-cpu0)/float64(wall)/float64(n))
+	}
+	return r, util, err
+}
+
+// stepsFor gives a benchmark's timed steps: enough for about tokens
+// tokens, at least 3 and at most 30.
+func stepsFor(batch, block, tokens int) int {
+	return min(30, max(3, tokens/(batch*block)))
+}
+
+func batchSweep(dev tensor.Device, o Options, m *Model) (Sweep, error) {
+	w := o.Log
+	s := Sweep{}
+	maxBatch := o.MaxBatch
+	if maxBatch <= 0 {
+		switch {
+		case o.Quick:
+			maxBatch = 4
+		case dev.Kind == "cpu":
+			maxBatch = 64
+		default:
+			maxBatch = 1024
+		}
+	}
+	bound := o.MaxStepMs
+	if bound <= 0 {
+		bound = 2000
+	}
+	tokens, warmup := 16384, 2
+	if o.Quick {
+		tokens, warmup = 1024, 1
+	}
+	if dev.Kind == "cpu" {
+		s.UtilSource = "process CPU time / wall time / worker threads over each benchmark (model set-up included)"
+	} else {
+		s.UtilSource = "not measured on " + dev.String() + " (no GPU sampler yet): -1"
+	}
+	fmt.Fprintf(w, "   %6s %12s %10s %10s %8s %12s\n", "batch", "tokens/s", "ms/step", "GFLOP/s", "util", "peak memory")
+	s.Stop = fmt.Sprintf("reached the largest batch asked for, %d", maxBatch)
+	for b := 1; b <= maxBatch; b *= 2 {
+		c := o.Model
+		c.BatchSize = b
+		r, util, err := bench(c, o.Vocab, warmup, stepsFor(b, c.BlockSize, tokens))
+		if isOOM(err) {
+			s.Stop = fmt.Sprintf("batch %d ran out of device memory", b)
+			fmt.Fprintf(w, "   %6d out of memory: stopped\n", b)
+			break
+		}
+		if err != nil {
+			return s, fmt.Errorf("batch %d: %w", b, err)
+		}
+		if dev.Kind != "cpu" {
+			util = -1
+		}
+		m.Params = r.NumParams
+		p := SweepPoint{Batch: b, TokensPerSec: r.TokensPerSec, StepMs: r.MsPerStep, GFLOPs: r.GFLOPs, Util: util, PeakBytes: r.PeakBytes}
+		s.Points = append(s.Points, p)
+		us := "-"
+		if util >= 0 {
+			us = percent(util)
+		}
+		fmt.Fprintf(w, "   %6d %12.0f %10.2f %10.1f %8s %12s\n", b, p.TokensPerSec, p.StepMs, p.GFLOPs, us, bytesString(p.PeakBytes))
+		if p.StepMs > bound {
+			s.Stop = fmt.Sprintf("a step at batch %d took %.0f ms, over the %.0f ms bound", b, p.StepMs, bound)
+			break
+		}
+	}
+	if len(s.Points) == 0 {
+		return s, fmt.Errorf("not even batch 1 fits: %s", s.Stop)
+	}
+	first, best := s.Points[0], s.Points[0]
+	for _, p := range s.Points {
+		if p.TokensPerSec > best.TokensPerSec {
+			best = p
+		}
+	}
+	s.Summary = fmt.Sprintf("tokens/s rises from %.0f at batch 1 to %.0f at batch %d (%.1fx); small batches leave the device idle between tiny kernels, "+
+		"and past the knee more batch only adds step time (sweep ended: %s)", first.TokensPerSec, best.TokensPerSec, best.Batch, best.TokensPerSec/first.TokensPerSec, s.Stop)
+	fmt.Fprintf(w, "   => %s\n", s.Summary)
+	return s, nil
+}
+
+func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
+	w := o.Log
+	warmup, steps := 3, 10
+	if o.Quick {
+		warmup, steps = 1, 3
+	}
+	var out []StepPoint
+	fmt.Fprintf(w, "   %6s %6s %10s %12s %12s\n", "prec", "batch", "ms/step", "tokens/s", "peak memory")
+	for _, p := range []string{"fp32", "bf16"} {
+		c := o.Model
+		c.Precision = p
+		r, _, err := bench(c, o.Vocab, warmup, steps)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", p, err)
+		}
+		sp := StepPoint{Name: p, Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
+		out = append(out, sp)
+		fmt.Fprintf(w, "   %6s %6d %10.2f %12.0f %12s\n", p, sp.Batch, sp.StepMs, sp.TokensPerSec, bytesString(sp.PeakBytes))
+	}
+	f, b := out[0], out[1]
+	why := "bf16 halves the bytes of the products' operands and runs them on tensor cores"
+	if dev.Kind == "cpu" {
+		why = "on the CPU bf16 saves bandwidth but adds casts, and its products are fast only with AVX512-BF16"
+	}
+	fmt.Fprintf(w, "   => bf16/fp32: %.2fx the tokens/s, %.2fx the peak memory (master weights, AdamW state, norms and the loss stay fp32); %s\n",
+		b.TokensPerSec/f.TokensPerSec, float64(b.PeakBytes)/float64(max(f.PeakBytes, 1)), why)
+	return out, nil
+}
+
+func gradAccum(dev tensor.Device, o Options) (Accum, error) {
+	w := o.Log
+	a := Accum{Batch: o.AccumBatch, Steps: o.AccumSteps}
+	if a.Batch <= 0 {
+		a.Batch = 4
+	}
+	if a.Steps <= 0 {
+		a.Steps = 4
+	}
+	if err := accumGrads(dev, o, &a); err != nil {
+		return a, err
+	}
+	warmup, steps := 2, 8
+	if o.Quick {
+		warmup, steps = 1, 3
+	}
+	one := o.Model
+	one.BatchSize = a.Batch * a.Steps
+	r1, _, err := bench(one, o.Vocab, warmup, steps)
+	if err != nil {
+		return a, err
+	}
+	acc := o.Model
+	acc.BatchSize, acc.GradAccum = a.Batch, a.Steps
+	r2, _, err := bench(acc, o.Vocab, warmup, steps)
+	if err != nil {
+		return a, err
+	}
+	a.OneBatch = StepPoint{Name: fmt.Sprintf("batch %d", one.BatchSize), Batch: one.BatchSize, StepMs: r1.MsPerStep, TokensPerSec: r1.TokensPerSec, PeakBytes: r1.PeakBytes}
+	a.Accumulated = StepPoint{Name: fmt.Sprintf("%d x batch %d", a.Steps, a.Batch), Batch: one.BatchSize, StepMs: r2.MsPerStep, TokensPerSec: r2.TokensPerSec, PeakBytes: r2.PeakBytes}
+	fmt.Fprintf(w, "   %-14s %10s %12s %12s\n", "", "ms/step", "tokens/s", "peak memory")
+	for _, p := range []StepPoint{a.OneBatch, a.Accumulated} {
+		fmt.Fprintf(w, "   %-14s %10.2f %12.0f %12s\n", p.Name, p.StepMs, p.TokensPerSec, bytesString(p.PeakBytes))
+	}
+	fmt.Fprintf(w, "   gradient: max |difference| %.3g, max |gradient| %.3g, relative %.2g\n", a.MaxAbsDiff, a.MaxAbsGrad, a.RelDiff)
+	a.Summary = fmt.Sprintf("%d micro-batches of %d give the gradient of one batch of %d to %.1g (relative), in %.2fx its step time and %.2fx its peak memory: "+
+		"accumulation trades speed for memory, not accuracy", a.Steps, a.Batch, one.BatchSize, a.RelDiff,
+		a.Accumulated.StepMs/a.OneBatch.StepMs, float64(a.Accumulated.PeakBytes)/float64(max(a.OneBatch.PeakBytes, 1)))
+	fmt.Fprintf(w, "   => %s\n", a.Summary)
+	return a, nil
+}
+
+// accumGrads computes the model's gradient on one batch of B×k random
+// sequences, then as the sum of k micro-batches' gradients of loss/k, and
+// compares them.
+func accumGrads(dev tensor.Device, o Options, a *Accum) error {
+	return compareAccum(dev, o, a, 1/float32(a.Steps))
+}
+
+// compareAccum is accumGrads with each micro-batch's loss scaled by scale.
+func compareAccum(dev tensor.Device, o Options, a *Accum, scale float32) error {
+	c := o.Model
+	c.Dropout = 0 // the same function in both passes
+	mc := c.ModelConfig(o.Vocab)
+	B, k, T := a.Batch, a.Steps, c.BlockSize
+	r := rand.New(rand.NewPCG(c.Seed, 7))
+	x := make([]int32, B*k*T)
+	y := make([]int32, B*k*T)
+	for i := range x {
+		x[i], y[i] = int32(r.IntN(o.Vocab)), int32(r.IntN(o.Vocab))
+	}
+	return tensor.Catch(func() {
+		m, err := model.New(mc, dev, c.Seed)
+		if err != nil {
+			panic(&tensor.Error{Op: "lab", Msg: err.Error()})
+		}
+		params := m.Parameters()
+		grads := func() [][]float32 {
+			out := make([][]float32, len(params))
+			for i, p := range params {
+				if p.T.Grad != nil {
+					out[i] = p.T.Grad.Float32s()
+				}
+				tensor.ZeroGrad(p.T)
+			}
+			return out
+		}
+		tensor.Step(func() {
+			xt := tensor.FromInt32s(dev, x, B*k, T)
+			yt := tensor.FromInt32s(dev, y, B*k, T)
+			m.Loss(xt, yt).Backward()
+		})
+		full := grads()
+		for j := 0; j < k; j++ {
+			tensor.Step(func() {
+				lo, hi := j*B*T, (j+1)*B*T
+				xt := tensor.FromInt32s(dev, x[lo:hi], B, T)
+				yt := tensor.FromInt32s(dev, y[lo:hi], B, T)
+				tensor.Scale(m.Loss(xt, yt), scale).Backward()
+			})
+		}
+		acc := grads()
+		for i := range full {
+			if len(full[i]) != len(acc[i]) {
+				panic(&tensor.Error{Op: "lab", Msg: fmt.Sprintf("parameter %s has a gradient in one pass only", params[i].Name)})
+			}
+			for e := range full[i] {
+				a.MaxAbsDiff = math.Max(a.MaxAbsDiff, math.Abs(float64(full[i][e])-float64(acc[i][e])))
+				a.MaxAbsGrad = math.Max(a.MaxAbsGrad, math.Abs(float64(full[i][e])))
+			}
+		}
+		if a.MaxAbsGrad > 0 {
+			a.RelDiff = a.MaxAbsDiff / a.MaxAbsGrad
+		}
+		for _, p := range params {
+			p.T.Free()
+		}
+	})
+}
+
+func speedup(dev tensor.Device, o Options) (Speedup, error) {
+	w := o.Log
+	if dev.Kind == "cpu" {
+		s := Speedup{NotApplicable: NotApplicable{Note: "not applicable: no GPU here, so there is nothing to compare the CPU with"}}
+		fmt.Fprintf(w, "   %s\n", s.Note)
+		return s, nil
+	}
+	warmup, steps := 2, 5
+	if o.Quick {
+		warmup, steps = 1, 3
+	}
+	s := Speedup{NotApplicable: NotApplicable{Applicable: true}}
+	fmt.Fprintf(w, "   %8s %6s %10s %12s\n", "device", "batch", "ms/step", "tokens/s")
+	for _, d := range []string{"cpu", dev.String()} {
+		c := o.Model
+		c.Device = d
+		r, _, err := bench(c, o.Vocab, warmup, steps)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", d, err)
+		}
+		p := &StepPoint{Name: d, Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
+		if d == "cpu" {
+			s.CPU = p
+		} else {
+			s.GPU = p
+		}
+		fmt.Fprintf(w, "   %8s %6d %10.2f %12.0f\n", d, p.Batch, p.StepMs, p.TokensPerSec)
+	}
+	s.Speedup = s.CPU.StepMs / s.GPU.StepMs
+	s.Summary = fmt.Sprintf("a training step at batch %d is %.1fx faster on %s than on the CPU's %d threads; the gap widens with batch and width, "+
+		"since a small model leaves most of the GPU idle", o.Model.BatchSize, s.Speedup, dev, benchThreads("cpu"))
+	fmt.Fprintf(w, "   => %s\n", s.Summary)
+	return s, nil
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package lab
+
+import (
+	"runtime"
+	"time"
+)
+
+func cpuModel() string { return runtime.GOARCH + " cpu" }
+
+func cacheSizes() (l2, llc int64) { return 0, 0 }
+
+func cpuTime() (time.Duration, bool) { return 0, false }
