@@ -57,7 +57,18 @@ type Block struct {
 	Attn *nn.CausalSelfAttention
 	LN2  *nn.LayerNorm
 	MLP  *nn.MLP
+
+	checkpointed tensor.CheckpointFunc // forward as one function value, made once
 }
+
+// Forward maps the residual stream x [B, T, C] through the layer.
+func (b *Block) Forward(x *tensor.Tensor) *tensor.Tensor {
+	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
+	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+}
+
+// forwardArgs is Forward in the form tensor.Checkpoint calls.
+func (b *Block) forwardArgs(in ...*tensor.Tensor) *tensor.Tensor { return b.Forward(in[0]) }
 
 // GPT is the model.
 type GPT struct {
@@ -68,9 +79,10 @@ type GPT struct {
 	Blocks []*Block
 	LNF    *nn.LayerNorm
 
-	dropouts []*nn.Dropout
-	dropRNG  *tensor.RNG               // shared by every dropout layer
-	posIDs   map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
+	dropouts  []*nn.Dropout
+	dropRNG   *tensor.RNG               // shared by every dropout layer
+	recompute bool                      // blocks run under tensor.Checkpoint
+	posIDs    map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
 }
 
 // New builds a GPT on dev with GPT-2's initialisation: weights from
@@ -136,6 +148,24 @@ func (m *GPT) SetTraining(on bool) (was bool) {
 // SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a
 // run's masks do not depend on how many forward passes came before.
 func (m *GPT) SetDropoutSeed(seed uint64) { m.dropRNG.State = seed }
+
+// SetRecompute turns activation recomputation on or off (it is off by
+// default). With it on, each block's forward pass keeps only its output:
+// the backward pass runs the block again, with the same dropout masks and
+// autocast policy, just before differentiating it (tensor.CheckpointRNG).
+// Gradients are the same bit for bit; a training step costs about one more
+// forward pass of the blocks and holds far less memory.
+func (m *GPT) SetRecompute(on bool) {
+	m.recompute = on
+	for _, b := range m.Blocks {
+		if on && b.checkpointed == nil {
+			b.checkpointed = b.forwardArgs
+		}
+	}
+}
+
+// Recompute reports whether activation recomputation is on.
+func (m *GPT) Recompute() bool { return m.recompute }
 
 // Parameters lists every parameter once, in checkpoint order.
 func (m *GPT) Parameters() []*nn.Parameter {
@@ -214,8 +244,11 @@ func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(m.positionsFrom0(B, T)))
 	x = m.Drop.Forward(x)
 	for _, b := range m.Blocks {
-		x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
-		x = tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+		if m.recompute {
+			x = tensor.CheckpointRNG(m.dropRNG, b.checkpointed, x)
+		} else {
+			x = b.Forward(x)
+		}
 	}
 	return tensor.LinearT(m.LNF.Forward(x), m.WTE.W.T)
 }

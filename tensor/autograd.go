@@ -17,6 +17,27 @@ type node struct {
 	i     [2]int     // small integer parameters (heads, offsets)
 	f     float32    // a scalar parameter
 	gin   [3]*Tensor // the backward pass's result
+	ck    *ckpt      // a Checkpoint's record; its edges replace in
+}
+
+// edges is the number of tensors the node's gradient flows to: its inputs,
+// or for a Checkpoint its inputs and the leaves its function reads.
+func (n *node) edges() int {
+	if n.ck != nil {
+		return len(n.ck.inputs) + len(n.ck.leaves)
+	}
+	return n.nin
+}
+
+// edge returns the i-th of the node's edges.
+func (n *node) edge(i int) *Tensor {
+	if c := n.ck; c != nil {
+		if i < len(c.inputs) {
+			return c.inputs[i]
+		}
+		return c.leaves[i-len(c.inputs)]
+	}
+	return n.in[i]
 }
 
 // record attaches a node to out when any input requires a gradient, and
@@ -49,12 +70,43 @@ func (t *Tensor) Backward() {
 	t.BackwardWith(Full(t.dev, 1, t.shape...))
 }
 
-// The tape walk's working memory, reused by every Backward (tensor
-// programs run on one goroutine, see Step).
+// gradReadyHook is called by Backward for each leaf whose gradient is
+// complete; see SetGradReadyHook.
+var gradReadyHook func(leaf *Tensor)
+
+// SetGradReadyHook installs fn to be called during every Backward, once for
+// each leaf tensor requiring grad that the graph reaches, as soon as the
+// leaf's Grad holds everything this Backward adds to it: after the last of
+// the leaf's uses has been differentiated (a weight used twice, like a
+// tied embedding and language-model head, is reported after both). Leaves
+// are reported in the order the backward pass finishes them, roughly the
+// reverse of the order the forward pass first used them, and leaves read
+// inside a Checkpoint are reported right after its recomputation. A leaf no
+// gradient reached is reported too, with its Grad unchanged (nil if it had
+// none). Data-parallel training starts a gradient's all-reduce from here.
+//
+// fn runs on the goroutine of the Backward, with gradient recording off; it
+// may read leaf.Grad (or hand it to another stream) but must not change it
+// or run ops that record. nil removes the hook, which then costs nothing.
+// It returns the hook it replaces.
+func SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tensor)) {
+	prev, gradReadyHook = gradReadyHook, fn
+	return prev
+}
+
+// walk is the working memory of one graph walk. Walks nest (a Checkpoint's
+// backward pass recomputes and differentiates its function in the middle
+// of the enclosing Backward), so there is one per nesting depth, reused by
+// every Backward (tensor programs run on one goroutine, see Step).
+type walk struct {
+	order []*Tensor
+	stack []topoFrame
+}
+
 var (
 	visitEpoch uint64
-	topoOrder  []*Tensor
-	topoStack  []topoFrame
+	walks      []*walk
+	walkDepth  int
 )
 
 type topoFrame struct {
@@ -62,16 +114,42 @@ type topoFrame struct {
 	next int
 }
 
+// acquireWalk returns the working memory for a walk at the current depth;
+// releaseWalk gives it back.
+func acquireWalk() *walk {
+	if walkDepth == len(walks) {
+		walks = append(walks, &walk{})
+	}
+	w := walks[walkDepth]
+	walkDepth++
+	return w
+}
+
+func releaseWalk() { walkDepth-- }
+
 // BackwardWith runs the backward pass seeded with gradient g (t's shape).
 func (t *Tensor) BackwardWith(g *Tensor) {
 	if !t.requiresGrad {
 		panic(&Error{Op: "backward", Msg: "tensor does not require grad", Operands: []*Tensor{t}})
 	}
 	sameShape("backward", t, g)
-	order := topoSort(t)
+	backward(t, g, nil)
+}
+
+// backward differentiates the graph that ends in t, seeded with g. For an
+// ordinary Backward (inner nil) each leaf's gradient is added into its
+// Grad. For the recomputation of Checkpoint inner, the leaves keep their
+// gathered gradient in pending for the enclosing walk, which reaches them
+// through the checkpoint node's edges.
+func backward(t, g *Tensor, inner *ckpt) {
+	w := acquireWalk()
+	defer releaseWalk()
+	order := topoSort(w, t)
 	defer func() {
 		for i, v := range order {
-			v.pending = nil
+			if inner == nil || v.node != nil {
+				v.pending = nil
+			}
 			v.node = nil
 			order[i] = nil
 		}
@@ -82,44 +160,60 @@ func (t *Tensor) BackwardWith(g *Tensor) {
 	defer func() { gradEnabled = prev }()
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
+		n := v.node
+		if n == nil { // a leaf: every use of it is behind us
+			if inner != nil {
+				inner.checkLeaf(v)
+				continue
+			}
+			if gv := v.pending; gv != nil {
+				v.pending = nil
+				accumulateLeaf(v, gv)
+			}
+			if gradReadyHook != nil {
+				gradReadyHook(v)
+			}
+			continue
+		}
 		gv := v.pending
 		v.pending = nil
 		if gv == nil {
 			continue
 		}
-		n := v.node
-		if n == nil {
-			accumulateLeaf(v, gv)
-			continue
-		}
 		n.gin = [3]*Tensor{}
 		n.back(n, gv)
 		for j := 0; j < n.nin; j++ {
-			in, gj := n.in[j], n.gin[j]
-			if in == nil || gj == nil || !in.requiresGrad {
-				continue
-			}
-			if in.pending != nil {
-				in.pending = Add(in.pending, gj)
-			} else {
-				in.pending = gj
+			if gj := n.gin[j]; gj != nil {
+				addPending(n.in[j], gj)
 			}
 		}
 		n.gin = [3]*Tensor{}
 	}
 }
 
+// addPending adds g to the gradient gathered so far for in.
+func addPending(in, g *Tensor) {
+	if in == nil || !in.requiresGrad {
+		return
+	}
+	if in.pending != nil {
+		in.pending = Add(in.pending, g)
+	} else {
+		in.pending = g
+	}
+}
+
 // topoSort lists the tensors reachable from t through recorded nodes, each
-// after all of its inputs. The result is reused by the next call.
-func topoSort(t *Tensor) []*Tensor {
+// after all of its inputs, in w's reused memory.
+func topoSort(w *walk, t *Tensor) []*Tensor {
 	visitEpoch++
-	order := topoOrder[:0]
-	stack := append(topoStack[:0], topoFrame{t: t})
+	order := w.order[:0]
+	stack := append(w.stack[:0], topoFrame{t: t})
 	t.visited = visitEpoch
 	for len(stack) > 0 {
 		f := &stack[len(stack)-1]
-		if n := f.t.node; n != nil && f.next < n.nin {
-			in := n.in[f.next]
+		if n := f.t.node; n != nil && f.next < n.edges() {
+			in := n.edge(f.next)
 			f.next++
 			if in != nil && in.requiresGrad && in.visited != visitEpoch {
 				in.visited = visitEpoch
@@ -131,7 +225,7 @@ func topoSort(t *Tensor) []*Tensor {
 		stack = stack[:len(stack)-1]
 	}
 	clear(stack[:cap(stack)])
-	topoOrder, topoStack = order, stack[:0]
+	w.order, w.stack = order, stack[:0]
 	return order
 }
 

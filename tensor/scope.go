@@ -49,6 +49,13 @@ func track(t *Tensor) {
 // Step runs fn in a memory scope: every tensor made inside is freed when fn
 // returns (or panics), except those made inside Persist. Steps nest.
 func Step(fn func()) {
+	s := pushScope()
+	defer endScope(s)
+	fn()
+}
+
+// pushScope makes a new innermost scope.
+func pushScope() *scope {
 	var s *scope
 	if n := len(spareScopes); n > 0 {
 		s = spareScopes[n-1]
@@ -57,19 +64,32 @@ func Step(fn func()) {
 		s = &scope{}
 	}
 	scopes = append(scopes, s)
-	defer endScope(s)
-	fn()
+	return s
 }
 
 // endScope frees what s tracked and recycles its headers.
-func endScope(s *scope) {
+func endScope(s *scope) { endScopeKeeping(s, nil) }
+
+// endScopeKeeping ends s, the innermost scope, like endScope, except that
+// the tensors *keep[i] (nil ones skipped) survive into the enclosing scope:
+// one s owns is handed over to it; a view of storage s frees is replaced
+// by a copy made there. Tensors s did not track are left as they are.
+func endScopeKeeping(s *scope, keep []**Tensor) {
 	scopes = scopes[:len(scopes)-1]
+	for _, p := range keep {
+		if *p != nil {
+			*p = handOver(s, *p)
+		}
+	}
 	for _, t := range s.tensors {
 		if t.owns && !t.freed {
 			t.be.Free(t.st)
 		}
 		t.freed = true
 		t.node = nil
+		if t.nd.ck != nil { // a Checkpoint whose backward pass never ran
+			releaseCkpt(t.nd.ck)
+		}
 		t.nd = node{} // drop references to other tensors
 		t.pending = nil
 		if t.Grad != nil { // made in Persist by Backward; unreachable once t is gone
@@ -83,6 +103,26 @@ func endScope(s *scope) {
 	clear(s.tensors)
 	s.tensors = s.tensors[:0]
 	spareScopes = append(spareScopes, s)
+}
+
+// handOver moves t from the ended scope s to the current one (see
+// endScopeKeeping) and returns the tensor that lives on.
+func handOver(s *scope, t *Tensor) *Tensor {
+	for i := len(s.tensors) - 1; i >= 0; i-- {
+		if s.tensors[i] != t {
+			continue
+		}
+		if !t.owns {
+			return t.Clone() // a view: its storage may be freed with s
+		}
+		last := len(s.tensors) - 1
+		s.tensors[i] = s.tensors[last]
+		s.tensors[last] = nil
+		s.tensors = s.tensors[:last]
+		track(t)
+		return t
+	}
+	return t
 }
 
 // Persist runs fn with step scoping suspended: tensors made inside outlive

@@ -1,0 +1,253 @@
+package tensor
+
+import "fmt"
+
+// CheckpointFunc is a function of tensors that Checkpoint runs twice: once
+// in the forward pass and again, from the same inputs, in the backward
+// pass. It must build the same graph both times: the same ops, reading the
+// same parameters, drawing dropout masks only from the RNG given to
+// CheckpointRNG. It must not make tensors that require grad.
+type CheckpointFunc func(in ...*Tensor) *Tensor
+
+// Checkpoint returns fn(inputs...) without keeping what fn makes on the
+// way (activation recomputation, or gradient checkpointing): the forward
+// pass runs fn in a scope of its own and keeps only its result and a
+// reference to the inputs. When Backward reaches the result, fn runs again
+// on views of the inputs with recording on, under the autocast policy of
+// the forward pass, and that graph is differentiated at once: the inputs'
+// gradients flow on, and the gradients of the leaves fn reads (parameters,
+// captured by the closure or passed as inputs) are added into their Grad
+// as if fn had been recorded directly. The recomputation and its gradients
+// are freed before the backward pass moves on, so the memory of a step
+// holds the results of the checkpointed functions instead of everything
+// inside them, at the cost of running each fn twice.
+//
+// With recording off (NoGrad, evaluation) it is fn(inputs...), except that
+// the tensors fn makes besides its result are freed when it returns.
+// Use CheckpointRNG when fn draws dropout masks.
+func Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+	return CheckpointRNG(nil, fn, inputs...)
+}
+
+// CheckpointRNG is Checkpoint for a function that draws from r (dropout
+// masks): r's state before the forward pass is saved and set again for the
+// recomputation, so it draws the same masks, and r is put back afterwards.
+// r may be nil.
+func CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+	if fn == nil {
+		panic(&Error{Op: "checkpoint", Msg: "nil function"})
+	}
+	for _, in := range inputs {
+		if in == nil {
+			panic(&Error{Op: "checkpoint", Msg: "nil input"})
+		}
+	}
+	c := newCkpt(fn, r, inputs)
+	out, needGrad := c.forward()
+	if !needGrad {
+		releaseCkpt(c)
+		return out
+	}
+	out.nd = node{op: "checkpoint", back: checkpointBackward, ck: c}
+	out.node = &out.nd
+	out.requiresGrad = true
+	return out
+}
+
+// ckpt is what a checkpoint node needs to run its function again. Records
+// are pooled, so a steady-state step allocates none.
+type ckpt struct {
+	fn     CheckpointFunc
+	rng    *RNG
+	state  uint64 // rng's state before the forward pass
+	cast   DType  // the autocast policy of the forward pass
+	inputs []*Tensor
+	args   []*Tensor // what fn is called with: views of inputs
+	leaves []*Tensor // tensors requiring grad that fn reads besides args
+	grads  []*Tensor // the inputs' gradients, during the backward pass
+	keep   []**Tensor
+}
+
+var ckptPool []*ckpt
+
+func newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
+	var c *ckpt
+	if n := len(ckptPool); n > 0 {
+		c = ckptPool[n-1]
+		ckptPool[n-1] = nil
+		ckptPool = ckptPool[:n-1]
+	} else {
+		c = new(ckpt)
+	}
+	c.fn, c.rng, c.cast = fn, r, autocast
+	if r != nil {
+		c.state = r.State
+	}
+	c.inputs = append(c.inputs[:0], inputs...)
+	return c
+}
+
+// releaseCkpt returns c to the pool, dropping its references.
+func releaseCkpt(c *ckpt) {
+	c.fn, c.rng = nil, nil
+	c.inputs = emptied(c.inputs)
+	c.args = emptied(c.args)
+	c.leaves = emptied(c.leaves)
+	c.grads = emptied(c.grads)
+	clear(c.keep)
+	c.keep = c.keep[:0]
+	ckptPool = append(ckptPool, c)
+}
+
+// emptied clears s and returns it with length 0, keeping its capacity.
+func emptied(s []*Tensor) []*Tensor {
+	clear(s)
+	return s[:0]
+}
+
+// setArgs points c.args at views of the inputs, made in the current scope,
+// that are leaves of the graph fn builds (requiring grad where the input
+// does): the recorded graph stops at them.
+func (c *ckpt) setArgs() {
+	c.args = c.args[:0]
+	for _, in := range c.inputs {
+		a := in.Detach()
+		a.requiresGrad = in.requiresGrad
+		c.args = append(c.args, a)
+	}
+}
+
+// forward runs fn in a scope of its own and returns its result, handed
+// over to the enclosing scope, and whether it needs a gradient. When it
+// does, c.leaves lists the leaves fn read.
+func (c *ckpt) forward() (out *Tensor, needGrad bool) {
+	s := pushScope()
+	defer func() {
+		keep := [1]**Tensor{&out}
+		endScopeKeeping(s, keep[:])
+	}()
+	if !gradEnabled {
+		c.args = append(c.args[:0], c.inputs...)
+		return c.fn(c.args...), false
+	}
+	c.setArgs()
+	out = c.fn(c.args...)
+	if out == nil {
+		panic(&Error{Op: "checkpoint", Msg: "the function returned nil"})
+	}
+	if !out.requiresGrad {
+		return out, false
+	}
+	return c.findLeaves(s, out), true
+}
+
+// findLeaves lists in c.leaves the leaves requiring grad that the graph of
+// out, made in scope s, reads besides c.args, and returns out or, when out
+// was not made in s (and so cannot carry the checkpoint node), a view of it
+// made there.
+func (c *ckpt) findLeaves(s *scope, out *Tensor) *Tensor {
+	w := acquireWalk()
+	defer releaseWalk()
+	order := topoSort(w, out)
+	defer clear(order)
+	visitEpoch++
+	inScope := visitEpoch
+	for _, t := range s.tensors {
+		t.visited = inScope
+	}
+	for _, v := range order {
+		switch {
+		case c.isArg(v):
+		case v.visited != inScope && v.node != nil:
+			panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("the function reads a tensor made by %s outside it; pass it as an input", v.node.op), Operands: []*Tensor{v}})
+		case v.node == nil && v.visited == inScope:
+			panic(&Error{Op: "checkpoint", Msg: "the function made a tensor that requires grad", Operands: []*Tensor{v}})
+		case v.node == nil:
+			c.leaves = append(c.leaves, v)
+		}
+	}
+	if out.visited != inScope {
+		out = out.Detach()
+	}
+	return out
+}
+
+func (c *ckpt) isArg(t *Tensor) bool {
+	for _, a := range c.args {
+		if a == t {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLeaf panics unless the recomputation's leaf v is one the forward
+// pass found: the enclosing walk reaches only those.
+func (c *ckpt) checkLeaf(v *Tensor) {
+	if c.isArg(v) {
+		return
+	}
+	for _, l := range c.leaves {
+		if l == v {
+			return
+		}
+	}
+	panic(&Error{Op: "checkpoint", Msg: "the recomputation read a tensor requiring grad that the forward pass did not; the function must build the same graph every time", Operands: []*Tensor{v}})
+}
+
+// checkpointBackward recomputes the checkpoint's function and
+// differentiates it. The leaves' gradients stay in their pending for the
+// enclosing walk, which reaches them next through the node's edges.
+func checkpointBackward(n *node, g *Tensor) {
+	c := n.ck
+	n.ck = nil
+	defer releaseCkpt(c)
+	c.recompute(g)
+	for i, in := range c.inputs {
+		if gi := c.grads[i]; gi != nil {
+			addPending(in, gi)
+		}
+	}
+}
+
+// recompute runs fn again in a scope of its own, in the state of the
+// forward pass, and differentiates it from g; what it keeps (c.grads and
+// the leaves' pending gradients) is handed over to the enclosing scope.
+func (c *ckpt) recompute(g *Tensor) {
+	prevGrad, prevCast := gradEnabled, autocast
+	var prevState uint64
+	if c.rng != nil {
+		prevState = c.rng.State
+		c.rng.State = c.state
+	}
+	s := pushScope()
+	c.grads = c.grads[:0]
+	defer func() {
+		c.keep = c.keep[:0]
+		for i := range c.grads {
+			c.keep = append(c.keep, &c.grads[i])
+		}
+		for _, l := range c.leaves {
+			c.keep = append(c.keep, &l.pending)
+		}
+		endScopeKeeping(s, c.keep)
+		clear(c.args) // freed with s
+		gradEnabled, autocast = prevGrad, prevCast
+		if c.rng != nil {
+			c.rng.State = prevState
+		}
+	}()
+	gradEnabled, autocast = true, c.cast
+	c.setArgs()
+	out := c.fn(c.args...)
+	gradEnabled, autocast = false, prevCast
+	if out == nil || !out.requiresGrad {
+		panic(&Error{Op: "checkpoint", Msg: "the recomputation does not require grad; the function must build the same graph every time"})
+	}
+	sameShape("checkpoint", out, g)
+	backward(out, g, c)
+	for _, a := range c.args {
+		c.grads = append(c.grads, a.pending)
+		a.pending = nil
+	}
+}
