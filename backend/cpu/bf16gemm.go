@@ -178,58 +178,83 @@ func (t *bf16Tiles) do(lo, hi int) {
 // rows and past K.
 func packPairsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp int) {
 	strip := dst[:kp*bf16MR]
-	clear(strip)
-	for r := 0; r < rows; r++ {
-		i := i0 + r
-		for k := 0; k < kp; k++ {
-			var lo, hi uint16
-			if trans {
-				lo = a[2*k*ld+i]
-				if 2*k+1 < K {
-					hi = a[(2*k+1)*ld+i]
-				}
-			} else {
-				lo = a[i*ld+2*k]
-				if 2*k+1 < K {
-					hi = a[i*ld+2*k+1]
-				}
+	even := K / 2 // pairs with both halves in range
+	if rows < bf16MR || even < kp {
+		clear(strip)
+	}
+	if trans {
+		// Row 2k of A holds op(A)[., 2k]: interleave rows 2k and 2k+1.
+		for k := 0; k < even; k++ {
+			lo, hi := a[2*k*ld+i0:][:rows], a[(2*k+1)*ld+i0:][:rows]
+			out := strip[k*bf16MR:][:rows]
+			for r := range out {
+				out[r] = uint32(lo[r]) | uint32(hi[r])<<16
 			}
-			strip[k*bf16MR+r] = uint32(lo) | uint32(hi)<<16
+		}
+		if even < kp {
+			lo, out := a[2*even*ld+i0:][:rows], strip[even*bf16MR:][:rows]
+			for r := range out {
+				out[r] = uint32(lo[r])
+			}
+		}
+		return
+	}
+	for r := 0; r < rows; r++ {
+		row := a[(i0+r)*ld:][:K]
+		for k := 0; k < even; k++ {
+			strip[k*bf16MR+r] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
+		}
+		if even < kp {
+			strip[even*bf16MR+r] = uint32(row[2*even])
 		}
 	}
 }
 
 // packPairsB packs columns [j0, j0+cols) of op(B) (K×N) into one strip:
-// dst[k*NR + c] = op(B)[2k, j0+c] | op(B)[2k+1, j0+c]<<16.
+// dst[k*NR + c] = op(B)[2k, j0+c] | op(B)[2k+1, j0+c]<<16, zero past the
+// columns and past K.
 func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp int) {
 	strip := dst[:kp*bf16NR]
-	clear(strip)
-	for k := 0; k < kp; k++ {
-		row := strip[k*bf16NR : k*bf16NR+cols]
-		if trans {
-			for c := range row {
-				lo := b[(j0+c)*ld+2*k]
-				var hi uint16
-				if 2*k+1 < K {
-					hi = b[(j0+c)*ld+2*k+1]
-				}
-				row[c] = uint32(lo) | uint32(hi)<<16
+	even := K / 2
+	if cols < bf16NR || even < kp {
+		clear(strip)
+	}
+	if trans {
+		// Row j0+c of B holds op(B)[., j0+c].
+		for c := 0; c < cols; c++ {
+			row := b[(j0+c)*ld:][:K]
+			for k := 0; k < even; k++ {
+				strip[k*bf16NR+c] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
 			}
-			continue
+			if even < kp {
+				strip[even*bf16NR+c] = uint32(row[2*even])
+			}
 		}
-		lo := b[2*k*ld+j0 : 2*k*ld+j0+cols]
-		if 2*k+1 < K {
-			hi := b[(2*k+1)*ld+j0 : (2*k+1)*ld+j0+cols]
-			for c := range row {
-				row[c] = uint32(lo[c]) | uint32(hi[c])<<16
-			}
-		} else {
-			for c := range row {
-				row[c] = uint32(lo[c])
-			}
+		return
+	}
+	k := 0
+	if cols == bf16NR {
+		k = interleaveRows32(strip, b[j0:], ld, even)
+	}
+	for ; k < even; k++ {
+		lo, hi := b[2*k*ld+j0:][:cols], b[(2*k+1)*ld+j0:][:cols]
+		out := strip[k*bf16NR:][:cols]
+		for c := range out {
+			out[c] = uint32(lo[c]) | uint32(hi[c])<<16
+		}
+	}
+	if even < kp {
+		lo, out := b[2*even*ld+j0:][:cols], strip[even*bf16NR:][:cols]
+		for c := range out {
+			out[c] = uint32(lo[c])
 		}
 	}
 }
+
+// interleaveRows32 sets dst[k*32 + c] = b[2k*ld + c] | b[(2k+1)*ld + c]<<16
+// for c < 32 and k < pairs, where it has a vector kernel, and returns how
+// many pairs it did (0 without one; bf16gemm_amd64.go sets it).
+var interleaveRows32 = func(dst []uint32, b []uint16, ld, pairs int) int { return 0 }
 
 // bf16Operands holds a BF16 product's operands widened to F32, reused
 // across calls.

@@ -3,6 +3,15 @@ package cpu
 import "golang.org/x/sys/cpu"
 
 func init() {
+	if cpu.X86.HasAVX512F {
+		interleaveRows32 = func(dst []uint32, b []uint16, ld, pairs int) int {
+			if pairs > 0 {
+				_, _ = dst[pairs*32-1], b[(2*pairs-1)*ld+31]
+				interleaveRows32AVX512(&dst[0], &b[0], ld, pairs)
+			}
+			return pairs
+		}
+	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
 		bf16Kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool) {
 			if kp == 0 {
@@ -25,6 +34,12 @@ func init() {
 //
 //go:noescape
 func bf16KernelAVX512(kp int, a, b *uint32, c *float32, ldc int, add bool)
+
+// interleaveRows32AVX512 interleaves pairs pairs of 32-value row
+// segments (bf16pack_amd64.s; see interleaveRows32).
+//
+//go:noescape
+func interleaveRows32AVX512(dst *uint32, b *uint16, ld, pairs int)
 
 // cpuVendorAMD reports whether CPUID names the vendor AuthenticAMD
 // (bf16cpuid_amd64.s).

@@ -16,11 +16,15 @@ import (
 func TestMatMulBF16(t *testing.T) {
 	type kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool)
 	modes := []struct {
-		name string
-		dot  bool
-		k    kernel
-	}{{"widened", false, bf16Kernel}, {"dot/default", true, bf16Kernel}, {"dot/go", true, bf16KernelGo}}
-	defer func(k kernel, dot bool) { bf16Kernel, bf16Dot = k, dot }(bf16Kernel, bf16Dot)
+		name         string
+		dot          bool
+		k            kernel
+		portablePack bool
+	}{{"widened", false, bf16Kernel, false}, {"dot/default", true, bf16Kernel, false}, {"dot/go", true, bf16KernelGo, true}}
+	defer func(k kernel, dot bool, il func([]uint32, []uint16, int, int) int) {
+		bf16Kernel, bf16Dot, interleaveRows32 = k, dot, il
+	}(bf16Kernel, bf16Dot, interleaveRows32)
+	vectorPack := interleaveRows32
 	c := newCPU(2)
 	r := rng.New(5)
 	if cpu.X86.HasAVX512BF16 {
@@ -28,7 +32,10 @@ func TestMatMulBF16(t *testing.T) {
 	}
 	for _, mode := range modes {
 		name := mode.name
-		bf16Kernel, bf16Dot = mode.k, mode.dot
+		bf16Kernel, bf16Dot, interleaveRows32 = mode.k, mode.dot, vectorPack
+		if mode.portablePack {
+			interleaveRows32 = func([]uint32, []uint16, int, int) int { return 0 }
+		}
 		for _, tc := range []struct {
 			batch, m, n, kk int
 			ta, tb          bool
@@ -83,21 +90,66 @@ func TestMatMulBF16(t *testing.T) {
 
 // BenchmarkMatMulBF16 times the 512³ product with BF16 operands.
 func BenchmarkMatMulBF16(b *testing.B) {
-	const n = 512
+	benchBF16(b, 512, 512, 512, false, false)
+}
+
+// BenchmarkMatMulBF16Shapes times the products of the reference GPT's
+// training step with BF16 operands, in F32 and each way of the BF16
+// product (dot products only where the CPU has AVX512-BF16), in one run
+// so their GFLOP/s compare.
+func BenchmarkMatMulBF16Shapes(b *testing.B) {
+	defer func(dot bool) { bf16Dot = dot }(bf16Dot)
+	for _, cs := range []struct {
+		name           string
+		m, k, n        int
+		transA, transB bool
+	}{
+		{"qkv_768x128x384", 768, 128, 384, false, false},
+		{"proj_768x512x128", 768, 512, 128, false, false},
+		{"dW_TransA_128x768x512", 128, 768, 512, true, false},
+		{"dX_TransB_768x512x128", 768, 512, 128, false, true},
+		{"square_512", 512, 512, 512, false, false},
+	} {
+		b.Run(cs.name+"/f32", func(b *testing.B) { benchF32(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
+		bf16Dot = false
+		b.Run(cs.name+"/bf16_widened", func(b *testing.B) { benchBF16(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
+		if cpu.X86.HasAVX512BF16 {
+			bf16Dot = true
+			b.Run(cs.name+"/bf16_dot", func(b *testing.B) { benchBF16(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
+		}
+	}
+}
+
+func benchF32(b *testing.B, m, k, n int, ta, tb bool) {
 	c := benchCPU()
 	r := rng.New(1)
-	h := make([]uint16, n*n)
-	for i := range h {
-		h[i] = backend.F32ToBF16(float32(r.Norm()))
+	p := backend.MatMul{Batch: 1, M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: 1}
+	a, bb, cc := benchRand(c, r, m*k), benchRand(c, r, k*n), benchRand(c, r, m*n)
+	benchMatMul(b, c, p, a, bb, cc)
+}
+
+func benchBF16(b *testing.B, m, k, n int, ta, tb bool) {
+	c := benchCPU()
+	r := rng.New(1)
+	p := backend.MatMul{Batch: 1, M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: 1}
+	bf := func(n int) backend.Ref {
+		h := make([]uint16, n)
+		for i := range h {
+			h[i] = backend.F32ToBF16(float32(r.Norm()))
+		}
+		s := c.Alloc(backend.BF16, n)
+		c.Upload(backend.Ref{S: s}, backend.AsBytes(h))
+		return backend.Ref{S: s}
 	}
-	as, bs := c.Alloc(backend.BF16, n*n), c.Alloc(backend.BF16, n*n)
-	c.Upload(backend.Ref{S: as}, backend.AsBytes(h))
-	c.Upload(backend.Ref{S: bs}, backend.AsBytes(h))
-	cc := benchRand(c, r, n*n)
-	p := backend.MatMul{Batch: 1, M: n, N: n, K: n, Alpha: 1}
+	a, bb := bf(m*k), bf(k*n)
+	benchMatMul(b, c, p, a, bb, benchRand(c, r, m*n))
+}
+
+func benchMatMul(b *testing.B, c *CPU, p backend.MatMul, a, bb, cc backend.Ref) {
+	c.MatMul(p, a, bb, cc, backend.Ref{}) // warm the scratch
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		c.MatMul(p, backend.Ref{S: as}, backend.Ref{S: bs}, cc, backend.Ref{})
+		c.MatMul(p, a, bb, cc, backend.Ref{})
 	}
-	b.ReportMetric(2*n*n*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	b.ReportMetric(2*float64(p.M*p.N*p.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
