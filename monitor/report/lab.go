@@ -1,0 +1,138 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// LabFile is the name of the lab's results in a run's folder.
+const LabFile = "lab.json"
+
+// Lab is the part of lab.json (written by `fleet bench lab`) that the
+// report reads: the batch-size sweep. Other fields of the file are
+// ignored.
+type Lab struct {
+	Device     string `json:"device"`
+	DeviceName string `json:"device_name,omitempty"`
+	Sweep      Sweep  `json:"batch_sweep"`
+}
+
+// Sweep is training steps timed at a range of micro-batch sizes.
+type Sweep struct {
+	BlockSize int          `json:"block_size,omitempty"`
+	Points    []SweepPoint `json:"points"`
+	// Chosen is the batch --batch-size auto takes (0: none).
+	Chosen int    `json:"chosen,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+// SweepPoint is one batch size of the sweep. Zero means not measured.
+type SweepPoint struct {
+	Batch        int     `json:"batch"`
+	TokensPerSec float64 `json:"tokens_per_sec"`
+	UtilPct      float64 `json:"util_pct"` // device (or CPU) utilisation, percent
+	MFU          float64 `json:"mfu,omitempty"`
+	MsPerStep    float64 `json:"ms_per_step,omitempty"`
+	MemBytes     int64   `json:"mem_bytes,omitempty"` // peak
+}
+
+// ReadLab reads lab.json. It accepts the sweep as Lab's batch_sweep
+// object, or as an array under batch_sweep or sweep, and within a point
+// the batch as batch, batch_size or micro_batch, tokens/s as any field
+// naming tokens per second, utilisation as util or util_pct: so a lab
+// that names its fields a little differently still plots.
+func ReadLab(path string) (Lab, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Lab{}, err
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Lab{}, fmt.Errorf("%s: damaged: %w", path, err)
+	}
+	var lab Lab
+	lab.Device, _ = raw["device"].(string)
+	lab.DeviceName, _ = raw["device_name"].(string)
+	var pts []any
+	for _, key := range []string{"batch_sweep", "sweep"} {
+		switch v := raw[key].(type) {
+		case []any:
+			pts = v
+		case map[string]any:
+			lab.Sweep.Chosen = int(num(v, "chosen", "auto", "auto_batch"))
+			lab.Sweep.BlockSize = int(num(v, "block_size"))
+			lab.Sweep.Note, _ = v["note"].(string)
+			pts = pointsOf(v)
+		}
+		if pts != nil {
+			break
+		}
+	}
+	if pts == nil {
+		return lab, fmt.Errorf("%s: no batch sweep (batch_sweep or sweep)", path)
+	}
+	for _, p := range pts {
+		m, ok := p.(map[string]any)
+		if !ok {
+			return lab, errors.New(path + ": a sweep point is not an object")
+		}
+		sp := SweepPoint{
+			Batch:        int(num(m, "batch", "batch_size", "micro_batch")),
+			TokensPerSec: num(m, "tokens_per_sec", "tokens_per_s", "tok_per_sec", "tokens_s"),
+			UtilPct:      num(m, "util_pct", "util", "utilisation", "utilization", "util_mean_pct"),
+			MFU:          num(m, "mfu"),
+			MsPerStep:    num(m, "ms_per_step", "step_ms"),
+			MemBytes:     int64(num(m, "mem_bytes", "peak_bytes", "mem_peak_bytes")),
+		}
+		if sp.Batch <= 0 {
+			continue // an entry without a batch (a note, an error)
+		}
+		lab.Sweep.Points = append(lab.Sweep.Points, sp)
+	}
+	sort.SliceStable(lab.Sweep.Points, func(i, j int) bool { return lab.Sweep.Points[i].Batch < lab.Sweep.Points[j].Batch })
+	return lab, nil
+}
+
+// pointsOf finds the array of point objects in a sweep object: "points"
+// if there is one, else its first array of objects (in key order).
+func pointsOf(m map[string]any) []any {
+	if v, ok := m["points"].([]any); ok {
+		return v
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := m[k].([]any); ok && len(v) > 0 {
+			if _, obj := v[0].(map[string]any); obj {
+				return v
+			}
+		}
+	}
+	return nil
+}
+
+// num is the first of keys in m that holds a number (0 if none).
+func num(m map[string]any, keys ...string) float64 {
+	for _, k := range keys {
+		if v, ok := m[k].(float64); ok {
+			return v
+		}
+	}
+	// Case and separators aside ("TokensPerSec").
+	for _, k := range keys {
+		want := strings.ReplaceAll(k, "_", "")
+		for mk, v := range m {
+			if f, ok := v.(float64); ok && strings.EqualFold(strings.ReplaceAll(mk, "_", ""), want) {
+				return f
+			}
+		}
+	}
+	return 0
+}
