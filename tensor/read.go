@@ -38,3 +38,7 @@ func DeviceTimer(dev Device) backend.Timer {
 	tm, _ := getBackend("timer", dev).(backend.Timer)
 	return tm
 }
+
+// BackendOf is dev's kernel set, for device-specific queries (a GPU's
+// name and peak) that the tensor API does not wrap.
+func BackendOf(dev Device) backend.Backend { return getBackend("backend", dev) }

@@ -54,15 +54,30 @@ type Summary struct {
 	// step time.
 	DataWaitMs    float64 `json:"data_wait_ms"`
 	DataWaitShare float64 `json:"data_wait_share"`
-	Steps         int     `json:"steps"`
-	Device        string  `json:"device"`
-	NumParams     int     `json:"num_params"`
-	Data          string  `json:"data"`
-	TrainTokens   int     `json:"train_tokens"`
-	ValTokens     int     `json:"val_tokens"`
-	ElapsedSec    float64 `json:"elapsed_sec"`
-	Config        Config  `json:"config"`
-	Model         model.Config
+	// MFU is model FLOPs utilisation at the median rate: FLOPsPerToken ×
+	// TokensPerSec ÷ PeakFLOPs (the device's peak for the run's products:
+	// a data-sheet figure for GPUs, measured on the CPU; 0 if unknown).
+	MFU           float64 `json:"mfu"`
+	FLOPsPerToken float64 `json:"flops_per_token"`
+	PeakFLOPs     float64 `json:"peak_flops"`
+	PeakSource    string  `json:"peak_source,omitempty"`
+	// PhaseMs is the mean ms per step of each phase (PhaseNames) over the
+	// measured steps; HostReadsPerStep the host's reads of device values
+	// per step; CopiedBytesPerStep the host<->device bytes per step.
+	PhaseMs            map[string]float64 `json:"phase_ms,omitempty"`
+	HostReadsPerStep   float64            `json:"host_reads_per_step"`
+	CopiedBytesPerStep float64            `json:"copied_bytes_per_step"`
+	PeakMemBytes       int64              `json:"peak_mem_bytes"`
+	MemTotalBytes      int64              `json:"mem_total_bytes,omitempty"`
+	Steps              int                `json:"steps"`
+	Device             string             `json:"device"`
+	NumParams          int                `json:"num_params"`
+	Data               string             `json:"data"`
+	TrainTokens        int                `json:"train_tokens"`
+	ValTokens          int                `json:"val_tokens"`
+	ElapsedSec         float64            `json:"elapsed_sec"`
+	Config             Config             `json:"config"`
+	Model              model.Config
 }
 
 // Metric is one line of metrics.jsonl. Fields that are unknown at an event
@@ -79,6 +94,45 @@ type Metric struct {
 	// batches (drawing them from the loader's queue into the staging
 	// memory) over the log interval.
 	DataWaitMs *float64 `json:"data_wait_ms,omitempty"`
+	// MFU is model FLOPs utilisation: the model's training FLOPs per token
+	// × tokens/s ÷ the device's peak.
+	MFU       *float64 `json:"mfu,omitempty"`
+	GradNorm  *float64 `json:"grad_norm,omitempty"`  // before clipping, last step
+	LossScale *float64 `json:"loss_scale,omitempty"` // fp16's loss scale
+	// Mean ms per step of each phase over the log interval (PhaseNames).
+	H2DMs       *float64 `json:"h2d_ms,omitempty"`
+	ForwardMs   *float64 `json:"forward_ms,omitempty"`
+	BackwardMs  *float64 `json:"backward_ms,omitempty"`
+	CommMs      *float64 `json:"comm_ms,omitempty"`
+	OptimizerMs *float64 `json:"optimizer_ms,omitempty"`
+	CkptLogMs   *float64 `json:"ckpt_log_ms,omitempty"`
+	// Util is the device's utilisation in percent, sampled in the
+	// background over the interval; MemBytes the device memory in use and
+	// MemPeakBytes the run's peak so far.
+	Util         *float64 `json:"util,omitempty"`
+	MemBytes     *float64 `json:"mem_bytes,omitempty"`
+	MemPeakBytes *float64 `json:"mem_peak_bytes,omitempty"`
+}
+
+// fillMetric adds the telemetry of the last n steps to m.
+func (r *run) fillMetric(m *Metric, n int) {
+	if r.tel == nil || n == 0 {
+		return
+	}
+	w := r.tel.takeWindow()
+	for p, dst := range [nPhases]**float64{phH2D: &m.H2DMs, phForward: &m.ForwardMs, phBackward: &m.BackwardMs,
+		phComm: &m.CommMs, phOptimizer: &m.OptimizerMs, phCkptLog: &m.CkptLogMs} {
+		if dst != nil {
+			v := w[p] / float64(n)
+			*dst = &v
+		}
+	}
+	st := tensor.MemStats(r.dev)
+	mem, peak := float64(st.Allocated), float64(st.Peak)
+	m.MemBytes, m.MemPeakBytes = &mem, &peak
+	if u, ok := r.utilisation(); ok {
+		m.Util = &u
+	}
 }
 
 // Result is a finished run.
@@ -114,6 +168,12 @@ type run struct {
 	metrics  bytes.Buffer
 	ckpt     *checkpointer
 	scaler   *gradScaler // loss scaling, for fp16 products; nil otherwise
+	tel      *telemetry  // step phase timing; nil: off
+	measured int         // steps counted in the telemetry totals
+	// peakFLOPs is the device's peak for the run's products (0: unknown);
+	// flopsPerToken the model's training FLOPs per token.
+	peakFLOPs, flopsPerToken float64
+	gradNorm                 float64 // the last step's gradient norm, before clipping
 }
 
 // close releases the staging slots and stops the loader.
@@ -211,6 +271,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if cfg.Precision == "fp16" {
 		r.scaler = newGradScaler()
 	}
+	r.tel = newTelemetry(dev)
+	r.flopsPerToken = r.model.FLOPsPerToken(cfg.BlockSize)
+	var peakSrc string
+	r.peakFLOPs, peakSrc = peakFLOPs(dev, cfg.ProductDType())
 
 	fmt.Fprintf(log, "data: %s\n", ds.desc)
 	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
@@ -227,7 +291,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
-		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1)}
+		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1),
+		FLOPsPerToken: r.flopsPerToken, PeakFLOPs: r.peakFLOPs, PeakSource: peakSrc}
 	if r.ckpt, err = newCheckpointer(r, rc); err != nil {
 		return nil, err
 	}
@@ -293,36 +358,53 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			break
 		}
 		lr := r.sched.At(r.scheduleStep(step))
+		measured := step-first >= 5
 		t0, w0 := time.Now(), r.dataWait
+		r.tel.begin(phH2D)
 		loss := r.step(step, lr)
+		r.tel.end(measured)
 		dt := time.Since(t0).Seconds()
 		wait := (r.dataWait - w0).Seconds() * 1000
+		tl := time.Now()
 		sum.Steps++
 		lossAcc += loss
 		lossN++
 		windowMs += dt * 1000
 		windowWait += wait
 		sum.FinalTrainLoss = loss
-		if step >= 5 {
+		if measured {
 			rates = append(rates, float64(r.tokensPerStep())/dt)
 			stepMs = append(stepMs, dt*1000)
 			waitMs = append(waitMs, wait)
 			totalStep += dt * 1000
 			totalWait += wait
+			r.measured++
 		}
 		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
 			avg, ms, wms := lossAcc/float64(lossN), windowMs/float64(lossN), windowWait/float64(lossN)
 			tps := float64(r.tokensPerStep()) / (ms / 1000)
-			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s | data wait %.3f ms (%.2f%%)",
-				step+1, cfg.MaxIters, avg, lr, ms, tps, wms, 100*wms/ms)
+			m := Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
+			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
+				step+1, cfg.MaxIters, avg, lr, ms, tps)
+			if r.peakFLOPs > 0 {
+				mfu := tps * r.flopsPerToken / r.peakFLOPs
+				m.MFU = &mfu
+				fmt.Fprintf(r.log, " | MFU %.1f%%", 100*mfu)
+			}
+			fmt.Fprintf(r.log, " | data wait %.3f ms (%.2f%%)", wms, 100*wms/ms)
 			if r.scaler != nil {
 				fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.scale, r.scaler.skipped)
+				sc := float64(r.scaler.scale)
+				m.LossScale = &sc
 			}
 			fmt.Fprintln(r.log)
 			if math.IsNaN(avg) || math.IsInf(avg, 0) {
 				return fmt.Errorf("step %d: training loss is %v; lower --lr or raise --grad-clip", step+1, avg)
 			}
-			if err := r.addMetric(Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}); err != nil {
+			gn := r.gradNorm
+			m.GradNorm = &gn
+			r.fillMetric(&m, lossN)
+			if err := r.addMetric(m); err != nil {
 				return err
 			}
 			lossAcc, lossN, windowMs, windowWait = 0, 0, 0, 0
@@ -345,6 +427,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 				return err
 			}
 		}
+		r.tel.addHost(phCkptLog, time.Since(tl), measured)
 	}
 	sum.TokensPerSec = median(rates)
 	sum.MsPerStep = median(stepMs)
@@ -353,6 +436,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		sum.DataWaitShare = totalWait / totalStep
 	}
 	sum.ElapsedSec = time.Since(start).Seconds()
+	r.summarizeTelemetry(sum)
 	return nil
 }
 
@@ -379,8 +463,13 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 		}
 	}
 	var total float64
+	tel := r.tel
 	for micro := 0; micro < cfg.GradAccum; micro++ {
+		tel.to(phH2D)
+		w0 := r.dataWait
 		xt, yt := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
+		tel.move(phH2D, phData, r.dataWait-w0)
+		tel.to(phForward)
 		r.model.SetDropoutSeed(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)))
 		tensor.Step(func() {
 			var loss *tensor.Tensor
@@ -391,9 +480,11 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			} else if cfg.GradAccum > 1 {
 				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 			}
+			tel.to(phBackward)
 			loss.Backward()
 		})
 	}
+	tel.to(phOptimizer)
 	if hook != nil {
 		hook()
 	}
@@ -406,6 +497,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 		}
 	}
 	norm := optim.ClipGradNorm(r.opt.Params, cfg.GradClip)
+	r.gradNorm = norm
 	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
 		r.opt.ZeroGrad() // skipped: the weights and AdamW state are untouched
 		return total / float64(cfg.GradAccum)

@@ -1,0 +1,244 @@
+package train
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/fleetml/fleet/backend"
+	fcpu "github.com/fleetml/fleet/backend/cpu"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Phases of a training step, as telemetry splits its time.
+const (
+	phData      = iota // waiting for the loader's batches
+	phH2D              // copying batches to the device
+	phForward          // the model's forward pass and loss
+	phBackward         // backpropagation
+	phComm             // gradient communication not hidden behind backward
+	phOptimizer        // unscaling, clipping, AdamW, zeroing
+	phCkptLog          // checkpoints, log lines and metric files
+	nPhases
+)
+
+// PhaseNames name the phases in telemetry.json, metrics and logs.
+var PhaseNames = [nPhases]string{"data_wait", "h2d", "forward", "backward", "comm", "optimizer", "ckpt_log"}
+
+// telemetry times each step's phases. On a synchronous device (the CPU)
+// it reads the host clock at every phase change; on an asynchronous one
+// (a GPU) it records device marks in queue order and reads them once the
+// step's work is done. Waiting for data is host time on both. A nil
+// telemetry records nothing, so the trainer can run without it.
+type telemetry struct {
+	timer backend.Timer // nil: host clock
+
+	cur   int
+	last  time.Time
+	marks []backend.Mark // GPU: a mark at each phase change of the step
+	at    []int          // the phase each mark starts
+	step  [nPhases]float64
+
+	window [nPhases]float64 // ms per phase over the log window
+	total  [nPhases]float64 // over the measured steps (after warm-up)
+
+	// Counters sampled at step boundaries: host reads of device values
+	// and host<->device bytes.
+	reads0, copied0 int64
+	reads, copied   int64 // in the measured steps
+	dev             tensor.Device
+}
+
+func newTelemetry(dev tensor.Device) *telemetry {
+	return &telemetry{timer: tensor.DeviceTimer(dev), dev: dev}
+}
+
+// begin starts a step in phase p.
+func (t *telemetry) begin(p int) {
+	if t == nil {
+		return
+	}
+	t.step = [nPhases]float64{}
+	t.reads0, t.copied0 = tensor.HostReads(), tensor.MemStats(t.dev).Copied
+	t.cur, t.last = p, time.Now()
+	if t.timer != nil {
+		t.marks, t.at = t.marks[:0], t.at[:0]
+		t.mark(p)
+	}
+}
+
+func (t *telemetry) mark(p int) {
+	m, err := t.timer.Mark()
+	if err != nil { // timing is best effort: fall back to the host clock
+		t.timer = nil
+		return
+	}
+	t.marks = append(t.marks, m)
+	t.at = append(t.at, p)
+}
+
+// to moves the step into phase p.
+func (t *telemetry) to(p int) {
+	if t == nil || p == t.cur {
+		return
+	}
+	if t.timer != nil {
+		t.mark(p)
+	} else {
+		now := time.Now()
+		t.step[t.cur] += float64(now.Sub(t.last).Nanoseconds()) / 1e6
+		t.last = now
+	}
+	t.cur = p
+}
+
+// move reattributes host time d from phase from to phase to (the data
+// wait inside a batch fetch).
+func (t *telemetry) move(from, to int, d time.Duration) {
+	if t == nil {
+		return
+	}
+	ms := float64(d.Nanoseconds()) / 1e6
+	if t.timer == nil || from != phData { // device marks never saw the data wait
+		t.step[from] -= ms
+	}
+	t.step[to] += ms
+}
+
+// end closes the step; measured says whether it counts in the totals
+// (warm-up steps do not).
+func (t *telemetry) end(measured bool) {
+	if t == nil {
+		return
+	}
+	if t.timer != nil {
+		t.mark(t.cur)
+		for i := 0; t.timer != nil && i+1 < len(t.marks); i++ {
+			ms, err := t.timer.Elapsed(t.marks[i], t.marks[i+1])
+			if err != nil {
+				t.timer = nil
+				break
+			}
+			t.step[t.at[i]] += ms
+		}
+		if tm := tensor.DeviceTimer(t.dev); tm != nil {
+			for _, m := range t.marks {
+				tm.ReleaseMark(m)
+			}
+		}
+		t.marks, t.at = t.marks[:0], t.at[:0]
+	} else {
+		t.to(-1)
+	}
+	for p, ms := range t.step {
+		t.window[p] += ms
+		if measured {
+			t.total[p] += ms
+		}
+	}
+	if measured {
+		t.reads += tensor.HostReads() - t.reads0
+		t.copied += tensor.MemStats(t.dev).Copied - t.copied0
+	}
+}
+
+// addHost adds host time outside the step proper (checkpointing and
+// logging) to phase p.
+func (t *telemetry) addHost(p int, d time.Duration, measured bool) {
+	if t == nil {
+		return
+	}
+	ms := float64(d.Nanoseconds()) / 1e6
+	t.window[p] += ms
+	if measured {
+		t.total[p] += ms
+	}
+}
+
+// takeWindow returns the window's ms per phase and restarts it.
+func (t *telemetry) takeWindow() [nPhases]float64 {
+	if t == nil {
+		return [nPhases]float64{}
+	}
+	w := t.window
+	t.window = [nPhases]float64{}
+	return w
+}
+
+// peakFLOPs is the device's peak FLOP/s for products in dt, with where
+// the figure comes from: a data-sheet table for GPUs, a measurement of
+// the FMA peak on all cores for the CPU (doubled for BF16 where the CPU
+// has AVX512-BF16, whose dot products do twice the FMAs' work). 0 where
+// unknown.
+func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
+	if dev.Kind == "cpu" {
+		g := cpuPeak()
+		if dt == tensor.BF16 && cpu.X86.HasAVX512BF16 {
+			return 2 * g * 1e9, "measured FMA peak × 2 (AVX512-BF16)"
+		}
+		return g * 1e9, "measured FMA peak"
+	}
+	type peaker interface {
+		PeakTFLOPs(backend.DType) (float64, bool)
+	}
+	if p, ok := tensor.BackendOf(dev).(peaker); ok {
+		if tf, ok := p.PeakTFLOPs(dt); ok {
+			return tf * 1e12, "data sheet"
+		}
+	}
+	return 0, "unknown device"
+}
+
+// cpuPeak measures the CPU's FMA peak once per process (0.2 s).
+var cpuPeak = sync.OnceValue(func() float64 {
+	g, _ := fcpu.PeakGFLOPs(runtime.GOMAXPROCS(0), 200*time.Millisecond)
+	return g
+})
+
+// fmtPhases prints ms per step of each phase with its share.
+func fmtPhases(ms [nPhases]float64, steps int) string {
+	var sum float64
+	for _, v := range ms {
+		sum += v
+	}
+	if sum <= 0 || steps <= 0 {
+		return ""
+	}
+	s := ""
+	for p, v := range ms {
+		if v/sum < 0.005 {
+			continue
+		}
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %.1f%%", PhaseNames[p], 100*v/sum)
+	}
+	return s
+}
+
+// utilisation is the device's mean utilisation in percent since the last
+// call, from the background sampler; ok is false without one.
+func (r *run) utilisation() (float64, bool) { return 0, false }
+
+// summarizeTelemetry puts the run's telemetry totals in sum.
+func (r *run) summarizeTelemetry(sum *Summary) {
+	if sum.PeakFLOPs > 0 {
+		sum.MFU = sum.TokensPerSec * sum.FLOPsPerToken / sum.PeakFLOPs
+	}
+	st := tensor.MemStats(r.dev)
+	sum.PeakMemBytes, sum.MemTotalBytes = st.Peak, st.Total
+	if r.tel == nil || r.measured == 0 {
+		return
+	}
+	n := float64(r.measured)
+	sum.PhaseMs = make(map[string]float64, nPhases)
+	for p, ms := range r.tel.total {
+		sum.PhaseMs[PhaseNames[p]] = ms / n
+	}
+	sum.HostReadsPerStep = float64(r.tel.reads) / n
+	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
+}
