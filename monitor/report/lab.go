@@ -14,7 +14,7 @@ const LabFile = "lab.json"
 
 // Lab is the part of lab.json (written by `fleet bench lab`) that the
 // report reads: the batch-size sweep. Other fields of the file are
-// ignored.
+// ignored. The JSON names are those the lab writes.
 type Lab struct {
 	Device     string `json:"device"`
 	DeviceName string `json:"device_name,omitempty"`
@@ -23,28 +23,34 @@ type Lab struct {
 
 // Sweep is training steps timed at a range of micro-batch sizes.
 type Sweep struct {
-	BlockSize int          `json:"block_size,omitempty"`
-	Points    []SweepPoint `json:"points"`
+	// UtilSource says how utilisation was measured.
+	UtilSource string       `json:"utilisation_source,omitempty"`
+	Points     []SweepPoint `json:"points"`
+	Stop       string       `json:"stop,omitempty"`    // why the sweep ended
+	Summary    string       `json:"summary,omitempty"` // its conclusion, in words
 	// Chosen is the batch --batch-size auto takes (0: none).
-	Chosen int    `json:"chosen,omitempty"`
-	Note   string `json:"note,omitempty"`
+	Chosen int `json:"chosen,omitempty"`
 }
 
 // SweepPoint is one batch size of the sweep. Zero means not measured.
 type SweepPoint struct {
 	Batch        int     `json:"batch"`
-	TokensPerSec float64 `json:"tokens_per_sec"`
-	UtilPct      float64 `json:"util_pct"` // device (or CPU) utilisation, percent
-	MFU          float64 `json:"mfu,omitempty"`
-	MsPerStep    float64 `json:"ms_per_step,omitempty"`
-	MemBytes     int64   `json:"mem_bytes,omitempty"` // peak
+	TokensPerSec float64 `json:"tokens_per_s"`
+	StepMs       float64 `json:"step_ms,omitempty"`
+	GFLOPs       float64 `json:"gflops,omitempty"`
+	// Util is the device's busy fraction, 0 to 1 (on a CPU: process CPU
+	// time over wall time and threads); negative where not measured.
+	Util      float64 `json:"utilisation"`
+	MFU       float64 `json:"mfu,omitempty"`
+	PeakBytes int64   `json:"peak_bytes,omitempty"`
 }
 
 // ReadLab reads lab.json. It accepts the sweep as Lab's batch_sweep
 // object, or as an array under batch_sweep or sweep, and within a point
-// the batch as batch, batch_size or micro_batch, tokens/s as any field
-// naming tokens per second, utilisation as util or util_pct: so a lab
-// that names its fields a little differently still plots.
+// the batch as batch, batch_size or micro_batch, tokens/s under the usual
+// names, utilisation as a fraction (utilisation, util) or a percentage
+// (util_pct): so a lab that names its fields a little differently still
+// plots.
 func ReadLab(path string) (Lab, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -64,8 +70,9 @@ func ReadLab(path string) (Lab, error) {
 			pts = v
 		case map[string]any:
 			lab.Sweep.Chosen = int(num(v, "chosen", "auto", "auto_batch"))
-			lab.Sweep.BlockSize = int(num(v, "block_size"))
-			lab.Sweep.Note, _ = v["note"].(string)
+			lab.Sweep.UtilSource, _ = v["utilisation_source"].(string)
+			lab.Sweep.Stop, _ = v["stop"].(string)
+			lab.Sweep.Summary, _ = v["summary"].(string)
 			pts = pointsOf(v)
 		}
 		if pts != nil {
@@ -82,11 +89,15 @@ func ReadLab(path string) (Lab, error) {
 		}
 		sp := SweepPoint{
 			Batch:        int(num(m, "batch", "batch_size", "micro_batch")),
-			TokensPerSec: num(m, "tokens_per_sec", "tokens_per_s", "tok_per_sec", "tokens_s"),
-			UtilPct:      num(m, "util_pct", "util", "utilisation", "utilization", "util_mean_pct"),
+			TokensPerSec: num(m, "tokens_per_s", "tokens_per_sec", "tok_per_sec", "tokens_s"),
+			StepMs:       num(m, "step_ms", "ms_per_step"),
+			GFLOPs:       num(m, "gflops"),
+			Util:         num(m, "utilisation", "utilization", "util"),
 			MFU:          num(m, "mfu"),
-			MsPerStep:    num(m, "ms_per_step", "step_ms"),
-			MemBytes:     int64(num(m, "mem_bytes", "peak_bytes", "mem_peak_bytes")),
+			PeakBytes:    int64(num(m, "peak_bytes", "mem_bytes", "mem_peak_bytes")),
+		}
+		if pct := num(m, "util_pct", "util_mean_pct"); pct != 0 && sp.Util == 0 {
+			sp.Util = pct / 100
 		}
 		if sp.Batch <= 0 {
 			continue // an entry without a batch (a note, an error)

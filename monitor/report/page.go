@@ -103,7 +103,8 @@ pre { background: #f4f6f8; padding: 12px; border-radius: 6px; white-space: pre-w
 {{else}}<p class="meta">No telemetry.json in this run: no diagnosis.</p>{{end}}
 
 {{with .Lab}}<h2>Batch-size sweep</h2>
-<p class="meta">{{.Device}}{{with .DeviceName}} ({{.}}){{end}}{{with .Sweep.Chosen}} · --batch-size auto takes {{.}}{{end}}{{with .Sweep.Note}} · {{.}}{{end}}</p>
+<p class="meta">{{.Device}}{{with .DeviceName}} ({{.}}){{end}}{{with .Sweep.Chosen}} · --batch-size auto takes {{.}}{{end}}{{with .Sweep.UtilSource}} · utilisation: {{.}}{{end}}</p>
+{{with .Sweep.Summary}}<p>{{.}}</p>{{end}}{{with .Sweep.Stop}}<p class="meta">{{.}}</p>{{end}}
 <div class="grid">{{range $.LabPlots}}{{.}}{{end}}</div>{{end}}
 <h2>Configuration</h2>
 {{if .Config}}<div class="tables">{{range .Config}}<table>{{if .Name}}<tr><th colspan="2">{{.Name}}</th></tr>{{end}}{{range .Rows}}<tr><th>{{.Key}}</th><td>{{.Value}}</td></tr>{{end}}</table>{{end}}</div>

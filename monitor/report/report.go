@@ -280,18 +280,19 @@ func (r *Run) series(k string) []Series {
 	return []Series{plain, eval}
 }
 
-// labPlots draws the batch-size sweep: tokens/s, and utilisation (and
-// MFU) against the batch.
+// labPlots draws the batch-size sweep: tokens/s, utilisation (and MFU)
+// and peak memory against the batch.
 func (r *Run) labPlots() []template.HTML {
 	if r.Lab == nil {
 		return nil
 	}
-	var x, tps, util, mfu []float64
+	var x, tps, util, mfu, mem []float64
 	for _, p := range r.Lab.Sweep.Points {
 		x = append(x, float64(p.Batch))
 		tps = append(tps, orNaN(p.TokensPerSec))
-		util = append(util, orNaN(p.UtilPct))
+		util = append(util, orNaN(100*p.Util))
 		mfu = append(mfu, orNaN(100*p.MFU))
+		mem = append(mem, orNaN(float64(p.PeakBytes)))
 	}
 	out := []template.HTML{LinePlot("Batch-size sweep: throughput", "micro-batch", "tokens/s", Series{Name: "tokens/s", X: x, Y: tps})}
 	us := []Series{{Name: "utilisation %", X: x, Y: util, Color: Palette[1]}}
@@ -299,11 +300,16 @@ func (r *Run) labPlots() []template.HTML {
 		us = append(us, Series{Name: "MFU %", X: x, Y: mfu, Color: Palette[2]})
 	}
 	out = append(out, LinePlot("Batch-size sweep: utilisation", "micro-batch", "percent", us...))
+	if anyFinite(mem) {
+		out = append(out, LinePlot("Batch-size sweep: peak memory", "micro-batch", "bytes", Series{Name: "peak memory", X: x, Y: mem, Color: Palette[3]}))
+	}
 	return out
 }
 
+// orNaN leaves out (as NaN) a value that was not measured: zero or
+// negative.
 func orNaN(v float64) float64 {
-	if v == 0 {
+	if v <= 0 {
 		return math.NaN()
 	}
 	return v

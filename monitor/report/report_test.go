@@ -69,7 +69,7 @@ func makeRun(t *testing.T, r *rand.Rand, steps int) string {
 	lab := Lab{Device: "cpu", DeviceName: "Test CPU", Sweep: Sweep{Chosen: 16}}
 	for bs := 1; bs <= 64; bs *= 2 {
 		lab.Sweep.Points = append(lab.Sweep.Points, SweepPoint{Batch: bs, TokensPerSec: 4000 * math.Log2(float64(2*bs)) * (0.9 + 0.2*r.Float64()),
-			UtilPct: 100 - 60/float64(bs), MFU: 0.05 * math.Log2(float64(2*bs))})
+			Util: 1 - 0.6/float64(bs), MFU: 0.05 * math.Log2(float64(2*bs)), PeakBytes: int64(bs) << 20})
 	}
 	writeJSON(t, filepath.Join(dir, LabFile), lab)
 	return dir
@@ -78,15 +78,20 @@ func makeRun(t *testing.T, r *rand.Rand, steps int) string {
 var (
 	svgRe      = regexp.MustCompile(`(?s)<svg class="plot" data-title="([^"]*)".*?</svg>`)
 	polylineRe = regexp.MustCompile(`<polyline class="series" data-name="([^"]*)"[^>]*points="([^"]*)"`)
+	dotRe      = regexp.MustCompile(`<circle class="series"`)
 )
 
-// plotPoints maps each plot's title to the point counts of its lines.
+// plotPoints maps each plot's title to the point counts of its lines (a
+// series of one point, drawn as a dot, counts as a line of 1).
 func plotPoints(html string) map[string][]int {
 	out := map[string][]int{}
 	for _, m := range svgRe.FindAllStringSubmatch(html, -1) {
 		out[m[1]] = []int{}
 		for _, p := range polylineRe.FindAllStringSubmatch(m[0], -1) {
 			out[m[1]] = append(out[m[1]], len(strings.Fields(p[2])))
+		}
+		for range dotRe.FindAllString(m[0], -1) {
+			out[m[1]] = append(out[m[1]], 1)
 		}
 	}
 	return out
@@ -124,6 +129,7 @@ func TestReportPlotsEveryField(t *testing.T) {
 		"val_perplexity":                {evals},
 		"Batch-size sweep: throughput":  {7},
 		"Batch-size sweep: utilisation": {7, 7},
+		"Batch-size sweep: peak memory": {7},
 		"Step phases":                   {},
 	}
 	for title, w := range want {
@@ -233,8 +239,8 @@ func TestReadLabVariants(t *testing.T) {
 	r := newRand(t)
 	tps := 1000 + 1000*r.Float64()
 	for name, body := range map[string]string{
-		"documented": fmt.Sprintf(`{"device":"cuda:0","batch_sweep":{"chosen":8,"points":[{"batch":16,"tokens_per_sec":%g,"util_pct":90},{"batch":8,"tokens_per_sec":%g,"util_pct":70}]}}`, 2*tps, tps),
-		"array":      fmt.Sprintf(`{"device":"cuda:0","sweep":[{"batch_size":8,"tokens_per_sec":%g,"util":70},{"batch_size":16,"tokens_per_sec":%g,"util":90}]}`, tps, 2*tps),
+		"documented": fmt.Sprintf(`{"device":"cuda:0","batch_sweep":{"utilisation_source":"x","points":[{"batch":16,"tokens_per_s":%g,"utilisation":0.9},{"batch":8,"tokens_per_s":%g,"utilisation":0.7}],"stop":"y"}}`, 2*tps, tps),
+		"array":      fmt.Sprintf(`{"device":"cuda:0","sweep":[{"batch_size":8,"tokens_per_sec":%g,"util":0.7},{"batch_size":16,"tokens_per_sec":%g,"util":0.9}]}`, tps, 2*tps),
 		"other keys": fmt.Sprintf(`{"device":"cuda:0","batch_sweep":{"note":"x","steps":[{"Batch":8,"TokensPerSec":%g,"UtilPct":70},{"Batch":16,"TokensPerSec":%g,"UtilPct":90}]}}`, tps, 2*tps),
 	} {
 		path := filepath.Join(t.TempDir(), LabFile)
@@ -247,7 +253,7 @@ func TestReadLabVariants(t *testing.T) {
 			continue
 		}
 		p := lab.Sweep.Points
-		if lab.Device != "cuda:0" || len(p) != 2 || p[0].Batch != 8 || p[0].TokensPerSec != tps || p[1].UtilPct != 90 {
+		if lab.Device != "cuda:0" || len(p) != 2 || p[0].Batch != 8 || p[0].TokensPerSec != tps || math.Abs(p[1].Util-0.9) > 1e-12 {
 			t.Errorf("%s: read %+v", name, lab)
 		}
 	}
