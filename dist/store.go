@@ -1,0 +1,648 @@
+package dist
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// StoreConfig says how a rank joins a job's rendezvous.
+type StoreConfig struct {
+	// Addr is MASTER_ADDR:MASTER_PORT. Rank 0 listens on exactly this
+	// address (a host is required: 127.0.0.1 for a single-node job); the
+	// others connect to it.
+	Addr string
+	// Rank and World are this process's rank and the number of ranks.
+	Rank, World int
+	// Secret is the per-job secret every connection must prove it holds.
+	Secret string
+	// Timeout bounds the rendezvous (default 5 minutes) and is the default
+	// wait of Get and Wait.
+	Timeout time.Duration
+	// Log receives one line per refused connection (default os.Stderr).
+	Log io.Writer
+	// Listener, if set on rank 0, is used instead of listening on Addr
+	// (tests and benchmarks listen on port 0 first).
+	Listener net.Listener
+}
+
+// Store is a rank's handle on the job's key-value store, which rank 0
+// hosts. Its methods are safe for concurrent use; requests go one at a time
+// over one authenticated connection.
+type Store struct {
+	cfg    StoreConfig
+	secret []byte
+	srv    *storeServer // rank 0 only
+
+	mu     sync.Mutex
+	conn   net.Conn
+	r      *bufio.Reader
+	w      *bufio.Writer
+	broken error
+}
+
+// ErrTimeout is matched (errors.Is) by a Get or Wait that ran out of time.
+var ErrTimeout = errors.New("timed out")
+
+const defaultStoreTimeout = 5 * time.Minute
+
+// NewStore joins the job: rank 0 starts the store on cfg.Addr, every rank
+// connects to it and registers, and NewStore returns once all cfg.World
+// ranks have registered. If some have not within cfg.Timeout (or before ctx
+// ends), the error names them:
+//
+//	rendezvous timed out after 30s: ranks 2, 3 of 4 never arrived
+func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
+	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
+		return nil, fmt.Errorf("rendezvous: rank %d is outside world size %d", cfg.Rank, cfg.World)
+	}
+	if cfg.Secret == "" {
+		return nil, errors.New("rendezvous: the job secret is empty")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = defaultStoreTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = os.Stderr
+	}
+	s := &Store{cfg: cfg, secret: []byte(cfg.Secret)}
+	start := time.Now()
+	deadline := start.Add(cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	timedOut := func() string {
+		return fmt.Sprintf("rendezvous timed out after %v", time.Since(start).Round(time.Second))
+	}
+
+	if cfg.Rank == 0 {
+		ln := cfg.Listener
+		if ln == nil {
+			host, _, err := net.SplitHostPort(cfg.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("rendezvous: store address %q: %v", cfg.Addr, err)
+			}
+			if host == "" {
+				return nil, fmt.Errorf("rendezvous: store address %q names no host (use 127.0.0.1 for one node, or this node's address)", cfg.Addr)
+			}
+			ln, err = net.Listen("tcp", cfg.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("rendezvous: rank 0 cannot listen on %s: %w", cfg.Addr, err)
+			}
+		}
+		s.cfg.Addr = ln.Addr().String()
+		s.srv = newStoreServer(ln, s.secret, cfg.Log)
+	}
+
+	// Connect, retrying while rank 0 is not up yet.
+	var lastErr error
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		lastErr = s.connect(deadline)
+		if lastErr == nil {
+			break
+		}
+		fatal := errors.Is(lastErr, errRefused) || errors.Is(lastErr, errMismatch)
+		if fatal || time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+			s.Close()
+			if fatal {
+				return nil, fmt.Errorf("rendezvous: the store at %s %v", s.cfg.Addr, lastErr)
+			}
+			return nil, fmt.Errorf("%s: cannot reach rank 0's store at %s (%v): rank 0 never arrived", timedOut(), s.cfg.Addr, lastErr)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+	defer stop()
+
+	// Register, then wait for everyone.
+	n, err := s.Add(fmt.Sprintf("rendezvous/rank/%d", cfg.Rank), 1)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("rendezvous: register rank %d: %w", cfg.Rank, err)
+	}
+	if n != 1 {
+		s.Close()
+		return nil, fmt.Errorf("rendezvous: rank %d joined twice (two processes were given the same rank)", cfg.Rank)
+	}
+	if cfg.Rank == 0 {
+		err = s.Set("rendezvous/world", []byte(strconv.Itoa(cfg.World)))
+	} else {
+		var v []byte
+		v, err = s.GetTimeout("rendezvous/world", time.Until(deadline))
+		if err == nil && string(v) != strconv.Itoa(cfg.World) {
+			err = fmt.Errorf("this rank was told world size %d, rank 0 %s", cfg.World, v)
+		}
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
+	keys := make([]string, cfg.World)
+	for r := range keys {
+		keys[r] = fmt.Sprintf("rendezvous/rank/%d", r)
+	}
+	if err := s.WaitTimeout(keys, time.Until(deadline)); err != nil {
+		s.Close()
+		var me *MissingKeysError
+		if errors.As(err, &me) {
+			var ranks []string
+			for _, k := range me.Keys {
+				ranks = append(ranks, strings.TrimPrefix(k, "rendezvous/rank/"))
+			}
+			word := "ranks"
+			if len(ranks) == 1 {
+				word = "rank"
+			}
+			return nil, fmt.Errorf("%s: %s %s of %d never arrived", timedOut(), word, strings.Join(ranks, ", "), cfg.World)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("rendezvous: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) connect(deadline time.Time) error {
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.Dial("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	if err := clientHandshake(c, s.secret, roleStore, s.cfg.Rank, deadline); err != nil {
+		c.Close()
+		return err
+	}
+	s.conn, s.r, s.w = c, bufio.NewReader(c), bufio.NewWriter(c)
+	return nil
+}
+
+// Rank is this process's rank.
+func (s *Store) Rank() int { return s.cfg.Rank }
+
+// World is the number of ranks.
+func (s *Store) World() int { return s.cfg.World }
+
+// Addr is the store's address.
+func (s *Store) Addr() string { return s.cfg.Addr }
+
+// Timeout is the default wait of Get and Wait.
+func (s *Store) Timeout() time.Duration { return s.cfg.Timeout }
+
+// LocalIP is the address of this host's interface that reaches rank 0,
+// which is where its peers should connect to it.
+func (s *Store) LocalIP() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return ""
+	}
+	h, _, _ := net.SplitHostPort(s.conn.LocalAddr().String())
+	return h
+}
+
+func (s *Store) log() io.Writer { return s.cfg.Log }
+
+// Close leaves the store; on rank 0 it also stops serving, so rank 0
+// should close last (after a final barrier).
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.broken == nil {
+		s.broken = errors.New("store closed")
+	}
+	s.mu.Unlock()
+	if s.srv != nil {
+		s.srv.close()
+	}
+	return nil
+}
+
+// Store requests and replies.
+const (
+	opSet byte = iota + 1
+	opGet
+	opAdd
+	opWait
+
+	stOK byte = iota
+	stTimeout
+	stErr
+)
+
+const (
+	maxKeyLen   = 4 << 10
+	maxValueLen = 64 << 20
+	maxKeys     = 1 << 16
+)
+
+// MissingKeysError is a Wait that ran out of time; Keys are those still
+// missing, sorted.
+type MissingKeysError struct {
+	Keys    []string
+	Timeout time.Duration
+}
+
+func (e *MissingKeysError) Error() string {
+	return fmt.Sprintf("waited %v for keys; missing: %s", e.Timeout, strings.Join(e.Keys, ", "))
+}
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *MissingKeysError) Is(target error) bool { return target == ErrTimeout }
+
+// Set stores value under key, waking anyone waiting for it.
+func (s *Store) Set(key string, value []byte) error {
+	_, err := s.do(0, func(w *bufio.Writer) {
+		w.WriteByte(opSet)
+		putBytes(w, []byte(key))
+		putBytes(w, value)
+	}, func(r *bufio.Reader) ([]byte, error) { return nil, nil })
+	return err
+}
+
+// Get waits up to the store's timeout for key to be set and returns its
+// value.
+func (s *Store) Get(key string) ([]byte, error) { return s.GetTimeout(key, s.cfg.Timeout) }
+
+// GetTimeout is Get with its own timeout (0: do not wait).
+func (s *Store) GetTimeout(key string, timeout time.Duration) ([]byte, error) {
+	v, err := s.do(timeout, func(w *bufio.Writer) {
+		w.WriteByte(opGet)
+		putInt(w, int64(max(timeout, 0)))
+		putBytes(w, []byte(key))
+	}, func(r *bufio.Reader) ([]byte, error) { return getBytes(r, maxValueLen) })
+	if errors.Is(err, ErrTimeout) {
+		return nil, fmt.Errorf("key %q not set within %v: %w", key, timeout, ErrTimeout)
+	}
+	return v, err
+}
+
+// Add adds delta to the counter under key (a decimal number; missing is 0)
+// and returns the new value.
+func (s *Store) Add(key string, delta int64) (int64, error) {
+	v, err := s.do(0, func(w *bufio.Writer) {
+		w.WriteByte(opAdd)
+		putBytes(w, []byte(key))
+		putInt(w, delta)
+	}, func(r *bufio.Reader) ([]byte, error) { return getBytes(r, 64) })
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(v), 10, 64)
+}
+
+// Wait waits up to the store's timeout until every key is set.
+func (s *Store) Wait(keys ...string) error { return s.WaitTimeout(keys, s.cfg.Timeout) }
+
+// WaitTimeout is Wait with its own timeout. On timeout the error is a
+// *MissingKeysError naming the keys still missing.
+func (s *Store) WaitTimeout(keys []string, timeout time.Duration) error {
+	_, err := s.do(timeout, func(w *bufio.Writer) {
+		w.WriteByte(opWait)
+		putInt(w, int64(max(timeout, 0)))
+		putInt(w, int64(len(keys)))
+		for _, k := range keys {
+			putBytes(w, []byte(k))
+		}
+	}, func(r *bufio.Reader) ([]byte, error) { return nil, nil })
+	var me *MissingKeysError
+	if errors.As(err, &me) {
+		me.Timeout = timeout
+	}
+	return err
+}
+
+// do sends one request and reads its reply. Network failures break the
+// store handle for good.
+func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.Reader) ([]byte, error)) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		return nil, s.broken
+	}
+	fail := func(err error) ([]byte, error) {
+		if isClosed(err) {
+			err = fmt.Errorf("store at %s: rank 0 closed the connection", s.cfg.Addr)
+		} else {
+			err = fmt.Errorf("store at %s: %w", s.cfg.Addr, err)
+		}
+		s.broken = err
+		s.conn.Close()
+		return nil, err
+	}
+	s.conn.SetDeadline(time.Now().Add(max(wait, 0) + 30*time.Second))
+	req(s.w)
+	if err := s.w.Flush(); err != nil {
+		return fail(err)
+	}
+	st, err := s.r.ReadByte()
+	if err != nil {
+		return fail(err)
+	}
+	switch st {
+	case stOK:
+		v, err := ok(s.r)
+		if err != nil {
+			return fail(err)
+		}
+		return v, nil
+	case stTimeout:
+		n, err := getInt(s.r)
+		if err != nil || n < 0 || n > maxKeys {
+			return fail(fmt.Errorf("bad reply"))
+		}
+		me := &MissingKeysError{Timeout: wait}
+		for range n {
+			k, err := getBytes(s.r, maxKeyLen)
+			if err != nil {
+				return fail(err)
+			}
+			me.Keys = append(me.Keys, string(k))
+		}
+		return nil, me
+	case stErr:
+		msg, err := getBytes(s.r, maxKeyLen)
+		if err != nil {
+			return fail(err)
+		}
+		return nil, fmt.Errorf("store: %s", msg)
+	}
+	return fail(fmt.Errorf("bad reply status %d", st))
+}
+
+// The wire: integers are 8-byte little-endian, byte strings a length then
+// the bytes.
+
+func putInt(w *bufio.Writer, v int64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(v))
+	w.Write(b[:])
+}
+
+func putBytes(w *bufio.Writer, b []byte) {
+	putInt(w, int64(len(b)))
+	w.Write(b)
+}
+
+func getInt(r *bufio.Reader) (int64, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint64(b[:])), nil
+}
+
+func getBytes(r *bufio.Reader, limit int) ([]byte, error) {
+	n, err := getInt(r)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > int64(limit) {
+		return nil, fmt.Errorf("length %d out of range", n)
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(r, b)
+	return b, err
+}
+
+// storeServer is rank 0's store: a map, and a channel closed (and
+// replaced) on every change to wake waiters.
+type storeServer struct {
+	ln     net.Listener
+	secret []byte
+	log    io.Writer
+
+	mu      sync.Mutex
+	data    map[string][]byte
+	changed chan struct{}
+	conns   map[net.Conn]bool
+	closed  bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newStoreServer(ln net.Listener, secret []byte, log io.Writer) *storeServer {
+	s := &storeServer{ln: ln, secret: secret, log: log, data: map[string][]byte{},
+		changed: make(chan struct{}), conns: map[net.Conn]bool{}, done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.accept()
+	return s
+}
+
+func (s *storeServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *storeServer) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.done)
+	s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *storeServer) serve(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	if _, err := serverHandshake(c, s.secret, roleStore); err != nil {
+		fmt.Fprintf(s.log, "dist: store %s: refused a connection from %s: %v\n", s.ln.Addr(), c.RemoteAddr(), err)
+		return
+	}
+	r, w := bufio.NewReader(c), bufio.NewWriter(c)
+	for {
+		if err := s.request(r, w); err != nil {
+			return
+		}
+		if err := w.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+func (s *storeServer) request(r *bufio.Reader, w *bufio.Writer) error {
+	op, err := r.ReadByte()
+	if err != nil {
+		return err
+	}
+	switch op {
+	case opSet:
+		k, err := getBytes(r, maxKeyLen)
+		if err != nil {
+			return err
+		}
+		v, err := getBytes(r, maxValueLen)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.data[string(k)] = v
+		s.notify()
+		s.mu.Unlock()
+		w.WriteByte(stOK)
+	case opAdd:
+		k, err := getBytes(r, maxKeyLen)
+		if err != nil {
+			return err
+		}
+		d, err := getInt(r)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		old, _ := strconv.ParseInt(string(s.data[string(k)]), 10, 64)
+		v := []byte(strconv.FormatInt(old+d, 10))
+		s.data[string(k)] = v
+		s.notify()
+		s.mu.Unlock()
+		w.WriteByte(stOK)
+		putBytes(w, v)
+	case opGet, opWait:
+		t, err := getInt(r)
+		if err != nil {
+			return err
+		}
+		n := int64(1)
+		if op == opWait {
+			if n, err = getInt(r); err != nil {
+				return err
+			}
+			if n < 0 || n > maxKeys {
+				return fmt.Errorf("too many keys")
+			}
+		}
+		keys := make([]string, n)
+		for i := range keys {
+			k, err := getBytes(r, maxKeyLen)
+			if err != nil {
+				return err
+			}
+			keys[i] = string(k)
+		}
+		missing, v := s.wait(keys, time.Duration(t))
+		if len(missing) > 0 {
+			w.WriteByte(stTimeout)
+			putInt(w, int64(len(missing)))
+			for _, k := range missing {
+				putBytes(w, []byte(k))
+			}
+			return nil
+		}
+		w.WriteByte(stOK)
+		if op == opGet {
+			putBytes(w, v)
+		}
+	default:
+		return fmt.Errorf("unknown request %d", op)
+	}
+	return nil
+}
+
+// notify wakes waiters; s.mu is held.
+func (s *storeServer) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// wait waits up to t for all keys; it returns those still missing (in
+// natural order) and the value of the first key.
+func (s *storeServer) wait(keys []string, t time.Duration) ([]string, []byte) {
+	timer := time.NewTimer(t)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		var missing []string
+		for _, k := range keys {
+			if _, ok := s.data[k]; !ok {
+				missing = append(missing, k)
+			}
+		}
+		var v []byte
+		if len(missing) == 0 && len(keys) > 0 {
+			v = s.data[keys[0]]
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		if len(missing) == 0 {
+			return nil, v
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			sortNatural(missing)
+			return missing, nil
+		case <-s.done:
+			return missing, nil
+		}
+	}
+}
+
+// sortNatural sorts keys so that "r/10" comes after "r/9".
+func sortNatural(keys []string) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if len(a) != len(b) {
+			pa, pb := strings.TrimRight(a, "0123456789"), strings.TrimRight(b, "0123456789")
+			if pa == pb {
+				return len(a) < len(b)
+			}
+		}
+		return a < b
+	})
+}
+
+// isClosed says err means the other end closed (or reset) the connection.
+func isClosed(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
