@@ -3,7 +3,10 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/tensor"
@@ -181,15 +184,15 @@ func TestRecomputePeakMemory(t *testing.T) {
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // TestRecomputeAllocations counts Go heap allocations of a steady-state
-// forward and backward pass with recomputation: checkpoint records, walk
-// memory and scopes are pooled, so there are none.
+// forward and backward pass, with and without recomputation, with a
+// gradient-ready hook installed: checkpoint records, walk memory and
+// scopes are pooled, so there are none.
 func TestRecomputeAllocations(t *testing.T) {
 	cfg := Config{VocabSize: 65, BlockSize: 16, NLayer: 2, NHead: 2, NEmbd: 32, Dropout: 0.1, Bias: true}
 	m, err := New(cfg, tensor.CPU, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetRecompute(true)
 	const B, T = 2, 16
 	x, y := randomBatch(4, cfg.VocabSize, B, T)
 	var xt, yt *tensor.Tensor
@@ -197,21 +200,165 @@ func TestRecomputeAllocations(t *testing.T) {
 		xt, yt = tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T)
 	})
 	ps := m.Parameters()
+	reported := 0
+	defer tensor.SetGradReadyHook(tensor.SetGradReadyHook(func(*tensor.Tensor) { reported++ }))
 	step := func() {
 		tensor.Step(func() { m.Loss(xt, yt).Backward() })
 		for _, p := range ps {
 			tensor.ZeroGradInPlace(p.T)
 		}
 	}
-	for i := 0; i < 3; i++ {
-		step()
+	for _, recompute := range []bool{false, true} {
+		m.SetRecompute(recompute)
+		for i := 0; i < 3; i++ {
+			step()
+		}
+		reported = 0
+		allocs := testing.AllocsPerRun(5, step)
+		if allocs != 0 { // a collection may empty the kernels' scratch pools once
+			allocs = testing.AllocsPerRun(5, step)
+		}
+		t.Logf("recompute=%v: %.0f heap allocations per step", recompute, allocs)
+		if allocs != 0 {
+			t.Errorf("recompute=%v: %.0f heap allocations per steady-state step, want 0", recompute, allocs)
+		}
+		if reported%len(ps) != 0 || reported == 0 {
+			t.Errorf("recompute=%v: %d leaves reported, not a multiple of %d parameters", recompute, reported, len(ps))
+		}
 	}
-	allocs := testing.AllocsPerRun(5, step)
-	if allocs != 0 { // a collection may empty the kernels' scratch pools once
-		allocs = testing.AllocsPerRun(5, step)
+}
+
+// BenchmarkRecompute times forward and backward passes of a small GPT
+// (4 layers, n_embd 128, block 64, batch 12) with and without
+// recomputation, alternating the two so that a busy machine slows both
+// alike, and reports the median milliseconds of each and the median ratio
+// of the pairs: recomputation's time cost.
+func BenchmarkRecompute(b *testing.B) {
+	cfg := Config{VocabSize: 65, BlockSize: 64, NLayer: 4, NHead: 4, NEmbd: 128, Dropout: 0.1, Bias: true}
+	const B = 12
+	x, y := randomBatch(3, cfg.VocabSize, B, cfg.BlockSize)
+	var xt, yt *tensor.Tensor
+	tensor.Persist(func() {
+		xt, yt = tensor.FromInt32s(tensor.CPU, x, B, cfg.BlockSize), tensor.FromInt32s(tensor.CPU, y, B, cfg.BlockSize)
+	})
+	var steps [2]func() time.Duration
+	for i := range steps {
+		m, err := New(cfg, tensor.CPU, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.SetRecompute(i == 1)
+		ps := m.Parameters()
+		steps[i] = func() time.Duration {
+			t0 := time.Now()
+			tensor.Step(func() { m.Loss(xt, yt).Backward() })
+			dt := time.Since(t0)
+			for _, p := range ps {
+				tensor.ZeroGradInPlace(p.T)
+			}
+			return dt
+		}
+		steps[i]() // fill the pools
 	}
-	t.Logf("%.0f heap allocations per step with recompute", allocs)
-	if allocs != 0 {
-		t.Errorf("%.0f heap allocations per steady-state step with recompute, want 0", allocs)
+	var plain, re, ratio []float64
+	for b.Loop() {
+		p, r := steps[0](), steps[1]()
+		plain = append(plain, p.Seconds()*1e3)
+		re = append(re, r.Seconds()*1e3)
+		ratio = append(ratio, r.Seconds()/p.Seconds())
 	}
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(plain), "plain-ms")
+	b.ReportMetric(median(re), "recompute-ms")
+	b.ReportMetric(median(ratio), "ratio")
+}
+
+// TestGradReadyHookGPT checks the gradient-ready hook on the GPT, with and
+// without recomputation: every parameter is reported exactly once per
+// Backward, the tied token embedding (read by the first op and the head)
+// among the last; its gradient when reported is the one Backward ends
+// with; blocks are reported from the last to the first, each block's
+// parameters before any of the block below.
+func TestGradReadyHookGPT(t *testing.T) {
+	cfg := Config{VocabSize: 31, BlockSize: 8, NLayer: 3, NHead: 2, NEmbd: 16, Dropout: 0.1, Bias: true}
+	m, err := New(cfg, tensor.CPU, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, T = 2, 8
+	x, y := randomBatch(6, cfg.VocabSize, B, T)
+	ps := m.Parameters()
+	index := map[*tensor.Tensor]int{}
+	for i, p := range ps {
+		index[p.T] = i
+	}
+	block := func(name string) int { // the block a parameter belongs to, or -1
+		var l int
+		if _, err := fmt.Sscanf(name, "transformer.h.%d.", &l); err != nil {
+			return -1
+		}
+		return l
+	}
+	for _, recompute := range []bool{false, true} {
+		m.SetRecompute(recompute)
+		for pass := 0; pass < 2; pass++ { // the second Backward accumulates
+			var order []int
+			seen := make([][]float32, len(ps))
+			prev := tensor.SetGradReadyHook(func(leaf *tensor.Tensor) {
+				i, ok := index[leaf]
+				if !ok {
+					t.Errorf("reported a leaf that is not a parameter: %v", leaf)
+					return
+				}
+				order = append(order, i)
+				seen[i] = leaf.Grad.Float32s()
+			})
+			tensor.Step(func() {
+				m.SetDropoutSeed(uint64(pass))
+				m.Loss(tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T)).Backward()
+			})
+			tensor.SetGradReadyHook(prev)
+			count := make([]int, len(ps))
+			for _, i := range order {
+				count[i]++
+			}
+			for i, p := range ps {
+				if count[i] != 1 {
+					t.Fatalf("recompute=%v: %s reported %d times", recompute, p.Name, count[i])
+				}
+				if !equalBits(seen[i], p.Grad().Float32s()) {
+					t.Errorf("recompute=%v: %s's gradient changed after it was reported", recompute, p.Name)
+				}
+			}
+			names := make([]string, len(order))
+			for k, i := range order {
+				names[k] = ps[i].Name
+			}
+			if pass == 0 {
+				t.Logf("recompute=%v: %v", recompute, names)
+			}
+			if !strings.HasPrefix(names[0], "transformer.ln_f.") {
+				t.Errorf("recompute=%v: %s reported first, want the final LayerNorm", recompute, names[0])
+			}
+			wte := slices.Index(names, "transformer.wte.weight")
+			last := cfg.NLayer
+			for k, n := range names {
+				l := block(n)
+				if l < 0 {
+					continue
+				}
+				if l > last {
+					t.Errorf("recompute=%v: %s reported after a parameter of block %d", recompute, n, last)
+				}
+				last = l
+				if k > wte {
+					t.Errorf("recompute=%v: %s reported after the tied embedding", recompute, n)
+				}
+			}
+		}
+		for _, p := range ps {
+			tensor.ZeroGrad(p.T)
+		}
+	}
+	m.SetRecompute(false)
 }
