@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/monitor/lab"
+	"github.com/fleetml/fleet/monitor/report"
 )
 
 // TestBenchLabQuick runs every experiment of `fleet bench lab --quick` on
@@ -93,6 +94,13 @@ func TestBenchLabQuick(t *testing.T) {
 	for _, p := range r.Precision {
 		pos(p.Name+" tokens/s", p.TokensPerSec)
 		pos(p.Name+" peak memory", float64(p.PeakBytes))
+	}
+	rl, err := report.ReadLab(filepath.Join(dir, report.LabFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rl.Sweep.Points) != len(r.Sweep.Points) || rl.Sweep.Points[0].TokensPerSec != r.Sweep.Points[0].TokensPerSec {
+		t.Errorf("fleet report reads the sweep as %+v, lab wrote %+v", rl.Sweep.Points, r.Sweep.Points)
 	}
 	a := r.Accum
 	pos("gradient magnitude", a.MaxAbsGrad)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/monitor/report"
 	"github.com/fleetml/fleet/train"
 )
 
@@ -46,19 +47,22 @@ type Options struct {
 	Log io.Writer
 }
 
-// Result is everything the lab measured; it is what lab.json holds.
+// Result is everything the lab measured; it is what lab.json holds. The
+// embedded report.Lab (device, device_name and the batch-size sweep,
+// batch_sweep) is the part `fleet report` plots; the other experiments
+// are fields of their own.
 type Result struct {
-	Device     string `json:"device"`      // cpu, cuda:0
-	DeviceName string `json:"device_name"` // the CPU model or the GPU's name
-	Threads    int    `json:"threads"`     // CPU worker goroutines
-	Quick      bool   `json:"quick"`
-	Time       string `json:"time"` // when the run started, RFC 3339
-	Model      Model  `json:"model"`
+	report.Lab
+	Threads int    `json:"threads"` // CPU worker goroutines
+	Quick   bool   `json:"quick"`
+	Time    string `json:"time"` // when the run started, RFC 3339
+	Model   Model  `json:"model"`
 
-	VecAdd     VecAdd      `json:"vector_add"`
-	MatMul     MatMul      `json:"matmul"`
-	Copy       Copy        `json:"host_to_device"`
-	Sweep      Sweep       `json:"batch_sweep"`
+	VecAdd VecAdd `json:"vector_add"`
+	MatMul MatMul `json:"matmul"`
+	Copy   Copy   `json:"host_to_device"`
+	// SweepPeak is the fp32 peak, TFLOP/s, the sweep's MFU is relative to.
+	SweepPeak  float64     `json:"batch_sweep_peak_tflops,omitempty"`
 	Precision  []StepPoint `json:"precision"`
 	Accum      Accum       `json:"grad_accum"`
 	Speedup    Speedup     `json:"gpu_speedup"`
@@ -111,7 +115,7 @@ func Run(opts Options) (*Result, error) {
 	if err := opts.Model.Validate(); err != nil {
 		return nil, err
 	}
-	res := &Result{Device: dev.String(), DeviceName: deviceName(be), Threads: threads(be), Quick: opts.Quick,
+	res := &Result{Lab: report.Lab{Device: dev.String(), DeviceName: deviceName(be)}, Threads: threads(be), Quick: opts.Quick,
 		Time: start.UTC().Format(time.RFC3339)}
 	c := opts.Model
 	res.Model = Model{NLayer: c.NLayer, NHead: c.NHead, NEmbd: c.NEmbd, BlockSize: c.BlockSize, Vocab: opts.Vocab}
@@ -125,7 +129,10 @@ func Run(opts Options) (*Result, error) {
 		{"vector add", func() (err error) { res.VecAdd, err = vectorAdd(dev, be, opts); return }},
 		{"matmul", func() (err error) { res.MatMul, err = matMul(dev, be, opts); return }},
 		{"host to device", func() (err error) { res.Copy, err = hostToDevice(dev, be, opts); return }},
-		{"batch sweep", func() (err error) { res.Sweep, err = batchSweep(dev, opts, &res.Model); return }},
+		{"batch sweep", func() (err error) {
+			res.Sweep, res.SweepPeak, err = batchSweep(dev, be, opts, &res.Model, res.MatMul)
+			return
+		}},
 		{"precision", func() (err error) { res.Precision, err = precisions(dev, opts); return }},
 		{"grad accum", func() (err error) { res.Accum, err = gradAccum(dev, opts); return }},
 		{"gpu speed-up", func() (err error) { res.Speedup, err = speedup(dev, opts); return }},

@@ -4,35 +4,16 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/monitor/report"
+	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
 )
-
-// Sweep is experiment 4: training steps at batch sizes 1, 2, 4, ...
-type Sweep struct {
-	// UtilSource says how Util was measured.
-	UtilSource string       `json:"utilisation_source"`
-	Points     []SweepPoint `json:"points"`
-	Stop       string       `json:"stop"` // why the sweep ended
-	Summary    string       `json:"summary"`
-}
-
-// SweepPoint is one batch size's training steps (forward, backward,
-// clipping and AdamW), medians over the timed steps.
-type SweepPoint struct {
-	Batch        int     `json:"batch"`
-	TokensPerSec float64 `json:"tokens_per_s"`
-	StepMs       float64 `json:"step_ms"`
-	GFLOPs       float64 `json:"gflops"` // achieved model FLOP/s, in 1e9
-	// Util is the device's busy fraction while stepping, 0 to 1: on the
-	// CPU, process CPU time / wall time / worker threads; -1 where it
-	// could not be measured.
-	Util      float64 `json:"utilisation"`
-	PeakBytes int64   `json:"peak_bytes"`
-}
 
 // StepPoint is one configuration's training step: experiment 5's
 // precisions and experiment 7's devices.
@@ -70,30 +51,64 @@ type Speedup struct {
 	Summary string     `json:"summary,omitempty"`
 }
 
-// bench runs train.Benchmark, returning its result with the utilisation
-// of the device over the call.
-func bench(c train.Config, vocab, warmup, steps int) (train.BenchResult, float64, error) {
-	cpu0, ok := cpuTime()
-	t0 := time.Now()
-	r, err := train.Benchmark(c, vocab, warmup, steps)
-	wall := time.Since(t0)
-	util := -1.0
-	if cpu1, ok1 := cpuTime(); ok && ok1 && wall > 0 {
-		n := benchThreads(c.Device)
-		util = math.Min(1, float64(cpu1-cpu0)/float64(wall)/float64(n))
-	}
-	return r, util, err
+// bench runs train.Benchmark.
+func bench(c train.Config, vocab, warmup, steps int) (train.BenchResult, error) {
+	return train.Benchmark(c, vocab, warmup, steps)
 }
 
 // stepsFor gives a benchmark's timed steps: enough for about tokens
-// tokens, at least 3 and at most 30.
-func stepsFor(batch, block, tokens int) int {
-	return min(30, max(3, tokens/(batch*block)))
+// tokens, at least 3 and at most most.
+func stepsFor(batch, block, tokens, most int) int {
+	return min(most, max(3, tokens/(batch*block)))
 }
 
-func batchSweep(dev tensor.Device, o Options, m *Model) (Sweep, error) {
+// utilMeter measures the device's utilisation, a fraction from 0 to 1,
+// over a call of fn: on a GPU, the mean of NVML's utilisation from a
+// monitor/sysstat Sampler; on the CPU, the process's CPU time over the
+// wall time and the worker threads (what the Sampler's process CPU reads,
+// at nanosecond rather than clock-tick resolution). -1 means not measured.
+func utilMeter(dev tensor.Device, be backend.Backend) (source string, measure func(fn func() error) (float64, error)) {
+	if dev.Kind == "cpu" {
+		if _, ok := cpuTime(); !ok {
+			return "not measured on this system", func(fn func() error) (float64, error) { return -1, fn() }
+		}
+		n := threads(be)
+		return fmt.Sprintf("process CPU time / wall time / %d worker threads over each benchmark, model set-up included", n),
+			func(fn func() error) (float64, error) {
+				c0, _ := cpuTime()
+				t0 := time.Now()
+				err := fn()
+				wall := time.Since(t0)
+				c1, _ := cpuTime()
+				return math.Min(1, float64(c1-c0)/float64(wall)/float64(n)), err
+			}
+	}
+	probe, err := sysstat.NewGPUSampler(dev.Index, 50*time.Millisecond)
+	if err != nil {
+		return "not measured: " + err.Error(), func(fn func() error) (float64, error) { return -1, fn() }
+	}
+	name := probe.Stop().Source
+	return fmt.Sprintf("mean NVML utilisation of %s (a monitor/sysstat Sampler every 50 ms) over each benchmark, model set-up included", name),
+		func(fn func() error) (float64, error) {
+			s, err := sysstat.NewGPUSampler(dev.Index, 50*time.Millisecond)
+			if err != nil {
+				return -1, fn()
+			}
+			s.Start()
+			err = fn()
+			st := s.Stop()
+			if st.Samples == 0 {
+				return -1, err
+			}
+			return st.MeanUtil / 100, err
+		}
+}
+
+// batchSweep runs experiment 4: training steps at batch sizes 1, 2, 4,
+// ... with their utilisation, and MFU against the fp32 peak of the
+// matrix-product experiment mm (returned as peak, 0 if none).
+func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm MatMul) (s report.Sweep, peak float64, err error) {
 	w := o.Log
-	s := Sweep{}
 	maxBatch := o.MaxBatch
 	if maxBatch <= 0 {
 		switch {
@@ -109,47 +124,52 @@ func batchSweep(dev tensor.Device, o Options, m *Model) (Sweep, error) {
 	if bound <= 0 {
 		bound = 2000
 	}
-	tokens, warmup := 16384, 2
+	tokens, warmup, most := 32768, 3, 30
 	if o.Quick {
 		tokens, warmup = 1024, 1
 	}
-	if dev.Kind == "cpu" {
-		s.UtilSource = "process CPU time / wall time / worker threads over each benchmark (model set-up included)"
-	} else {
-		s.UtilSource = "not measured on " + dev.String() + " (no GPU sampler yet): -1"
+	if dev.Kind != "cpu" {
+		tokens, most = 1<<20, 200
 	}
-	fmt.Fprintf(w, "   %6s %12s %10s %10s %8s %12s\n", "batch", "tokens/s", "ms/step", "GFLOP/s", "util", "peak memory")
+	for _, p := range mm.Points {
+		if p.DType == "fp32" && p.PeakTFLOPs > 0 {
+			peak = p.PeakTFLOPs
+		}
+	}
+	var measure func(func() error) (float64, error)
+	s.UtilSource, measure = utilMeter(dev, be)
+	fmt.Fprintf(w, "   %6s %12s %10s %10s %8s %8s %12s\n", "batch", "tokens/s", "ms/step", "GFLOP/s", "MFU", "util", "peak memory")
 	s.Stop = fmt.Sprintf("reached the largest batch asked for, %d", maxBatch)
 	for b := 1; b <= maxBatch; b *= 2 {
 		c := o.Model
 		c.BatchSize = b
-		r, util, err := bench(c, o.Vocab, warmup, stepsFor(b, c.BlockSize, tokens))
+		var r train.BenchResult
+		util, err := measure(func() (err error) {
+			r, err = bench(c, o.Vocab, warmup, stepsFor(b, c.BlockSize, tokens, most))
+			return err
+		})
 		if isOOM(err) {
 			s.Stop = fmt.Sprintf("batch %d ran out of device memory", b)
 			fmt.Fprintf(w, "   %6d out of memory: stopped\n", b)
 			break
 		}
 		if err != nil {
-			return s, fmt.Errorf("batch %d: %w", b, err)
-		}
-		if dev.Kind != "cpu" {
-			util = -1
+			return s, peak, fmt.Errorf("batch %d: %w", b, err)
 		}
 		m.Params = r.NumParams
-		p := SweepPoint{Batch: b, TokensPerSec: r.TokensPerSec, StepMs: r.MsPerStep, GFLOPs: r.GFLOPs, Util: util, PeakBytes: r.PeakBytes}
-		s.Points = append(s.Points, p)
-		us := "-"
-		if util >= 0 {
-			us = percent(util)
+		p := report.SweepPoint{Batch: b, TokensPerSec: r.TokensPerSec, StepMs: r.MsPerStep, GFLOPs: r.GFLOPs, Util: util, PeakBytes: r.PeakBytes}
+		if peak > 0 {
+			p.MFU = r.GFLOPs / 1e3 / peak
 		}
-		fmt.Fprintf(w, "   %6d %12.0f %10.2f %10.1f %8s %12s\n", b, p.TokensPerSec, p.StepMs, p.GFLOPs, us, bytesString(p.PeakBytes))
+		s.Points = append(s.Points, p)
+		fmt.Fprintf(w, "   %6d %12.0f %10.2f %10.1f %8s %8s %12s\n", b, p.TokensPerSec, p.StepMs, p.GFLOPs, percent(p.MFU), percent(p.Util), bytesString(p.PeakBytes))
 		if p.StepMs > bound {
 			s.Stop = fmt.Sprintf("a step at batch %d took %.0f ms, over the %.0f ms bound", b, p.StepMs, bound)
 			break
 		}
 	}
 	if len(s.Points) == 0 {
-		return s, fmt.Errorf("not even batch 1 fits: %s", s.Stop)
+		return s, peak, fmt.Errorf("not even batch 1 fits: %s", s.Stop)
 	}
 	first, best := s.Points[0], s.Points[0]
 	for _, p := range s.Points {
@@ -157,15 +177,17 @@ func batchSweep(dev tensor.Device, o Options, m *Model) (Sweep, error) {
 			best = p
 		}
 	}
-	s.Summary = fmt.Sprintf("tokens/s rises from %.0f at batch 1 to %.0f at batch %d (%.1fx); small batches leave the device idle between tiny kernels, "+
-		"and past the knee more batch only adds step time (sweep ended: %s)", first.TokensPerSec, best.TokensPerSec, best.Batch, best.TokensPerSec/first.TokensPerSec, s.Stop)
+	s.Summary = fmt.Sprintf("tokens/s rises from %.0f at batch 1 to %.0f at batch %d (%.1fx): small batches leave the device idle between small kernels, "+
+		"and past the knee a larger batch only lengthens the step (the sweep ended because it %s)", first.TokensPerSec, best.TokensPerSec, best.Batch,
+		best.TokensPerSec/first.TokensPerSec, strings.TrimPrefix(s.Stop, "a "))
+	fmt.Fprintf(w, "   utilisation: %s\n", s.UtilSource)
 	fmt.Fprintf(w, "   => %s\n", s.Summary)
-	return s, nil
+	return s, peak, nil
 }
 
 func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 	w := o.Log
-	warmup, steps := 3, 10
+	warmup, steps := 3, 20
 	if o.Quick {
 		warmup, steps = 1, 3
 	}
@@ -174,7 +196,7 @@ func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 	for _, p := range []string{"fp32", "bf16"} {
 		c := o.Model
 		c.Precision = p
-		r, _, err := bench(c, o.Vocab, warmup, steps)
+		r, err := bench(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", p, err)
 		}
@@ -204,19 +226,19 @@ func gradAccum(dev tensor.Device, o Options) (Accum, error) {
 	if err := accumGrads(dev, o, &a); err != nil {
 		return a, err
 	}
-	warmup, steps := 2, 8
+	warmup, steps := 3, 15
 	if o.Quick {
 		warmup, steps = 1, 3
 	}
 	one := o.Model
 	one.BatchSize = a.Batch * a.Steps
-	r1, _, err := bench(one, o.Vocab, warmup, steps)
+	r1, err := bench(one, o.Vocab, warmup, steps)
 	if err != nil {
 		return a, err
 	}
 	acc := o.Model
 	acc.BatchSize, acc.GradAccum = a.Batch, a.Steps
-	r2, _, err := bench(acc, o.Vocab, warmup, steps)
+	r2, err := bench(acc, o.Vocab, warmup, steps)
 	if err != nil {
 		return a, err
 	}
@@ -309,7 +331,7 @@ func speedup(dev tensor.Device, o Options) (Speedup, error) {
 		fmt.Fprintf(w, "   %s\n", s.Note)
 		return s, nil
 	}
-	warmup, steps := 2, 5
+	warmup, steps := 3, 10
 	if o.Quick {
 		warmup, steps = 1, 3
 	}
@@ -318,7 +340,7 @@ func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	for _, d := range []string{"cpu", dev.String()} {
 		c := o.Model
 		c.Device = d
-		r, _, err := bench(c, o.Vocab, warmup, steps)
+		r, err := bench(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", d, err)
 		}
