@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -405,19 +406,21 @@ func hostToDevice(dev tensor.Device, be backend.Backend, o Options) (Copy, error
 	return c, nil
 }
 
-// bytesString writes a size in binary units.
+// bytesString writes a size in binary units, as a whole number where it
+// is within 0.1% of one (a working set of 12-byte elements).
 func bytesString(b int64) string {
-	switch {
-	case b >= 1<<30 && b%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", b>>30)
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", b>>20)
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if b < u.size*999/1000 {
+			continue
+		}
+		f := float64(b) / float64(u.size)
+		if r := math.Round(f); math.Abs(f-r) <= 0.001*r {
+			return fmt.Sprintf("%.0f %s", r, u.name)
+		}
+		return fmt.Sprintf("%.1f %s", f, u.name)
 	}
 	return fmt.Sprintf("%d B", b)
 }
