@@ -1,0 +1,58 @@
+package dist
+
+import "fmt"
+
+// DType is the element type of a device collective.
+type DType int
+
+// Element types of device collectives.
+const (
+	F32 DType = iota
+	BF16
+	F16
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
+	}
+	return fmt.Sprintf("DType(%d)", int(d))
+}
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+// DeviceGroup is a process group over device memory (NCCL): buffers are raw
+// device pointers, and each collective is enqueued on a CUDA stream (a raw
+// CUstream handle) and returns before it completes, so the caller orders it
+// with its own work through that stream and events. All calls for one
+// device must come from the goroutine that owns the device's context.
+type DeviceGroup interface {
+	Rank() int
+	Size() int
+	// AllReduce reduces count elements at buf in place.
+	AllReduce(buf uintptr, count int, dt DType, op Op, stream uintptr) error
+	// Broadcast copies root's count elements at buf to every rank.
+	Broadcast(buf uintptr, count int, dt DType, root int, stream uintptr) error
+	// AllGather gathers count elements from each rank's send into recv
+	// (Size()*count elements), in rank order.
+	AllGather(send, recv uintptr, count int, dt DType, stream uintptr) error
+	// CheckAsync returns an error the communicator met while running
+	// enqueued work (a peer gone, ...); the caller polls it while it waits.
+	CheckAsync() error
+	// Abort tears the communicator down without waiting for enqueued work.
+	Abort() error
+	// Close waits for nothing: it frees the communicator (call it after the
+	// stream's work has finished).
+	Close() error
+}
