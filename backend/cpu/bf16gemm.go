@@ -184,7 +184,11 @@ func packPairsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp in
 	}
 	if trans {
 		// Row 2k of A holds op(A)[., 2k]: interleave rows 2k and 2k+1.
-		for k := 0; k < even; k++ {
+		k := 0
+		if rows == bf16MR {
+			k = interleaveRows8(strip, a[i0:], ld, even)
+		}
+		for ; k < even; k++ {
 			lo, hi := a[2*k*ld+i0:][:rows], a[(2*k+1)*ld+i0:][:rows]
 			out := strip[k*bf16MR:][:rows]
 			for r := range out {
@@ -199,9 +203,13 @@ func packPairsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp in
 		}
 		return
 	}
+	k0 := 0
+	if rows == bf16MR {
+		k0 = transposePairs8(strip, bf16MR, a[i0*ld:], ld, even)
+	}
 	for r := 0; r < rows; r++ {
 		row := a[(i0+r)*ld:][:K]
-		for k := 0; k < even; k++ {
+		for k := k0; k < even; k++ {
 			strip[k*bf16MR+r] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
 		}
 		if even < kp {
@@ -220,10 +228,16 @@ func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp in
 		clear(strip)
 	}
 	if trans {
-		// Row j0+c of B holds op(B)[., j0+c].
+		// Row j0+c of B holds op(B)[., j0+c]: transpose 8 rows at a time.
+		k0 := 0
+		if cols == bf16NR {
+			for g := 0; g < bf16NR; g += 8 {
+				k0 = transposePairs8(strip[g:], bf16NR, b[(j0+g)*ld:], ld, even)
+			}
+		}
 		for c := 0; c < cols; c++ {
 			row := b[(j0+c)*ld:][:K]
-			for k := 0; k < even; k++ {
+			for k := k0; k < even; k++ {
 				strip[k*bf16NR+c] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
 			}
 			if even < kp {
@@ -251,10 +265,20 @@ func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp in
 	}
 }
 
-// interleaveRows32 sets dst[k*32 + c] = b[2k*ld + c] | b[(2k+1)*ld + c]<<16
-// for c < 32 and k < pairs, where it has a vector kernel, and returns how
-// many pairs it did (0 without one; bf16gemm_amd64.go sets it).
-var interleaveRows32 = func(dst []uint32, b []uint16, ld, pairs int) int { return 0 }
+// Vector helpers of the pair packing, set by bf16gemm_amd64.go where the
+// CPU has them; each returns how many pairs it packed, 0 without one.
+var (
+	// interleaveRows32 sets dst[k*32 + c] = b[2k*ld + c] | b[(2k+1)*ld + c]<<16
+	// for c < 32 and k < pairs.
+	interleaveRows32 = noPairs
+	// interleaveRows8 is interleaveRows32 for 8 columns (dst[k*8 + c]).
+	interleaveRows8 = noPairs
+	// transposePairs8 sets dst[k*dstK + r] = src[r*ld + 2k] | src[r*ld + 2k+1]<<16
+	// for r < 8 and k below pairs rounded down to a multiple of 8.
+	transposePairs8 = func(dst []uint32, dstK int, src []uint16, ld, pairs int) int { return 0 }
+)
+
+func noPairs(dst []uint32, b []uint16, ld, pairs int) int { return 0 }
 
 // bf16Operands holds a BF16 product's operands widened to F32, reused
 // across calls.

@@ -12,6 +12,23 @@ func init() {
 			return pairs
 		}
 	}
+	if cpu.X86.HasAVX2 {
+		interleaveRows8 = func(dst []uint32, b []uint16, ld, pairs int) int {
+			if pairs > 0 {
+				_, _ = dst[pairs*8-1], b[(2*pairs-1)*ld+7]
+				interleaveRows8AVX2(&dst[0], &b[0], ld, pairs)
+			}
+			return pairs
+		}
+		transposePairs8 = func(dst []uint32, dstK int, src []uint16, ld, pairs int) int {
+			blocks := pairs / 8
+			if blocks > 0 {
+				_, _ = dst[(8*blocks-1)*dstK+7], src[7*ld+16*blocks-1]
+				transposePairs8AVX2(&dst[0], dstK, &src[0], ld, blocks)
+			}
+			return blocks * 8
+		}
+	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
 		bf16Kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool) {
 			if kp == 0 {
@@ -40,6 +57,17 @@ func bf16KernelAVX512(kp int, a, b *uint32, c *float32, ldc int, add bool)
 //
 //go:noescape
 func interleaveRows32AVX512(dst *uint32, b *uint16, ld, pairs int)
+
+// interleaveRows8AVX2 is interleaveRows32AVX512 for 8-value rows.
+//
+//go:noescape
+func interleaveRows8AVX2(dst *uint32, b *uint16, ld, pairs int)
+
+// transposePairs8AVX2 transposes blocks blocks of 8 rows × 8 pairs
+// (bf16pack_amd64.s; see transposePairs8).
+//
+//go:noescape
+func transposePairs8AVX2(dst *uint32, dstK int, src *uint16, ld, blocks int)
 
 // cpuVendorAMD reports whether CPUID names the vendor AuthenticAMD
 // (bf16cpuid_amd64.s).

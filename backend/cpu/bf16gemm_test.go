@@ -21,10 +21,11 @@ func TestMatMulBF16(t *testing.T) {
 		k            kernel
 		portablePack bool
 	}{{"widened", false, bf16Kernel, false}, {"dot/default", true, bf16Kernel, false}, {"dot/go", true, bf16KernelGo, true}}
-	defer func(k kernel, dot bool, il func([]uint32, []uint16, int, int) int) {
-		bf16Kernel, bf16Dot, interleaveRows32 = k, dot, il
-	}(bf16Kernel, bf16Dot, interleaveRows32)
-	vectorPack := interleaveRows32
+	type transpose = func([]uint32, int, []uint16, int, int) int
+	defer func(k kernel, dot bool, il32, il8 func([]uint32, []uint16, int, int) int, tr transpose) {
+		bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8 = k, dot, il32, il8, tr
+	}(bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8)
+	il32, il8, tr := interleaveRows32, interleaveRows8, transposePairs8
 	c := newCPU(2)
 	r := rng.New(5)
 	if cpu.X86.HasAVX512BF16 {
@@ -32,9 +33,11 @@ func TestMatMulBF16(t *testing.T) {
 	}
 	for _, mode := range modes {
 		name := mode.name
-		bf16Kernel, bf16Dot, interleaveRows32 = mode.k, mode.dot, vectorPack
+		bf16Kernel, bf16Dot = mode.k, mode.dot
+		interleaveRows32, interleaveRows8, transposePairs8 = il32, il8, tr
 		if mode.portablePack {
-			interleaveRows32 = func([]uint32, []uint16, int, int) int { return 0 }
+			interleaveRows32, interleaveRows8 = noPairs, noPairs
+			transposePairs8 = func([]uint32, int, []uint16, int, int) int { return 0 }
 		}
 		for _, tc := range []struct {
 			batch, m, n, kk int
@@ -49,6 +52,8 @@ func TestMatMulBF16(t *testing.T) {
 			{3, 1, 1, 1, false, false, 0},
 			{1, 65, 31, 129, true, false, 0},
 			{2, 17, 97, 64, false, true, 1},
+			{1, 40, 64, 70, false, true, 0},
+			{2, 24, 40, 37, true, false, 0.5},
 		} {
 			na, nb, nc := tc.m*tc.kk, tc.kk*tc.n, tc.m*tc.n
 			av, bv := make([]uint16, tc.batch*na), make([]uint16, tc.batch*nb)

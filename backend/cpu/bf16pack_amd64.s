@@ -27,3 +27,92 @@ loop:
 	JNZ       loop
 	VZEROUPPER
 	RET
+
+// func interleaveRows8AVX2(dst *uint32, b *uint16, ld int, pairs int)
+// interleaveRows32AVX512 for 8-value rows (a transposed A strip).
+TEXT ·interleaveRows8AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ b+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $1, BX
+	MOVQ pairs+24(FP), CX
+
+loop8:
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD (SI)(BX*1), Y1
+	VPSLLD    $16, Y1, Y1
+	VPOR      Y1, Y0, Y0
+	VMOVDQU   Y0, (DI)
+	LEAQ      (SI)(BX*2), SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       loop8
+	VZEROUPPER
+	RET
+
+// func transposePairs8AVX2(dst *uint32, dstK int, src *uint16, ld int, blocks int)
+// Reads 8 rows of bf16 (row r at src + r*ld) as pairs, 8 pairs a block,
+// and writes them transposed: dst[(8*blk + k)*dstK + r] = pair k of block
+// blk of row r. Each block is an 8×8 dword transpose in YMM registers
+// (unpack dwords, unpack qwords, swap 128-bit halves).
+TEXT ·transposePairs8AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ dstK+8(FP), DX
+	SHLQ $2, DX
+	MOVQ src+16(FP), SI
+	MOVQ ld+24(FP), BX
+	SHLQ $1, BX
+	MOVQ blocks+32(FP), CX
+	LEAQ (BX)(BX*2), R10
+	LEAQ (SI)(BX*4), R9
+	LEAQ (DX)(DX*2), R11
+
+tloop:
+	VMOVDQU (SI), Y0
+	VMOVDQU (SI)(BX*1), Y1
+	VMOVDQU (SI)(BX*2), Y2
+	VMOVDQU (SI)(R10*1), Y3
+	VMOVDQU (R9), Y4
+	VMOVDQU (R9)(BX*1), Y5
+	VMOVDQU (R9)(BX*2), Y6
+	VMOVDQU (R9)(R10*1), Y7
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y9
+	VPUNPCKLDQ  Y3, Y2, Y10
+	VPUNPCKHDQ  Y3, Y2, Y11
+	VPUNPCKLDQ  Y5, Y4, Y12
+	VPUNPCKHDQ  Y5, Y4, Y13
+	VPUNPCKLDQ  Y7, Y6, Y14
+	VPUNPCKHDQ  Y7, Y6, Y15
+	VPUNPCKLQDQ Y10, Y8, Y0
+	VPUNPCKHQDQ Y10, Y8, Y1
+	VPUNPCKLQDQ Y11, Y9, Y2
+	VPUNPCKHQDQ Y11, Y9, Y3
+	VPUNPCKLQDQ Y14, Y12, Y4
+	VPUNPCKHQDQ Y14, Y12, Y5
+	VPUNPCKLQDQ Y15, Y13, Y6
+	VPUNPCKHQDQ Y15, Y13, Y7
+	LEAQ        (DI)(DX*4), R12
+	VPERM2I128  $0x20, Y4, Y0, Y8
+	VPERM2I128  $0x31, Y4, Y0, Y12
+	VPERM2I128  $0x20, Y5, Y1, Y9
+	VPERM2I128  $0x31, Y5, Y1, Y13
+	VPERM2I128  $0x20, Y6, Y2, Y10
+	VPERM2I128  $0x31, Y6, Y2, Y14
+	VPERM2I128  $0x20, Y7, Y3, Y11
+	VPERM2I128  $0x31, Y7, Y3, Y15
+	VMOVDQU     Y8, (DI)
+	VMOVDQU     Y9, (DI)(DX*1)
+	VMOVDQU     Y10, (DI)(DX*2)
+	VMOVDQU     Y11, (DI)(R11*1)
+	VMOVDQU     Y12, (R12)
+	VMOVDQU     Y13, (R12)(DX*1)
+	VMOVDQU     Y14, (R12)(DX*2)
+	VMOVDQU     Y15, (R12)(R11*1)
+	LEAQ        (DI)(DX*8), DI
+	ADDQ        $32, SI
+	ADDQ        $32, R9
+	DECQ        CX
+	JNZ         tloop
+	VZEROUPPER
+	RET
