@@ -293,3 +293,31 @@ func equalFloat32s(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestCheckpointKeepsQuarantine checks that the header of a tensor of the
+// previous step is not recycled during a step whose checkpoints end many
+// nested scopes, so using that tensor still panics as freed.
+func TestCheckpointKeepsQuarantine(t *testing.T) {
+	var x *Tensor
+	Persist(func() { x = FromFloat32s(CPU, []float32{1, 2, 3}, 3).SetRequiresGrad(true) })
+	var stale *Tensor
+	Step(func() { stale = Scale(x.Reshape(1, 3), 2) })
+	Step(func() {
+		y := x
+		for range 4 {
+			y = Checkpoint(func(a ...*Tensor) *Tensor { return GELU(Scale(Add(a[0], a[0]), 0.5)) }, y)
+		}
+		Sum(y).Backward()
+		for range 1000 { // tensors made now take every recycled header
+			Scale(x, 3)
+		}
+		if !stale.Shape().Equal(Shape{1, 3}) {
+			t.Errorf("the header of a tensor of the previous step was recycled (now %v)", stale)
+		}
+		err := Catch(func() { stale.Float32s() })
+		if err == nil || !strings.Contains(err.Error(), "freed") {
+			t.Errorf("reading a tensor of the previous step gave %v, want a freed error", err)
+		}
+	})
+	ZeroGrad(x)
+}

@@ -17,12 +17,14 @@ var (
 )
 
 // Tensor headers made inside a step are recycled, so a steady-state step
-// allocates nothing on the Go heap. A header is quarantined for one more
-// scope end after its own scope ends: using a tensor of the previous step
-// still panics with "freed" instead of silently reading a newer tensor.
+// allocates nothing on the Go heap. A header is quarantined after its
+// scope ends until the next end of a scope as deep or shallower: using a
+// tensor of the previous step still panics with "freed" instead of
+// silently reading a newer tensor, even when scopes nested in the step
+// (Checkpoint's) end many times before it does.
 var (
-	freeHeaders []*Tensor // reusable
-	heldHeaders []*Tensor // freed at the last scope end, not yet reusable
+	freeHeaders []*Tensor   // reusable
+	heldHeaders [][]*Tensor // [d]: freed at the last end of a scope d deep, not yet reusable
 )
 
 // newHeader returns a zeroed tensor header: a recycled one for tensors the
@@ -97,9 +99,16 @@ func endScopeKeeping(s *scope, keep []**Tensor) {
 		}
 		t.Grad = nil
 	}
-	freeHeaders = append(freeHeaders, heldHeaders...)
-	clear(heldHeaders)
-	heldHeaders = append(heldHeaders[:0], s.tensors...)
+	d := len(scopes) // s's depth
+	for len(heldHeaders) <= d {
+		heldHeaders = append(heldHeaders, nil)
+	}
+	for i := d; i < len(heldHeaders); i++ {
+		freeHeaders = append(freeHeaders, heldHeaders[i]...)
+		clear(heldHeaders[i])
+		heldHeaders[i] = heldHeaders[i][:0]
+	}
+	heldHeaders[d] = append(heldHeaders[d], s.tensors...)
 	clear(s.tensors)
 	s.tensors = s.tensors[:0]
 	spareScopes = append(spareScopes, s)
