@@ -290,7 +290,7 @@ func computeBound(t Telemetry) Finding {
 	if t.UtilMeanPct > 0 {
 		f.Evidence = append(f.Evidence, fmt.Sprintf("utilisation %.0f%% mean, %.0f%% peak", t.UtilMeanPct, t.UtilPeakPct))
 	}
-	f.Evidence = append(f.Evidence, fmt.Sprintf("data wait %.0f%% of the step", 100*t.PhaseMs.DataWait/t.MedianStepMs))
+	f.Evidence = append(f.Evidence, fmt.Sprintf("data wait %.1f%% of the step", 100*t.PhaseMs.DataWait/t.MedianStepMs))
 	f.Fix = "nothing in the input pipeline or settings: the device is kept busy; more speed now comes from faster kernels (a higher MFU) or more devices"
 	return f
 }

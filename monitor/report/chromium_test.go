@@ -50,10 +50,48 @@ func browse(t *testing.T, bin, page string, flags ...string) []byte {
 // TestChromiumRendersReport opens a report in headless Chromium, checks
 // in the DOM it built that the plots have lines of many points, and in
 // its screenshot that the lines' colours are on screen. The page is
-// $FLEET_REPORT_HTML (scripts/report-check.sh passes one made from a real
-// run), else one made here from a synthetic run; the screenshot and DOM
-// are kept in $FLEET_REPORT_SHOTS if set.
+// $FLEET_REPORT_HTML, else one made here from a synthetic run; the
+// screenshot and DOM are kept in $FLEET_REPORT_SHOTS if set. With
+// $FLEET_REPORT_DOM and $FLEET_REPORT_PNG (what scripts/report-check.sh
+// made from a real run) it checks those files instead, without Chromium.
+// $FLEET_REPORT_MIN_POINTS sets the points the loss and throughput lines
+// need (20).
 func TestChromiumRendersReport(t *testing.T) {
+	minPoints := 20
+	if s := os.Getenv("FLEET_REPORT_MIN_POINTS"); s != "" {
+		var err error
+		if minPoints, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("FLEET_REPORT_MIN_POINTS: %v", err)
+		}
+	}
+	domFile, shot := os.Getenv("FLEET_REPORT_DOM"), os.Getenv("FLEET_REPORT_PNG")
+	if domFile == "" || shot == "" {
+		domFile, shot = browseReport(t)
+	}
+	dom, err := os.ReadFile(domFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkDOM(string(dom), minPoints); err != nil {
+		t.Errorf("%s: %v", domFile, err)
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	if err := checkPixels(img); err != nil {
+		t.Errorf("screenshot %s: %v", shot, err)
+	}
+}
+
+// browseReport has Chromium dump the DOM of a page and screenshot it, and
+// returns the two files.
+func browseReport(t *testing.T) (domFile, shot string) {
 	bin := chromium()
 	if bin == "" {
 		t.Skip("no chromium, chromium-browser or google-chrome on PATH (nor $FLEET_CHROMIUM): the report's rendering in a browser is not checked; apt-get install chromium")
@@ -69,40 +107,18 @@ func TestChromiumRendersReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	minPoints := 20
-	if s := os.Getenv("FLEET_REPORT_MIN_POINTS"); s != "" {
-		if minPoints, err = strconv.Atoi(s); err != nil {
-			t.Fatalf("FLEET_REPORT_MIN_POINTS: %v", err)
-		}
-	}
 	shots := os.Getenv("FLEET_REPORT_SHOTS")
 	if shots == "" {
 		shots = t.TempDir()
 	}
-	shot := filepath.Join(shots, "report.png")
-
+	domFile, shot = filepath.Join(shots, "report.dom.html"), filepath.Join(shots, "report.png")
 	t0 := time.Now()
-	dom := string(browse(t, bin, page, "--dump-dom"))
-	if err := os.WriteFile(filepath.Join(shots, "report.dom.html"), []byte(dom), 0o644); err != nil {
+	if err := os.WriteFile(domFile, browse(t, bin, page, "--dump-dom"), 0o644); err != nil {
 		t.Fatal(err)
-	}
-	if err := checkDOM(dom, minPoints); err != nil {
-		t.Error(err)
 	}
 	browse(t, bin, page, "--screenshot="+shot)
 	t.Logf("chromium: %.1f s for the DOM and the screenshot", time.Since(t0).Seconds())
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", shot, err)
-	}
-	if err := checkPixels(img); err != nil {
-		t.Errorf("screenshot %s: %v", shot, err)
-	}
+	return domFile, shot
 }
 
 // checkDOM checks that the browser built the plots: the loss and

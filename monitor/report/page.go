@@ -15,7 +15,7 @@ func PhaseBar(p diagnose.Phases, stepMs float64) template.HTML {
 		name string
 		ms   float64
 	}{{"data_wait", p.DataWait}, {"h2d", p.H2D}, {"forward", p.Forward}, {"backward", p.Backward},
-		{"optimizer", p.Optimizer}, {"comm", p.Comm}, {"ckpt_log", p.CkptLog}}
+		{"comm", p.Comm}, {"optimizer", p.Optimizer}, {"ckpt_log", p.CkptLog}}
 	total := p.Sum()
 	if stepMs > total {
 		parts = append(parts, struct {
@@ -27,7 +27,7 @@ func PhaseBar(p diagnose.Phases, stepMs float64) template.HTML {
 	if total <= 0 {
 		return NoData("Step phases")
 	}
-	const w, h, barY, barH = plotW, 70, 26, 28
+	const w, h, barY, barH = 1100, 64, 26, 28
 	var b strings.Builder
 	esc := template.HTMLEscapeString
 	fmt.Fprintf(&b, `<figure class="plot wide"><svg class="plot" data-title="Step phases" viewBox="0 0 %d %d" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="step phases">`, w, h, w, h)
@@ -35,11 +35,11 @@ func PhaseBar(p diagnose.Phases, stepMs float64) template.HTML {
 	x := 8.0
 	scale := float64(w-16) / total
 	var legend strings.Builder
-	for i, q := range parts {
+	for _, q := range parts {
 		if q.ms <= 0 {
 			continue
 		}
-		c := Palette[i%len(Palette)]
+		c := phaseColor[q.name+"_ms"]
 		fmt.Fprintf(&b, `<rect class="phase" data-name="%s" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s %.2f ms</title></rect>`,
 			q.name, x, barY, q.ms*scale, barH, c, q.name, q.ms)
 		x += q.ms * scale
@@ -48,6 +48,12 @@ func PhaseBar(p diagnose.Phases, stepMs float64) template.HTML {
 	b.WriteString(`</svg><figcaption>` + legend.String() + `</figcaption></figure>`)
 	return template.HTML(b.String())
 }
+
+// phaseColor is the colour of each phase in the phase bar and of its
+// field in the step-time plot: the palette after the step time's.
+var phaseColor = map[string]string{"ms_per_step": Palette[0], "data_wait_ms": Palette[1], "h2d_ms": Palette[2],
+	"forward_ms": Palette[3], "backward_ms": Palette[4], "comm_ms": Palette[5], "optimizer_ms": Palette[6],
+	"ckpt_log_ms": Palette[7], "other_ms": "#b8c2cc"}
 
 var page = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <html lang="en">
@@ -61,7 +67,7 @@ h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #d8dde3; padd
 .meta { color: #5d6b7a; }
 .grid { display: flex; flex-wrap: wrap; gap: 12px; }
 figure.plot { margin: 0; padding: 8px; border: 1px solid #d8dde3; border-radius: 6px; width: 530px; }
-figure.wide { width: auto; max-width: 1140px; }
+figure.wide { width: 1100px; max-width: 100%; }
 figure.nodata { height: 80px; color: #5d6b7a; }
 figure.nodata .title { font-weight: 600; color: #1b1f24; }
 svg.plot { display: block; width: 100%; height: auto; }
@@ -90,17 +96,17 @@ pre { background: #f4f6f8; padding: 12px; border-radius: 6px; white-space: pre-w
 {{with .Problems}}<ul class="problems">{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
 
 <h2>Summary</h2>
-{{if .Summary}}<table>{{range .Summary}}<tr><th>{{.Key}}</th><td>{{.Value}}</td></tr>{{end}}</table>
+{{if .Summary}}<div class="tables">{{range .Summary}}<table>{{range .}}<tr><th>{{.Key}}</th><td>{{.Value}}</td></tr>{{end}}</table>{{end}}</div>
 {{else}}<p class="meta">No summary.json: the run has not finished, or was stopped.</p>{{end}}
-
-<h2>Training curves</h2>
-<div class="grid">{{range .Plots}}{{.}}{{end}}</div>
 
 <h2>Bottleneck diagnosis</h2>
 {{if .Diagnosis}}<p>Main bottleneck: <span class="verdict{{if .Healthy}} ok{{end}}">{{.Verdict}}</span></p>
 {{.Phases}}
 <pre>{{.Diagnosis}}</pre>
 {{else}}<p class="meta">No telemetry.json in this run: no diagnosis.</p>{{end}}
+
+<h2>Training curves</h2>
+<div class="grid">{{range .Plots}}{{.}}{{end}}</div>
 
 {{with .Lab}}<h2>Batch-size sweep</h2>
 <p class="meta">{{.Device}}{{with .DeviceName}} ({{.}}){{end}}{{with .Sweep.Chosen}} · --batch-size auto takes {{.}}{{end}}{{with .Sweep.UtilSource}} · utilisation: {{.}}{{end}}</p>

@@ -78,12 +78,21 @@ func LinePlot(title, xlabel, ylabel string, series ...Series) template.HTML {
 	fmt.Fprintf(&b, `<rect class="frame" x="%d" y="%d" width="%.0f" height="%.0f"/>`, padL, padTop, iw, ih)
 	fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%d" text-anchor="middle">%s</text>`, padL+iw/2, plotH-6, esc(xlabel))
 	fmt.Fprintf(&b, `<text class="label" transform="translate(14 %.1f) rotate(-90)" text-anchor="middle">%s</text>`, padTop+ih/2, esc(ylabel))
+	// Series without a colour take the palette's in order, skipping those
+	// other series of the plot chose.
 	colors := make([]string, len(series))
+	taken := map[string]bool{}
+	for _, s := range series {
+		taken[s.Color] = true
+	}
 	next := 0
 	for i, s := range series {
 		colors[i] = s.Color
-		if colors[i] == "" {
-			colors[i] = Palette[next%len(Palette)]
+		for colors[i] == "" {
+			c := Palette[next%len(Palette)]
+			if !taken[c] || next >= len(Palette) {
+				colors[i] = c
+			}
 			next++
 		}
 		p := pts[i]

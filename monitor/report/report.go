@@ -181,6 +181,7 @@ type group struct {
 var groups = []group{
 	{"Loss", "loss", func(k string) bool { return strings.HasSuffix(k, "_loss") || k == "loss" }},
 	{"Throughput", "tokens/s", func(k string) bool { return strings.Contains(k, "tokens_per_s") || strings.Contains(k, "tok_per_s") }},
+	{"Step time by phase", "ms per step", func(k string) bool { return strings.HasSuffix(k, "_ms") || strings.HasPrefix(k, "ms_per") }},
 	{"Utilisation", "percent", func(k string) bool { return strings.Contains(k, "util") }},
 	{"MFU", "model FLOP/s over peak", func(k string) bool { return strings.Contains(k, "mfu") }},
 	{"Memory", "bytes", func(k string) bool { return strings.Contains(k, "mem") }},
@@ -206,15 +207,17 @@ func (r *Run) plots() []template.HTML {
 	}
 	sort.Strings(sorted)
 	// Within a plot, the train loss comes first and the val loss second
-	// (the first two colours).
+	// (the first two colours), and the step's phases in their order after
+	// the step time.
+	order := []string{"train_loss", "val_loss", "ms_per_step", "data_wait_ms", "h2d_ms", "forward_ms", "backward_ms",
+		"comm_ms", "optimizer_ms", "ckpt_log_ms"}
 	rank := func(k string) int {
-		switch k {
-		case "train_loss":
-			return 0
-		case "val_loss":
-			return 1
+		for i, o := range order {
+			if k == o {
+				return i
+			}
 		}
-		return 2
+		return len(order)
 	}
 	sort.SliceStable(sorted, func(i, j int) bool { return rank(sorted[i]) < rank(sorted[j]) })
 
@@ -254,6 +257,7 @@ func (r *Run) plots() []template.HTML {
 func (r *Run) series(k string) []Series {
 	var plain, eval Series
 	plain.Name, eval.Name = k, k+" (eval)"
+	plain.Color = phaseColor[k]
 	for i, rec := range r.Metrics {
 		v, ok := rec[k]
 		if !ok {
@@ -411,7 +415,10 @@ func (r *Run) WriteHTML(w io.Writer) error {
 	d := pageData{Title: "fleet run " + filepath.Base(filepath.Clean(r.Dir)), Dir: r.Dir,
 		Generated: time.Now().UTC().Format(time.RFC3339), Problems: r.Problems, Plots: r.plots(), LabPlots: r.labPlots()}
 	if r.Summary != nil {
-		d.Summary = table(r.Summary, summaryFirst)
+		// Two columns of rows, side by side.
+		rows := table(r.Summary, summaryFirst)
+		half := (len(rows) + 1) / 2
+		d.Summary = [][]kv{rows[:half], rows[half:]}
 	}
 	if r.Config != nil {
 		d.Config = configTables(r.Config)
@@ -436,7 +443,7 @@ func (r *Run) WriteHTML(w io.Writer) error {
 type pageData struct {
 	Title, Dir, Generated string
 	Problems              []string
-	Summary               []kv
+	Summary               [][]kv
 	Config                []struct {
 		Name string
 		Rows []kv
