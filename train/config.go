@@ -85,6 +85,12 @@ type Config struct {
 	// kept (0: all).
 	CkptInterval int `json:"ckpt_interval,omitempty"`
 	Keep         int `json:"keep,omitempty"`
+	// TensorBoard, when set, is a folder for TensorBoard event files with
+	// the metrics.jsonl fields as scalars and generated samples as text.
+	// MetricsAddr, when set, serves them at http://ADDR/metrics for
+	// Prometheus; a bare ":PORT" listens on 127.0.0.1 only. Rank 0 only.
+	TensorBoard string `json:"tensorboard,omitempty"`
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// InitFrom starts from the weights of a GPT-2 safetensors file (fleet's
 	// or Hugging Face's), whose shape replaces the model settings; NHead
 	// 0 infers the heads from the width.

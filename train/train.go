@@ -174,10 +174,16 @@ type run struct {
 	// flopsPerToken the model's training FLOPs per token.
 	peakFLOPs, flopsPerToken float64
 	gradNorm                 float64 // the last step's gradient norm, before clipping
+	sinks                    *sinks  // TensorBoard and Prometheus; nil: neither
 }
 
-// close releases the staging slots and stops the loader.
+// close releases the staging slots, stops the loader and closes the
+// TensorBoard and Prometheus sinks.
 func (r *run) close() {
+	if err := r.sinks.close(r.log); err != nil {
+		fmt.Fprintf(r.log, "warning: %v\n", err)
+	}
+	r.sinks = nil
 	r.staged.close()
 	if r.loader != nil {
 		r.loader.Close()
@@ -311,6 +317,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		} else {
 			fmt.Fprintf(log, "resume: continuing from %s at step %d\n", resumeDir, start)
 		}
+	}
+	if err := r.openSinks(tok); err != nil {
+		return nil, err
 	}
 	defer r.close()
 	if err := tensor.Catch(func() { err = r.loop(&sum, start) }); err != nil {
@@ -526,6 +535,9 @@ func (r *run) evaluate(step int, sum *Summary) error {
 			return err
 		}
 	}
+	if err := r.sinks.sample(r.model, step, r.cfg.Seed); err != nil {
+		return err
+	}
 	return r.addMetric(Metric{Step: step, TrainLoss: &tl, ValLoss: &vl, Perplexity: &ppl})
 }
 
@@ -556,6 +568,9 @@ func (r *run) addMetric(m Metric) error {
 	}
 	r.metrics.Write(line)
 	r.metrics.WriteByte('\n')
+	if err := r.sinks.emit(m); err != nil {
+		return err
+	}
 	return atomicfile.WriteFile(filepath.Join(r.cfg.Out, MetricsFile), r.metrics.Bytes())
 }
 

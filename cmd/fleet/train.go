@@ -119,6 +119,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Keep, "keep", c.Keep, "checkpoints to keep (0: all)")
 	fs.StringVar(&c.InitFrom, "init-from", "", "start from the weights of a GPT-2 safetensors file (fleet's or Hugging Face's); its shape replaces the model flags, and --n-head is needed only for widths that are not GPT-2's")
 	fs.IntVar(&c.TokensPerStep, "tokens-per-step", 0, "global tokens per optimizer step; sets the accumulation to N / (batch-size × block-size × world size), which must divide exactly (0: use --grad-accum)")
+	fs.StringVar(&c.TensorBoard, "tensorboard", "", "write TensorBoard event files (loss, val loss, perplexity, lr, tokens/s, MFU, utilisation, memory, grad norm, loss scale, phase times; samples as text) to this folder")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics; :PORT listens on 127.0.0.1 only, 0.0.0.0:PORT exposes them to the network")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
