@@ -319,8 +319,8 @@ func notes(t Telemetry) []string {
 	p := t.PhaseMs
 	var out []string
 	if p.Sum() > 0 {
-		line := fmt.Sprintf("phases, ms per step: data_wait %.2f | h2d %.2f | forward %.2f | backward %.2f | optimizer %.2f | comm %.2f | ckpt_log %.2f",
-			p.DataWait, p.H2D, p.Forward, p.Backward, p.Optimizer, p.Comm, p.CkptLog)
+		line := fmt.Sprintf("phases, ms per step: data_wait %.2f | h2d %.2f | forward %.2f | backward %.2f | comm %.2f | optimizer %.2f | ckpt_log %.2f",
+			p.DataWait, p.H2D, p.Forward, p.Backward, p.Comm, p.Optimizer, p.CkptLog)
 		if other := t.MedianStepMs - p.Sum(); other > 0 {
 			line += fmt.Sprintf(" | other %.2f", other)
 		}

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -328,5 +329,24 @@ func TestTelemetryFileRoundTrip(t *testing.T) {
 		if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s file: error %v, want one naming the file", name, err)
 		}
+	}
+}
+
+func TestPhasesFromMap(t *testing.T) {
+	r := newRand(t)
+	want := Phases{DataWait: r.Float64(), H2D: r.Float64(), Forward: r.Float64(), Backward: r.Float64(),
+		Optimizer: r.Float64(), Comm: r.Float64(), CkptLog: r.Float64()}
+	// The map a trainer's summary holds is the phases' JSON form.
+	b, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]float64
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["other"] = 1
+	if got := PhasesFromMap(m); got != want {
+		t.Errorf("PhasesFromMap(%v) = %+v, want %+v", m, got, want)
 	}
 }

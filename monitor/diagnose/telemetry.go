@@ -34,6 +34,14 @@ type Phases struct {
 	CkptLog   float64 `json:"ckpt_log"`  // checkpoint snapshots, log lines and their host reads
 }
 
+// PhasesFromMap reads phases keyed by their JSON names (data_wait, h2d,
+// forward, backward, optimizer, comm, ckpt_log), as a trainer's summary
+// may hold them; other keys are ignored.
+func PhasesFromMap(m map[string]float64) Phases {
+	return Phases{DataWait: m["data_wait"], H2D: m["h2d"], Forward: m["forward"], Backward: m["backward"],
+		Optimizer: m["optimizer"], Comm: m["comm"], CkptLog: m["ckpt_log"]}
+}
+
 // Compute is the time in forward, backward and the optimizer.
 func (p Phases) Compute() float64 { return p.Forward + p.Backward + p.Optimizer }
 
