@@ -92,6 +92,9 @@ func TestChromiumRendersReport(t *testing.T) {
 // browseReport has Chromium dump the DOM of a page and screenshot it, and
 // returns the two files.
 func browseReport(t *testing.T) (domFile, shot string) {
+	if testing.Short() {
+		t.Skip("starts a browser; not in -short mode")
+	}
 	bin := chromium()
 	if bin == "" {
 		t.Skip("no chromium, chromium-browser or google-chrome on PATH (nor $FLEET_CHROMIUM): the report's rendering in a browser is not checked; apt-get install chromium")
