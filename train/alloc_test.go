@@ -19,11 +19,12 @@ func TestStepAllocations(t *testing.T) {
 	tok := data.NewChar(testText())
 	ids, _ := tok.Encode(testText())
 	for _, tc := range []struct {
-		bias    bool
-		dropout float64
-		accum   int
-	}{{false, 0, 1}, {true, 0.1, 2}} {
-		t.Run(fmt.Sprintf("bias=%v,dropout=%v,accum=%d", tc.bias, tc.dropout, tc.accum), func(t *testing.T) {
+		bias      bool
+		dropout   float64
+		accum     int
+		recompute bool
+	}{{false, 0, 1, false}, {true, 0.1, 2, false}, {true, 0.1, 2, true}} {
+		t.Run(fmt.Sprintf("bias=%v,dropout=%v,accum=%d,recompute=%v", tc.bias, tc.dropout, tc.accum, tc.recompute), func(t *testing.T) {
 			c := Default()
 			c.BatchSize = 4
 			c.Bias, c.Dropout, c.GradAccum = tc.bias, tc.dropout, tc.accum
@@ -31,19 +32,28 @@ func TestStepAllocations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			m.SetRecompute(tc.recompute)
 			s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
-			r := &run{cfg: c, dev: tensor.CPU, model: m, train: s,
+			r := &run{cfg: c, dev: tensor.CPU, model: m, train: s, tel: newTelemetry(tensor.CPU),
 				opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
 			step := 0
 			for ; step < 2; step++ { // the first steps fill the pools
+				r.tel.begin(phH2D)
 				r.step(step, 1e-3)
+				r.tel.end(true)
 			}
 			before := tensor.MemStats(tensor.CPU).Reserved
-			allocs := testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
+			one := func() { // a step as the loop runs it, with telemetry
+				r.tel.begin(phH2D)
+				r.step(step, 1e-3)
+				r.tel.end(true)
+				step++
+			}
+			allocs := testing.AllocsPerRun(5, one)
 			if allocs != 0 {
 				// A garbage collection empties the kernels' sync.Pool scratch
 				// once; an allocation the step itself makes shows up again.
-				allocs = testing.AllocsPerRun(5, func() { r.step(step, 1e-3); step++ })
+				allocs = testing.AllocsPerRun(5, one)
 			}
 			after := tensor.MemStats(tensor.CPU).Reserved
 			t.Logf("%.0f heap allocations per step; pool reserved %d bytes before, %d after", allocs, before, after)

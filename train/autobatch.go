@@ -236,6 +236,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 			panic(&tensor.Error{Op: "batch auto", Msg: err.Error()})
 		}
 		r.model = m
+		m.SetRecompute(cfg.Recompute)
 		r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 		r.step(0, cfg.LR)
 	})

@@ -69,6 +69,7 @@ func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
 	if r.model, err = model.New(cfg.ModelConfig(vocab), dev, cfg.Seed); err != nil {
 		return BenchResult{}, err
 	}
+	r.model.SetRecompute(cfg.Recompute)
 	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 	var ms, rates []float64
 	defer r.close()

@@ -50,6 +50,10 @@ type Config struct {
 	Bias      bool    `json:"bias"`
 
 	BatchSize int `json:"batch_size"` // micro-batch per process
+	// Recompute keeps only each block's input in the forward pass and
+	// recomputes the block in the backward pass (gradient checkpointing):
+	// much less activation memory for about 1.3× the step time.
+	Recompute bool `json:"recompute,omitempty"`
 	// BatchAuto (--batch-size auto) replaces BatchSize with the largest
 	// micro-batch that fits the device (see ChooseBatch); MemoryLimit is
 	// the bytes it may plan for on the CPU (0: half the RAM).

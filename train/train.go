@@ -258,6 +258,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
 		return nil, err
 	}
+	r.model.SetRecompute(cfg.Recompute)
 	if initFile != nil {
 		if err := r.model.SetWeights(initFile); err != nil {
 			return nil, fmt.Errorf("--init-from %s: %w", cfg.InitFrom, err)
@@ -288,6 +289,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
 	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
 		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
+	if cfg.Recompute {
+		fmt.Fprintf(log, "recompute: on: each block is recomputed in the backward pass (less memory, more time)\n")
+	}
 	if r.scaler != nil {
 		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
 			r.scaler.scale, scalerGrowth, r.scaler.growthInterval, scalerBackoff)
