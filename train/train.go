@@ -173,8 +173,9 @@ type run struct {
 	// peakFLOPs is the device's peak for the run's products (0: unknown);
 	// flopsPerToken the model's training FLOPs per token.
 	peakFLOPs, flopsPerToken float64
-	gradNorm                 float64 // the last step's gradient norm, before clipping
-	sinks                    *sinks  // TensorBoard and Prometheus; nil: neither
+	gradNorm                 float64     // the last step's gradient norm, before clipping
+	status                   *statusLine // the live line on a terminal; nil: none
+	sinks                    *sinks      // TensorBoard and Prometheus; nil: neither
 }
 
 // close releases the staging slots, stops the loader and closes the
@@ -241,6 +242,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
+	if r.status = newStatusLine(log); r.status != nil {
+		r.log, log = r.status, r.status
+		defer r.status.done()
+	}
 	if r.train, err = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
 		return nil, fmt.Errorf("train split: %w", err)
 	}
@@ -440,6 +445,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 				return err
 			}
 		}
+		r.status.update(step+1, cfg.MaxIters, loss, float64(r.tokensPerStep())/dt, dt*1000)
 		r.tel.addHost(phCkptLog, time.Since(tl), measured)
 	}
 	sum.TokensPerSec = median(rates)
