@@ -134,7 +134,7 @@ func Run(o Options) error {
 		return err
 	}
 	s := &supervisor{o: o, out: &output{w: o.Stdout}, errOut: &output{w: o.Stderr}}
-	if o.Stdout == o.Stderr {
+	if sameWriter(o.Stdout, o.Stderr) {
 		s.errOut = s.out
 	}
 	sigs := o.Signals
@@ -169,6 +169,13 @@ func Run(o Options) error {
 		}
 		s.logf("restarting all %d processes (restart %d of %d)", o.NProcPerNode, restart+1, o.MaxRestarts)
 	}
+}
+
+// sameWriter reports whether a and b are the same writer, so that lines
+// written to both share one lock; writers that cannot be compared are not.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() { recover() }()
+	return a == b
 }
 
 // fill checks o and sets its defaults.
