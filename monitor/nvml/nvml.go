@@ -146,7 +146,8 @@ func load() (*api, error) {
 			power:         lib.Func("nvmlDeviceGetPowerUsage"),
 			powerLimit:    lib.Func("nvmlDeviceGetEnforcedPowerLimit"),
 			clock:         lib.Func("nvmlDeviceGetClockInfo"),
-			processes:     lib.Func("nvmlDeviceGetComputeRunningProcesses_v3"),
+			// _v2, on older drivers, fills the same 24-byte records.
+			processes: lib.FuncAny("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
 		}
 	})
 	return loaded, loadErr
@@ -394,7 +395,8 @@ type ProcessInfo struct {
 }
 
 // ComputeProcesses lists the processes with a compute context on the GPU
-// (nvmlDeviceGetComputeRunningProcesses_v3). Their PIDs are the host's:
+// (nvmlDeviceGetComputeRunningProcesses_v3, or _v2 where the driver is too
+// old for v3: both fill nvmlProcessInfo_v2_t records). Their PIDs are the host's:
 // inside a container they may not be visible in /proc.
 func (d Device) ComputeProcesses() ([]ProcessInfo, error) {
 	a, err := initialised()
