@@ -11,9 +11,11 @@ import (
 const maxLine = 64 << 10
 
 // output is a destination shared by every process's lineWriters: one
-// Write per batch of whole lines, under the lock, so lines never mix.
+// Write per batch of whole lines, under a lock, so lines never mix. Run's
+// standard output and error share one lock, since both may be one pipe
+// (2>&1), where a long write is not atomic.
 type output struct {
-	mu sync.Mutex
+	mu *sync.Mutex
 	w  io.Writer
 }
 

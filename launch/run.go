@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -133,10 +134,8 @@ func Run(o Options) error {
 	if err := o.fill(); err != nil {
 		return err
 	}
-	s := &supervisor{o: o, out: &output{w: o.Stdout}, errOut: &output{w: o.Stderr}}
-	if sameWriter(o.Stdout, o.Stderr) {
-		s.errOut = s.out
-	}
+	mu := new(sync.Mutex)
+	s := &supervisor{o: o, out: &output{mu: mu, w: o.Stdout}, errOut: &output{mu: mu, w: o.Stderr}}
 	sigs := o.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
@@ -169,13 +168,6 @@ func Run(o Options) error {
 		}
 		s.logf("restarting all %d processes (restart %d of %d)", o.NProcPerNode, restart+1, o.MaxRestarts)
 	}
-}
-
-// sameWriter reports whether a and b are the same writer, so that lines
-// written to both share one lock; writers that cannot be compared are not.
-func sameWriter(a, b io.Writer) (same bool) {
-	defer func() { recover() }()
-	return a == b
 }
 
 // fill checks o and sets its defaults.

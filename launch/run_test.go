@@ -329,7 +329,7 @@ func TestRunLinesWhole(t *testing.T) {
 
 func TestLineWriterLongLines(t *testing.T) {
 	var b bytes.Buffer
-	lw := newLineWriter(&output{w: &b}, "[rank 9] ")
+	lw := newLineWriter(&output{mu: new(sync.Mutex), w: &b}, "[rank 9] ")
 	long := strings.Repeat("x", 2*maxLine+10)
 	lw.Write([]byte("a\nb"))
 	lw.Write([]byte(long))
@@ -426,5 +426,28 @@ func TestRunOptionErrors(t *testing.T) {
 		if err := Run(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Run(%+v) = %v, want an error with %q", c.o, err, c.want)
 		}
+	}
+}
+
+// TestRunSeparateStreams checks standard output and error stay apart.
+func TestRunSeparateStreams(t *testing.T) {
+	var stdout, stderr syncBuffer
+	err := Run(Options{NProcPerNode: 2, Command: []string{os.Args[0]}, Env: append(os.Environ(), childVar+"=env"),
+		Stdout: &stdout, Stderr: &stderr, Signals: make(chan os.Signal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		e := fmt.Sprintf("[rank %d] rank %d to stderr\n", r, r)
+		if !strings.Contains(stderr.String(), e) || strings.Contains(stdout.String(), e) {
+			t.Errorf("%q should be on stderr only", e)
+		}
+		o := fmt.Sprintf("[rank %d] source=fleet run rank=%d ", r, r)
+		if !strings.Contains(stdout.String(), o) || strings.Contains(stderr.String(), o) {
+			t.Errorf("%q should be on stdout only", o)
+		}
+	}
+	if !strings.HasPrefix(stderr.String(), "fleet run: starting 2 processes") {
+		t.Errorf("the launcher's lines belong on stderr:\n%s", stderr.String())
 	}
 }
