@@ -469,6 +469,9 @@ func (s *storeServer) accept() {
 	}
 }
 
+// close stops the server. Connections waiting in a Get or Wait are answered
+// first (with what is still missing), so that a rank 0 that gives up on the
+// rendezvous tells the others which ranks never came.
 func (s *storeServer) close() {
 	s.mu.Lock()
 	if s.closed {
@@ -478,8 +481,10 @@ func (s *storeServer) close() {
 	s.closed = true
 	close(s.done)
 	s.ln.Close()
-	for c := range s.conns {
-		c.Close()
+	for c, waiting := range s.conns {
+		if !waiting {
+			c.Close()
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -499,16 +504,24 @@ func (s *storeServer) serve(c net.Conn) {
 	}
 	r, w := bufio.NewReader(c), bufio.NewWriter(c)
 	for {
-		if err := s.request(r, w); err != nil {
+		if err := s.request(c, r, w); err != nil {
 			return
 		}
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		if err := w.Flush(); err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = false
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
 			return
 		}
 	}
 }
 
-func (s *storeServer) request(r *bufio.Reader, w *bufio.Writer) error {
+func (s *storeServer) request(c net.Conn, r *bufio.Reader, w *bufio.Writer) error {
 	op, err := r.ReadByte()
 	if err != nil {
 		return err
@@ -567,6 +580,9 @@ func (s *storeServer) request(r *bufio.Reader, w *bufio.Writer) error {
 			}
 			keys[i] = string(k)
 		}
+		s.mu.Lock()
+		s.conns[c] = true // answered before the server closes
+		s.mu.Unlock()
 		missing, v := s.wait(keys, time.Duration(t))
 		if len(missing) > 0 {
 			w.WriteByte(stTimeout)
