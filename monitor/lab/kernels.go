@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
@@ -439,6 +441,24 @@ func bytesString(b int64) string {
 		return fmt.Sprintf("%.1f %s", f, u.name)
 	}
 	return fmt.Sprintf("%d B", b)
+}
+
+// parseSize reads sysfs sizes such as "48K" or "260M".
+func parseSize(s string) int64 {
+	mul := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, s[:len(s)-1]
+	case strings.HasSuffix(s, "G"):
+		mul, s = 1<<30, s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n * mul
 }
 
 func percent(f float64) string {

@@ -67,6 +67,10 @@ type Result struct {
 	Accum      Accum       `json:"grad_accum"`
 	Speedup    Speedup     `json:"gpu_speedup"`
 	ElapsedSec float64     `json:"elapsed_s"`
+	// LoadAvg is the machine's one-minute load average at the start and
+	// the end (-1: unknown): above the CPU count, other work shared the
+	// cores and slowed the CPU figures.
+	LoadAvg [2]float64 `json:"load_avg"`
 }
 
 // Model is the shape of the model the training experiments step.
@@ -116,11 +120,14 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Lab: report.Lab{Device: dev.String(), DeviceName: deviceName(be)}, Threads: threads(be), Quick: opts.Quick,
-		Time: start.UTC().Format(time.RFC3339)}
+		Time: start.UTC().Format(time.RFC3339), LoadAvg: [2]float64{loadAvg(), -1}}
 	c := opts.Model
 	res.Model = Model{NLayer: c.NLayer, NHead: c.NHead, NEmbd: c.NEmbd, BlockSize: c.BlockSize, Vocab: opts.Vocab}
 	w := opts.Log
 	fmt.Fprintf(w, "fleet lab on %s (%s), %d CPU threads%s\n", res.Device, res.DeviceName, res.Threads, map[bool]string{true: ", quick"}[opts.Quick])
+	if l := res.LoadAvg[0]; l > float64(runtime.NumCPU()) {
+		fmt.Fprintf(w, "(load average %.1f on %d CPUs: other work shares the cores, so CPU figures will be low and noisy)\n", l, runtime.NumCPU())
+	}
 
 	steps := []struct {
 		name string
@@ -146,6 +153,7 @@ func Run(opts Options) (*Result, error) {
 		fmt.Fprintf(w, "   (%.1f s)\n", time.Since(t0).Seconds())
 	}
 	res.ElapsedSec = time.Since(start).Seconds()
+	res.LoadAvg[1] = loadAvg()
 	return res, nil
 }
 

@@ -56,24 +56,6 @@ func cacheSizes() (l2, llc int64) {
 	return l2, llc
 }
 
-// parseSize reads sysfs sizes such as "48K" or "260M".
-func parseSize(s string) int64 {
-	mul := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mul, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "M"):
-		mul, s = 1<<20, s[:len(s)-1]
-	case strings.HasSuffix(s, "G"):
-		mul, s = 1<<30, s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n * mul
-}
-
 // cpuTime is the user and system CPU time this process has used.
 func cpuTime() (time.Duration, bool) {
 	var ru syscall.Rusage
@@ -81,4 +63,18 @@ func cpuTime() (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
+
+// loadAvg is the machine's one-minute load average (-1 where unknown).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, err := strconv.ParseFloat(f, 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
