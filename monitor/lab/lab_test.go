@@ -31,10 +31,11 @@ func TestTimePerCall(t *testing.T) {
 		calls += reps
 		time.Sleep(time.Duration(reps) * 200 * time.Microsecond)
 	}, 10*time.Millisecond, 3)
-	if sec < 150e-6 || sec > 2e-3 {
+	// A sleep never returns early; on a busy machine it may return late.
+	if sec < 200e-6 || sec > 50e-3 {
 		t.Errorf("%g s per call of a 200 µs sleep", sec)
 	}
-	if calls < 10 {
+	if calls < 5 { // warm-up, calibration, 3 trials
 		t.Errorf("only %d calls", calls)
 	}
 }
