@@ -119,6 +119,9 @@ func TestBenchLabFlags(t *testing.T) {
 	if code := run([]string{"bench", "lab", "--accum-steps", "0", "--out", t.TempDir()}, &out, &errb); code != 1 {
 		t.Errorf("--accum-steps 0: exit %d, want 1", code)
 	}
+	if code := run([]string{"bench", "lab", "--grad-accum", "2", "--out", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--accum-steps") {
+		t.Errorf("--grad-accum 2: exit %d, %s", code, errb.String())
+	}
 	errb.Reset()
 	if code := run([]string{"bench", "lab", "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "fleet bench lab") {
 		t.Errorf("-h: exit %d, %s", code, errb.String())
