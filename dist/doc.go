@@ -29,6 +29,12 @@
 //
 // and the group is then unusable: every later call returns that error.
 //
+// [Reducer] is the data-parallel gradient path: gradients grouped into
+// buckets (25 MB, reverse parameter order) whose averaging all-reduces start
+// as soon as their gradients are final, during the backward pass;
+// [BroadcastParams] gives every rank rank 0's initial weights.
+// [BenchAllReduce] measures the ring's bandwidth as nccl-tests reports it.
+//
 // Package dist/nccl is the GPU backend: NCCL, opened at run time, with its
 // unique id passed through the store.
 package dist
