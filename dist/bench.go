@@ -155,8 +155,8 @@ func DefaultBenchSizes() []int64 {
 
 // WriteBenchTable writes results as a table in nccl-tests' terms.
 func WriteBenchTable(w io.Writer, results []BenchResult) {
-	fmt.Fprintf(w, "%6s %12s %7s %12s %10s %10s\n", "ranks", "size", "iters", "time", "algbw GB/s", "busbw GB/s")
+	fmt.Fprintf(w, "%6s %12s %7s %12s %10s %10s\n", "ranks", "bytes", "iters", "time", "algbw GB/s", "busbw GB/s")
 	for _, r := range results {
-		fmt.Fprintf(w, "%6d %12s %7d %12s %10.3f %10.3f\n", r.World, formatBytes(r.Bytes), r.Iters, r.Time.Round(time.Microsecond), r.AlgBW, r.BusBW)
+		fmt.Fprintf(w, "%6d %12d %7d %12s %10.3f %10.3f\n", r.World, r.Bytes, r.Iters, r.Time.Round(time.Microsecond), r.AlgBW, r.BusBW)
 	}
 }
