@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--eval-interval", type=int, default=250)
     ap.add_argument("--eval-iters", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: forward (and so backward) matrix products under torch.autocast on the CPU "
+                         "(fleet's --precision bf16)")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -124,12 +127,16 @@ def main():
         r = (it - args.warmup_iters) / max(1, args.max_iters - args.warmup_iters)
         return args.min_lr + 0.5 * (1 + math.cos(math.pi * min(r, 1.0))) * (args.lr - args.min_lr)
 
+    def cast():
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16")
+
     @torch.no_grad()
     def evaluate():
         model.eval()
         out = {}
         for split in ("train", "val"):
-            out[split] = sum(model(*batch(split)).item() for _ in range(args.eval_iters)) / args.eval_iters
+            with cast():
+                out[split] = sum(model(*batch(split)).item() for _ in range(args.eval_iters)) / args.eval_iters
         model.train()
         return out
 
@@ -145,7 +152,8 @@ def main():
             g["lr"] = lr_at(it)
         t0 = time.perf_counter()
         x, y = batch("train")
-        loss = model(x, y)
+        with cast():
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -157,7 +165,8 @@ def main():
         if (it + 1) % 100 == 0:
             print(f"step {it + 1}: loss {loss.item():.4f} {B * T / dt:.0f} tok/s", flush=True)
     print(json.dumps({"tokens_per_sec": statistics.median(rates), "best_val_loss": best,
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+                      "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "autocast": args.autocast}))
 
 
 if __name__ == "__main__":
