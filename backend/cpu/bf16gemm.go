@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -29,6 +30,19 @@ const (
 // bf16Dot selects the VDPBF16PS product over the widened one (see above);
 // bf16gemm_amd64.go sets it, tests swap it.
 var bf16Dot = false
+
+// bf16DotFromEnv returns the choice of product the environment variable
+// FLEET_CPU_BF16 makes ("dot" or "widen"), else def: a way to time both
+// on one machine.
+func bf16DotFromEnv(def bool) bool {
+	switch os.Getenv("FLEET_CPU_BF16") {
+	case "dot":
+		return true
+	case "widen":
+		return false
+	}
+	return def
+}
 
 // bf16Kernel adds (or, when add is false, writes) one 8×32 block over kp
 // k-pairs from packed strips a (kp×8 pairs) and b (kp×32 pairs) into c.

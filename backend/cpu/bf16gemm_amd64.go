@@ -42,7 +42,7 @@ func init() {
 		// half their FMA rate: 32 FLOP a cycle against the FMAs' 64, so
 		// the widened F32 product is faster there. AMD's issue it at the
 		// FMA rate, twice the FLOP.
-		bf16Dot = cpuVendorAMD()
+		bf16Dot = bf16DotFromEnv(cpuVendorAMD())
 	}
 }
 
