@@ -327,14 +327,8 @@ func TestStrangersRefused(t *testing.T) {
 	if bufs[0][0] != 4 || bufs[1][1] != 6 {
 		t.Fatalf("after strangers: %v", bufs)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(log.String(), "bad greeting") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	for _, want := range []string{"refused a connection", "wrong secret", "bad greeting"} {
-		if !strings.Contains(log.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, log.String())
-		}
+		waitLog(t, log, want)
 	}
 }
 
@@ -495,4 +489,68 @@ func TestMismatchedCollectives(t *testing.T) {
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 is running broadcast #1 (40 B)") {
 		t.Errorf("rank 0: %v", errs[0])
 	}
+}
+
+// Strangers knocking at a rank's ring port while the ring forms are
+// refused and logged; the ring still forms.
+func TestRingStrangersRefused(t *testing.T) {
+	ln := listen(t)
+	log := &syncBuf{}
+	stores := make([]*Store, 2)
+	must(t, each(make([]*TCPGroup, 2), func(r int, _ *TCPGroup) error {
+		cfg := StoreConfig{Addr: ln.Addr().String(), Rank: r, World: 2, Secret: testSecret, Timeout: 10 * time.Second, Log: log}
+		if r == 0 {
+			cfg.Listener = ln
+		}
+		var err error
+		stores[r], err = NewStore(context.Background(), cfg)
+		return err
+	}))
+	defer stores[0].Close()
+	defer stores[1].Close()
+	groups := make([]*TCPGroup, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { groups[1], errs[1] = NewTCPGroup(stores[1], TCPOptions{Name: "g"}) })
+	addr, err := stores[0].Get("tcp/g/addr/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		secret string
+		rank   int
+	}{{"wrong", 0}, {testSecret, 5}} {
+		c, err := net.Dial("tcp", string(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := clientHandshake(c, []byte(k.secret), roleRing, k.rank, time.Now().Add(5*time.Second)); err == nil && k.rank != 5 {
+			t.Errorf("a stranger with secret %q was let in", k.secret)
+		}
+		c.Close()
+	}
+	wg.Go(func() { groups[0], errs[0] = NewTCPGroup(stores[0], TCPOptions{Name: "g"}) })
+	wg.Wait()
+	must(t, errs)
+	defer groups[0].Close()
+	defer groups[1].Close()
+	bufs := [][]float32{{1, 2, 3}, {10, 20, 30}}
+	must(t, each(groups, func(r int, g *TCPGroup) error { return g.AllReduce(bufs[r], Sum) }))
+	if fmt.Sprint(bufs[0], bufs[1]) != "[11 22 33] [11 22 33]" {
+		t.Fatalf("after strangers: %v", bufs)
+	}
+	for _, want := range []string{"rank 1: refused a connection", "wrong secret", "it says it is rank 5"} {
+		waitLog(t, log, want)
+	}
+}
+
+// waitLog waits a little for a line that another goroutine logs.
+func waitLog(t *testing.T, log *syncBuf, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if strings.Contains(log.String(), want) {
+			return
+		}
+	}
+	t.Errorf("log lacks %q:\n%s", want, log.String())
 }
