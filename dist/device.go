@@ -37,6 +37,10 @@ func (d DType) Size() int {
 // CUstream handle) and returns before it completes, so the caller orders it
 // with its own work through that stream and events. All calls for one
 // device must come from the goroutine that owns the device's context.
+//
+// Unlike a TCPGroup, a DeviceGroup does not time collectives out by itself:
+// its owner waits on the stream, polls CheckAsync meanwhile, and calls Abort
+// when its own timeout passes.
 type DeviceGroup interface {
 	Rank() int
 	Size() int
@@ -52,7 +56,7 @@ type DeviceGroup interface {
 	CheckAsync() error
 	// Abort tears the communicator down without waiting for enqueued work.
 	Abort() error
-	// Close waits for nothing: it frees the communicator (call it after the
-	// stream's work has finished).
+	// Close frees the communicator. Call it once the stream's work has
+	// finished; after a failure, call Abort instead.
 	Close() error
 }
