@@ -154,8 +154,12 @@ func (g *TCPGroup) accept(ln net.Listener, out chan<- net.Conn) {
 	var once sync.Once
 	for {
 		c, err := ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		go func() {
 			rank, err := serverHandshake(c, g.store.secret, roleRing)
