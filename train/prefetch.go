@@ -135,6 +135,10 @@ func nextMicro(step, micro, accum int) [2]int {
 	return [2]int{step + 1, 0}
 }
 
+// slowData is a test hook: each batch fetch first sleeps this long, as if
+// the loader could not keep up.
+var slowData time.Duration
+
 // openFill sets r.fill: r.batch where a test set it, else a loader
 // dealing out the train sampler's windows for this rank from step on.
 // Either way the time spent in it is added to r.dataWait.
@@ -160,6 +164,9 @@ func (r *run) openFill(step int) error {
 	}
 	r.fill = func(step, micro int, x, y []int32) {
 		t0 := time.Now()
+		if slowData > 0 {
+			time.Sleep(slowData)
+		}
 		src(step, micro, x, y)
 		r.dataWait += time.Since(t0)
 	}

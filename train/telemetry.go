@@ -15,6 +15,8 @@ import (
 	"github.com/fleetml/fleet/backend"
 	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/monitor/diagnose"
+	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -49,6 +51,8 @@ type telemetry struct {
 
 	window [nPhases]float64 // ms per phase over the log window
 	total  [nPhases]float64 // over the measured steps (after warm-up)
+	// totalStepMs is the measured steps' time, all phases together.
+	totalStepMs float64
 
 	// Counters sampled at step boundaries: host reads of device values
 	// and host<->device bytes.
@@ -142,6 +146,7 @@ func (t *telemetry) end(measured bool) {
 		t.window[p] += ms
 		if measured {
 			t.total[p] += ms
+			t.totalStepMs += ms
 		}
 	}
 	if measured {
@@ -160,6 +165,7 @@ func (t *telemetry) addHost(p int, d time.Duration, measured bool) {
 	t.window[p] += ms
 	if measured {
 		t.total[p] += ms
+		t.totalStepMs += ms
 	}
 }
 
@@ -197,36 +203,62 @@ func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
 	return 0, "unknown device"
 }
 
-// cpuPeak measures the CPU's FMA peak in GFLOP/s once per process: the
-// best of three 70 ms runs on all cores. A busy machine can only lower the
-// figure (and so inflate MFU), so the best ever measured for this CPU
-// model and core count is kept in the user's cache folder and used when
-// it is higher.
+// cpuPeak is the CPU's FMA peak in GFLOP/s. A busy machine can only lower
+// a measurement (and so inflate MFU), so the best figure ever measured for
+// this CPU model and core count is kept in the user's cache folder: a run
+// uses it when there is one, and otherwise measures (the best of three
+// 70 ms runs on all cores, once per process) and stores the result.
+// RecordCPUPeak adds other measurements, such as fleet bench's.
 var cpuPeak = sync.OnceValue(func() float64 {
+	if g := cachedCPUPeak(); g > 0 {
+		return g
+	}
 	var best float64
 	for range 3 {
 		g, _ := fcpu.PeakGFLOPs(runtime.GOMAXPROCS(0), 70*time.Millisecond)
 		best = max(best, g)
 	}
+	return RecordCPUPeak(best)
+})
+
+func cpuPeakFile() (path, key string) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
-		return best
+		return "", ""
 	}
-	key := fmt.Sprintf("%s|%d", cpuModel(), runtime.GOMAXPROCS(0))
-	path := filepath.Join(dir, "fleet", "cpu-peak.json")
+	return filepath.Join(dir, "fleet", "cpu-peak.json"), fmt.Sprintf("%s|%d", cpuModel(), runtime.GOMAXPROCS(0))
+}
+
+func cachedCPUPeak() float64 {
+	path, key := cpuPeakFile()
 	peaks := map[string]float64{}
 	if b, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(b, &peaks)
 	}
-	if peaks[key] >= best {
+	return peaks[key]
+}
+
+// RecordCPUPeak stores a measured FMA peak (GFLOP/s, on GOMAXPROCS
+// threads) in the cache if it beats the cached one, and returns the
+// better of the two.
+func RecordCPUPeak(gflops float64) float64 {
+	path, key := cpuPeakFile()
+	if path == "" {
+		return gflops
+	}
+	peaks := map[string]float64{}
+	if b, err := os.ReadFile(path); err == nil {
+		json.Unmarshal(b, &peaks)
+	}
+	if peaks[key] >= gflops {
 		return peaks[key]
 	}
-	peaks[key] = best
+	peaks[key] = gflops
 	if b, err := json.Marshal(peaks); err == nil && os.MkdirAll(filepath.Dir(path), 0o755) == nil {
 		atomicfile.WriteFile(path, b) // best effort: a cache
 	}
-	return best
-})
+	return gflops
+}
 
 // cpuModel is the CPU's model name from /proc/cpuinfo ("" elsewhere).
 func cpuModel() string {
@@ -261,12 +293,66 @@ func fmtPhases(ms [nPhases]float64, steps int) string {
 	return s
 }
 
-// utilisation is the device's mean utilisation in percent since the last
-// call, from the background sampler; ok is false without one.
-func (r *run) utilisation() (float64, bool) { return 0, false }
+// startSampler starts sampling the device's utilisation and memory in the
+// background, once a second: NVML for a GPU, /proc for the CPU (where
+// utilisation is the process's CPU time over the cores it may use). A
+// platform without either runs without.
+func (r *run) startSampler() {
+	var s *sysstat.Sampler
+	var err error
+	if r.dev.Kind == "cuda" {
+		s, err = sysstat.NewGPUSampler(r.dev.Index, 0)
+	} else {
+		s, err = sysstat.NewCPUSampler(0, 0)
+	}
+	if err != nil {
+		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: %v\n", err)
+		return
+	}
+	s.Start()
+	r.sampler = s
+}
+
+// utilPct converts a sample to the device's utilisation in percent.
+func (r *run) utilPct(util, procCPU float64) float64 {
+	if r.dev.Kind == "cpu" {
+		return procCPU / float64(runtime.GOMAXPROCS(0))
+	}
+	return util
+}
+
+// utilisation is the device's utilisation in percent at the latest
+// background sample; ok is false without one.
+func (r *run) utilisation() (float64, bool) {
+	if r.sampler == nil {
+		return 0, false
+	}
+	st := r.sampler.Stats()
+	if st.Samples == 0 {
+		return 0, false
+	}
+	return r.utilPct(st.Latest.Util, st.Latest.ProcCPU), true
+}
+
+// stopSampler stops the sampler and puts its mean and peak in sum.
+func (r *run) stopSampler(sum *Summary) {
+	if r.sampler == nil {
+		return
+	}
+	st := r.sampler.Stop()
+	r.sampler = nil
+	if sum != nil && st.Samples > 0 {
+		sum.UtilMeanPct = r.utilPct(st.MeanUtil, st.MeanProcCPU)
+		sum.UtilPeakPct = r.utilPct(st.PeakUtil, st.PeakProcCPU)
+		if r.dev.Kind == "cpu" {
+			sum.HostBusyPct = st.MeanUtil
+		}
+	}
+}
 
 // summarizeTelemetry puts the run's telemetry totals in sum.
 func (r *run) summarizeTelemetry(sum *Summary) {
+	r.stopSampler(sum)
 	if sum.PeakFLOPs > 0 {
 		sum.MFU = sum.TokensPerSec * sum.FLOPsPerToken / sum.PeakFLOPs
 	}
@@ -282,4 +368,78 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 	}
 	sum.HostReadsPerStep = float64(r.tel.reads) / n
 	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
+	r.meanStepMs = r.tel.totalStepMs / n
+	sum.TelemetryOverheadPct = r.overheadPct(r.meanStepMs)
+}
+
+// overheadPct measures what the step telemetry costs: it times 1000 steps'
+// worth of phase changes on the device with no work in between, and
+// returns that per step as a percent of a step of stepMs.
+func (r *run) overheadPct(stepMs float64) float64 {
+	if r.tel == nil || stepMs <= 0 {
+		return 0
+	}
+	t := newTelemetry(r.dev)
+	const n = 1000
+	t0 := time.Now()
+	for range n {
+		t.begin(phH2D)
+		for p := phH2D; p < nPhases; p++ {
+			t.to(p)
+		}
+		t.end(false)
+	}
+	per := float64(time.Since(t0).Nanoseconds()) / 1e6 / n
+	return 100 * per / stepMs
+}
+
+// telemetry is the run's diagnose.Telemetry, from its summary.
+func (r *run) telemetry(sum Summary) diagnose.Telemetry {
+	cfg := r.cfg
+	t := diagnose.Telemetry{
+		Version:    1,
+		Device:     sum.Device,
+		DeviceKind: r.dev.Kind,
+		Precision:  cfg.Precision,
+		WorldSize:  max(cfg.WorldSize, 1),
+		MicroBatch: cfg.BatchSize, BlockSize: cfg.BlockSize, GradAccum: cfg.GradAccum, AutoBatch: cfg.BatchAuto,
+		DataWorkers: cfg.DataWorkers, Prefetch: cfg.Prefetch,
+		Steps: r.measured, StepMs: r.meanStepMs, TokensPerSec: sum.TokensPerSec,
+		MFU: sum.MFU, PeakFLOPs: sum.PeakFLOPs,
+		PhaseMs:          diagnose.PhasesFromMap(sum.PhaseMs),
+		H2DBytesPerStep:  int64(sum.CopiedBytesPerStep),
+		HostSyncsPerStep: sum.HostReadsPerStep,
+		MemPeakBytes:     sum.PeakMemBytes,
+		MemTotalBytes:    sum.MemTotalBytes,
+		MemUsedBytes:     tensor.MemStats(r.dev).Allocated,
+		CommMsPerStep:    sum.PhaseMs[PhaseNames[phComm]] + r.commOverlappedMs,
+		CommOverlappedMs: r.commOverlappedMs,
+		OverheadPct:      sum.TelemetryOverheadPct,
+		UtilMeanPct:      sum.UtilMeanPct,
+		UtilPeakPct:      sum.UtilPeakPct,
+		HostBusyPct:      sum.HostBusyPct,
+	}
+	type named interface{ Name() string }
+	if r.dev.Kind == "cpu" {
+		t.DeviceName, t.Cores = cpuModel(), runtime.GOMAXPROCS(0)
+	} else {
+		t.TensorCores = true // every GPU fleet's CUDA backend runs on (sm_80+) has them
+		if n, ok := tensor.BackendOf(r.dev).(named); ok {
+			t.DeviceName = n.Name()
+		}
+	}
+	return t
+}
+
+// diagnose writes telemetry.json and prints the diagnosis.
+func (r *run) diagnose(sum Summary) error {
+	if r.tel == nil || r.measured == 0 || r.cfg.Rank != 0 {
+		return nil
+	}
+	t := r.telemetry(sum)
+	if err := diagnose.WriteFile(filepath.Join(r.cfg.Out, diagnose.TelemetryFile), t); err != nil {
+		return err
+	}
+	fmt.Fprintln(r.log)
+	return diagnose.Format(r.log, diagnose.Diagnose(t))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -68,16 +69,26 @@ type Summary struct {
 	HostReadsPerStep   float64            `json:"host_reads_per_step"`
 	CopiedBytesPerStep float64            `json:"copied_bytes_per_step"`
 	PeakMemBytes       int64              `json:"peak_mem_bytes"`
-	MemTotalBytes      int64              `json:"mem_total_bytes,omitempty"`
-	Steps              int                `json:"steps"`
-	Device             string             `json:"device"`
-	NumParams          int                `json:"num_params"`
-	Data               string             `json:"data"`
-	TrainTokens        int                `json:"train_tokens"`
-	ValTokens          int                `json:"val_tokens"`
-	ElapsedSec         float64            `json:"elapsed_sec"`
-	Config             Config             `json:"config"`
-	Model              model.Config
+	// UtilMeanPct and UtilPeakPct are the device's utilisation sampled in
+	// the background (the process's CPU use over its cores on the CPU).
+	UtilMeanPct float64 `json:"util_mean_pct"`
+	UtilPeakPct float64 `json:"util_peak_pct"`
+	// HostBusyPct is, on the CPU, how busy all the machine's cores were
+	// (every process's use).
+	HostBusyPct float64 `json:"host_busy_pct,omitempty"`
+	// TelemetryOverheadPct is what the step telemetry costs per step, in
+	// percent of the median step, measured at the end of the run.
+	TelemetryOverheadPct float64 `json:"telemetry_overhead_pct"`
+	MemTotalBytes        int64   `json:"mem_total_bytes,omitempty"`
+	Steps                int     `json:"steps"`
+	Device               string  `json:"device"`
+	NumParams            int     `json:"num_params"`
+	Data                 string  `json:"data"`
+	TrainTokens          int     `json:"train_tokens"`
+	ValTokens            int     `json:"val_tokens"`
+	ElapsedSec           float64 `json:"elapsed_sec"`
+	Config               Config  `json:"config"`
+	Model                model.Config
 }
 
 // Metric is one line of metrics.jsonl. Fields that are unknown at an event
@@ -173,9 +184,12 @@ type run struct {
 	// peakFLOPs is the device's peak for the run's products (0: unknown);
 	// flopsPerToken the model's training FLOPs per token.
 	peakFLOPs, flopsPerToken float64
-	gradNorm                 float64     // the last step's gradient norm, before clipping
-	status                   *statusLine // the live line on a terminal; nil: none
-	sinks                    *sinks      // TensorBoard and Prometheus; nil: neither
+	meanStepMs               float64          // over the steps telemetry measured, all phases
+	commOverlappedMs         float64          // data parallelism: all-reduce time hidden behind backward, per step
+	gradNorm                 float64          // the last step's gradient norm, before clipping
+	status                   *statusLine      // the live line on a terminal; nil: none
+	sampler                  *sysstat.Sampler // device utilisation in the background; nil: none
+	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
 }
 
 // close releases the staging slots, stops the loader and closes the
@@ -185,6 +199,7 @@ func (r *run) close() {
 		fmt.Fprintf(r.log, "warning: %v\n", err)
 	}
 	r.sinks = nil
+	r.stopSampler(nil)
 	r.staged.close()
 	if r.loader != nil {
 		r.loader.Close()
@@ -330,6 +345,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := r.openSinks(tok); err != nil {
 		return nil, err
 	}
+	r.startSampler()
 	defer r.close()
 	if err := tensor.Catch(func() { err = r.loop(&sum, start) }); err != nil {
 		return nil, err
@@ -341,6 +357,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if err := writeJSON(filepath.Join(cfg.Out, SummaryFile), sum); err != nil {
+		return nil, err
+	}
+	if err := r.diagnose(sum); err != nil {
 		return nil, err
 	}
 	return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil

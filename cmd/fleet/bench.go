@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
@@ -74,6 +75,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		threads := b.(*cpu.CPU).Threads()
 		var width int
 		peak, width = cpu.PeakGFLOPs(threads, 300*time.Millisecond)
+		if threads == runtime.GOMAXPROCS(0) {
+			train.RecordCPUPeak(peak) // the figure runs use for MFU
+		}
 		fmt.Fprintf(stdout, "\nCPU FMA peak: %.1f GFLOP/s (%d threads × 12 independent FMA chains on %d-float vectors, measured)\n", peak, threads, width)
 	}
 	fmt.Fprintf(stdout, "%-12s %18s %10s %10s %8s\n", "matmul", "M×K×N", "ms", "GFLOP/s", "of peak")

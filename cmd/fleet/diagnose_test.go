@@ -17,7 +17,7 @@ import (
 func starvedTelemetry(share float64) diagnose.Telemetry {
 	step := 80 + 40*rand.Float64()
 	return diagnose.Telemetry{Device: "cuda:0", DeviceKind: "cuda", DeviceName: "a GPU", Precision: "bf16", TensorCores: true,
-		WorldSize: 1, MicroBatch: 8, BlockSize: 256, GradAccum: 1, DataWorkers: 2, Steps: 100, MedianStepMs: step,
+		WorldSize: 1, MicroBatch: 8, BlockSize: 256, GradAccum: 1, DataWorkers: 2, Steps: 100, StepMs: step,
 		TokensPerSec: 8 * 256 / step * 1e3, PhaseMs: diagnose.Phases{DataWait: share * step, Forward: 0.2 * step, Backward: 0.3 * step, Optimizer: 0.05 * step},
 		UtilMeanPct: 100 * (1 - share), UtilPeakPct: 100, MemPeakBytes: 30 << 30, MemTotalBytes: 40 << 30}
 }

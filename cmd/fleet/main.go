@@ -19,13 +19,17 @@ Usage: fleet COMMAND [flags]
 Commands:
   tokenizer  train a BPE tokenizer, or encode and decode text with one
   prepare    tokenize text files into token shards for train --data
+  run        launch a data-parallel job: one process per device, torchrun's environment, restarts
   train      train a model (with no flags: a small char-level GPT on Go's own source)
   sample     generate text from a trained model
   eval       evaluate a trained model's validation loss and perplexity
   ngram      a Kneser-Ney n-gram baseline: its val perplexity on prepared data
   export     write a model as a Hugging Face GPT-2 folder (weights and config.json)
-  bench      time training steps of a model configuration
+  bench      time training steps of a model configuration; bench lab measures the machine (bandwidth, FLOP/s, batch sweep)
   doctor     report the NVIDIA driver, libraries and GPUs, and whether training on the GPU will work
+  smi        show GPU (or, without one, CPU) utilisation, memory and processes; --watch 2s to refresh
+  diagnose   name what held a run back (from RUN_DIR/telemetry.json) and the flag that fixes it
+  report     write a run's folder as one self-contained HTML page with its plots and diagnosis
 
 Run fleet COMMAND -h for a command's flags.
 `
@@ -46,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = tokenizerCmd(args[1:], stdout, stderr)
 	case "prepare":
 		err = prepareCmd(args[1:], stdout, stderr)
+	case "run":
+		err = runCmd(args[1:], stdout, stderr)
 	case "train":
 		err = trainCmd(args[1:], stdout, stderr)
 	case "sample":
@@ -60,6 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = benchCmd(args[1:], stdout, stderr)
 	case "doctor":
 		err = doctorCmd(args[1:], stdout, stderr)
+	case "smi":
+		err = smiCmd(args[1:], stdout, stderr)
+	case "diagnose":
+		err = diagnoseCmd(args[1:], stdout, stderr)
+	case "report":
+		err = reportCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -74,10 +86,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
-	default:
-		fmt.Fprintf(stderr, "fleet %s: %v\n", args[0], err)
-		return 1
 	}
+	fmt.Fprintf(stderr, "fleet %s: %v\n", args[0], err)
+	var ec interface{ ExitCode() int } // fleet run: the failing process's status
+	if errors.As(err, &ec) && ec.ExitCode() > 0 {
+		return ec.ExitCode()
+	}
+	return 1
 }
 
 // parse parses flags, reporting errors and stray arguments as usage errors.

@@ -24,6 +24,10 @@ const (
 	// syncs and communication do not explain (a starved device is idle
 	// too, and a larger batch would starve it more).
 	UnexplainedIdleMin = 0.10
+	// SharedHostBusyPct: on a CPU, a machine whose cores were this busy
+	// on average while the run used fewer of them was shared with other
+	// processes; their share of the cores explains the run's idle time.
+	SharedHostBusyPct = 90.0
 	// TransferShareMin: host-device copies taking a tenth of the step.
 	TransferShareMin = 0.10
 	// DefaultLinkBytesPerSec is the host-device bandwidth assumed when
@@ -66,6 +70,7 @@ const (
 	Sync      Kind = "sync"
 	Comm      Kind = "comm"
 	CkptLog   Kind = "ckpt_log"
+	Shared    Kind = "shared" // other processes took the CPU's cores
 )
 
 // Finding is one diagnosed problem (or, for Compute, the healthy verdict).
@@ -97,7 +102,7 @@ func (d Diagnosis) Healthy() bool { return d.Main.Kind == Compute }
 
 // Diagnose applies the rules to t.
 func Diagnose(t Telemetry) Diagnosis {
-	step := t.MedianStepMs
+	step := t.StepMs
 	share := func(ms float64) float64 {
 		if step <= 0 {
 			return 0
@@ -213,6 +218,19 @@ func Diagnose(t Telemetry) Diagnosis {
 			Fix:      "a larger --ckpt-interval and --log-interval"})
 	}
 
+	// A shared CPU: the cores the run left idle were busy with other
+	// processes, so its idle time says nothing about its batch.
+	var sharedShare float64
+	if !gpu && t.UtilMeanPct > 0 && t.HostBusyPct >= SharedHostBusyPct && t.HostBusyPct > t.UtilMeanPct {
+		sharedShare = (t.HostBusyPct - t.UtilMeanPct) / 100
+		if sharedShare >= UnexplainedIdleMin {
+			fs = append(fs, Finding{Kind: Shared, Title: "other processes on the CPU", Cost: sharedShare,
+				Evidence: []string{fmt.Sprintf("the machine's cores were %.0f%% busy on average, this run's use %.0f%% (the threshold is %.0f%% busy)",
+					t.HostBusyPct, t.UtilMeanPct, SharedHostBusyPct)},
+				Fix: "stop the other processes or use a quieter machine (or fewer --data-workers if they are this run's own); until then this run's timings understate what it does alone"})
+		}
+	}
+
 	// Small batch: idle time the findings above do not explain, with
 	// memory to spare.
 	memUsed := t.MemPeakBytes
@@ -222,7 +240,7 @@ func Diagnose(t Telemetry) Diagnosis {
 	if t.UtilMeanPct > 0 && t.UtilMeanPct < LowUtilPct && t.MemTotalBytes > 0 && memUsed > 0 {
 		memShare := float64(memUsed) / float64(t.MemTotalBytes)
 		idle := 1 - t.UtilMeanPct/100
-		unexplained := idle - dataShare - transferShare - syncShare - commShare
+		unexplained := idle - dataShare - transferShare - syncShare - commShare - sharedShare
 		if memShare < MemSpareShare && unexplained >= UnexplainedIdleMin {
 			what := "the device was busy"
 			if !gpu {
@@ -281,8 +299,8 @@ func batchFix(t Telemetry, memShare float64) string {
 func computeBound(t Telemetry) Finding {
 	f := Finding{Kind: Compute, Title: "compute (compute-bound: the healthy verdict)"}
 	if c := t.PhaseMs.Compute(); c > 0 {
-		f.Cost = c / t.MedianStepMs
-		f.Evidence = append(f.Evidence, fmt.Sprintf("forward+backward+optimizer take %.1f ms of the %.1f ms step (%.0f%%)", c, t.MedianStepMs, 100*f.Cost))
+		f.Cost = c / t.StepMs
+		f.Evidence = append(f.Evidence, fmt.Sprintf("forward+backward+optimizer take %.1f ms of the %.1f ms step (%.0f%%)", c, t.StepMs, 100*f.Cost))
 	}
 	if t.MFU > 0 {
 		f.Evidence = append(f.Evidence, fmt.Sprintf("MFU %.1f%% of %s", 100*t.MFU, fmtFLOPs(t.PeakFLOPs)))
@@ -290,7 +308,7 @@ func computeBound(t Telemetry) Finding {
 	if t.UtilMeanPct > 0 {
 		f.Evidence = append(f.Evidence, fmt.Sprintf("utilisation %.0f%% mean, %.0f%% peak", t.UtilMeanPct, t.UtilPeakPct))
 	}
-	f.Evidence = append(f.Evidence, fmt.Sprintf("data wait %.1f%% of the step", 100*t.PhaseMs.DataWait/t.MedianStepMs))
+	f.Evidence = append(f.Evidence, fmt.Sprintf("data wait %.1f%% of the step", 100*t.PhaseMs.DataWait/t.StepMs))
 	f.Fix = "nothing in the input pipeline or settings: the device is kept busy; more speed now comes from faster kernels (a higher MFU) or more devices"
 	return f
 }
@@ -308,7 +326,7 @@ func runLine(t Telemetry) string {
 	if t.AutoBatch {
 		b.WriteString(" (auto)")
 	}
-	fmt.Fprintf(&b, " × block %d × accum %d, %d steps at %.1f ms/step, %.0f tokens/s", t.BlockSize, max(t.GradAccum, 1), t.Steps, t.MedianStepMs, t.TokensPerSec)
+	fmt.Fprintf(&b, " × block %d × accum %d, %d steps at %.1f ms/step, %.0f tokens/s", t.BlockSize, max(t.GradAccum, 1), t.Steps, t.StepMs, t.TokensPerSec)
 	if t.MFU > 0 {
 		fmt.Fprintf(&b, ", MFU %.1f%%", 100*t.MFU)
 	}
@@ -321,7 +339,7 @@ func notes(t Telemetry) []string {
 	if p.Sum() > 0 {
 		line := fmt.Sprintf("phases, ms per step: data_wait %.2f | h2d %.2f | forward %.2f | backward %.2f | comm %.2f | optimizer %.2f | ckpt_log %.2f",
 			p.DataWait, p.H2D, p.Forward, p.Backward, p.Comm, p.Optimizer, p.CkptLog)
-		if other := t.MedianStepMs - p.Sum(); other > 0 {
+		if other := t.StepMs - p.Sum(); other > 0 {
 			line += fmt.Sprintf(" | other %.2f", other)
 		}
 		out = append(out, line)

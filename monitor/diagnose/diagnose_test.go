@@ -18,7 +18,7 @@ func healthy(r *rand.Rand) Telemetry {
 	t := Telemetry{
 		Device: "cuda:0", DeviceKind: "cuda", DeviceName: "NVIDIA H100 80GB HBM3", Precision: "bf16", TensorCores: true,
 		WorldSize: 1, MicroBatch: 16, BlockSize: 1024, GradAccum: 4, DataWorkers: 4, Prefetch: 8,
-		Steps: 200 + r.IntN(100), MedianStepMs: step, MFU: j(0.42), PeakFLOPs: 989e12,
+		Steps: 200 + r.IntN(100), StepMs: step, MFU: j(0.42), PeakFLOPs: 989e12,
 		H2DBytesPerStep: 2 * 4 * 16 * 1024 * 4, D2HBytesPerStep: 8,
 		HostSyncsPerStep: 1,
 		UtilMeanPct:      j(93), UtilPeakPct: 100,
@@ -82,7 +82,7 @@ func TestDataStarvation(t *testing.T) {
 	r := newRand(t)
 	tel := healthy(r)
 	// 40% of the step waiting for data; the device is idle meanwhile.
-	tel.PhaseMs.DataWait = 0.4 * tel.MedianStepMs
+	tel.PhaseMs.DataWait = 0.4 * tel.StepMs
 	tel.PhaseMs.Forward *= 0.6
 	tel.PhaseMs.Backward *= 0.6
 	tel.UtilMeanPct = 58
@@ -108,7 +108,7 @@ func TestDataWaitThreshold(t *testing.T) {
 		want  bool
 	}{{DataWaitShareMin - 0.01, false}, {DataWaitShareMin + 0.01, true}} {
 		tel := healthy(r)
-		tel.PhaseMs.DataWait = c.share * tel.MedianStepMs
+		tel.PhaseMs.DataWait = c.share * tel.StepMs
 		if got := has(Diagnose(tel), Data); got != c.want {
 			t.Errorf("data wait %.0f%%: finding %v, want %v", 100*c.share, got, c.want)
 		}
@@ -205,7 +205,7 @@ func TestTransferHeavy(t *testing.T) {
 	// over 100 ms at 25 GB/s.
 	tel.H2DBytesPerStep = int64(1.5e9 * (1 + 0.1*r.Float64()))
 	tel.D2HBytesPerStep = int64(1.5e9)
-	tel.MedianStepMs = 250
+	tel.StepMs = 250
 	d := Diagnose(tel)
 	out := format(t, d)
 	if d.Main.Kind != Transfer || !strings.Contains(out, "keep tensors on the device") {
@@ -217,7 +217,7 @@ func TestTransferHeavy(t *testing.T) {
 		want  bool
 	}{{TransferShareMin - 0.01, false}, {TransferShareMin + 0.01, true}} {
 		tel := healthy(r)
-		tel.PhaseMs.H2D = c.share * tel.MedianStepMs
+		tel.PhaseMs.H2D = c.share * tel.StepMs
 		if got := has(Diagnose(tel), Transfer); got != c.want {
 			t.Errorf("copies %.0f%% of the step: finding %v, want %v", 100*c.share, got, c.want)
 		}
@@ -232,7 +232,7 @@ func TestTransferHeavy(t *testing.T) {
 func TestSyncHeavy(t *testing.T) {
 	r := newRand(t)
 	tel := healthy(r)
-	tel.MedianStepMs = 20
+	tel.StepMs = 20
 	tel.PhaseMs = Phases{Forward: 6, Backward: 11, Optimizer: 2}
 	tel.HostSyncsPerStep = 100 + float64(r.IntN(50)) // a .Item() per layer per micro-step
 	d := Diagnose(tel)
@@ -254,7 +254,7 @@ func TestSyncHeavy(t *testing.T) {
 	tel = healthy(r)
 	tel.HostSyncsPerStep = 4
 	if d := Diagnose(tel); !d.Healthy() || !has(d, Sync) {
-		t.Errorf("4 syncs in a %.0f ms step: main %q, want compute with a secondary sync finding", tel.MedianStepMs, d.Main.Kind)
+		t.Errorf("4 syncs in a %.0f ms step: main %q, want compute with a secondary sync finding", tel.StepMs, d.Main.Kind)
 	}
 }
 
@@ -262,7 +262,7 @@ func TestUnoverlappedComm(t *testing.T) {
 	r := newRand(t)
 	tel := healthy(r)
 	tel.WorldSize = 8
-	tel.CommMsPerStep = 0.5 * tel.MedianStepMs
+	tel.CommMsPerStep = 0.5 * tel.StepMs
 	tel.CommOverlappedMs = 0.1 * tel.CommMsPerStep
 	d := Diagnose(tel)
 	out := format(t, d)
@@ -270,11 +270,11 @@ func TestUnoverlappedComm(t *testing.T) {
 		t.Fatalf("main %q, want comm:\n%s", d.Main.Kind, out)
 	}
 	// The same communication, overlapped all but 5% of the step.
-	tel.CommOverlappedMs = tel.CommMsPerStep - 0.05*tel.MedianStepMs
+	tel.CommOverlappedMs = tel.CommMsPerStep - 0.05*tel.StepMs
 	if d := Diagnose(tel); has(d, Comm) {
 		t.Errorf("overlapped communication reported:\n%s", format(t, d))
 	}
-	tel.CommOverlappedMs = tel.CommMsPerStep - (ExposedCommShareMin+0.01)*tel.MedianStepMs
+	tel.CommOverlappedMs = tel.CommMsPerStep - (ExposedCommShareMin+0.01)*tel.StepMs
 	if d := Diagnose(tel); !has(d, Comm) {
 		t.Errorf("communication exposed just over the threshold not reported:\n%s", format(t, d))
 	}
@@ -288,9 +288,9 @@ func TestUnoverlappedComm(t *testing.T) {
 func TestMainIsCostliest(t *testing.T) {
 	r := newRand(t)
 	tel := healthy(r)
-	tel.PhaseMs.DataWait = 0.15 * tel.MedianStepMs
+	tel.PhaseMs.DataWait = 0.15 * tel.StepMs
 	tel.WorldSize = 2
-	tel.CommMsPerStep, tel.CommOverlappedMs = 0.3*tel.MedianStepMs, 0
+	tel.CommMsPerStep, tel.CommOverlappedMs = 0.3*tel.StepMs, 0
 	d := Diagnose(tel)
 	if d.Main.Kind != Comm || len(d.Secondary) != 1 || d.Secondary[0].Kind != Data {
 		t.Fatalf("want comm main and data secondary:\n%s", format(t, d))
@@ -317,11 +317,11 @@ func TestTelemetryFileRoundTrip(t *testing.T) {
 		t.Fatalf("read back\n%+v\nwrote\n%+v", got, tel)
 	}
 	for name, body := range map[string]string{
-		"truncated": `{"device": "cuda:0", "median_step_ms": 12`,
+		"truncated": `{"device": "cuda:0", "step_ms": 12`,
 		"empty":     ``,
 		"no steps":  `{"device": "cpu"}`,
-		"negative":  `{"steps": 3, "median_step_ms": 10, "util_mean_pct": -4}`,
-		"trailing":  `{"steps": 3, "median_step_ms": 10} {}`,
+		"negative":  `{"steps": 3, "step_ms": 10, "util_mean_pct": -4}`,
+		"trailing":  `{"steps": 3, "step_ms": 10} {}`,
 	} {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -348,5 +348,29 @@ func TestPhasesFromMap(t *testing.T) {
 	m["other"] = 1
 	if got := PhasesFromMap(m); got != want {
 		t.Errorf("PhasesFromMap(%v) = %+v, want %+v", m, got, want)
+	}
+}
+
+// TestSharedCPU: a CPU run that used 45% of its cores on a machine 100%
+// busy was crowded out by other processes, not held back by its batch;
+// on a quiet machine (30% busy) the same numbers are a small batch.
+func TestSharedCPU(t *testing.T) {
+	tel := Telemetry{DeviceKind: "cpu", Cores: 2, Precision: "fp32", MicroBatch: 12, BlockSize: 64, GradAccum: 1,
+		Steps: 50, StepMs: 80, TokensPerSec: 9600, MFU: 0.25, PeakFLOPs: 3e11,
+		PhaseMs:     Phases{DataWait: 0.1, Forward: 28, Backward: 48, Optimizer: 3.5, CkptLog: 0.4},
+		UtilMeanPct: 45, UtilPeakPct: 50, MemPeakBytes: 70 << 20, MemTotalBytes: 24 << 30}
+	tel.HostBusyPct = 100
+	if d := Diagnose(tel); d.Main.Kind != Shared {
+		t.Errorf("busy machine: main finding %q, want %q", d.Main.Kind, Shared)
+	} else {
+		for _, f := range d.Secondary {
+			if f.Kind == Batch {
+				t.Errorf("busy machine: a small-batch finding too: %+v", f)
+			}
+		}
+	}
+	tel.HostBusyPct = 47
+	if d := Diagnose(tel); d.Main.Kind != Batch {
+		t.Errorf("quiet machine: main finding %q, want %q", d.Main.Kind, Batch)
 	}
 }

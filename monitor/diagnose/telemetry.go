@@ -74,7 +74,7 @@ type Telemetry struct {
 	Prefetch    int  `json:"prefetch,omitempty"`
 
 	Steps        int     `json:"steps"`          // optimizer steps measured
-	MedianStepMs float64 `json:"median_step_ms"` // per optimizer step
+	StepMs       float64 `json:"step_ms"`        // mean ms per optimizer step over the measured steps (the phases are means too)
 	TokensPerSec float64 `json:"tokens_per_sec"` // per process
 	MFU          float64 `json:"mfu"`            // model FLOP/s over PeakFLOPs, 0..1
 	PeakFLOPs    float64 `json:"peak_flops"`     // the peak MFU is measured against, FLOP/s
@@ -94,6 +94,10 @@ type Telemetry struct {
 	// the process's CPU time over the cores it may use.
 	UtilMeanPct float64 `json:"util_mean_pct"`
 	UtilPeakPct float64 `json:"util_peak_pct"`
+	// HostBusyPct is, on a CPU, how busy all of the machine's cores were
+	// (every process's use) on average: well above UtilMeanPct, other
+	// processes took the cores the run did not use.
+	HostBusyPct float64 `json:"host_busy_pct,omitempty"`
 
 	MemUsedBytes  int64 `json:"mem_used_bytes"`  // at the end of the run
 	MemPeakBytes  int64 `json:"mem_peak_bytes"`  // the most held at once
@@ -139,8 +143,8 @@ func Decode(r io.Reader) (Telemetry, error) {
 
 // Validate reports values no measurement can have.
 func (t Telemetry) Validate() error {
-	if t.MedianStepMs <= 0 || t.Steps <= 0 {
-		return fmt.Errorf("telemetry has no measured steps (steps %d, median step %g ms)", t.Steps, t.MedianStepMs)
+	if t.StepMs <= 0 || t.Steps <= 0 {
+		return fmt.Errorf("telemetry has no measured steps (steps %d, median step %g ms)", t.Steps, t.StepMs)
 	}
 	nums := []struct {
 		name string

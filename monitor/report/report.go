@@ -435,7 +435,7 @@ func (r *Run) WriteHTML(w io.Writer) error {
 		d.Diagnosis = b.String()
 		d.Verdict = diag.Main.Title
 		d.Healthy = diag.Healthy()
-		d.Phases = PhaseBar(r.Telemetry.PhaseMs, r.Telemetry.MedianStepMs)
+		d.Phases = PhaseBar(r.Telemetry.PhaseMs, r.Telemetry.StepMs)
 	}
 	return page.Execute(w, d)
 }

@@ -60,7 +60,7 @@ func makeRun(t *testing.T, r *rand.Rand, steps int) string {
 	writeJSON(t, filepath.Join(dir, ConfigFile), map[string]any{"train": map[string]any{"n_layer": 4, "batch_size": 12, "precision": "fp32"},
 		"model": map[string]any{"vocab_size": 97, "n_embd": 128}})
 	tel := diagnose.Telemetry{Device: "cpu", DeviceKind: "cpu", Precision: "fp32", WorldSize: 1, MicroBatch: 12, BlockSize: 64,
-		GradAccum: 1, Steps: steps, MedianStepMs: 50, TokensPerSec: 15000, Cores: 2,
+		GradAccum: 1, Steps: steps, StepMs: 50, TokensPerSec: 15000, Cores: 2,
 		PhaseMs:     diagnose.Phases{DataWait: 20 + r.Float64(), Forward: 10, Backward: 15, Optimizer: 3},
 		UtilMeanPct: 55, UtilPeakPct: 90, MemPeakBytes: 1 << 30, MemTotalBytes: 8 << 30}
 	if err := diagnose.WriteFile(filepath.Join(dir, diagnose.TelemetryFile), tel); err != nil {
