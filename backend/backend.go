@@ -283,3 +283,11 @@ type Timer interface {
 
 // Mark is a Timer's recorded point.
 type Mark uintptr
+
+// HostMemory is a Backend whose storage is host memory the caller may
+// read and write directly (the CPU): HostFloat32s is a view of n F32
+// elements of r, with no copy. Data-parallel training all-reduces such
+// gradients in place.
+type HostMemory interface {
+	HostFloat32s(r Ref, n int) []float32
+}

@@ -42,3 +42,14 @@ func DeviceTimer(dev Device) backend.Timer {
 // BackendOf is dev's kernel set, for device-specific queries (a GPU's
 // name and peak) that the tensor API does not wrap.
 func BackendOf(dev Device) backend.Backend { return getBackend("backend", dev) }
+
+// HostFloat32s is a view of an F32 tensor's elements where its device's
+// memory is the host's (the CPU), so that writes change the tensor; ok is
+// false elsewhere (use ReadFloat32s and SetFloat32s there).
+func (t *Tensor) HostFloat32s() (v []float32, ok bool) {
+	h, ok := t.be.(backend.HostMemory)
+	if !ok || t.dtype != F32 {
+		return nil, false
+	}
+	return h.HostFloat32s(t.ref(), t.Numel()), true
+}

@@ -294,3 +294,6 @@ func (c *CPU) parallelFor(n, grain int, r ranger) {
 	j.r = nil
 	jobPool.put(j)
 }
+
+// HostFloat32s implements backend.HostMemory.
+func (c *CPU) HostFloat32s(r backend.Ref, n int) []float32 { return f32(r)[:n:n] }
