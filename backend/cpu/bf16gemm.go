@@ -14,8 +14,10 @@ import (
 //     and the F32 product runs on them. Where VDPBF16PS is slow (Intel's
 //     cores issue one every other cycle, half the FMA rate in FLOP/s) or
 //     missing, this is the fastest product there is.
-//   - dot products: VDPBF16PS on packed pairs, where a VDPBF16PS does at
-//     least the work of two FMAs (AMD's cores with AVX512-BF16).
+//   - dot products: VDPBF16PS on packed pairs, for CPUs where a VDPBF16PS
+//     issues at the FMA rate and so does twice the FLOP. That is the
+//     choice on AMD's cores with AVX512-BF16; it was timed only on an Intel
+//     core, where it loses, and FLEET_CPU_BF16 overrides it.
 //
 // For the dot products, operands are packed as pairs of
 // consecutive k values in one uint32, the layout AVX512-BF16's VDPBF16PS

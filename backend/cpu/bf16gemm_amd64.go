@@ -38,10 +38,10 @@ func init() {
 			_, _, _ = a[kp*bf16MR-1], b[kp*bf16NR-1], c[(bf16MR-1)*ldc+bf16NR-1]
 			bf16KernelAVX512(kp, &a[0], &b[0], &c[0], ldc, add)
 		}
-		// Intel's cores (Cooper Lake, Sapphire Rapids) issue VDPBF16PS at
-		// half their FMA rate: 32 FLOP a cycle against the FMAs' 64, so
-		// the widened F32 product is faster there. AMD's issue it at the
-		// FMA rate, twice the FLOP.
+		// A Sapphire Rapids-class Xeon issues one VDPBF16PS every other
+		// cycle, a quarter of its FMA rate: 32 FLOP a cycle against the
+		// FMAs' 64 (measured), so the widened F32 product is faster there.
+		// AMD's cores are expected to issue it at the FMA rate.
 		bf16Dot = bf16DotFromEnv(cpuVendorAMD())
 	}
 }
@@ -68,6 +68,12 @@ func interleaveRows8AVX2(dst *uint32, b *uint16, ld, pairs int)
 //
 //go:noescape
 func transposePairs8AVX2(dst *uint32, dstK int, src *uint16, ld, blocks int)
+
+// dpbf16LoopAVX512 runs n iterations of 12 independent VDPBF16PS chains
+// (bf16pack_amd64.s), for BenchmarkBF16IssueRate.
+//
+//go:noescape
+func dpbf16LoopAVX512(n int)
 
 // cpuVendorAMD reports whether CPUID names the vendor AuthenticAMD
 // (bf16cpuid_amd64.s).
