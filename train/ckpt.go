@@ -71,6 +71,9 @@ func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
 		return nil, err
 	}
 	c.cfgJSON = append(c.cfgJSON, '\n')
+	if r.cfg.Rank != 0 { // rank 0 checkpoints for the group
+		return c, nil
+	}
 	if c.tokJSON, err = os.ReadFile(filepath.Join(r.cfg.Out, TokenizerFile)); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -207,6 +210,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // write, snapshots, and writes in the background (sync false) or before
 // returning.
 func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
+	if r.cfg.Rank != 0 { // rank 0 checkpoints for the whole group
+		return nil
+	}
 	if err := c.wait(r.log); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
@@ -34,6 +35,15 @@ type Config struct {
 	// and 1 alone): it trains on its own part of every global batch.
 	Rank      int `json:"rank,omitempty"`
 	WorldSize int `json:"world_size,omitempty"`
+	// MasterAddr and MasterPort locate rank 0's rendezvous store, Secret
+	// is the job's shared secret (never written out), CommTimeout bounds
+	// every collective (0: DefaultCommTimeout), and BucketMB is the size
+	// of the gradient buckets all-reduced during backward.
+	MasterAddr  string        `json:"-"`
+	MasterPort  int           `json:"-"`
+	Secret      string        `json:"-"`
+	CommTimeout time.Duration `json:"comm_timeout,omitempty"`
+	BucketMB    int           `json:"bucket_mb,omitempty"`
 
 	Out    string `json:"out"`
 	Device string `json:"device"` // auto, cpu, cuda:N
@@ -139,6 +149,7 @@ func Default() Config {
 		Seed:         1337,
 		CorpusBytes:  4 << 20,
 		Keep:         3,
+		BucketMB:     25,
 	}
 }
 
@@ -179,6 +190,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
 		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
+	case c.WorldSize > 1 && (c.MasterAddr == "" || c.MasterPort <= 0):
+		return fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", c.WorldSize)
+	case c.WorldSize > 1 && c.BucketMB <= 0:
+		return fmt.Errorf("--bucket-mb must be positive")
+	case c.CommTimeout < 0:
+		return fmt.Errorf("--comm-timeout must not be negative")
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("--memory-limit must not be negative")
 	}

@@ -366,6 +366,9 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 	for p, ms := range r.tel.total {
 		sum.PhaseMs[PhaseNames[p]] = ms / n
 	}
+	if r.ddp != nil {
+		r.commOverlappedMs = r.ddp.overlapMs / float64(max(sum.Steps, 1))
+	}
 	sum.HostReadsPerStep = float64(r.tel.reads) / n
 	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
 	r.meanStepMs = r.tel.totalStepMs / n

@@ -189,6 +189,7 @@ type run struct {
 	gradNorm                 float64          // the last step's gradient norm, before clipping
 	status                   *statusLine      // the live line on a terminal; nil: none
 	sampler                  *sysstat.Sampler // device utilisation in the background; nil: none
+	ddp                      *ddp             // data parallelism; nil in a world of one
 	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
 }
 
@@ -200,6 +201,8 @@ func (r *run) close() {
 	}
 	r.sinks = nil
 	r.stopSampler(nil)
+	r.ddp.close()
+	r.ddp = nil
 	r.staged.close()
 	if r.loader != nil {
 		r.loader.Close()
@@ -243,7 +246,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			fmt.Fprintf(log, "resume: no complete checkpoint in %s; starting at step 0\n", ckRoot)
 		}
 		resumeDir, resumeMan = d, m
-	} else if checkpoint.Exists(ckRoot) {
+	} else if cfg.Rank == 0 && checkpoint.Exists(ckRoot) {
 		return nil, fmt.Errorf("--out %s already holds checkpoints (%s); add --resume to continue that run, or pick a new --out", cfg.Out, ckRoot)
 	}
 	ds, err := openData(cfg)
@@ -286,11 +289,13 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
 	rc := RunConfig{Train: cfg, Model: mc}
-	if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
-		return nil, err
-	}
-	if err := ds.saveTokenizer(cfg.Out); err != nil {
-		return nil, err
+	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
+		if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
+			return nil, err
+		}
+		if err := ds.saveTokenizer(cfg.Out); err != nil {
+			return nil, err
+		}
 	}
 	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
 		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
@@ -345,13 +350,23 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := r.openSinks(tok); err != nil {
 		return nil, err
 	}
-	r.startSampler()
 	defer r.close()
+	if err := r.openDDP(); err != nil {
+		return nil, err
+	}
+	if cfg.Rank != 0 { // rank 0 logs for the group
+		fmt.Fprintf(log, "rank %d: training quietly; rank 0 logs, evaluates and saves for the group\n", cfg.Rank)
+		r.log = io.Discard
+	}
+	r.startSampler()
 	if err := tensor.Catch(func() { err = r.loop(&sum, start) }); err != nil {
 		return nil, err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Rank != 0 {
+		return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
 	}
 	if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
 		return nil, err
@@ -386,7 +401,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		}
 	}()
 	for step := first; ; step++ {
-		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters {
+		if (step%cfg.EvalInterval == 0 || step == cfg.MaxIters) && cfg.Rank == 0 {
 			if err := r.evaluate(step, sum); err != nil {
 				return err
 			}
@@ -419,6 +434,14 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		}
 		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
 			avg, ms, wms := lossAcc/float64(lossN), windowMs/float64(lossN), windowWait/float64(lossN)
+			if r.ddp != nil { // the loss and step time averaged over the ranks
+				vals := [...]float32{float32(avg), float32(ms), float32(wms)}
+				if err := r.ddp.average(vals[:]); err != nil {
+					r.ddp.err = err
+					return fmt.Errorf("step %d: averaging the logged loss: %w", step+1, err)
+				}
+				avg, ms, wms = float64(vals[0]), float64(vals[1]), float64(vals[2])
+			}
 			tps := float64(r.tokensPerStep()) / (ms / 1000)
 			m := Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
 			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
@@ -519,8 +542,19 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 			}
 			tel.to(phBackward)
+			if r.ddp != nil && micro == cfg.GradAccum-1 { // no_sync on the others
+				prev := tensor.SetGradReadyHook(r.ddp.hook)
+				defer tensor.SetGradReadyHook(prev)
+			}
 			loss.Backward()
 		})
+	}
+	if r.ddp != nil {
+		tel.to(phComm)
+		if err := r.ddp.sync(); err != nil {
+			r.ddp.err = err
+			panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
+		}
 	}
 	tel.to(phOptimizer)
 	if hook != nil {
@@ -594,6 +628,9 @@ func (r *run) addMetric(m Metric) error {
 	line, err := json.Marshal(m)
 	if err != nil {
 		return err
+	}
+	if r.cfg.Rank != 0 {
+		return nil
 	}
 	r.metrics.Write(line)
 	r.metrics.WriteByte('\n')

@@ -4,9 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
@@ -122,6 +125,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.TokensPerStep, "tokens-per-step", 0, "global tokens per optimizer step; sets the accumulation to N / (batch-size × block-size × world size), which must divide exactly (0: use --grad-accum)")
 	fs.StringVar(&c.TensorBoard, "tensorboard", "", "write TensorBoard event files (loss, val loss, perplexity, lr, tokens/s, MFU, utilisation, memory, grad norm, loss scale, phase times; samples as text) to this folder")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics; :PORT listens on 127.0.0.1 only, 0.0.0.0:PORT exposes them to the network")
+	fs.DurationVar(&c.CommTimeout, "comm-timeout", train.DefaultCommTimeout, "data parallelism: how long any collective may wait for a peer before the run fails, naming it")
+	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "data parallelism: MiB of gradients per all-reduce bucket")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -140,6 +145,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			c.NHead = 0 // inferred from the file
 		}
 	}
+	if err := joinJob(&c, stderr); err != nil {
+		return err
+	}
 	stop, release := stopOnSignal(stderr)
 	defer release()
 	c.Stop = stop
@@ -148,6 +156,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	s := res.Summary
+	if c.Rank != 0 {
+		return nil // rank 0 reports for the group
+	}
 	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
 		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
 	fmt.Fprintf(stdout, "wrote %s\n", c.Out)
@@ -160,6 +171,35 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nsample:\n%s\n", res.Tokenizer.Decode(out))
+	return nil
+}
+
+// joinJob places the run in a data-parallel job from the environment its
+// launcher set (fleet run, torchrun, srun, a Kubeflow PyTorchJob): rank,
+// world, rendezvous and secret; a restarted group resumes from the latest
+// checkpoint; each process of a node takes its own GPU.
+func joinJob(c *train.Config, stderr io.Writer) error {
+	env, err := launch.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	for _, w := range env.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if env.WorldSize <= 1 {
+		return nil
+	}
+	c.Rank, c.WorldSize = env.Rank, env.WorldSize
+	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
+	if env.RestartCount > 0 && !c.Resume {
+		fmt.Fprintf(stderr, "restart %d of the job: resuming from the latest checkpoint\n", env.RestartCount)
+		c.Resume = true
+	}
+	if c.Device == "auto" || c.Device == "cuda" {
+		if d, err := backend.Resolve(c.Device); err == nil && d.Kind == "cuda" {
+			c.Device = fmt.Sprintf("cuda:%d", env.LocalRank)
+		}
+	}
 	return nil
 }
 

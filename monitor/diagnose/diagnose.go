@@ -207,7 +207,7 @@ func Diagnose(t Telemetry) Diagnosis {
 			}
 			accum := max(t.GradAccum, 1)
 			fs = append(fs, Finding{Kind: Comm, Title: "communication", Cost: commShare, Evidence: ev,
-				Fix: fmt.Sprintf("--grad-accum %d (now %d): one all-reduce per optimizer step over more tokens; and all-reduce gradient buckets as backward produces them, so that it overlaps", 2*accum, accum)})
+				Fix: fmt.Sprintf("--grad-accum %d (now %d): one all-reduce per optimizer step over more tokens; and a smaller --bucket-mb, so that the first buckets' all-reduce starts earlier in backward and overlaps it", 2*accum, accum)})
 		}
 	}
 

@@ -1,0 +1,172 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// DefaultCommTimeout bounds every collective of a data-parallel run.
+const DefaultCommTimeout = 10 * time.Minute
+
+// ddp is a run's data parallelism, PyTorch DistributedDataParallel's
+// recipe: rank 0's parameters are broadcast at the start; on the last
+// micro-step of each optimizer step (the others accumulate locally, as
+// no_sync does) a backward hook hands each gradient to the Reducer as soon
+// as it is final, which all-reduces (averages) buckets of them in reverse
+// parameter order while backward goes on; the step waits for the last
+// bucket before clipping and AdamW.
+type ddp struct {
+	store  *dist.Store
+	pg     dist.ProcessGroup
+	red    *dist.Reducer
+	params []*nn.Parameter
+	index  map[*tensor.Tensor]int
+	// host holds each gradient on the host: a view of its storage on the
+	// CPU (view true: all-reduced in place), a staging copy elsewhere.
+	host   [][]float32
+	view   bool
+	bucket int // bytes
+	err    error
+	// first is when this step's first bucket started its all-reduce; the
+	// time from then to the end of backward is communication that could
+	// overlap backward (an upper bound), summed in overlapMs.
+	first     time.Time
+	overlapMs float64
+}
+
+// openDDP joins the job's rendezvous, forms the TCP group and broadcasts
+// rank 0's parameters. A world of one needs none of it.
+func (r *run) openDDP() error {
+	cfg := r.cfg
+	if cfg.WorldSize <= 1 {
+		return nil
+	}
+	timeout := cfg.CommTimeout
+	if timeout <= 0 {
+		timeout = DefaultCommTimeout
+	}
+	addr := net.JoinHostPort(cfg.MasterAddr, strconv.Itoa(cfg.MasterPort))
+	fmt.Fprintf(r.log, "dist: rank %d of %d joining %s (tcp, collective timeout %v)\n", cfg.Rank, cfg.WorldSize, addr, timeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a stop (SIGTERM from the launcher) ends a rendezvous that waits
+		select {
+		case <-cfg.Stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	store, err := dist.NewStore(ctx, dist.StoreConfig{Addr: addr, Rank: cfg.Rank, World: cfg.WorldSize,
+		Secret: cfg.Secret, Timeout: timeout, Log: r.log})
+	if err != nil {
+		return fmt.Errorf("dist: %w", err)
+	}
+	pg, err := dist.NewTCPGroup(store, dist.TCPOptions{Name: "ddp", Timeout: timeout})
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("dist: %w", err)
+	}
+	d := &ddp{store: store, pg: pg, params: r.model.Parameters(), index: map[*tensor.Tensor]int{},
+		bucket: cfg.BucketMB << 20}
+	for i, p := range d.params {
+		d.index[p.T] = i
+	}
+	r.ddp = d
+	// Every rank starts from rank 0's weights (resumed ones included).
+	vals := make([][]float32, len(d.params))
+	for i, p := range d.params {
+		if v, ok := p.T.HostFloat32s(); ok {
+			vals[i] = v
+		} else {
+			vals[i] = p.T.Float32s()
+		}
+	}
+	if err := dist.BroadcastParams(pg, vals, d.bucket); err != nil {
+		return fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
+	}
+	for i, p := range d.params {
+		if _, ok := p.T.HostFloat32s(); !ok {
+			p.T.SetFloat32s(vals[i])
+		}
+	}
+	fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced in %d MiB buckets during backward\n",
+		cfg.WorldSize, max(cfg.BucketMB, 1))
+	return nil
+}
+
+// hook is the gradient-ready hook of a synchronizing backward pass.
+func (d *ddp) hook(leaf *tensor.Tensor) {
+	i, ok := d.index[leaf]
+	if !ok || d.red == nil {
+		return
+	}
+	if !d.view {
+		leaf.Grad.ReadFloat32s(d.host[i])
+	}
+	d.red.GradReady(i)
+	if d.first.IsZero() && d.red.Launched() > 0 {
+		d.first = time.Now()
+	}
+}
+
+// sync finishes the gradients' all-reduce after the last micro-step's
+// backward. The first call builds the Reducer over the gradients the
+// first backward allocated, and all-reduces them without overlap.
+func (d *ddp) sync() error {
+	if !d.first.IsZero() {
+		d.overlapMs += float64(time.Since(d.first).Nanoseconds()) / 1e6
+		d.first = time.Time{}
+	}
+	if d.red == nil {
+		d.host = make([][]float32, len(d.params))
+		d.view = true
+		for i, p := range d.params {
+			if p.T.Grad == nil {
+				return fmt.Errorf("dist: parameter %s has no gradient after backward", p.Name)
+			}
+			v, ok := p.T.Grad.HostFloat32s()
+			d.view = d.view && ok
+			d.host[i] = v
+		}
+		if !d.view {
+			for i, p := range d.params {
+				d.host[i] = make([]float32, p.T.Numel())
+				p.T.Grad.ReadFloat32s(d.host[i])
+			}
+		}
+		d.red = dist.NewReducer(d.pg, d.host, d.bucket)
+		for i := len(d.params) - 1; i >= 0; i-- {
+			d.red.GradReady(i)
+		}
+	}
+	if err := d.red.Wait(); err != nil {
+		return err
+	}
+	if !d.view {
+		for i, p := range d.params {
+			p.T.Grad.SetFloat32s(d.host[i])
+		}
+	}
+	return nil
+}
+
+// average all-reduces logged values (mean over ranks).
+func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.Avg) }
+
+func (d *ddp) close() {
+	if d == nil {
+		return
+	}
+	if d.err == nil {
+		d.pg.Barrier() // rank 0's store must outlive the others' last requests
+	}
+	d.pg.Close()
+	d.store.Close()
+}
