@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fleetml/fleet/dist"
@@ -169,4 +171,26 @@ func (d *ddp) close() {
 	}
 	d.pg.Close()
 	d.store.Close()
+}
+
+// faultStep is a fault-injection hook for tests of failure handling: with
+// FLEET_FAULT_EXIT=RANK:STEP in the environment, that rank's process exits
+// with status 3 right after step STEP of the job's first attempt
+// (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed process would.
+var faultStep = sync.OnceValue(func() [2]int {
+	var rank, step int
+	if _, err := fmt.Sscanf(os.Getenv("FLEET_FAULT_EXIT"), "%d:%d", &rank, &step); err != nil {
+		return [2]int{-1, -1}
+	}
+	if n := os.Getenv("TORCHELASTIC_RESTART_COUNT"); n != "" && n != "0" {
+		return [2]int{-1, -1}
+	}
+	return [2]int{rank, step}
+})
+
+func injectFault(rank, step int) {
+	if f := faultStep(); f[0] == rank && f[1] == step {
+		fmt.Fprintf(os.Stderr, "FLEET_FAULT_EXIT: rank %d exits after step %d\n", rank, step)
+		os.Exit(3)
+	}
 }

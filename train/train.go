@@ -415,6 +415,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		r.tel.begin(phH2D)
 		loss := r.step(step, lr)
 		r.tel.end(measured)
+		injectFault(cfg.Rank, step+1)
 		dt := time.Since(t0).Seconds()
 		wait := (r.dataWait - w0).Seconds() * 1000
 		tl := time.Now()
