@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -15,9 +16,10 @@ import (
 //     cores issue one every other cycle, half the FMA rate in FLOP/s) or
 //     missing, this is the fastest product there is.
 //   - dot products: VDPBF16PS on packed pairs, for CPUs where a VDPBF16PS
-//     issues at the FMA rate and so does twice the FLOP. That is the
-//     choice on AMD's cores with AVX512-BF16; it was timed only on an Intel
-//     core, where it loses, and FLEET_CPU_BF16 overrides it.
+//     does more FLOP a second than the FMAs: timed once, at the first BF16
+//     product (a Sapphire Rapids-class Xeon issues one VDPBF16PS every
+//     other cycle, half its FMAs' FLOP; AMD's cores are expected to issue
+//     it at the FMA rate, twice the FLOP). FLEET_CPU_BF16 overrides it.
 //
 // For the dot products, operands are packed as pairs of
 // consecutive k values in one uint32, the layout AVX512-BF16's VDPBF16PS
@@ -29,21 +31,27 @@ const (
 	bf16NR = 32
 )
 
-// bf16Dot selects the VDPBF16PS product over the widened one (see above);
-// bf16gemm_amd64.go sets it, tests swap it.
-var bf16Dot = false
+// bf16Dot selects the VDPBF16PS product over the widened one (see above).
+// The first BF16 product sets it once, through chooseBF16 (set by
+// bf16gemm_amd64.go); tests call bf16Chosen.Do(chooseBF16) before they
+// swap it.
+var (
+	bf16Dot    = false
+	bf16Chosen sync.Once
+	chooseBF16 = func() {}
+)
 
 // bf16DotFromEnv returns the choice of product the environment variable
-// FLEET_CPU_BF16 makes ("dot" or "widen"), else def: a way to time both
+// FLEET_CPU_BF16 makes ("dot" or "widen"), else def's: a way to time both
 // on one machine.
-func bf16DotFromEnv(def bool) bool {
+func bf16DotFromEnv(def func() bool) bool {
 	switch os.Getenv("FLEET_CPU_BF16") {
 	case "dot":
 		return true
 	case "widen":
 		return false
 	}
-	return def
+	return def()
 }
 
 // bf16Kernel adds (or, when add is false, writes) one 8×32 block over kp
@@ -90,6 +98,7 @@ func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.Alpha != 1 {
 		panic(fmt.Sprintf("cpu: bf16 matmul with alpha %v (only 1 is supported)", p.Alpha))
 	}
+	bf16Chosen.Do(chooseBF16)
 	if !bf16Dot {
 		c.matmulBF16Wide(p, a, b, cc, bias)
 		return

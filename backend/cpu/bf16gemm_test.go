@@ -22,6 +22,7 @@ func TestMatMulBF16(t *testing.T) {
 		portablePack bool
 	}{{"widened", false, bf16Kernel, false}, {"dot/default", true, bf16Kernel, false}, {"dot/go", true, bf16KernelGo, true}}
 	type transpose = func([]uint32, int, []uint16, int, int) int
+	bf16Chosen.Do(chooseBF16)
 	defer func(k kernel, dot bool, il32, il8 func([]uint32, []uint16, int, int) int, tr transpose) {
 		bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8 = k, dot, il32, il8, tr
 	}(bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8)
@@ -103,6 +104,7 @@ func BenchmarkMatMulBF16(b *testing.B) {
 // product (dot products only where the CPU has AVX512-BF16), in one run
 // so their GFLOP/s compare.
 func BenchmarkMatMulBF16Shapes(b *testing.B) {
+	bf16Chosen.Do(chooseBF16)
 	defer func(dot bool) { bf16Dot = dot }(bf16Dot)
 	for _, cs := range []struct {
 		name           string

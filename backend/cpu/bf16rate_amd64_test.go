@@ -14,6 +14,7 @@ func BenchmarkBF16IssueRate(b *testing.B) {
 	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BF16 {
 		b.Skip("no AVX512-BF16")
 	}
+	bf16Chosen.Do(chooseBF16)
 	const n = 1 << 20
 	rate := func(loop func(int), flopPerIter float64) float64 {
 		t := time.Now()
