@@ -20,7 +20,7 @@ build() {
   set -e
   mkdir -p "$G"
   export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
-  for pkg in backend/cuda backend/cuda/driver backend/cuda/nvrtc backend/cuda/cublas; do
+  for pkg in backend/cuda backend/cuda/driver backend/cuda/nvrtc backend/cuda/cublas monitor/nvml monitor/sysstat; do
     go test -c -o "$G/$(echo "$pkg" | tr / _).test" "./$pkg"
   done
   go build -o "$G/fleet" ./cmd/fleet
@@ -73,6 +73,16 @@ quick() {
   run gpu-suite testbin backend/cuda backend_cuda.test -test.run 'GPU' -test.v
   run driver-gpu testbin backend/cuda/driver backend_cuda_driver.test -test.run 'TestGPU' -test.v
   run nvrtc testbin backend/cuda/nvrtc backend_cuda_nvrtc.test -test.v
+  run nvml testbin monitor/nvml monitor_nvml.test -test.run 'DriverAndDevices' -test.v
+  run gpu-sampler testbin monitor/sysstat monitor_sysstat.test -test.run 'GPUSampler' -test.v
+  run smi "$G/fleet" smi
+  # A short run with every monitor on: --batch-size auto probes, telemetry
+  # (device events), TensorBoard files read back by TensorBoard itself.
+  run train-monitor "$G/fleet" train --device cuda --precision bf16 --batch-size auto --tokens-per-step 65536 \
+    --max-iters 40 --eval-interval 20 --eval-iters 5 --log-interval 5 --out "$G/monitor-run" --tensorboard "$G/tb"
+  run tb-check python3 scripts/tb_check.py "$G/tb"
+  run recompute "$G/fleet" bench --device cuda --precision bf16 --steps 10 --warmup 3 --matmuls=false --recompute \
+    --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --batch-size 16 --vocab-size 50304
   A=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --vocab-size 65)
   B=(--n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 --batch-size 16 --vocab-size 50304)
   run fleet-bench-a fleetbench char "${A[@]}"
