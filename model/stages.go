@@ -1,0 +1,241 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Staged is a GPT split into pipeline stages: contiguous ranges of blocks
+// on their own devices, the embeddings on the first stage, the final
+// LayerNorm and the head on the last. The parameters keep their names, so
+// checkpoints do not depend on the placement.
+//
+// The head is tied to the token embedding, which lives on the first
+// stage. When the last stage is on another device it reads a copy of the
+// embedding (SyncHead refreshes it from the real weight); the gradient the
+// copy gathers is added into the embedding's own by ReduceHeadGrad before
+// the optimizer step, so the tied weight gets the sum of both uses, as on
+// one device.
+//
+// Each stage is run by Forward; the caller moves the activations between
+// devices and runs each stage's backward pass from the gradient the next
+// stage hands back (tensor.BackwardWith).
+type Staged struct {
+	M       *GPT
+	Devices []tensor.Device
+	Ranges  [][2]int       // blocks [lo, hi) of each stage
+	head    *tensor.Tensor // the embedding's copy on the last device; nil when it is the first
+	// dropout positioning: see SetDropout
+	dropBase uint64
+	fullRows int
+}
+
+// Place moves m's parameters onto devs, counts[i] blocks on stage i (they
+// must add up to the model's layers), and returns the staged model.
+func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
+	if len(devs) == 0 || len(counts) != len(devs) {
+		return nil, fmt.Errorf("model: %d devices for %d stage sizes", len(devs), len(counts))
+	}
+	s := &Staged{M: m, Devices: devs}
+	lo := 0
+	for _, c := range counts {
+		if c < 0 {
+			return nil, fmt.Errorf("model: negative stage size in %v", counts)
+		}
+		s.Ranges = append(s.Ranges, [2]int{lo, lo + c})
+		lo += c
+	}
+	if lo != len(m.Blocks) {
+		return nil, fmt.Errorf("model: stage sizes %v place %d blocks, the model has %d", counts, lo, len(m.Blocks))
+	}
+	err := tensor.Catch(func() {
+		for st := range s.Devices {
+			for _, p := range s.StageParams(st) {
+				p.To(s.Devices[st])
+			}
+		}
+		for k, t := range m.posIDs { // made on the old device
+			t.Free()
+			delete(m.posIDs, k)
+		}
+		if last := s.Devices[len(s.Devices)-1]; last != s.Devices[0] {
+			tensor.Persist(func() { s.head = tensor.Zeros(last, m.WTE.W.T.Shape()...).SetRequiresGrad(true) })
+		}
+		s.SyncHead()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stages is the number of stages.
+func (s *Staged) Stages() int { return len(s.Devices) }
+
+// StageParams lists the parameters stage st holds, in checkpoint order
+// (the tied head is the first stage's embedding).
+func (s *Staged) StageParams(st int) []*nn.Parameter {
+	m := s.M
+	var ps []*nn.Parameter
+	if st == 0 {
+		ps = append(ps, m.WTE.W, m.WPE.W)
+	}
+	for _, b := range m.Blocks[s.Ranges[st][0]:s.Ranges[st][1]] {
+		ps = append(ps, b.LN1.Parameters()...)
+		ps = append(ps, b.Attn.Parameters()...)
+		ps = append(ps, b.LN2.Parameters()...)
+		ps = append(ps, b.MLP.Parameters()...)
+	}
+	if st == len(s.Devices)-1 {
+		ps = append(ps, m.LNF.Parameters()...)
+	}
+	return ps
+}
+
+// HeadWeight is the weight the head reads: the embedding itself when the
+// last stage shares the first stage's device, its copy otherwise.
+func (s *Staged) HeadWeight() *tensor.Tensor {
+	if s.head != nil {
+		return s.head
+	}
+	return s.M.WTE.W.T
+}
+
+// HeadCopyBytes is the size of the embedding copy SyncHead and
+// ReduceHeadGrad move (0 without a copy).
+func (s *Staged) HeadCopyBytes() int {
+	if s.head == nil {
+		return 0
+	}
+	return s.head.Numel() * 4
+}
+
+// SyncHead copies the embedding into the last stage's copy of it. Call it
+// after every change of the weights (an optimizer step, a load) and
+// before the next forward pass.
+func (s *Staged) SyncHead() {
+	if s.head == nil {
+		return
+	}
+	tensor.Step(func() { s.head.CopyFrom(s.M.WTE.W.T.To(s.head.Device())) })
+}
+
+// ReduceHeadGrad adds the gradient the head's copy of the embedding
+// gathered into the embedding's gradient, and zeroes the copy's.
+func (s *Staged) ReduceHeadGrad() {
+	if s.head == nil || s.head.Grad == nil {
+		return
+	}
+	w := s.M.WTE.W.T
+	tensor.Step(func() {
+		g := s.head.Grad.To(w.Device())
+		if w.Grad == nil {
+			tensor.Persist(func() { w.Grad = g.Clone() })
+		} else {
+			tensor.AddInPlace(w.Grad, g, 1)
+		}
+	})
+	tensor.ZeroGradInPlace(s.head)
+}
+
+// Gather moves every parameter onto dev and drops the head's copy: the
+// model runs on one device again.
+func (s *Staged) Gather(dev tensor.Device) {
+	s.M.To(dev)
+	if s.head != nil {
+		if s.head.Grad != nil {
+			s.head.Grad.Free()
+			s.head.Grad = nil
+		}
+		s.head.Free()
+		s.head = nil
+	}
+}
+
+// SetDropout prepares the dropout masks of the micro-batches of one batch
+// of fullRows rows whose micro-step seed is seed (what GPT.SetDropoutSeed
+// would be given). Forward then draws each micro-batch's masks from the
+// place in the stream where the whole batch's masks for its rows are, so a
+// batch split into micro-batches gets the same masks as the whole batch
+// on one device.
+func (s *Staged) SetDropout(seed uint64, fullRows int) {
+	s.dropBase, s.fullRows = seed, fullRows
+	s.M.SetDropoutSeed(seed)
+}
+
+// splitmixGamma is the step of the dropout generator's state per draw
+// (internal/rng is SplitMix64): seeking k draws ahead adds k times it.
+const splitmixGamma = 0x9e3779b97f4a7c15
+
+// seekDropout points the dropout generator at dropout layer j's masks for
+// rows [row0, ...) of the batch. Layer 0 is the embedding's dropout,
+// 1+2i and 2+2i block i's attention and MLP dropouts; each draws one
+// number per element of its [B, T, C] input, in order.
+func (s *Staged) seekDropout(j, row0, T int) {
+	perRow := uint64(T * s.M.Config.NEmbd)
+	k := uint64(j)*uint64(s.fullRows)*perRow + uint64(row0)*perRow
+	s.M.dropRNG.State = s.dropBase + k*splitmixGamma
+}
+
+// dropoutOn reports whether dropout draws masks.
+func (s *Staged) dropoutOn() bool { return s.M.Drop.Training && s.M.Drop.P > 0 }
+
+// Forward runs stage st on in, micro-batch rows [row0, row0+B) of the
+// batch SetDropout described: token ids [B, T] for the first stage, the
+// residual stream [B, T, C] for the others. It returns the residual
+// stream, or the logits [B, T, vocab] on the last stage.
+func (s *Staged) Forward(st int, in *tensor.Tensor, row0 int) *tensor.Tensor {
+	m := s.M
+	x := in
+	if st == 0 {
+		B, T := in.Dim(0), in.Dim(1)
+		if T > m.Config.BlockSize {
+			panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)})
+		}
+		x = tensor.Add(m.WTE.Forward(in), m.WPE.Forward(m.positionsFrom0(B, T)))
+		if s.dropoutOn() {
+			s.seekDropout(0, row0, T)
+		}
+		x = m.Drop.Forward(x)
+	}
+	for i := s.Ranges[st][0]; i < s.Ranges[st][1]; i++ {
+		x = s.block(i, x, row0)
+	}
+	if st == len(s.Devices)-1 {
+		x = tensor.LinearT(m.LNF.Forward(x), s.HeadWeight())
+	}
+	return x
+}
+
+// block runs block i, under recomputation when the model asks for it.
+func (s *Staged) block(i int, x *tensor.Tensor, row0 int) *tensor.Tensor {
+	m := s.M
+	b := m.Blocks[i]
+	if !s.dropoutOn() {
+		if m.recompute {
+			return tensor.CheckpointRNG(m.dropRNG, b.checkpointed, x)
+		}
+		return b.Forward(x)
+	}
+	fn := func(in ...*tensor.Tensor) *tensor.Tensor { return s.blockSeeking(i, in[0], row0) }
+	if m.recompute {
+		return tensor.CheckpointRNG(m.dropRNG, fn, x)
+	}
+	return fn(x)
+}
+
+// blockSeeking is Block.Forward with each dropout's masks drawn from the
+// batch's place for the micro-batch (see seekDropout).
+func (s *Staged) blockSeeking(i int, x *tensor.Tensor, row0 int) *tensor.Tensor {
+	b := s.M.Blocks[i]
+	T := x.Dim(1)
+	a := b.Attn
+	h := a.CProj.Forward(tensor.Attention(a.CAttn.Forward(b.LN1.Forward(x)), a.NHead))
+	s.seekDropout(1+2*i, row0, T)
+	x = tensor.Add(x, a.ResidDrop.Forward(h))
+	h = b.MLP.CProj.Forward(tensor.GELU(b.MLP.CFC.Forward(b.LN2.Forward(x))))
+	s.seekDropout(2+2*i, row0, T)
+	return tensor.Add(x, b.MLP.Drop.Forward(h))
+}
