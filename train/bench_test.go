@@ -1,6 +1,14 @@
 package train
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
 
 // BenchmarkTrainStep times one optimizer step of the nanoGPT CPU reference
 // configuration (4 layers, 4 heads, 128 embd, block 64, batch 12).
@@ -27,4 +35,56 @@ func BenchmarkTrainStepLarge(b *testing.B) {
 	}
 	b.ReportMetric(res.TokensPerSec, "tokens/s")
 	b.ReportMetric(res.MsPerStep, "ms/step")
+}
+
+// BenchmarkTelemetryOverhead measures what step telemetry costs: the
+// reference step with and without it, in alternating blocks of steps on
+// one model (so both see the same machine), reporting the median ms of
+// each and the overhead in percent. Phase changes cost a clock read each
+// on the CPU (an event record on a GPU).
+func BenchmarkTelemetryOverhead(b *testing.B) {
+	cfg := Default()
+	cfg.Device = "cpu"
+	tok := make([]int32, 1<<16)
+	for i := range tok {
+		tok[i] = int32(i * 7 % 65)
+	}
+	s, _ := data.NewSampler(tok, cfg.BlockSize, 1, data.StreamTrain)
+	m, err := model.New(cfg.ModelConfig(65), tensor.CPU, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &run{cfg: cfg, dev: tensor.CPU, model: m, train: s,
+		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+	defer r.close()
+	tel := newTelemetry(tensor.CPU)
+	var on, off []float64
+	step := 0
+	for range 3 { // warm-up
+		r.step(step, 1e-3)
+		step++
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, with := range []bool{i%2 == 0, i%2 != 0} {
+			r.tel = nil
+			if with {
+				r.tel = tel
+			}
+			t0 := time.Now()
+			r.tel.begin(phH2D)
+			r.step(step, 1e-3)
+			r.tel.end(true)
+			ms := float64(time.Since(t0).Nanoseconds()) / 1e6
+			step++
+			if with {
+				on = append(on, ms)
+			} else {
+				off = append(off, ms)
+			}
+		}
+	}
+	b.ReportMetric(median(on), "ms/step-telemetry")
+	b.ReportMetric(median(off), "ms/step-plain")
+	b.ReportMetric(100*(median(on)/median(off)-1), "overhead-%")
 }
