@@ -51,6 +51,7 @@ type CUDA struct {
 	tf32 atomic.Bool
 
 	copied atomic.Int64
+	total  atomic.Int64 // the device's memory size, once read
 }
 
 func newCUDA(dev backend.Device, g gpu) *CUDA {
@@ -109,9 +110,12 @@ func (c *CUDA) ResetPeak() {
 
 // MemStats implements backend.Backend.
 func (c *CUDA) MemStats() backend.MemStats {
-	var total int64
-	if _, t, err := c.g.memInfo(); err == nil {
-		total = int64(t)
+	total := c.total.Load()
+	if total == 0 {
+		if _, t, err := c.g.memInfo(); err == nil {
+			total = int64(t)
+			c.total.Store(total)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
