@@ -12,8 +12,7 @@ import (
 // products accumulate in float32. It runs one of two ways (bf16Dot):
 //
 //   - widened: the operands are widened to F32 (exactly) in pooled scratch
-//     and the F32 product runs on them. Where VDPBF16PS is slow (Intel's
-//     cores issue one every other cycle, half the FMA rate in FLOP/s) or
+//     and the F32 product runs on them. Where VDPBF16PS is slow or
 //     missing, this is the fastest product there is.
 //   - dot products: VDPBF16PS on packed pairs, for CPUs where a VDPBF16PS
 //     does more FLOP a second than the FMAs: timed once, at the first BF16
