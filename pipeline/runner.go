@@ -36,6 +36,8 @@ type Runner struct {
 	// Loss maps the last stage's output for micro-batch m to the scalar
 	// whose gradient the backward pass starts from.
 	Loss func(m int, out *tensor.Tensor) *tensor.Tensor
+	// Before, when set, is called before each slot runs (telemetry).
+	Before func(Slot)
 
 	// Counters, added to by every Run: activations and gradients copied
 	// between devices, and their bytes.
@@ -75,6 +77,9 @@ func (r *Runner) Run() {
 		var mk marks
 		if tm := timers[st]; tm != nil {
 			mk.a, _ = tm.Mark()
+		}
+		if r.Before != nil {
+			r.Before(sl)
 		}
 		t0 := time.Now()
 		if sl.Kind == Forward {

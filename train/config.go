@@ -115,6 +115,17 @@ type Config struct {
 	// Stop, when closed, makes the run finish its step, save a checkpoint
 	// and return ErrInterrupted.
 	Stop <-chan struct{} `json:"-"`
+
+	// Pipeline, when set, lists the devices of pipeline stages
+	// (cuda:0,cuda:1 or logical cpu:0,cpu:1): contiguous ranges of blocks,
+	// split by PipelineSplit (blocks per stage, "3,5") or by parameter
+	// count. MicroBatches cuts each BatchSize into that many pipeline
+	// micro-batches (0: 1); PipelineSchedule is gpipe (default) or 1f1b.
+	// See pipeline.go.
+	Pipeline         string `json:"pipeline,omitempty"`
+	MicroBatches     int    `json:"micro_batches,omitempty"`
+	PipelineSplit    string `json:"pipeline_split,omitempty"`
+	PipelineSchedule string `json:"pipeline_schedule,omitempty"`
 }
 
 // Default is the configuration of `fleet train` with no flags: a small
@@ -205,7 +216,7 @@ func (c Config) Validate() error {
 	if _, err := c.Accumulation(); err != nil {
 		return err
 	}
-	return nil
+	return c.validatePipeline()
 }
 
 // Accumulation is the number of micro-steps per optimizer step: GradAccum,

@@ -191,6 +191,7 @@ type run struct {
 	sampler                  *sysstat.Sampler // device utilisation in the background; nil: none
 	ddp                      *ddp             // data parallelism; nil in a world of one
 	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
+	pipe                     *pipeRun         // --pipeline: the model's stages; nil: one device
 }
 
 // close releases the staging slots, stops the loader and closes the
@@ -288,6 +289,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
+	if cfg.Pipeline != "" { // before the optimizer: its moments live with their parameters
+		if r.pipe, err = newPipeRun(r); err != nil {
+			return nil, err
+		}
+	}
 	rc := RunConfig{Train: cfg, Model: mc}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
 		if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
@@ -364,6 +370,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if r.pipe != nil {
+		if err := r.pipe.finish(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Rank != 0 {
 		return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
@@ -524,6 +535,9 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			panic(&tensor.Error{Op: "train", Msg: err.Error()})
 		}
 	}
+	if r.pipe != nil {
+		return r.pipe.step(step, lr, hook)
+	}
 	var total float64
 	tel := r.tel
 	for micro := 0; micro < cfg.GradAccum; micro++ {
@@ -585,9 +599,13 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 // saving best.safetensors when val loss improves.
 func (r *run) evaluate(step int, sum *Summary) error {
 	var tl, vl float64
+	estimate := EstimateLoss
+	if r.pipe != nil {
+		estimate = r.pipe.estimateLoss
+	}
 	tensor.Autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
-		tl = EstimateLoss(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
-		vl = EstimateLoss(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
+		tl = estimate(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
+		vl = estimate(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
 	})
 	ppl := math.Exp(vl)
 	fmt.Fprintf(r.log, "eval step %d: train loss %.4f, val loss %.4f, val perplexity %.3f\n", step, tl, vl, ppl)

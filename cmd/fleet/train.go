@@ -127,6 +127,10 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics; :PORT listens on 127.0.0.1 only, 0.0.0.0:PORT exposes them to the network")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", train.DefaultCommTimeout, "data parallelism: how long any collective may wait for a peer before the run fails, naming it")
 	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "data parallelism: MiB of gradients per all-reduce bucket")
+	fs.StringVar(&c.Pipeline, "pipeline", "", "pipeline parallelism: stage devices, comma-separated (cuda:0,cuda:1; or logical cpu:0,cpu:1 for testing), each a contiguous range of blocks, the embeddings on the first, the head on the last")
+	fs.IntVar(&c.MicroBatches, "micro-batches", 0, "with --pipeline: pipeline micro-batches per --batch-size (which they must divide; 0: 1, the naive schedule)")
+	fs.StringVar(&c.PipelineSplit, "pipeline-split", "", "with --pipeline: blocks per stage, comma-separated, e.g. 3,5 (default: balanced by parameter count)")
+	fs.StringVar(&c.PipelineSchedule, "pipeline-schedule", "", "with --pipeline: gpipe (default) or 1f1b")
 	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
