@@ -1,0 +1,357 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetml/fleet/checkpoint"
+)
+
+// The data-parallel tests start each rank as a child process: the test
+// binary itself, run with -test.run=^TestDDPChild$ and these variables,
+// next to the launcher's (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// FLEET_JOB_SECRET).
+const (
+	envChildConfig  = "FLEET_DDP_TEST_CONFIG"  // the run's Config as JSON
+	envChildWeights = "FLEET_DDP_TEST_WEIGHTS" // where the rank writes its final weights
+)
+
+// TestDDPChild is one rank of a data-parallel group started by runGroup;
+// run by itself it does nothing.
+func TestDDPChild(t *testing.T) {
+	js := os.Getenv(envChildConfig)
+	if js == "" {
+		t.Skip("a child process of the data-parallel tests")
+	}
+	var cfg Config
+	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	atoi := func(name string) int {
+		n, err := strconv.Atoi(os.Getenv(name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return n
+	}
+	cfg.Rank, cfg.WorldSize, cfg.MasterPort = atoi("RANK"), atoi("WORLD_SIZE"), atoi("MASTER_PORT")
+	cfg.MasterAddr, cfg.Secret = os.Getenv("MASTER_ADDR"), os.Getenv("FLEET_JOB_SECRET")
+	res, err := Run(cfg, os.Stderr)
+	if err != nil {
+		t.Fatalf("rank %d: %v", cfg.Rank, err)
+	}
+	if err := res.Model.SaveWeights(os.Getenv(envChildWeights), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freePort is a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// childEnv is the test process's environment without the variables that
+// would place a child in another job or inject a fault.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+			"FLEET_JOB_SECRET", "TORCHELASTIC_RESTART_COUNT", "FLEET_FAULT_EXIT", envChildConfig, envChildWeights:
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// runGroup trains cfg with world ranks, each a child process on loopback,
+// and returns every rank's final weights.
+func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
+	t.Helper()
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	secret := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	port := strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	outs := make([]bytes.Buffer, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDDPChild$", "-test.count=1")
+		cmd.Env = append(childEnv(), envChildConfig+"="+string(js),
+			envChildWeights+"="+filepath.Join(dir, fmt.Sprintf("rank%d.safetensors", r)),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "FLEET_JOB_SECRET="+secret)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if errs[r] = cmd.Wait(); errs[r] != nil {
+				cancel() // a failed rank fails the group: stop the others
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			for q := range world {
+				t.Logf("rank %d of %d (%v):\n%s", q, world, errs[q], outs[q].String())
+			}
+			t.Fatalf("rank %d of %d: %v", r, world, err)
+		}
+	}
+	for r := range world {
+		if want := fmt.Sprintf("dist: %d ranks joined", world); world > 1 && !strings.Contains(outs[r].String(), want) {
+			t.Fatalf("rank %d's log lacks %q:\n%s", r, want, outs[r].String())
+		}
+	}
+	files := make([]*checkpoint.File, world)
+	for r := range world {
+		if files[r], err = checkpoint.Load(filepath.Join(dir, fmt.Sprintf("rank%d.safetensors", r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+// runSingle trains cfg in this process, alone, and returns its weights.
+func runSingle(t *testing.T, cfg Config) *checkpoint.File {
+	t.Helper()
+	cfg.Out = filepath.Join(t.TempDir(), "out")
+	var log bytes.Buffer
+	res, err := Run(cfg, &log)
+	if err != nil {
+		t.Fatalf("single process: %v\n%s", err, log.String())
+	}
+	path := filepath.Join(t.TempDir(), "single.safetensors")
+	if err := res.Model.SaveWeights(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// maxDiff is the largest absolute difference between two sets of weights
+// (+Inf where they do not hold the same tensors).
+func maxDiff(t *testing.T, a, b *checkpoint.File) float64 {
+	t.Helper()
+	if len(a.Tensors) != len(b.Tensors) || len(a.Tensors) == 0 {
+		return math.Inf(1)
+	}
+	var d float64
+	for name, ta := range a.Tensors {
+		tb, ok := b.Tensors[name]
+		if !ok || !slices.Equal(ta.Shape, tb.Shape) {
+			return math.Inf(1)
+		}
+		va, err := ta.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, err := tb.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range va {
+			x := math.Abs(float64(va[i]) - float64(vb[i]))
+			if math.IsNaN(x) {
+				return math.Inf(1)
+			}
+			d = max(d, x)
+		}
+	}
+	return d
+}
+
+// sameBits reports the first tensor whose bytes differ ("" when none).
+func sameBits(a, b *checkpoint.File) string {
+	for name, ta := range a.Tensors {
+		if tb, ok := b.Tensors[name]; !ok || !bytes.Equal(ta.Data, tb.Data) {
+			return name
+		}
+	}
+	if len(a.Tensors) != len(b.Tensors) {
+		return "(the number of tensors)"
+	}
+	return ""
+}
+
+// randomWords is n bytes or more of text of random words from seed.
+func randomWords(seed uint64, n int) string {
+	r := rand.New(rand.NewPCG(seed, 7))
+	var b strings.Builder
+	for b.Len() < n {
+		for range 2 + r.IntN(7) {
+			b.WriteByte(byte('a' + r.IntN(26)))
+		}
+		switch r.IntN(10) {
+		case 0:
+			b.WriteString(".\n")
+		case 1:
+			b.WriteString(", ")
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// ddpConfig is a small model for the equivalence tests: no dropout, a
+// learning rate that moves the weights well beyond the tolerance in a few
+// steps, and a global batch of 12 windows.
+//
+// The tolerance depends on the learning rate: a different summation order
+// (ranks, micro-batches) changes a gradient by rounding, and where a
+// gradient nearly cancels (the attention keys' component along the query,
+// to which softmax is blind) AdamW turns that into a change of up to the
+// learning rate times the step's m/√v. Over 30 seeds, 10 steps at 1e-3
+// ended at most 2.7e-6 apart (8.4e-6 at 3e-3), one process on half the
+// batch at least 8.7e-3 away.
+func ddpConfig(t testing.TB, seed uint64) Config {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "input.txt")
+	if err := os.WriteFile(path, []byte(randomWords(seed, 60_000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.Data = path
+	c.Out = filepath.Join(dir, "out")
+	c.Device = "cpu"
+	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
+	c.Dropout = 0
+	c.BatchSize, c.GradAccum = 12, 1
+	c.MaxIters = 10
+	c.LR, c.MinLR, c.WarmupIters = 1e-3, 1e-4, 2
+	c.EvalInterval, c.EvalIters, c.LogInterval = 1000, 1, 3
+	c.DataWorkers = 1
+	c.Seed = seed
+	c.CommTimeout = time.Minute
+	return c
+}
+
+// TestDDPEquivalence trains with 2 and 4 processes on loopback (tcp
+// all-reduce) and checks that every rank ends with bitwise identical
+// weights, equal within 1e-5 to one process training on the same global
+// batch of 12 windows: 2 ranks × 6, 4 ranks × 3, and 2 ranks × 3 ×
+// --grad-accum 2 (no all-reduce on the first micro-step, PyTorch's
+// no_sync), which one process also matches as 6 × --grad-accum 2.
+func TestDDPEquivalence(t *testing.T) {
+	base := ddpConfig(t, 2026) // fixed: see ddpConfig on the tolerance
+	ref := runSingle(t, base)  // 1 process × 12 windows
+
+	// The tolerance must be able to tell the global batch from a rank's
+	// part of it: one process on rank 0's 6 windows ends far away.
+	part := base
+	part.BatchSize = 6
+	if d := maxDiff(t, ref, runSingle(t, part)); d < 1e-3 {
+		t.Fatalf("batch 6 and batch 12 end %.3g apart: the test could not see a rank train on its part alone", d)
+	}
+
+	accumRef := base
+	accumRef.BatchSize, accumRef.GradAccum = 6, 2
+	if d := maxDiff(t, ref, runSingle(t, accumRef)); d > 1e-5 {
+		t.Errorf("1 process × 6 × accum 2 is %.3g from 1 process × 12 (want ≤ 1e-5)", d)
+	}
+
+	for _, tc := range []struct {
+		name               string
+		world, batch, accm int
+	}{
+		{"2x6", 2, 6, 1},
+		{"4x3", 4, 3, 1},
+		{"2x3_accum2", 2, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.BatchSize, cfg.GradAccum = tc.batch, tc.accm
+			ranks := runGroup(t, cfg, tc.world)
+			for r := 1; r < tc.world; r++ {
+				if name := sameBits(ranks[0], ranks[r]); name != "" {
+					t.Errorf("rank %d's %s differs from rank 0's (%.3g at most)", r, name, maxDiff(t, ranks[0], ranks[r]))
+				}
+			}
+			d := maxDiff(t, ranks[0], ref)
+			t.Logf("%d ranks × batch %d × accum %d: max |w − w_single| = %.3g", tc.world, tc.batch, tc.accm, d)
+			if d > 1e-5 {
+				t.Errorf("%d ranks × batch %d × accum %d end %.3g from 1 process × batch 12 (want ≤ 1e-5)", tc.world, tc.batch, tc.accm, d)
+			}
+		})
+	}
+}
+
+// BenchmarkDDPStepOverhead times the same per-rank work, a micro-batch of
+// 6 × 64 tokens of the default model shape (4 layers, 128 embd), alone
+// (world 1) and as one of 2 ranks that all-reduce their gradients, each
+// a child process. It reports the median ms/step of each, their ratio,
+// and the exposed all-reduce time per step of world 2 (its telemetry's
+// comm phase). Where the machine has fewer cores than the 2 ranks use
+// (the CPU backend's threads default to all cores), the ranks share them:
+// then a ratio of 2 means no cost beyond the sharing itself, and the
+// figure is DDP's overhead under contention, not DDP's alone.
+func BenchmarkDDPStepOverhead(b *testing.B) {
+	cfg := ddpConfig(b, 7)
+	cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize = 4, 4, 128, 64
+	cfg.BatchSize, cfg.MaxIters, cfg.LogInterval = 6, 30, 10
+	run := func(world int) Summary {
+		c := cfg
+		c.Out = filepath.Join(b.TempDir(), "out")
+		runGroup(b, c, world)
+		var sum Summary
+		js, err := os.ReadFile(filepath.Join(c.Out, SummaryFile))
+		if err == nil {
+			err = json.Unmarshal(js, &sum)
+		}
+		if err != nil || sum.MsPerStep <= 0 {
+			b.Fatalf("world %d: summary: %v (ms/step %v)", world, err, sum.MsPerStep)
+		}
+		return sum
+	}
+	var one, two, comm []float64
+	for range b.N {
+		one = append(one, run(1).MsPerStep)
+		s := run(2)
+		two = append(two, s.MsPerStep)
+		comm = append(comm, s.PhaseMs["comm"])
+	}
+	m1, m2, mc := median(one), median(two), median(comm)
+	b.ReportMetric(m1, "ms/step-world1")
+	b.ReportMetric(m2, "ms/step-world2")
+	b.ReportMetric(m2/m1, "ratio")
+	b.ReportMetric(mc, "comm-ms/step")
+	b.Logf("micro-batch 6×64 per rank, %d cores, medians of %d: world 1 %.1f ms/step, world 2 %.1f ms/step (%.1f ms exposed all-reduce), ratio %.2f",
+		runtime.NumCPU(), b.N, m1, m2, mc, m2/m1)
+	if runtime.NumCPU() < 4 {
+		b.Logf("the 2 ranks share %d cores: the ratio includes the contention (2.00 would be perfect sharing, no DDP cost)", runtime.NumCPU())
+	}
+}
