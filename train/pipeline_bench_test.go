@@ -1,0 +1,68 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// BenchmarkPipeline times training steps of the default model (batch 24)
+// split over S = 2 and 4 logical CPU devices with M = 1, 4 and 8
+// micro-batches, and reports the schedule's own bubble, the bubble and
+// each stage's utilisation measured from the slot times laid on the
+// schedule's timeline, and ms per step (the slots run one after another
+// on one goroutine; see pipeline.Runner):
+//
+//	go test ./train -run '^$' -bench Pipeline -benchtime 10x
+func BenchmarkPipeline(b *testing.B) {
+	tok := data.NewChar(testText())
+	ids, _ := tok.Encode(testText())
+	for _, sched := range []string{"gpipe", "1f1b"} {
+		for _, S := range []int{2, 4} {
+			for _, M := range []int{1, 4, 8} {
+				b.Run(fmt.Sprintf("%s/S=%d/M=%d", sched, S, M), func(b *testing.B) {
+					c := Default()
+					c.Device = "cpu"
+					c.BatchSize = 24
+					c.Pipeline = "cpu:1"
+					for i := 2; i <= S; i++ {
+						c.Pipeline += fmt.Sprintf(",cpu:%d", i)
+					}
+					c.MicroBatches, c.PipelineSchedule = M, sched
+					m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
+					r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
+					if r.pipe, err = newPipeRun(r); err != nil {
+						b.Fatal(err)
+					}
+					defer r.close()
+					r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+					for step := range 5 { // warm-up: the pipeline report skips these
+						r.step(step, 1e-3)
+					}
+					b.ResetTimer()
+					for i := range b.N {
+						r.step(5+i, 1e-3)
+					}
+					b.StopTimer()
+					rep := r.pipe.report()
+					b.ReportMetric(rep.ScheduleBubble, "sched_bubble")
+					b.ReportMetric(rep.MeasuredBubble, "bubble")
+					for st, u := range rep.Utilisation {
+						b.ReportMetric(100*u, fmt.Sprintf("util%%_s%d", st))
+					}
+					b.ReportMetric(rep.MakespanMs, "pipelined_ms")
+					b.ReportMetric(rep.SerialMs, "serial_ms")
+				})
+			}
+		}
+	}
+}
