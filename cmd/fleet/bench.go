@@ -17,6 +17,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "lab" {
 		return labCmd(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "allreduce" {
+		return benchAllReduceCmd(args[1:], stdout, stderr)
+	}
 	c := train.Default()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	modelFlags(fs, &c)

@@ -1,0 +1,350 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// line is one line of a job's output and when the test read it.
+type line struct {
+	at   time.Time
+	text string
+}
+
+// job is a fleet command whose output (standard output and error
+// together) the test reads line by line as it comes.
+type job struct {
+	cmd   *exec.Cmd
+	lines chan line
+	seen  []line
+	done  chan error
+}
+
+// jobEnv is this process's environment without what would place the job
+// in another one or inject a fault, plus extra.
+func jobEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+			"FLEET_JOB_SECRET", "TORCHELASTIC_RESTART_COUNT", "FLEET_FAULT_EXIT":
+			continue
+		}
+		if strings.HasPrefix(name, "SLURM_") || strings.HasPrefix(name, "PET_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+func startJob(t *testing.T, bin string, env []string, args ...string) *job {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	j := &job{cmd: cmd, lines: make(chan line, 1024), done: make(chan error, 1)}
+	go func() {
+		s := bufio.NewScanner(pr)
+		s.Buffer(nil, 1<<20)
+		for s.Scan() {
+			j.lines <- line{time.Now(), s.Text()}
+		}
+		pr.Close()
+		close(j.lines)
+	}()
+	go func() { j.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
+	})
+	return j
+}
+
+// waitFor reads lines until one contains s, for at most d.
+func (j *job) waitFor(t *testing.T, s string, d time.Duration) line {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-j.lines:
+			if !ok {
+				t.Fatalf("the job's output ended before a line with %q:\n%s", s, j.output())
+			}
+			j.seen = append(j.seen, l)
+			if strings.Contains(l.text, s) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no line with %q within %v:\n%s", s, d, j.output())
+		}
+	}
+}
+
+// finish reads the rest of the output and waits for the job to exit, for
+// at most d; it returns the exit error and when the output ended.
+func (j *job) finish(t *testing.T, d time.Duration) (error, time.Time) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-j.lines:
+			if ok {
+				j.seen = append(j.seen, l)
+				continue
+			}
+			end := time.Now()
+			select {
+			case err := <-j.done:
+				return err, end
+			case <-deadline:
+			}
+		case <-deadline:
+		}
+		j.cmd.Process.Kill()
+		t.Fatalf("the job did not finish within %v:\n%s", d, j.output())
+	}
+}
+
+func (j *job) output() string {
+	var b strings.Builder
+	for _, l := range j.seen {
+		b.WriteString(l.text)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// find is the first line read that contains every one of subs.
+func (j *job) find(subs ...string) (line, bool) {
+next:
+	for _, l := range j.seen {
+		for _, s := range subs {
+			if !strings.Contains(l.text, s) {
+				continue next
+			}
+		}
+		return l, true
+	}
+	return line{}, false
+}
+
+// ddpTrainArgs are a small model's flags for the data-parallel job tests.
+func ddpTrainArgs(data, out string, extra ...string) []string {
+	args := []string{"--data", data, "--out", out, "--device", "cpu",
+		"--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--batch-size", "4",
+		"--lr", "1e-3", "--warmup-iters", "2", "--eval-interval", "1000", "--eval-iters", "1",
+		"--log-interval", "5", "--data-workers", "1"}
+	return append(args, extra...)
+}
+
+// TestDDPRankDies kills rank 1 of a 2-rank job after step 5 (the trainer's
+// fault-injection hook, an exit as if crashed) with no restarts: the
+// launcher must name rank 1, rank 0 must fail with an error that names
+// rank 1 and the all-reduce, and the job must end well within the
+// collective timeout (20 s) plus a few seconds.
+func TestDDPRankDies(t *testing.T) {
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	const timeout = 20 * time.Second
+	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--", bin, "train"},
+		ddpTrainArgs(data, filepath.Join(dir, "out"), "--max-iters", "200", "--comm-timeout", timeout.String())...)
+	j := startJob(t, bin, jobEnv("FLEET_FAULT_EXIT=1:5"), args...)
+	fault := j.waitFor(t, "[rank 1] FLEET_FAULT_EXIT: rank 1 exits after step 5", 2*time.Minute)
+	err, end := j.finish(t, timeout+time.Minute)
+	out := j.output()
+	if err == nil {
+		t.Fatalf("the job succeeded although rank 1 died:\n%s", out)
+	}
+	if _, ok := j.find("fleet run: rank 1 (pid", "exited with status 3"); !ok {
+		t.Errorf("the launcher's output does not name rank 1 and its status:\n%s", out)
+	}
+	rank0, ok := j.find("[rank 0] fleet train:", "rank 1", "all-reduce")
+	if !ok {
+		t.Fatalf("rank 0's error does not name rank 1 and the all-reduce:\n%s", out)
+	}
+	detect, exit := rank0.at.Sub(fault.at), end.Sub(fault.at)
+	t.Logf("rank 1 died after step 5; rank 0 failed %v later (%q); the job ended %v after the fault (collective timeout %v)",
+		detect.Round(time.Millisecond), rank0.text, exit.Round(time.Millisecond), timeout)
+	if exit > timeout+5*time.Second {
+		t.Errorf("the job took %v after the fault to end, more than the collective timeout %v plus 5 s", exit, timeout)
+	}
+}
+
+// rankPID finds the process of rank rank whose environment holds the
+// token (Linux: /proc).
+func rankPID(t *testing.T, token string, rank int) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		vars := strings.Split(string(env), "\x00")
+		if slices.Contains(vars, token) && slices.Contains(vars, "RANK="+strconv.Itoa(rank)) {
+			return pid
+		}
+	}
+	t.Fatalf("no process of rank %d", rank)
+	return 0
+}
+
+// TestDDPRankStuck stops rank 1 (SIGSTOP: alive, connected, silent) in
+// the middle of a run with a 3 s collective timeout: rank 0 must fail
+// with an error that names rank 1 and the all-reduce after about the
+// timeout, not hang, and the launcher must then end the job.
+func TestDDPRankStuck(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the rank's process in /proc")
+	}
+	if testing.Short() {
+		t.Skip("waits out a collective timeout")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	const timeout = 3 * time.Second
+	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
+	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--grace", "1s", "--", bin, "train"},
+		ddpTrainArgs(data, filepath.Join(dir, "out"), "--max-iters", "100000", "--comm-timeout", timeout.String())...)
+	j := startJob(t, bin, jobEnv(token), args...)
+	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
+	pid := rankPID(t, token, 1)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	err, end := j.finish(t, timeout+time.Minute)
+	out := j.output()
+	if err == nil {
+		t.Fatalf("the job succeeded although rank 1 was stopped:\n%s", out)
+	}
+	rank0, ok := j.find("[rank 0] fleet train:", "rank 1", "all-reduce")
+	if !ok {
+		t.Fatalf("rank 0's error does not name rank 1 and the all-reduce:\n%s", out)
+	}
+	detect, exit := rank0.at.Sub(stopped), end.Sub(stopped)
+	t.Logf("rank 1 stopped; rank 0 failed %v later (%q); the job ended %v after the stop (collective timeout %v, launcher grace 1s)",
+		detect.Round(time.Millisecond), rank0.text, exit.Round(time.Millisecond), timeout)
+	if detect > timeout+5*time.Second {
+		t.Errorf("rank 0 took %v to fail, more than the collective timeout %v plus 5 s", detect, timeout)
+	}
+	if _, ok := j.find("fleet run: rank 0 (pid", "stopping the other processes"); !ok {
+		t.Errorf("the launcher's output does not name the failed rank 0:\n%s", out)
+	}
+}
+
+// TestDDPRestartBitwise runs a 2-rank job twice with the same flags
+// (dropout, accumulation, a checkpoint every 3 steps): once uninterrupted,
+// once with rank 1 dying after step 8 of the first attempt and
+// --max-restarts 1, so that the restarted group resumes from the step-6
+// checkpoint. Both final model.safetensors must be the same bytes.
+func TestDDPRestartBitwise(t *testing.T) {
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	run := func(name, fault string) (string, string) {
+		out := filepath.Join(dir, name)
+		args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "1", "--", bin, "train"},
+			ddpTrainArgs(data, out, "--max-iters", "14", "--dropout", "0.1", "--grad-accum", "2",
+				"--ckpt-interval", "3", "--comm-timeout", "1m")...)
+		env := jobEnv()
+		if fault != "" {
+			env = append(env, "FLEET_FAULT_EXIT="+fault)
+		}
+		j := startJob(t, bin, env, args...)
+		if err, _ := j.finish(t, 2*time.Minute); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, j.output())
+		}
+		return filepath.Join(out, "model.safetensors"), j.output()
+	}
+	plain, _ := run("plain", "")
+	restarted, log := run("restarted", "1:8")
+	for _, want := range []string{"[rank 1] FLEET_FAULT_EXIT: rank 1 exits after step 8", "restarting all 2 processes (restart 1 of 1)",
+		"[rank 0] resume: continuing from", "at step 6", "[rank 1] resume: continuing from"} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("the faulty run's output lacks %q:\n%s", want, log)
+		}
+	}
+	a, err := os.ReadFile(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(restarted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatalf("the restarted job's model.safetensors differs from the uninterrupted job's:\n%s", log)
+	}
+}
+
+// TestBenchAllReduceCmd runs fleet bench allreduce on two small sizes and
+// checks the table: one row per size and world, in bytes, with the bus
+// bandwidth algbw × 2(n−1)/n.
+func TestBenchAllReduceCmd(t *testing.T) {
+	var out, errs bytes.Buffer
+	if err := benchCmd([]string{"allreduce", "--world", "2,3", "--sizes", "4KiB,64KiB", "--iters", "3"}, &out, &errs); err != nil {
+		t.Fatalf("%v\n%s", err, errs.String())
+	}
+	rows := 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 6 || f[0] == "ranks" {
+			continue
+		}
+		world, _ := strconv.Atoi(f[0])
+		alg, err1 := strconv.ParseFloat(f[4], 64)
+		bus, err2 := strconv.ParseFloat(f[5], 64)
+		if (f[1] != "4096" && f[1] != "65536") || err1 != nil || err2 != nil || alg <= 0 {
+			t.Errorf("row %q", l)
+			continue
+		}
+		if want := alg * 2 * float64(world-1) / float64(world); bus < want-0.002 || bus > want+0.002 {
+			t.Errorf("row %q: busbw %v, want algbw × 2(n−1)/n = %.3f", l, bus, want)
+		}
+		rows++
+	}
+	if rows != 4 {
+		t.Errorf("%d table rows, want 4:\n%s", rows, out.String())
+	}
+	for _, bad := range [][]string{{"--world", "0"}, {"--sizes", "2"}, {"--sizes", "lots"}, {"--iters", "-1"}} {
+		if err := benchCmd(append([]string{"allreduce"}, bad...), &out, &errs); err == nil {
+			t.Errorf("fleet bench allreduce %v: no error", bad)
+		}
+	}
+}
