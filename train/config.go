@@ -201,8 +201,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
 		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
-	case c.WorldSize > 1 && (c.MasterAddr == "" || c.MasterPort <= 0):
-		return fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", c.WorldSize)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
 		return fmt.Errorf("--bucket-mb must be positive")
 	case c.CommTimeout < 0:

@@ -50,6 +50,9 @@ func (r *run) openDDP() error {
 	if cfg.WorldSize <= 1 {
 		return nil
 	}
+	if cfg.MasterAddr == "" || cfg.MasterPort <= 0 {
+		return fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", cfg.WorldSize)
+	}
 	timeout := cfg.CommTimeout
 	if timeout <= 0 {
 		timeout = DefaultCommTimeout
