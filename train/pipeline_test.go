@@ -63,6 +63,7 @@ func TestPipelineAcceptance(t *testing.T) {
 	c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize = 4, 4, 128, 64, 12
 	c.MaxIters, c.Seed = 30, 5
 	c.EvalIters = 2
+	c.Out = filepath.Join(t.TempDir(), "one")
 	one, _ := runWeights(t, c)
 	c.Pipeline, c.MicroBatches = "cpu:0,cpu:1", 4
 	c.Out = filepath.Join(t.TempDir(), "out")
