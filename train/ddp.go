@@ -162,6 +162,18 @@ func (d *ddp) sync() error {
 	return nil
 }
 
+// syncAll all-reduces every gradient after a backward pass that ran
+// without the hook (a pipelined step, whose micro-batches run backward
+// several times): no overlap, the gradients as they are.
+func (d *ddp) syncAll() error {
+	if d.red != nil && !d.view {
+		for i, p := range d.params {
+			p.T.Grad.ReadFloat32s(d.host[i])
+		}
+	}
+	return d.sync()
+}
+
 // average all-reduces logged values (mean over ranks).
 func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.Avg) }
 

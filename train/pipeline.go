@@ -67,8 +67,6 @@ func (c Config) validatePipeline() error {
 		return fmt.Errorf("--batch-size auto cannot be combined with --pipeline yet; give a batch size")
 	case c.BatchSize%m != 0:
 		return fmt.Errorf("--batch-size %d is not a multiple of --micro-batches %d", c.BatchSize, m)
-	case c.WorldSize > 1:
-		return fmt.Errorf("--pipeline with data parallelism (world size %d) is not supported yet", c.WorldSize)
 	case c.TensorBoard != "":
 		return fmt.Errorf("--pipeline with --tensorboard is not supported yet (its samples run the model on one device)")
 	}
@@ -241,6 +239,14 @@ func (p *pipeRun) step(step int, lr float64, hook func()) float64 {
 	if b := p.st.HeadCopyBytes(); b > 0 && measured {
 		p.headCopies += 2
 		p.headBytes += 2 * int64(b)
+	}
+	if r.ddp != nil { // pipeline × data parallelism: each process one pipeline
+		tel.to(phComm)
+		if err := r.ddp.syncAll(); err != nil {
+			r.ddp.err = err
+			panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
+		}
+		tel.to(phOptimizer)
 	}
 	if hook != nil {
 		hook()
