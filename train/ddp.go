@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,9 +102,39 @@ func (r *run) openDDP() error {
 			p.T.SetFloat32s(vals[i])
 		}
 	}
+	if err := d.sameStart(r.opt.Steps); err != nil {
+		return err
+	}
 	fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced in %d MiB buckets during backward\n",
 		cfg.WorldSize, max(cfg.BucketMB, 1))
 	return nil
+}
+
+// sameStart checks that every rank starts after the same number of
+// optimizer steps. Each rank of a resumed group loads the newest checkpoint
+// it finds in its --out; a rank that cannot see rank 0's (another node
+// without shared storage) would start at another step, with other batches
+// and optimizer state, and the group would write wrong checkpoints until
+// its collectives happened to mismatch. Every rank fails instead.
+func (d *ddp) sameStart(steps int) error {
+	world := d.pg.Size()
+	send := []float32{float32(steps >> 16), float32(steps & 0xffff)} // exact in float32
+	recv := make([]float32, 2*world)
+	if err := d.pg.AllGather(send, recv); err != nil {
+		return fmt.Errorf("dist: comparing the ranks' starting steps: %w", err)
+	}
+	at := func(q int) int { return int(recv[2*q])<<16 | int(recv[2*q+1]) }
+	var odd []string
+	for q := 1; q < world; q++ {
+		if at(q) != at(0) {
+			odd = append(odd, fmt.Sprintf("rank %d after %d", q, at(q)))
+		}
+	}
+	if len(odd) == 0 {
+		return nil
+	}
+	return fmt.Errorf("dist: the ranks resumed from different checkpoints: rank 0 after %d optimizer steps, %s; "+
+		"every rank must see rank 0's checkpoints in --out (on several nodes, storage they share)", at(0), strings.Join(odd, ", "))
 }
 
 // hook is the gradient-ready hook of a synchronizing backward pass.

@@ -29,6 +29,7 @@ import (
 const (
 	envChildConfig  = "FLEET_DDP_TEST_CONFIG"  // the run's Config as JSON
 	envChildWeights = "FLEET_DDP_TEST_WEIGHTS" // where the rank writes its final weights
+	envChildResume  = "FLEET_DDP_TEST_RESUME"  // 1: Config.Resume (not in the JSON)
 )
 
 // TestDDPChild is one rank of a data-parallel group started by runGroup;
@@ -51,6 +52,7 @@ func TestDDPChild(t *testing.T) {
 	}
 	cfg.Rank, cfg.WorldSize, cfg.MasterPort = atoi("RANK"), atoi("WORLD_SIZE"), atoi("MASTER_PORT")
 	cfg.MasterAddr, cfg.Secret = os.Getenv("MASTER_ADDR"), os.Getenv("FLEET_JOB_SECRET")
+	cfg.Resume = os.Getenv(envChildResume) == "1"
 	res, err := Run(cfg, os.Stderr)
 	if err != nil {
 		t.Fatalf("rank %d: %v", cfg.Rank, err)
@@ -79,7 +81,7 @@ func childEnv() []string {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-			"FLEET_JOB_SECRET", "TORCHELASTIC_RESTART_COUNT", "FLEET_FAULT_EXIT", envChildConfig, envChildWeights:
+			"FLEET_JOB_SECRET", "TORCHELASTIC_RESTART_COUNT", "FLEET_FAULT_EXIT", envChildConfig, envChildWeights, envChildResume:
 			continue
 		}
 		env = append(env, kv)
@@ -91,55 +93,74 @@ func childEnv() []string {
 // and returns every rank's final weights.
 func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
 	t.Helper()
-	js, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
+	cfgs := make([]Config, world)
+	for r := range cfgs {
+		cfgs[r] = cfg
 	}
-	dir := t.TempDir()
-	secret := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
-	port := strconv.Itoa(freePort(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	outs := make([]bytes.Buffer, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDDPChild$", "-test.count=1")
-		cmd.Env = append(childEnv(), envChildConfig+"="+string(js),
-			envChildWeights+"="+filepath.Join(dir, fmt.Sprintf("rank%d.safetensors", r)),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "FLEET_JOB_SECRET="+secret)
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			if errs[r] = cmd.Wait(); errs[r] != nil {
-				cancel() // a failed rank fails the group: stop the others
-			}
-		})
-	}
-	wg.Wait()
+	files, errs, outs := startGroup(t, cfgs)
 	for r, err := range errs {
 		if err != nil {
 			for q := range world {
-				t.Logf("rank %d of %d (%v):\n%s", q, world, errs[q], outs[q].String())
+				t.Logf("rank %d of %d (%v):\n%s", q, world, errs[q], outs[q])
 			}
 			t.Fatalf("rank %d of %d: %v", r, world, err)
 		}
 	}
 	for r := range world {
-		if want := fmt.Sprintf("dist: %d ranks joined", world); world > 1 && !strings.Contains(outs[r].String(), want) {
-			t.Fatalf("rank %d's log lacks %q:\n%s", r, want, outs[r].String())
+		if want := fmt.Sprintf("dist: %d ranks joined", world); world > 1 && !strings.Contains(outs[r], want) {
+			t.Fatalf("rank %d's log lacks %q:\n%s", r, want, outs[r])
 		}
 	}
-	files := make([]*checkpoint.File, world)
+	return files
+}
+
+// startGroup runs a group of len(cfgs) ranks, rank r with cfgs[r] (and
+// cfgs[r].Resume), until every rank has exited, and returns the weights
+// of those that succeeded, each rank's error and output.
+func startGroup(t testing.TB, cfgs []Config) (files []*checkpoint.File, errs []error, outs []string) {
+	t.Helper()
+	world := len(cfgs)
+	dir := t.TempDir()
+	secret := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	port := strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bufs := make([]bytes.Buffer, world)
+	errs = make([]error, world)
+	var wg sync.WaitGroup
+	for r, cfg := range cfgs {
+		js, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDDPChild$", "-test.count=1")
+		cmd.Env = append(childEnv(), envChildConfig+"="+string(js),
+			envChildWeights+"="+filepath.Join(dir, fmt.Sprintf("rank%d.safetensors", r)),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port, "FLEET_JOB_SECRET="+secret)
+		if cfg.Resume {
+			cmd.Env = append(cmd.Env, envChildResume+"=1")
+		}
+		cmd.Stdout, cmd.Stderr = &bufs[r], &bufs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { errs[r] = cmd.Wait() })
+	}
+	wg.Wait()
+	files = make([]*checkpoint.File, world)
+	outs = make([]string, world)
 	for r := range world {
+		outs[r] = bufs[r].String()
+		if errs[r] != nil {
+			continue
+		}
+		var err error
 		if files[r], err = checkpoint.Load(filepath.Join(dir, fmt.Sprintf("rank%d.safetensors", r))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return files
+	return files, errs, outs
 }
 
 // runSingle trains cfg in this process, alone, and returns its weights.
@@ -307,6 +328,36 @@ func TestDDPEquivalence(t *testing.T) {
 				t.Errorf("%d ranks × batch %d × accum %d end %.3g from 1 process × batch 12 (want ≤ 1e-5)", tc.world, tc.batch, tc.accm, d)
 			}
 		})
+	}
+}
+
+// TestDDPResumeWithoutCheckpoint restarts a group whose rank 1 cannot see
+// rank 0's checkpoints (its own --out, as on another node without shared
+// storage): rather than train on from other steps with other optimizer
+// state (and checkpoint the mixture), every rank must fail at once, saying
+// why.
+func TestDDPResumeWithoutCheckpoint(t *testing.T) {
+	cfg := ddpConfig(t, 11)
+	cfg.MaxIters, cfg.CkptInterval, cfg.LogInterval = 6, 3, 1000
+	runGroup(t, cfg, 2)
+
+	cfg.MaxIters, cfg.Resume, cfg.CommTimeout = 12, true, 20*time.Second
+	other := cfg
+	other.Out = filepath.Join(t.TempDir(), "out")
+	t0 := time.Now()
+	_, errs, outs := startGroup(t, []Config{cfg, other})
+	took := time.Since(t0)
+	for r, err := range errs {
+		if want := "rank 0 after 6 optimizer steps, rank 1 after 0"; err == nil || !strings.Contains(outs[r], want) {
+			t.Errorf("rank %d (%v) does not fail with %q:\n%s", r, err, want, outs[r])
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("the group took %v to fail", took)
+	}
+	dir, _, _, err := checkpoint.Latest(filepath.Join(cfg.Out, CheckpointDir))
+	if err != nil || filepath.Base(dir) != "step-0000006" {
+		t.Errorf("the newest checkpoint is %q (%v), want step 6's", dir, err)
 	}
 }
 
