@@ -403,6 +403,7 @@ func BenchmarkDDPStepOverhead(b *testing.B) {
 	b.Logf("micro-batch 6×64 per rank, %d cores, medians of %d: world 1 %.1f ms/step, world 2 %.1f ms/step (%.1f ms exposed all-reduce), ratio %.2f",
 		runtime.NumCPU(), b.N, m1, m2, mc, m2/m1)
 	if runtime.NumCPU() < 4 {
-		b.Logf("the 2 ranks share %d cores: the ratio includes the contention (2.00 would be perfect sharing, no DDP cost)", runtime.NumCPU())
+		b.Logf("the 2 ranks share %d cores, so the ratio includes the contention: about 2 if sharing were all it cost, "+
+			"less where one process uses all the cores less well than 2 processes do", runtime.NumCPU())
 	}
 }
