@@ -308,14 +308,19 @@ func TestDDPEquivalence(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
 		world, batch, accm int
+		pipeline           string // each rank a pipeline over these devices
 	}{
-		{"2x6", 2, 6, 1},
-		{"4x3", 4, 3, 1},
-		{"2x3_accum2", 2, 3, 2},
+		{"2x6", 2, 6, 1, ""},
+		{"4x3", 4, 3, 1, ""},
+		{"2x3_accum2", 2, 3, 2, ""},
+		{"2x6_pipeline2x2", 2, 6, 1, "cpu:0,cpu:1"}, // 2-D: data × pipeline
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
 			cfg.BatchSize, cfg.GradAccum = tc.batch, tc.accm
+			if tc.pipeline != "" {
+				cfg.Pipeline, cfg.MicroBatches = tc.pipeline, 2
+			}
 			ranks := runGroup(t, cfg, tc.world)
 			for r := 1; r < tc.world; r++ {
 				if name := sameBits(ranks[0], ranks[r]); name != "" {
