@@ -458,6 +458,9 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			m := Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
 			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
 				step+1, cfg.MaxIters, avg, lr, ms, tps)
+			if w := max(cfg.WorldSize, 1); w > 1 { // tps and MFU are per process
+				fmt.Fprintf(r.log, " per rank, %.0f in all", tps*float64(w))
+			}
 			if r.peakFLOPs > 0 {
 				mfu := tps * r.flopsPerToken / r.peakFLOPs
 				m.MFU = &mfu
