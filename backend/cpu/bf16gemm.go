@@ -309,38 +309,3 @@ func noPairs(dst []uint32, b []uint16, ld, pairs int) int { return 0 }
 type bf16Operands struct{ a, b Buffer }
 
 var bf16OperandPool pool[bf16Operands]
-
-// matmulBF16Wide is the widened BF16 product: both operands are widened to
-// F32 in parallel, then the F32 product runs on them. BF16 values widen
-// exactly and the products of two of them are exact in F32, so only the
-// order of the F32 sums differs from the dot-product kernel.
-func (c *CPU) matmulBF16Wide(p backend.MatMul, a, b, cc, bias backend.Ref) {
-	s := bf16OperandPool.get()
-	s.a.dt, s.b.dt = backend.F32, backend.F32
-	na, nb := operandLen(p.Batch, p.StrideA, p.M*p.K), operandLen(p.Batch, p.StrideB, p.K*p.N)
-	s.a.F32, s.b.F32 = grow(s.a.F32, na), grow(s.b.F32, nb)
-	runTask(c, &bf16WidenTasks, na+nb, 1<<13, bf16Widen{s.a.F32, s.b.F32, u16(a)[:na], u16(b)[:nb]})
-	c.MatMul(p, backend.Ref{S: &s.a}, backend.Ref{S: &s.b}, cc, bias)
-	bf16OperandPool.put(s)
-}
-
-// bf16Widen widens two BF16 operands into F32 scratch; a range is a range
-// of the concatenation of a and b.
-type bf16Widen struct {
-	da, db []float32
-	a, b   []uint16
-}
-
-var bf16WidenTasks taskPool[bf16Widen]
-
-func (t *bf16Widen) do(lo, hi int) {
-	na := len(t.a)
-	if lo < na {
-		e := min(hi, na)
-		bf16ToF32s(t.da[lo:e], t.a[lo:e])
-		lo = e
-	}
-	if lo < hi {
-		bf16ToF32s(t.db[lo-na:hi-na], t.b[lo-na:hi-na])
-	}
-}

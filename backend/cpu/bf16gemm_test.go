@@ -55,6 +55,10 @@ func TestMatMulBF16(t *testing.T) {
 			{2, 17, 97, 64, false, true, 1},
 			{1, 40, 64, 70, false, true, 0},
 			{2, 24, 40, 37, true, false, 0.5},
+			{2, 130, 40, 33, false, true, 0.5},
+			{1, 150, 20, 17, true, true, 0},
+			{2, 70, 50, 40, false, false, 1},
+			{1, 20, 300, 50, false, false, 0},
 		} {
 			na, nb, nc := tc.m*tc.kk, tc.kk*tc.n, tc.m*tc.n
 			av, bv := make([]uint16, tc.batch*na), make([]uint16, tc.batch*nb)
@@ -88,6 +92,43 @@ func TestMatMulBF16(t *testing.T) {
 					if d := math.Abs(g - want[i]); d > 1e-6*float64(tc.kk)+1e-5*math.Abs(want[i]) {
 						t.Fatalf("%s %+v: C[%d][%d] = %v, want %v", name, tc, bi, i, g, want[i])
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulBF16Bias checks the bias epilogue of both BF16 products, with
+// tasks split by rows and by columns: C with a bias is C without one plus
+// the bias on every row.
+func TestMatMulBF16Bias(t *testing.T) {
+	bf16Chosen.Do(chooseBF16)
+	defer func(dot bool) { bf16Dot = dot }(bf16Dot)
+	c := newCPU(2)
+	r := rng.New(8)
+	for _, dot := range []bool{false, true} {
+		bf16Dot = dot
+		for _, sh := range [][3]int{{100, 40, 30}, {10, 40, 300}} {
+			m, k, n := sh[0], sh[1], sh[2]
+			bf := func(n int) backend.Ref {
+				h := make([]uint16, n)
+				for i := range h {
+					h[i] = backend.F32ToBF16(float32(r.Norm()))
+				}
+				s := c.Alloc(backend.BF16, n)
+				c.Upload(backend.Ref{S: s}, backend.AsBytes(h))
+				return backend.Ref{S: s}
+			}
+			a, b := bf(m*k), bf(k*n)
+			bias := randF32(r, n, 1)
+			p := backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1}
+			c1, c2 := put(c, randF32(r, m*n, 1), 0), put(c, randF32(r, m*n, 1), 0)
+			c.MatMul(p, a, b, c1, backend.Ref{})
+			c.MatMul(p, a, b, c2, put(c, bias, 0))
+			g1, g2 := get(c, c1, m*n), get(c, c2, m*n)
+			for i := range g1 {
+				if d := math.Abs(float64(g2[i] - g1[i] - bias[i%n])); d > 1e-5 {
+					t.Fatalf("dot %v %v: C[%d] = %v with bias %v, %v without", dot, sh, i, g2[i], bias[i%n], g1[i])
 				}
 			}
 		}
