@@ -205,6 +205,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--bucket-mb must be positive")
 	case c.CommTimeout < 0:
 		return fmt.Errorf("--comm-timeout must not be negative")
+	case c.BatchAuto && c.WorldSize > 1:
+		return fmt.Errorf("--batch-size auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give --batch-size N")
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("--memory-limit must not be negative")
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -42,6 +43,7 @@ type ddp struct {
 	// overlap backward (an upper bound), summed in overlapMs.
 	first     time.Time
 	overlapMs float64
+	syncs     int // steps synchronized
 }
 
 // openDDP joins the job's rendezvous, forms the TCP group and broadcasts
@@ -156,6 +158,7 @@ func (d *ddp) hook(leaf *tensor.Tensor) {
 // backward. The first call builds the Reducer over the gradients the
 // first backward allocated, and all-reduces them without overlap.
 func (d *ddp) sync() error {
+	d.syncs++
 	if !d.first.IsZero() {
 		d.overlapMs += float64(time.Since(d.first).Nanoseconds()) / 1e6
 		d.first = time.Time{}
@@ -205,6 +208,22 @@ func (d *ddp) syncAll() error {
 	return d.sync()
 }
 
+// agreeStop tells the group whether this rank was asked to stop (a
+// signal) and returns whether any rank was: every rank then stops after
+// the same step, so that rank 0's checkpoint is the group's and no rank
+// is left waiting in a collective the others never join.
+func (d *ddp) agreeStop(stop bool) (bool, error) {
+	v := [1]float32{}
+	if stop {
+		v[0] = 1
+	}
+	if err := d.pg.AllReduce(v[:], dist.Sum); err != nil {
+		d.err = err
+		return false, fmt.Errorf("agreeing on a stop: %w", err)
+	}
+	return v[0] > 0, nil
+}
+
 // average all-reduces logged values (mean over ranks).
 func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.Avg) }
 
@@ -239,4 +258,15 @@ func injectFault(rank, step int) {
 		fmt.Fprintf(os.Stderr, "FLEET_FAULT_EXIT: rank %d exits after step %d\n", rank, step)
 		os.Exit(3)
 	}
+}
+
+// dropoutSeed seeds a micro-step's dropout masks: a function of the seed,
+// the step and the micro-step (so resumes are exact), and of the rank in
+// a data-parallel group, whose ranks must not draw the same masks for
+// their different rows.
+func (r *run) dropoutSeed(step, micro int) uint64 {
+	if r.cfg.Rank == 0 {
+		return rng.Mix(r.cfg.Seed, 0xd0, uint64(step), uint64(micro))
+	}
+	return rng.Mix(r.cfg.Seed, 0xd0, uint64(step), uint64(micro), uint64(r.cfg.Rank))
 }

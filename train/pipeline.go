@@ -8,7 +8,6 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/data"
-	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/optim"
@@ -227,7 +226,7 @@ func (p *pipeRun) step(step int, lr float64, hook func()) float64 {
 		if r.scaler != nil {
 			p.scale *= r.scaler.scale
 		}
-		p.st.SetDropout(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)), cfg.BatchSize)
+		p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
 		p.loss = 0
 		tensor.Step(p.run.Run)
 		total += p.loss
@@ -441,8 +440,10 @@ func (p *pipeRun) finish() error {
 	fmt.Fprintf(p.r.log, "pipeline: per step %.0f activation copies (%.0f bytes), %.0f gradient copies (%.0f bytes), %.0f tied-weight copies (%.0f bytes)\n",
 		rep.ActCopiesPerStep, rep.ActBytesPerStep, rep.GradCopiesPerStep, rep.GradBytesPerStep, rep.HeadCopiesPerStep, rep.HeadBytesPerStep)
 	fmt.Fprintf(p.r.log, "pipeline: note: %s\n", rep.Note)
-	if err := writeJSON(filepath.Join(p.r.cfg.Out, PipelineFile), rep); err != nil {
-		return err
+	if p.r.cfg.Rank == 0 { // rank 0 writes the group's files
+		if err := writeJSON(filepath.Join(p.r.cfg.Out, PipelineFile), rep); err != nil {
+			return err
+		}
 	}
 	return tensor.Catch(func() { p.st.Gather(tensor.CPU) })
 }

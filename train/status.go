@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -13,6 +14,7 @@ import (
 // output clears it first, so log lines scroll above it. On anything but a
 // terminal it is not used and the log has plain lines only.
 type statusLine struct {
+	mu    sync.Mutex // log lines may come from other goroutines (dist's)
 	w     io.Writer
 	shown bool
 	last  time.Time
@@ -29,6 +31,8 @@ func newStatusLine(w io.Writer) *statusLine {
 
 // Write clears the status line, then writes p.
 func (s *statusLine) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.shown {
 		io.WriteString(s.w, "\r\033[K")
 		s.shown = false
@@ -41,6 +45,8 @@ func (s *statusLine) update(step, total int, loss, tokPerSec, msPerStep float64)
 	if s == nil || time.Since(s.last) < 100*time.Millisecond && step < total {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.last = time.Now()
 	const width = 24
 	frac := float64(step) / float64(max(total, 1))
@@ -53,7 +59,12 @@ func (s *statusLine) update(step, total int, loss, tokPerSec, msPerStep float64)
 
 // done clears the line.
 func (s *statusLine) done() {
-	if s != nil && s.shown {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shown {
 		io.WriteString(s.w, "\r\033[K")
 		s.shown = false
 	}

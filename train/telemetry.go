@@ -6,11 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/cpu"
 
 	"github.com/fleetml/fleet/backend"
 	fcpu "github.com/fleetml/fleet/backend/cpu"
@@ -105,15 +104,14 @@ func (t *telemetry) to(p int) {
 }
 
 // move reattributes host time d from phase from to phase to (the data
-// wait inside a batch fetch).
+// wait inside a batch fetch). On a GPU the marks around the fetch saw the
+// device idle for the same wait, so it moves there too.
 func (t *telemetry) move(from, to int, d time.Duration) {
 	if t == nil {
 		return
 	}
 	ms := float64(d.Nanoseconds()) / 1e6
-	if t.timer == nil || from != phData { // device marks never saw the data wait
-		t.step[from] -= ms
-	}
+	t.step[from] -= ms
 	t.step[to] += ms
 }
 
@@ -181,16 +179,13 @@ func (t *telemetry) takeWindow() [nPhases]float64 {
 
 // peakFLOPs is the device's peak FLOP/s for products in dt, with where
 // the figure comes from: a data-sheet table for GPUs, a measurement of
-// the FMA peak on all cores for the CPU (doubled for BF16 where the CPU
-// has AVX512-BF16, whose dot products do twice the FMAs' work). 0 where
-// unknown.
+// the FMA peak on all cores for the CPU. 0 where unknown.
 func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
 	if dev.Kind == "cpu" {
-		g := cpuPeak()
-		if dt == tensor.BF16 && cpu.X86.HasAVX512BF16 {
-			return 2 * g * 1e9, "measured FMA peak × 2 (AVX512-BF16)"
-		}
-		return g * 1e9, "measured FMA peak"
+		// BF16 products count against the FMA peak too: where VDPBF16PS
+		// is slow or missing they run as widened F32 products, and where it
+		// is fast its rate is not measured here.
+		return cpuPeak() * 1e9, "measured FMA peak"
 	}
 	type peaker interface {
 		PeakTFLOPs(backend.DType) (float64, bool)
@@ -301,7 +296,7 @@ func (r *run) startSampler() {
 	var s *sysstat.Sampler
 	var err error
 	if r.dev.Kind == "cuda" {
-		s, err = sysstat.NewGPUSampler(r.dev.Index, 0)
+		s, err = sysstat.NewGPUSampler(nvmlIndex(r.dev.Index), 0)
 	} else {
 		s, err = sysstat.NewCPUSampler(0, 0)
 	}
@@ -311,6 +306,24 @@ func (r *run) startSampler() {
 	}
 	s.Start()
 	r.sampler = s
+}
+
+// nvmlIndex maps a CUDA device ordinal to NVML's index, which ignores
+// CUDA_VISIBLE_DEVICES: with a list of ordinals there, ordinal i is the
+// list's i-th entry. (A list of UUIDs is not mapped; the sampler then
+// reads device i.)
+func nvmlIndex(ordinal int) int {
+	v := os.Getenv("CUDA_VISIBLE_DEVICES")
+	if v == "" {
+		return ordinal
+	}
+	list := strings.Split(v, ",")
+	if ordinal < len(list) {
+		if n, err := strconv.Atoi(strings.TrimSpace(list[ordinal])); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return ordinal
 }
 
 // utilPct converts a sample to the device's utilisation in percent.
@@ -367,7 +380,7 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 		sum.PhaseMs[PhaseNames[p]] = ms / n
 	}
 	if r.ddp != nil {
-		r.commOverlappedMs = r.ddp.overlapMs / float64(max(sum.Steps, 1))
+		r.commOverlappedMs = r.ddp.overlapMs / float64(max(r.ddp.syncs, 1))
 	}
 	sum.HostReadsPerStep = float64(r.tel.reads) / n
 	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
@@ -412,15 +425,18 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 		PhaseMs:          diagnose.PhasesFromMap(sum.PhaseMs),
 		H2DBytesPerStep:  int64(sum.CopiedBytesPerStep),
 		HostSyncsPerStep: sum.HostReadsPerStep,
-		MemPeakBytes:     sum.PeakMemBytes,
-		MemTotalBytes:    sum.MemTotalBytes,
-		MemUsedBytes:     tensor.MemStats(r.dev).Allocated,
-		CommMsPerStep:    sum.PhaseMs[PhaseNames[phComm]] + r.commOverlappedMs,
-		CommOverlappedMs: r.commOverlappedMs,
-		OverheadPct:      sum.TelemetryOverheadPct,
-		UtilMeanPct:      sum.UtilMeanPct,
-		UtilPeakPct:      sum.UtilPeakPct,
-		HostBusyPct:      sum.HostBusyPct,
+		// The loss of every micro-step (a pipeline's: every micro-batch's)
+		// and the gradient norm.
+		TrainerSyncsPerStep: float64(cfg.GradAccum*max(cfg.MicroBatches, 1) + 1),
+		MemPeakBytes:        sum.PeakMemBytes,
+		MemTotalBytes:       sum.MemTotalBytes,
+		MemUsedBytes:        tensor.MemStats(r.dev).Allocated,
+		CommMsPerStep:       sum.PhaseMs[PhaseNames[phComm]] + r.commOverlappedMs,
+		CommOverlappedMs:    r.commOverlappedMs,
+		OverheadPct:         sum.TelemetryOverheadPct,
+		UtilMeanPct:         sum.UtilMeanPct,
+		UtilPeakPct:         sum.UtilPeakPct,
+		HostBusyPct:         sum.HostBusyPct,
 	}
 	type named interface{ Name() string }
 	if r.dev.Kind == "cpu" {

@@ -16,7 +16,6 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/atomicfile"
-	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
@@ -229,7 +228,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
 	}
-	if err := prepareOut(cfg.Out); err != nil {
+	if err := prepareOutFor(cfg); err != nil {
 		return nil, err
 	}
 	ckRoot := filepath.Join(cfg.Out, CheckpointDir)
@@ -261,7 +260,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
-	if r.status = newStatusLine(log); r.status != nil {
+	if cfg.Rank == 0 {
+		r.status = newStatusLine(log) // one live line for the group
+	}
+	if r.status != nil {
 		r.log, log = r.status, r.status
 		defer r.status.done()
 	}
@@ -488,14 +490,27 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			return err
 		}
 		done := step + 1
+		stop := false
 		select {
 		case <-cfg.Stop:
+			stop = true
+		default:
+		}
+		if r.ddp != nil { // the group stops together, after the same step
+			var err error
+			if stop, err = r.ddp.agreeStop(stop); err != nil {
+				return fmt.Errorf("step %d: %w", done, err)
+			}
+		}
+		if stop {
 			if err := r.ckpt.save(r, done, sum.BestValLoss, true); err != nil {
 				return err
 			}
+			if cfg.Rank != 0 {
+				return fmt.Errorf("%w after step %d; rank 0 saved the group's checkpoint; continue with --resume", ErrInterrupted, done)
+			}
 			fmt.Fprintf(r.log, "stopped after step %d: checkpoint in %s; continue with --resume\n", done, r.ckpt.last)
 			return fmt.Errorf("%w after step %d; checkpoint %s; continue with --resume", ErrInterrupted, done, r.ckpt.last)
-		default:
 		}
 		if cfg.CkptInterval > 0 && (done%cfg.CkptInterval == 0 || done == cfg.MaxIters) {
 			if err := r.ckpt.save(r, done, sum.BestValLoss, false); err != nil {
@@ -549,7 +564,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 		xt, yt := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
 		tel.move(phH2D, phData, r.dataWait-w0)
 		tel.to(phForward)
-		r.model.SetDropoutSeed(rng.Mix(cfg.Seed, 0xd0, uint64(step), uint64(micro)))
+		r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
 		tensor.Step(func() {
 			var loss *tensor.Tensor
 			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
@@ -660,6 +675,15 @@ func (r *run) addMetric(m Metric) error {
 		return err
 	}
 	return atomicfile.WriteFile(filepath.Join(r.cfg.Out, MetricsFile), r.metrics.Bytes())
+}
+
+// prepareOutFor prepares the output folder on rank 0, which writes the
+// group's files; the other ranks only read it (checkpoints, to resume).
+func prepareOutFor(cfg Config) error {
+	if cfg.Rank != 0 {
+		return nil
+	}
+	return prepareOut(cfg.Out)
 }
 
 // prepareOut creates the output folder and checks that it can be written.

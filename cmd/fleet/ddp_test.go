@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/model"
 )
 
 // line is one line of a job's output and when the test read it.
@@ -347,4 +349,50 @@ func TestBenchAllReduceCmd(t *testing.T) {
 			t.Errorf("fleet bench allreduce %v: no error", bad)
 		}
 	}
+}
+
+// TestDDPStopTogether sends SIGTERM to rank 1 alone (one preempted pod)
+// in the middle of a run: the ranks agree on the stop, so both stop after
+// the same step, rank 0 saves the group's checkpoint (which verifies and
+// loads), and no rank fails in a collective the other never joined.
+func TestDDPStopTogether(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the rank's process in /proc")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	out := filepath.Join(dir, "out")
+	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
+	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--", bin, "train"},
+		ddpTrainArgs(data, out, "--max-iters", "1000000", "--comm-timeout", "30s")...)
+	j := startJob(t, bin, jobEnv(token), args...)
+	j.waitFor(t, "[rank 0] step 10/", 2*time.Minute)
+	if err := syscall.Kill(rankPID(t, token, 1), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	j.finish(t, 2*time.Minute)
+	txt := j.output()
+	stopped, ok := j.find("[rank 0] stopped after step")
+	if !ok {
+		t.Fatalf("rank 0 did not stop with a checkpoint:\n%s", txt)
+	}
+	if _, ok := j.find("[rank 1]", "interrupted after step", "rank 0 saved"); !ok {
+		t.Errorf("rank 1 did not stop with the group:\n%s", txt)
+	}
+	if strings.Contains(txt, "all-reduce #") || strings.Contains(txt, "barrier") {
+		t.Errorf("a collective failed during the stop:\n%s", txt)
+	}
+	var step int
+	fmt.Sscanf(stopped.text, "[rank 0] stopped after step %d", &step)
+	mc := model.Config{NLayer: 2, NHead: 2, NEmbd: 32, BlockSize: 16}
+	chars := map[rune]bool{}
+	for _, c := range wordText(100_000) {
+		chars[c] = true
+	}
+	mc.VocabSize = len(chars)
+	if got := checkLatest(t, out, mc); got != step {
+		t.Errorf("the newest checkpoint is at step %d, rank 0 stopped after step %d", got, step)
+	}
+	t.Logf("SIGTERM to rank 1: the group stopped after step %d with rank 0's checkpoint", step)
 }

@@ -193,6 +193,9 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 	if env.WorldSize <= 1 {
 		return nil
 	}
+	if env.Secret == "" {
+		return fmt.Errorf("this %d-process job has no secret, so its rendezvous could not refuse strangers: start it with fleet run, with torchrun --standalone (or --rdzv-id ID), or export FLEET_JOB_SECRET with the same random value (e.g. openssl rand -hex 32) to every process", env.WorldSize)
+	}
 	c.Rank, c.WorldSize = env.Rank, env.WorldSize
 	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
 	if env.RestartCount > 0 && !c.Resume {
@@ -204,7 +207,29 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 			c.Device = fmt.Sprintf("cuda:%d", env.LocalRank)
 		}
 	}
+	if c.Pipeline != "" && env.LocalRank > 0 {
+		c.Pipeline = offsetPipeline(c.Pipeline, env.LocalRank)
+	}
 	return nil
+}
+
+// offsetPipeline gives local rank k of a node the k-th set of GPUs for its
+// pipeline: --pipeline cuda:0,cuda:1 is cuda:2,cuda:3 on local rank 1.
+// Lists that are not all cuda:N (logical cpu:N devices) are left alone.
+func offsetPipeline(list string, localRank int) string {
+	devs := strings.Split(list, ",")
+	idx := make([]int, len(devs))
+	for i, d := range devs {
+		n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(d), "cuda:"))
+		if !strings.HasPrefix(strings.TrimSpace(d), "cuda:") || err != nil {
+			return list
+		}
+		idx[i] = n
+	}
+	for i := range devs {
+		devs[i] = fmt.Sprintf("cuda:%d", idx[i]+localRank*len(devs))
+	}
+	return strings.Join(devs, ",")
 }
 
 // generate samples n tokens after prompt.

@@ -182,11 +182,12 @@ func Diagnose(t Telemetry) Diagnosis {
 
 	// Host syncs.
 	var syncShare float64
-	if gpu && t.HostSyncsPerStep > MaxSyncsPerStep {
+	allowed := max(MaxSyncsPerStep, t.TrainerSyncsPerStep)
+	if gpu && t.HostSyncsPerStep > allowed {
 		syncShare = share(t.HostSyncsPerStep * SyncCostMs)
 		fs = append(fs, Finding{Kind: Sync, Title: "host sync points", Cost: syncShare,
-			Evidence: []string{fmt.Sprintf("%.1f host reads of device values per step (at most %.0f are needed); each waits for the device's queue to drain, about %.0f µs of idle device each: ~%.1f ms of the %.1f ms step (%.0f%%)",
-				t.HostSyncsPerStep, MaxSyncsPerStep, SyncCostMs*1e3, t.HostSyncsPerStep*SyncCostMs, step, 100*syncShare)},
+			Evidence: []string{fmt.Sprintf("%.1f host reads of device values per step (the trainer's own loop needs %.0f); each waits for the device's queue to drain, about %.0f µs of idle device each: ~%.1f ms of the %.1f ms step (%.0f%%)",
+				t.HostSyncsPerStep, allowed, SyncCostMs*1e3, t.HostSyncsPerStep*SyncCostMs, step, 100*syncShare)},
 			Fix: "read device values once per log line, not every step or micro-step: a larger --log-interval, and no .Item() inside the step"})
 	}
 

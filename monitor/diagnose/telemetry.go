@@ -89,6 +89,10 @@ type Telemetry struct {
 	// HostSyncsPerStep counts host reads of device values inside a step
 	// (each one waits for the device to finish the work queued before it).
 	HostSyncsPerStep float64 `json:"host_syncs_per_step"`
+	// TrainerSyncsPerStep is how many of them the trainer's loop makes by
+	// design (the loss of each micro-step, the gradient norm): only reads
+	// beyond those are a finding.
+	TrainerSyncsPerStep float64 `json:"trainer_syncs_per_step,omitempty"`
 
 	// Utilisation in percent: on a GPU the driver's busy time; on a CPU
 	// the process's CPU time over the cores it may use.
