@@ -291,3 +291,13 @@ type Mark uintptr
 type HostMemory interface {
 	HostFloat32s(r Ref, n int) []float32
 }
+
+// Queue is a Backend whose work can be joined by libraries that take raw
+// device addresses and a stream (NCCL): Address is the device address of
+// r's element, and OnQueue runs fn where the device's context is current,
+// with the handle of the stream the backend's own work is queued on, so
+// that what fn enqueues runs after that work and before what follows.
+type Queue interface {
+	Address(r Ref) uintptr
+	OnQueue(fn func(stream uintptr) error) error
+}

@@ -53,3 +53,26 @@ func (t *Tensor) HostFloat32s() (v []float32, ok bool) {
 	}
 	return h.HostFloat32s(t.ref(), t.Numel()), true
 }
+
+// DeviceAddress is the address of t's first element in its device's
+// memory (host memory on the CPU), for libraries that take raw pointers
+// (NCCL); ok is false on devices without a backend.Queue. Use it only
+// inside OnDeviceQueue.
+func (t *Tensor) DeviceAddress() (addr uintptr, ok bool) {
+	q, ok := t.be.(backend.Queue)
+	if !ok {
+		return 0, false
+	}
+	return q.Address(t.ref()), true
+}
+
+// OnDeviceQueue runs fn where dev's context is current, with the stream
+// its work is queued on: what fn enqueues runs after the tensor ops issued
+// so far and before those that follow.
+func OnDeviceQueue(dev Device, fn func(stream uintptr) error) error {
+	q, ok := getBackend("on_device_queue", dev).(backend.Queue)
+	if !ok {
+		return fmt.Errorf("%v has no device queue", dev)
+	}
+	return q.OnQueue(fn)
+}

@@ -43,7 +43,11 @@ type Config struct {
 	MasterPort  int           `json:"-"`
 	Secret      string        `json:"-"`
 	CommTimeout time.Duration `json:"comm_timeout,omitempty"`
-	BucketMB    int           `json:"bucket_mb,omitempty"`
+	// DistBackend carries the gradients: tcp (a ring through the host,
+	// any device), nccl (device memory, CUDA), or auto (nccl on CUDA
+	// without a pipeline, else tcp).
+	DistBackend string `json:"dist_backend,omitempty"`
+	BucketMB    int    `json:"bucket_mb,omitempty"`
 
 	Out    string `json:"out"`
 	Device string `json:"device"` // auto, cpu, cuda:N
@@ -203,6 +207,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
 		return fmt.Errorf("--bucket-mb must be positive")
+	case c.DistBackend != "" && c.DistBackend != "auto" && c.DistBackend != "tcp" && c.DistBackend != "nccl":
+		return fmt.Errorf("--dist-backend must be auto, tcp or nccl, got %q", c.DistBackend)
 	case c.CommTimeout < 0:
 		return fmt.Errorf("--comm-timeout must not be negative")
 	case c.BatchAuto && c.WorldSize > 1:

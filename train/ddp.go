@@ -44,6 +44,23 @@ type ddp struct {
 	first     time.Time
 	overlapMs float64
 	syncs     int // steps synchronized
+	// devGrad, when set, reduces the gradients in device memory (NCCL)
+	// instead of the Reducer; the TCP group still carries the small
+	// host-side collectives (the logged loss, stops).
+	devGrad *deviceDDP
+}
+
+// useDeviceGroup says whether gradients go through a device group: with
+// --dist-backend nccl, or auto on CUDA devices (one per process, so not
+// with a pipeline over several).
+func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
+	switch backend {
+	case "nccl":
+		return true
+	case "", "auto":
+		return dev.Kind == "cuda" && !pipelined
+	}
+	return false
 }
 
 // openDDP joins the job's rendezvous, forms the TCP group and broadcasts
@@ -87,6 +104,27 @@ func (r *run) openDDP() error {
 		d.index[p.T] = i
 	}
 	r.ddp = d
+	backendName := "tcp"
+	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
+		grp, err := newDeviceGroup(store, r.dev)
+		if err == nil {
+			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, timeout)
+		}
+		if err != nil {
+			return fmt.Errorf("dist: --dist-backend %s: %w", cfg.DistBackend, err)
+		}
+		backendName = "nccl"
+		if err := d.devGrad.broadcast(); err != nil {
+			d.err = err
+			return fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
+		}
+		if err := d.sameStart(r.opt.Steps); err != nil {
+			return err
+		}
+		fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) after backward\n",
+			cfg.WorldSize, backendName)
+		return nil
+	}
 	// Every rank starts from rank 0's weights (resumed ones included).
 	vals := make([][]float32, len(d.params))
 	for i, p := range d.params {
@@ -141,6 +179,9 @@ func (d *ddp) sameStart(steps int) error {
 
 // hook is the gradient-ready hook of a synchronizing backward pass.
 func (d *ddp) hook(leaf *tensor.Tensor) {
+	if d.devGrad != nil {
+		return
+	}
 	i, ok := d.index[leaf]
 	if !ok || d.red == nil {
 		return
@@ -159,6 +200,9 @@ func (d *ddp) hook(leaf *tensor.Tensor) {
 // first backward allocated, and all-reduces them without overlap.
 func (d *ddp) sync() error {
 	d.syncs++
+	if d.devGrad != nil {
+		return d.devGrad.sync()
+	}
 	if !d.first.IsZero() {
 		d.overlapMs += float64(time.Since(d.first).Nanoseconds()) / 1e6
 		d.first = time.Time{}
@@ -200,6 +244,10 @@ func (d *ddp) sync() error {
 // without the hook (a pipelined step, whose micro-batches run backward
 // several times): no overlap, the gradients as they are.
 func (d *ddp) syncAll() error {
+	if d.devGrad != nil {
+		d.syncs++
+		return d.devGrad.sync()
+	}
 	if d.red != nil && !d.view {
 		for i, p := range d.params {
 			p.T.Grad.ReadFloat32s(d.host[i])
@@ -230,6 +278,9 @@ func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.A
 func (d *ddp) close() {
 	if d == nil {
 		return
+	}
+	if d.devGrad != nil {
+		d.devGrad.close(d.err != nil)
 	}
 	if d.err == nil {
 		d.pg.Barrier() // rank 0's store must outlive the others' last requests

@@ -53,6 +53,9 @@ func TestDDPChild(t *testing.T) {
 	cfg.Rank, cfg.WorldSize, cfg.MasterPort = atoi("RANK"), atoi("WORLD_SIZE"), atoi("MASTER_PORT")
 	cfg.MasterAddr, cfg.Secret = os.Getenv("MASTER_ADDR"), os.Getenv("FLEET_JOB_SECRET")
 	cfg.Resume = os.Getenv(envChildResume) == "1"
+	if cfg.DistBackend == "nccl" && cfg.Device == "cpu" {
+		newDeviceGroup = newHostDeviceGroup // NCCL's stand-in on the host
+	}
 	res, err := Run(cfg, os.Stderr)
 	if err != nil {
 		t.Fatalf("rank %d: %v", cfg.Rank, err)
@@ -109,6 +112,9 @@ func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
 	for r := range world {
 		if want := fmt.Sprintf("dist: %d ranks joined", world); world > 1 && !strings.Contains(outs[r], want) {
 			t.Fatalf("rank %d's log lacks %q:\n%s", r, want, outs[r])
+		}
+		if want := "all-reduced on the device"; cfg.DistBackend == "nccl" && !strings.Contains(outs[r], want) {
+			t.Fatalf("rank %d did not take the device-group path (no %q):\n%s", r, want, outs[r])
 		}
 	}
 	return files
@@ -314,11 +320,16 @@ func TestDDPEquivalence(t *testing.T) {
 		{"4x3", 4, 3, 1, ""},
 		{"2x3_accum2", 2, 3, 2, ""},
 		{"2x6_pipeline2x2", 2, 6, 1, "cpu:0,cpu:1"}, // 2-D: data × pipeline
+		{"2x3_accum2_devicegroup", 2, 3, 2, "device-group"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
 			cfg.BatchSize, cfg.GradAccum = tc.batch, tc.accm
-			if tc.pipeline != "" {
+			switch tc.pipeline {
+			case "":
+			case "device-group": // the NCCL path, with a host stand-in for NCCL
+				cfg.DistBackend = "nccl"
+			default:
 				cfg.Pipeline, cfg.MicroBatches = tc.pipeline, 2
 			}
 			ranks := runGroup(t, cfg, tc.world)

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"unsafe"
+
 	"fmt"
 	"os"
 	"runtime"
@@ -297,3 +299,24 @@ func (c *CPU) parallelFor(n, grain int, r ranger) {
 
 // HostFloat32s implements backend.HostMemory.
 func (c *CPU) HostFloat32s(r backend.Ref, n int) []float32 { return f32(r)[:n:n] }
+
+// Address implements backend.Queue: the host address of r's element
+// (the storage stays alive while its tensor does).
+func (c *CPU) Address(r backend.Ref) uintptr {
+	b := r.S.(*Buffer)
+	switch {
+	case b.F32 != nil:
+		return uintptr(unsafe.Pointer(&b.F32[r.Off]))
+	case b.U16 != nil:
+		return uintptr(unsafe.Pointer(&b.U16[r.Off]))
+	case b.I32 != nil:
+		return uintptr(unsafe.Pointer(&b.I32[r.Off]))
+	case b.I64 != nil:
+		return uintptr(unsafe.Pointer(&b.I64[r.Off]))
+	}
+	return 0
+}
+
+// OnQueue implements backend.Queue: the CPU's work is synchronous, so fn
+// runs at once, with no stream (0).
+func (c *CPU) OnQueue(fn func(stream uintptr) error) error { return fn(0) }

@@ -447,3 +447,13 @@ func (c *CUDA) Elapsed(from, to backend.Mark) (float64, error) {
 
 // ReleaseMark implements backend.Timer.
 func (c *CUDA) ReleaseMark(m backend.Mark) { c.g.releaseMark(uintptr(m)) }
+
+// Address implements backend.Queue: the device address of r's element.
+func (c *CUDA) Address(r backend.Ref) uintptr {
+	b := c.buf(r.S)
+	return uintptr(b.ptr) + uintptr(r.Off*b.dt.Size())
+}
+
+// OnQueue implements backend.Queue: fn runs on the device's worker thread
+// with the compute stream, after the work queued so far.
+func (c *CUDA) OnQueue(fn func(stream uintptr) error) error { return c.g.onStream(fn) }

@@ -452,6 +452,10 @@ func (g *driverGPU) sync() error {
 	})
 }
 
+func (g *driverGPU) onStream(fn func(stream uintptr) error) error {
+	return g.do(func() error { return fn(uintptr(g.compute)) })
+}
+
 func (g *driverGPU) smCount() int { return g.info.SMs }
 
 func (g *driverGPU) name() string { return g.info.Name }

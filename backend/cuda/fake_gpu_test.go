@@ -243,9 +243,11 @@ func (f *fakeGPU) elapsed(from, to uintptr) (float64, error) {
 }
 
 func (f *fakeGPU) releaseMark(uintptr) {}
-func (f *fakeGPU) smCount() int        { return 2 }
-func (f *fakeGPU) name() string        { return "fake H200 (host memory)" }
-func (f *fakeGPU) close() error        { return nil }
+
+func (f *fakeGPU) onStream(fn func(stream uintptr) error) error { return fn(0) }
+func (f *fakeGPU) smCount() int                                 { return 2 }
+func (f *fakeGPU) name() string                                 { return "fake H200 (host memory)" }
+func (f *fakeGPU) close() error                                 { return nil }
 
 func (f *fakeGPU) hostAlloc(bytes int) ([]byte, error) { return make([]byte, bytes), nil }
 func (f *fakeGPU) hostFree([]byte) error               { return nil }

@@ -38,6 +38,8 @@ type gpu interface {
 	gemm(g *cublas.Gemm) error
 	// sync waits for all queued work.
 	sync() error
+	// onStream runs fn on the device's thread with the compute stream.
+	onStream(fn func(stream uintptr) error) error
 	// mark records an event on the compute stream after the work queued
 	// so far; elapsed waits for the later of two marks and returns the
 	// milliseconds between them; releaseMark recycles a mark.
