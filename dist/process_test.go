@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // TestMain lets the test binary play one rank of a job in a child process
@@ -63,6 +65,7 @@ func TestProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	testenv.NeedSelfExec(t)
 	const world, victim = 4, 2
 	ln := listen(t)
 	secret := fmt.Sprintf("proc-%d", rand.Uint64())

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // The test binary is also the processes Run starts: TestMain runs a child
@@ -161,6 +163,7 @@ func (s *syncBuffer) String() string {
 // runChildren runs Run with the test binary as the command.
 func runChildren(t *testing.T, behaviour string, o Options) (string, error) {
 	t.Helper()
+	testenv.NeedSelfExec(t)
 	var out syncBuffer
 	o.Command = []string{os.Args[0]}
 	o.Env = append(os.Environ(), childVar+"="+behaviour, dirVar+"="+t.TempDir())
@@ -350,6 +353,7 @@ func TestLineWriterLongLines(t *testing.T) {
 // TestRunForwardsSIGTERM sends SIGTERM to a launcher process (the test
 // binary running Run) and checks each of its processes got it once.
 func TestRunForwardsSIGTERM(t *testing.T) {
+	testenv.NeedSelfExec(t)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), launcherVar+"=1", childVar+"=term")
 	stdout, err := cmd.StdoutPipe()
@@ -431,6 +435,7 @@ func TestRunOptionErrors(t *testing.T) {
 
 // TestRunSeparateStreams checks standard output and error stay apart.
 func TestRunSeparateStreams(t *testing.T) {
+	testenv.NeedSelfExec(t)
 	var stdout, stderr syncBuffer
 	err := Run(Options{NProcPerNode: 2, Command: []string{os.Args[0]}, Env: append(os.Environ(), childVar+"=env"),
 		Stdout: &stdout, Stderr: &stderr, Signals: make(chan os.Signal)})

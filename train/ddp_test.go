@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // The data-parallel tests start each rank as a child process: the test
@@ -124,6 +125,7 @@ func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
 // cfgs[r].Resume), until every rank has exited, and returns the weights
 // of those that succeeded, each rank's error and output.
 func startGroup(t testing.TB, cfgs []Config) (files []*checkpoint.File, errs []error, outs []string) {
+	testenv.NeedSelfExec(t)
 	t.Helper()
 	world := len(cfgs)
 	dir := t.TempDir()

@@ -79,6 +79,9 @@ var castTasks taskPool[castTask]
 
 func (t *castTask) do(lo, hi int) {
 	d, s := t.d, t.s
+	if castFast(d, s, t.dstOff, t.srcOff, lo, hi) { // F32↔BF16, vectorized
+		return
+	}
 	for i := lo; i < hi; i++ {
 		var v float32
 		switch s.dt {

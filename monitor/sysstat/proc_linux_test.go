@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // spin keeps the CPU busy for d.
@@ -24,6 +26,7 @@ func spin(d time.Duration) {
 }
 
 func TestReadLive(t *testing.T) {
+	testenv.SkipIfEmulated(t)
 	if hz := ClockTicks(); hz <= 0 {
 		t.Errorf("ClockTicks = %d", hz)
 	}
@@ -103,6 +106,7 @@ func TestFindProcesses(t *testing.T) {
 
 // The CPU sampler sees this process's CPU use and memory.
 func TestCPUSampler(t *testing.T) {
+	testenv.SkipIfEmulated(t)
 	s, err := NewCPUSampler(0, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 //go:embed testdata/fakenvml.c
@@ -34,6 +36,7 @@ func InChild() bool { return os.Getenv(childEnv) == "1" }
 // folder. It skips t where there is no C compiler, or off linux.
 func Build(t testing.TB) string {
 	t.Helper()
+	testenv.NeedSelfExec(t) // the library is built for this machine, and Run starts the binary
 	if runtime.GOOS != "linux" {
 		t.Skip("the stand-in NVML is built on linux")
 	}

@@ -1,0 +1,37 @@
+// Package testenv holds checks that tests share about the environment
+// they run in.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// canExecSelf reports whether this binary can start itself: not where it
+// runs under user-mode emulation (qemu-aarch64 on an amd64 machine), where
+// exec of the binary fails with "exec format error".
+var canExecSelf = sync.OnceValues(func() (bool, error) {
+	err := exec.Command(os.Args[0], "-test.run=^$", "-test.count=1").Run()
+	return err == nil, err
+})
+
+// NeedSelfExec skips the test unless the test binary can start copies of
+// itself (subprocess tests), saying why.
+func NeedSelfExec(t testing.TB) {
+	t.Helper()
+	if ok, err := canExecSelf(); !ok {
+		t.Skipf("the test binary cannot start itself here (%v): it runs under emulation, or exec is not allowed", err)
+	}
+}
+
+// SkipIfEmulated skips the test where the binary runs under user-mode
+// emulation (see NeedSelfExec), whose /proc describes the emulator, not
+// the program.
+func SkipIfEmulated(t testing.TB) {
+	t.Helper()
+	if ok, err := canExecSelf(); !ok {
+		t.Skipf("the binary seems to run under emulation (it cannot start itself: %v), where /proc describes the emulator", err)
+	}
+}
