@@ -57,6 +57,9 @@ func runWeights(t *testing.T, cfg Config) (*checkpoint.File, string) {
 // default model on 2 logical CPU devices with 4 micro-batches leave the
 // weights of the same run on one device (evaluation shortened).
 func TestPipelineAcceptance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two 30-step runs of the reference model: skipped in -short mode")
+	}
 	c := Default()
 	c.Data = pipelineData(t)
 	c.Device = "cpu"
