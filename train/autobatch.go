@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -264,19 +265,6 @@ func (r *run) free() {
 	}
 }
 
-// fmtBytes prints a byte count in binary units.
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 // autoBatch settles --batch-size auto for a run: the checkpoint's batch
 // when resuming (so the batches continue exactly), else ChooseBatch's;
 // then the accumulation that keeps the token budget.
@@ -306,3 +294,6 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 	}
 	return nil
 }
+
+// fmtBytes prints a byte count in binary units (negative ones as 0).
+func fmtBytes(n int64) string { return sysstat.Bytes(uint64(max(n, 0))) }

@@ -48,6 +48,9 @@ type ddp struct {
 	// instead of the Reducer; the TCP group still carries the small
 	// host-side collectives (the logged loss, stops).
 	devGrad *deviceDDP
+	// hookFn is hook as a func value, made once: a method value made per
+	// step would be a heap allocation per step.
+	hookFn func(*tensor.Tensor)
 }
 
 // useDeviceGroup says whether gradients go through a device group: with
@@ -103,6 +106,7 @@ func (r *run) openDDP() error {
 	for i, p := range d.params {
 		d.index[p.T] = i
 	}
+	d.hookFn = d.hook
 	r.ddp = d
 	backendName := "tcp"
 	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
@@ -270,6 +274,15 @@ func (d *ddp) agreeStop(stop bool) (bool, error) {
 		return false, fmt.Errorf("agreeing on a stop: %w", err)
 	}
 	return v[0] > 0, nil
+}
+
+// mustSync runs a gradient sync, turning its error into the step's
+// failure (a panic that Run reports), the group marked failed.
+func (d *ddp) mustSync(step int, sync func() error) {
+	if err := sync(); err != nil {
+		d.err = err
+		panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
+	}
 }
 
 // average all-reduces logged values (mean over ranks).

@@ -241,32 +241,10 @@ func (p *pipeRun) step(step int, lr float64, hook func()) float64 {
 	}
 	if r.ddp != nil { // pipeline × data parallelism: each process one pipeline
 		tel.to(phComm)
-		if err := r.ddp.syncAll(); err != nil {
-			r.ddp.err = err
-			panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
-		}
+		r.ddp.mustSync(step, r.ddp.syncAll)
 		tel.to(phOptimizer)
 	}
-	if hook != nil {
-		hook()
-	}
-	if r.scaler != nil {
-		inv := 1 / r.scaler.scale
-		for _, q := range r.opt.Params {
-			if g := q.T.Grad; g != nil {
-				tensor.ScaleInPlace(g, inv)
-			}
-		}
-	}
-	norm := clipGradNormDevices(r.opt.Params, cfg.GradClip)
-	r.gradNorm = norm
-	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
-		r.opt.ZeroGrad()
-		return total / float64(cfg.GradAccum)
-	}
-	r.opt.SetLR(float32(lr))
-	r.opt.Step()
-	r.opt.ZeroGrad()
+	r.update(lr, hook, clipGradNormDevices)
 	return total / float64(cfg.GradAccum)
 }
 

@@ -224,13 +224,21 @@ func cpuPeakFile() (path, key string) {
 	return filepath.Join(dir, "fleet", "cpu-peak.json"), fmt.Sprintf("%s|%d", cpuModel(), runtime.GOMAXPROCS(0))
 }
 
-func cachedCPUPeak() float64 {
-	path, key := cpuPeakFile()
+// cachedPeaks reads the cache of FMA peaks (an empty map without one).
+func cachedPeaks(path string) map[string]float64 {
 	peaks := map[string]float64{}
 	if b, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(b, &peaks)
 	}
-	return peaks[key]
+	return peaks
+}
+
+func cachedCPUPeak() float64 {
+	path, key := cpuPeakFile()
+	if path == "" {
+		return 0
+	}
+	return cachedPeaks(path)[key]
 }
 
 // RecordCPUPeak stores a measured FMA peak (GFLOP/s, on GOMAXPROCS
@@ -241,10 +249,7 @@ func RecordCPUPeak(gflops float64) float64 {
 	if path == "" {
 		return gflops
 	}
-	peaks := map[string]float64{}
-	if b, err := os.ReadFile(path); err == nil {
-		json.Unmarshal(b, &peaks)
-	}
+	peaks := cachedPeaks(path)
 	if peaks[key] >= gflops {
 		return peaks[key]
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
+	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -576,7 +577,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			}
 			tel.to(phBackward)
 			if r.ddp != nil && micro == cfg.GradAccum-1 { // no_sync on the others
-				prev := tensor.SetGradReadyHook(r.ddp.hook)
+				prev := tensor.SetGradReadyHook(r.ddp.hookFn)
 				defer tensor.SetGradReadyHook(prev)
 			}
 			loss.Backward()
@@ -584,12 +585,19 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	}
 	if r.ddp != nil {
 		tel.to(phComm)
-		if err := r.ddp.sync(); err != nil {
-			r.ddp.err = err
-			panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
-		}
+		r.ddp.mustSync(step, r.ddp.sync)
 	}
 	tel.to(phOptimizer)
+	r.update(lr, hook, optim.ClipGradNorm)
+	return total / float64(cfg.GradAccum)
+}
+
+// update finishes an optimizer step once the gradients are complete: the
+// hook (tests inspect the gradients there), fp16's unscaling, clipping
+// with clip, and AdamW, unless the loss scaler finds inf or NaN gradients,
+// when the step is skipped and the weights and AdamW state are untouched.
+// It reports whether the weights moved.
+func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64) float64) bool {
 	if hook != nil {
 		hook()
 	}
@@ -601,16 +609,16 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			}
 		}
 	}
-	norm := optim.ClipGradNorm(r.opt.Params, cfg.GradClip)
+	norm := clip(r.opt.Params, r.cfg.GradClip)
 	r.gradNorm = norm
 	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
-		r.opt.ZeroGrad() // skipped: the weights and AdamW state are untouched
-		return total / float64(cfg.GradAccum)
+		r.opt.ZeroGrad()
+		return false
 	}
 	r.opt.SetLR(float32(lr))
 	r.opt.Step()
 	r.opt.ZeroGrad()
-	return total / float64(cfg.GradAccum)
+	return true
 }
 
 // evaluate estimates train and val loss on EvalIters random batches each,
