@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,7 +31,10 @@ type StoreConfig struct {
 	// Timeout bounds the rendezvous (default 5 minutes) and is the default
 	// wait of Get and Wait.
 	Timeout time.Duration
-	// Log receives one line per refused connection (default os.Stderr).
+	// Log receives the lines about refused connections (default
+	// os.Stderr). Rank 0's store logs the first few refusals in full and
+	// then at most one summary line per interval, so that a flood of
+	// strangers cannot flood the log.
 	Log io.Writer
 	// Listener, if set on rank 0, is used instead of listening on Addr
 	// (tests and benchmarks listen on port 0 first).
@@ -424,22 +428,40 @@ func getBytes(r *bufio.Reader, limit int) ([]byte, error) {
 // storeServer is rank 0's store: a map, and a channel closed (and
 // replaced) on every change to wake waiters.
 type storeServer struct {
-	ln     net.Listener
-	secret []byte
-	log    io.Writer
+	ln      net.Listener
+	secret  []byte
+	refused *refusalLog
 
 	mu      sync.Mutex
 	data    map[string][]byte
 	changed chan struct{}
-	conns   map[net.Conn]bool
+	conns   map[net.Conn]connState
 	closed  bool
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
+// connState is where a connection to the store is; close uses it to decide
+// which connections to cut at once and which to answer first.
+type connState int
+
+const (
+	// connHandshake: accepted, the client has not proven itself yet.
+	connHandshake connState = iota
+	// connIdle: authenticated, between requests (or reading one).
+	connIdle
+	// connWaiting: in a Get or Wait, to be answered before the server
+	// closes.
+	connWaiting
+	// connCut: was in its handshake when the server closed, and was
+	// closed by it; its failed handshake is no refusal.
+	connCut
+)
+
 func newStoreServer(ln net.Listener, secret []byte, log io.Writer) *storeServer {
-	s := &storeServer{ln: ln, secret: secret, log: log, data: map[string][]byte{},
-		changed: make(chan struct{}), conns: map[net.Conn]bool{}, done: make(chan struct{})}
+	s := &storeServer{ln: ln, secret: secret, data: map[string][]byte{},
+		changed: make(chan struct{}), conns: map[net.Conn]connState{}, done: make(chan struct{})}
+	s.refused = newRefusalLog(log, ln.Addr().String())
 	s.wg.Add(1)
 	go s.accept()
 	return s
@@ -467,7 +489,7 @@ func (s *storeServer) accept() {
 			c.Close()
 			return
 		}
-		s.conns[c] = true
+		s.conns[c] = connHandshake
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serve(c)
@@ -476,7 +498,10 @@ func (s *storeServer) accept() {
 
 // close stops the server. Connections waiting in a Get or Wait are answered
 // first (with what is still missing), so that a rank 0 that gives up on the
-// rendezvous tells the others which ranks never came.
+// rendezvous tells the others which ranks never came. All others, those
+// still in their handshake included, are closed at once: a client that
+// connects and says nothing does not hold rank 0 up for the handshake's
+// timeout. Refusals not yet logged are summed up in a last line.
 func (s *storeServer) close() {
 	s.mu.Lock()
 	if s.closed {
@@ -486,13 +511,18 @@ func (s *storeServer) close() {
 	s.closed = true
 	close(s.done)
 	s.ln.Close()
-	for c, waiting := range s.conns {
-		if !waiting {
+	for c, st := range s.conns {
+		switch st {
+		case connHandshake:
+			s.conns[c] = connCut
+			c.Close()
+		case connIdle:
 			c.Close()
 		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.refused.close()
 }
 
 func (s *storeServer) serve(c net.Conn) {
@@ -503,8 +533,18 @@ func (s *storeServer) serve(c net.Conn) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	if _, err := serverHandshake(c, s.secret, roleStore); err != nil {
-		fmt.Fprintf(s.log, "dist: store %s: refused a connection from %s: %v\n", s.ln.Addr(), c.RemoteAddr(), err)
+	_, err := serverHandshake(c, s.secret, roleStore)
+	s.mu.Lock()
+	cut := s.conns[c] == connCut
+	if err == nil && !cut {
+		s.conns[c] = connIdle
+	}
+	s.mu.Unlock()
+	if cut {
+		return
+	}
+	if err != nil {
+		s.refused.add(c.RemoteAddr(), err)
 		return
 	}
 	r, w := bufio.NewReader(c), bufio.NewWriter(c)
@@ -517,7 +557,7 @@ func (s *storeServer) serve(c net.Conn) {
 			return
 		}
 		s.mu.Lock()
-		s.conns[c] = false
+		s.conns[c] = connIdle
 		closed := s.closed
 		s.mu.Unlock()
 		if closed {
@@ -586,7 +626,7 @@ func (s *storeServer) request(c net.Conn, r *bufio.Reader, w *bufio.Writer) erro
 			keys[i] = string(k)
 		}
 		s.mu.Lock()
-		s.conns[c] = true // answered before the server closes
+		s.conns[c] = connWaiting // answered before the server closes
 		s.mu.Unlock()
 		missing, v := s.wait(keys, time.Duration(t))
 		if len(missing) > 0 {
@@ -666,4 +706,122 @@ func isClosed(err error) bool {
 		return true
 	}
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// How the store logs refused connections: the first refusalsInFull in
+// full, then at most one summary line per refusalInterval. After a whole
+// interval with no refusal the full lines start again. Tests shorten the
+// interval.
+var (
+	refusalsInFull  = 3
+	refusalInterval = 10 * time.Second
+)
+
+// refusalFrom is how many distinct hosts a summary line names.
+const refusalFrom = 3
+
+// refusalLog rate-limits the store's lines about refused connections, so
+// that a port scan or a flood of strangers costs a few lines, not one a
+// connection, while every refusal is still counted.
+type refusalLog struct {
+	w     io.Writer
+	addr  string        // the store's address, for the lines
+	full  int           // refusals logged in full before summarising
+	every time.Duration // least time between summary lines
+
+	mu      sync.Mutex
+	logged  int         // refusals logged in full since the log was last quiet
+	last    time.Time   // the latest refusal
+	pending int         // refusals neither logged in full nor summed up yet
+	since   time.Time   // the first of those
+	from    []string    // up to refusalFrom distinct hosts they came from
+	more    bool        // they came from more hosts than from names
+	timer   *time.Timer // writes the next summary line
+	closed  bool
+}
+
+func newRefusalLog(w io.Writer, addr string) *refusalLog {
+	return &refusalLog{w: w, addr: addr, full: refusalsInFull, every: refusalInterval}
+}
+
+// add records that the store refused a connection from remote, because of
+// why.
+func (l *refusalLog) add(remote net.Addr, why error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if l.pending == 0 && now.Sub(l.last) >= l.every {
+		l.logged = 0 // quiet for a whole interval
+	}
+	l.last = now
+	if l.logged < l.full && l.pending == 0 {
+		l.logged++
+		fmt.Fprintf(l.w, "dist: store %s: refused a connection from %s: %v\n", l.addr, remote, why)
+		return
+	}
+	if l.pending == 0 {
+		l.since = now
+		if !l.closed {
+			l.timer = time.AfterFunc(l.every, l.flush)
+		}
+	}
+	l.pending++
+	host := remote.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if !slices.Contains(l.from, host) {
+		if len(l.from) < refusalFrom {
+			l.from = append(l.from, host)
+		} else {
+			l.more = true
+		}
+	}
+}
+
+// flush writes a summary of the refusals not yet logged, if any.
+func (l *refusalLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.summarise()
+}
+
+// summarise is flush with l.mu held.
+func (l *refusalLog) summarise() {
+	if l.pending == 0 {
+		return
+	}
+	word := "connections"
+	if l.pending == 1 {
+		word = "connection"
+	}
+	from := strings.Join(l.from, ", ")
+	if l.more {
+		from += " and others"
+	}
+	fmt.Fprintf(l.w, "dist: store %s: refused %d more %s in the last %v (from %s)\n",
+		l.addr, l.pending, word, roundDuration(time.Since(l.since)), from)
+	l.pending, l.from, l.more = 0, nil, false
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+}
+
+// close writes a last summary of the refusals not yet logged; the store
+// calls it once no connection can be refused any more.
+func (l *refusalLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.summarise()
+}
+
+// roundDuration rounds d for a log line: to seconds from a second up, to
+// milliseconds below.
+func roundDuration(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
