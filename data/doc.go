@@ -4,8 +4,11 @@
 // Text, as nanoGPT's shakespeare_char recipe reads it:
 //
 //   - LoadText reads the training text from a file or a folder of files
-//     (ListFiles: sorted path order); DefaultCorpus builds a ready-made
-//     corpus from the Go standard library source when the user names none.
+//     (ListFiles: sorted path order), refusing, by name, any file that is
+//     not text (CheckText: a NUL byte, or more than MaxInvalidUTF8Share of
+//     its bytes not valid UTF-8), such as a binary; DefaultCorpus builds a
+//     ready-made corpus from the Go standard library source when the user
+//     names none.
 //   - Char is the character tokenizer: its vocabulary is the sorted set of
 //     distinct characters in the text. It is saved as JSON next to a
 //     checkpoint so that sampling decodes exactly what training encoded.

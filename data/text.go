@@ -1,20 +1,26 @@
 package data
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // LoadText reads a file, or every regular file under a folder (as
 // ListFiles lists them), and returns their contents concatenated as they
 // are. It fails, naming path, when path does not exist, when a folder
-// holds no files, or when the text is empty.
+// holds no files, or when the text is empty. Each file must be text as
+// CheckText defines it; one that is not (a binary, say) is refused with an
+// error naming that file.
 func LoadText(path string) (string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -28,6 +34,9 @@ func LoadText(path string) (string, error) {
 		if len(b) == 0 {
 			return "", fmt.Errorf("data %s: empty", path)
 		}
+		if err := checkText(path, path, b); err != nil {
+			return "", err
+		}
 		return string(b), nil
 	}
 	files, err := ListFiles(path)
@@ -40,12 +49,103 @@ func LoadText(path string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("data %s: %w", path, err)
 		}
+		if err := checkText(p, path, b); err != nil {
+			return "", err
+		}
 		sb.Write(b)
 	}
 	if sb.Len() == 0 {
 		return "", fmt.Errorf("data %s: empty", path)
 	}
 	return sb.String(), nil
+}
+
+// MaxInvalidUTF8Share is the largest share of a file's bytes that may be
+// invalid UTF-8 (bytes that are not part of a valid UTF-8 sequence) for
+// CheckText to accept it as text. It is not zero so that text that is
+// mostly UTF-8 but not quite still loads: an English text saved as
+// Latin-1, whose few accented letters are each one invalid byte, or a
+// UTF-8 file with a stray byte or two. Binaries, and text in a legacy
+// encoding that is mostly non-ASCII (Latin-1 French is about 1 to 3%,
+// Cyrillic or Greek in a single-byte code page or UTF-16 much more), are
+// over it. Each invalid byte becomes U+FFFD for the character tokenizer,
+// so anything much over this would train on replacement characters.
+const MaxInvalidUTF8Share = 0.01
+
+// ErrNotText is what CheckText's errors wrap (errors.Is) when the bytes
+// are not text.
+var ErrNotText = errors.New("not text")
+
+// CheckText reports whether b, the contents of the file called name, is
+// text that fleet train may tokenize by character. It is not when it holds
+// a NUL byte, or when more than MaxInvalidUTF8Share of its bytes are not
+// part of valid UTF-8 sequences (each byte for which utf8.DecodeRune
+// returns RuneError with size 1 counts once). Empty b is text. The error,
+// which wraps ErrNotText, names the file ("data NAME: not text: ..."), says
+// why, and says how to train on the file's bytes instead.
+func CheckText(name string, b []byte) error {
+	return checkText(name, name, b)
+}
+
+// checkText is CheckText for the file name among the data the user named
+// as path (name itself, or a folder holding it), which the advice uses.
+func checkText(name, path string, b []byte) error {
+	var why string
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		why = fmt.Sprintf("it holds NUL bytes (the first at byte offset %d)", i)
+	} else if utf8.Valid(b) {
+		return nil
+	} else if n := invalidUTF8(b); float64(n) > MaxInvalidUTF8Share*float64(len(b)) {
+		why = fmt.Sprintf("%s of its bytes (%d of %d) are not valid UTF-8 (more than %s)",
+			percent(float64(n)/float64(len(b)), MaxInvalidUTF8Share), n, len(b), percent(MaxInvalidUTF8Share, 0))
+	} else {
+		return nil
+	}
+	advice := "To train on its bytes"
+	if name != path {
+		advice = fmt.Sprintf("Move it out of %s, or, to train on the bytes", path)
+	}
+	return fmt.Errorf("data %s: %w: %s; fleet train tokenizes text files by character. "+
+		"%s, make a byte-level tokenizer with fleet tokenizer train --vocab-size 257 --out bytes.json %s "+
+		"(the 256 bytes and <|endoftext|>), tokenize with fleet prepare --tokenizer bpe:bytes.json --out DIR %s, "+
+		"and train on that folder with fleet train --data DIR",
+		name, ErrNotText, why, advice, path, path)
+}
+
+// invalidUTF8 counts the bytes of b that are not part of a valid UTF-8
+// sequence.
+func invalidUTF8(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			n++
+		}
+		i += size
+	}
+	return n
+}
+
+// percent formats share as a percentage with one decimal, or more where
+// needed to show that it is above limit (so that 1.004% is not shown as
+// "1.0%, more than 1%"). A whole number is shown without decimals.
+func percent(share, limit float64) string {
+	p := 100 * share
+	if p == math.Trunc(p) {
+		return strconv.FormatFloat(p, 'f', 0, 64) + "%"
+	}
+	prec := 1
+	for ; prec < 6; prec++ {
+		v, _ := strconv.ParseFloat(strconv.FormatFloat(p, 'f', prec, 64), 64)
+		if v > 100*limit {
+			break
+		}
+	}
+	return strconv.FormatFloat(p, 'f', prec, 64) + "%"
 }
 
 // ListFiles returns the regular files under folder dir, walked
