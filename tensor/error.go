@@ -8,18 +8,36 @@ import (
 )
 
 // Error is a programming error inside a tensor op: a shape, dtype or
-// device mismatch. Ops panic with it; Catch turns it into an error.
+// device mismatch. Ops panic with it; Catch turns it into an error. Code
+// that must leave a step with an error it did not make (a failed read, a
+// peer that vanished) panics with Err set and Op empty: the error then
+// reads as Err does, and errors.Is and errors.As see through it.
 type Error struct {
 	Op       string
 	Msg      string
 	Operands []*Tensor
+	Err      error
 }
 
+// Unwrap returns the error the panic carried, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
 func (e *Error) Error() string {
+	if e.Op == "" && e.Msg == "" && e.Err != nil {
+		return e.Err.Error()
+	}
 	var b strings.Builder
-	b.WriteString(e.Op)
-	b.WriteString(": ")
+	if e.Op != "" {
+		b.WriteString(e.Op)
+		b.WriteString(": ")
+	}
 	b.WriteString(e.Msg)
+	if e.Err != nil {
+		if e.Msg != "" {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Err.Error())
+	}
 	if len(e.Operands) > 0 {
 		b.WriteString(" (operands:")
 		for _, t := range e.Operands {
