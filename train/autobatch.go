@@ -234,7 +234,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 	err = tensor.Catch(func() {
 		m, err := model.New(cfg.ModelConfig(vocab), dev, cfg.Seed)
 		if err != nil {
-			panic(&tensor.Error{Op: "batch auto", Msg: err.Error()})
+			panic(&tensor.Error{Op: "batch auto", Err: err})
 		}
 		r.model = m
 		m.SetRecompute(cfg.Recompute)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/checkpoint"
-	"github.com/fleetml/fleet/model"
 )
 
 // Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (see package
@@ -232,14 +231,31 @@ func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
 
 // restore loads the checkpoint in dir into the model and optimizer and
 // returns its step and best validation loss.
-func (r *run) restore(dir string, man *checkpoint.Manifest, mc model.Config) (step int, best float64, err error) {
-	var rc RunConfig
-	if err := json.Unmarshal(man.Config, &rc); err != nil {
-		return 0, 0, fmt.Errorf("resume from %s: config: %w", dir, err)
+// checkResume checks that the checkpoint in dir fits the run rc
+// describes (see resumeCheck), and carries the checkpoint's history of
+// changed settings into rc, with this resume's changes when
+// --allow-changes allowed them, which it also logs.
+func checkResume(rc *RunConfig, dir string, man *checkpoint.Manifest, log io.Writer) error {
+	var was RunConfig
+	if err := json.Unmarshal(man.Config, &was); err != nil {
+		return fmt.Errorf("resume from %s: its config: %w", dir, err)
 	}
-	if rc.Model != mc {
-		return 0, 0, fmt.Errorf("resume from %s: the checkpoint's model is %+v, the flags make %+v; use the run's flags or a new --out", dir, rc.Model, mc)
+	changes, warn, err := resumeCheck(was, *rc, rc.Train.AllowChanges)
+	fmt.Fprint(log, warn)
+	if err != nil {
+		return fmt.Errorf("--resume: checkpoint %s does not fit this run: %w", dir, err)
 	}
+	rc.History = was.History
+	if len(changes) > 0 {
+		rc.History = append(slices.Clone(rc.History), Resumption{Step: man.Step, Changes: changes})
+		for _, c := range changes {
+			fmt.Fprintf(log, "resume: --allow-changes: %s changes from %s to %s at step %d\n", c.Flag, c.From, c.To, man.Step)
+		}
+	}
+	return nil
+}
+
+func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best float64, err error) {
 	wpath := filepath.Join(dir, ModelFile)
 	if err := r.model.LoadWeights(wpath); err != nil {
 		return 0, 0, fmt.Errorf("resume: %w", err)
@@ -263,9 +279,6 @@ func (r *run) restore(dir string, man *checkpoint.Manifest, mc model.Config) (st
 	}
 	if err := r.scaler.restore(st.Metadata); err != nil {
 		return 0, 0, bad("%v", err)
-	}
-	if s, _ := strconv.ParseUint(st.Metadata["seed"], 10, 64); s != r.cfg.Seed {
-		return 0, 0, bad("seed %s, the run has --seed %d", st.Metadata["seed"], r.cfg.Seed)
 	}
 	if w := st.Metadata["world_size"]; w != strconv.Itoa(max(r.cfg.WorldSize, 1)) {
 		fmt.Fprintf(r.log, "resume: the checkpoint was written by a world of %s processes, this run has %d: the batches are the same, but the result is not bitwise that of an uninterrupted run\n",

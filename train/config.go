@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fleetml/fleet/model"
@@ -49,7 +50,12 @@ type Config struct {
 	DistBackend string `json:"dist_backend,omitempty"`
 	BucketMB    int    `json:"bucket_mb,omitempty"`
 
+	// Out is the run's folder, where its files go directly. Empty, the run
+	// gets a new numbered folder of its own under Runs (default
+	// DefaultRunsDir), or, resuming, continues the newest one there. A
+	// folder that holds a run is refused unless the run resumes.
 	Out    string `json:"out"`
+	Runs   string `json:"runs,omitempty"`
 	Device string `json:"device"` // auto, cpu, cuda:N
 	// Precision of the matrix products: fp32, bf16 (BF16 operands, F32
 	// accumulation; master weights, norms, loss and optimizer in F32), or
@@ -113,9 +119,18 @@ type Config struct {
 	// or Hugging Face's), whose shape replaces the model settings; NHead
 	// 0 infers the heads from the width.
 	InitFrom string `json:"init_from,omitempty"`
-	// Resume continues from the newest complete checkpoint in Out. Without
-	// it, an Out that holds checkpoints is refused.
+	// Resume continues from the newest checkpoint in Out that verifies
+	// (from step 0 where there is none yet). It is refused where
+	// checkpoints exist but none verifies, where the checkpoint does not
+	// fit the run (see AllowChanges), and where Out holds a finished run
+	// that left no checkpoint. Without it, an Out that holds a run is
+	// refused.
 	Resume bool `json:"-"`
+	// AllowChanges lets a resumed run change optimizer, schedule, batch
+	// and precision settings from the checkpoint's; config.json records
+	// the change. Without it such a change is refused. A different model,
+	// tokenizer or data is refused either way.
+	AllowChanges bool `json:"-"`
 	// Stop, when closed, makes the run finish its step, save a checkpoint
 	// and return ErrInterrupted.
 	Stop <-chan struct{} `json:"-"`
@@ -137,7 +152,6 @@ type Config struct {
 // on two CPU cores. The optimizer and evaluation settings are nanoGPT's.
 func Default() Config {
 	return Config{
-		Out:       "out",
 		Device:    "auto",
 		Precision: "fp32",
 
@@ -170,13 +184,20 @@ func Default() Config {
 
 // Validate checks everything that does not need the data.
 func (c Config) Validate() error {
+	for _, f := range []struct {
+		flag string
+		v    float64
+	}{{"--lr", c.LR}, {"--min-lr", c.MinLR}, {"--beta1", c.Beta1}, {"--beta2", c.Beta2},
+		{"--weight-decay", c.WeightDecay}, {"--grad-clip", c.GradClip}, {"--dropout", c.Dropout}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("%s %v: want a finite number", f.flag, f.v)
+		}
+	}
 	mc := c.ModelConfig(1)
 	if err := mc.Validate(); err != nil {
 		return err
 	}
 	switch {
-	case c.Out == "":
-		return fmt.Errorf("--out must name a folder")
 	case c.BatchSize <= 0 && !c.BatchAuto:
 		return fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
 	case c.GradAccum <= 0 && c.TokensPerStep == 0:

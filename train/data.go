@@ -43,6 +43,7 @@ type dataset struct {
 	char       *data.Char // the character tokenizer, when there is one
 	spec       string     // else the spec of the tokenizer, "" for none
 	checkIDs   bool       // the ids come from files: the loader checks them
+	id         Identity   // the data by content
 	closers    []func() error
 }
 
@@ -101,7 +102,8 @@ func openText(cfg Config) (*dataset, error) {
 		return nil, err
 	}
 	train, val := data.Split(ids)
-	return &dataset{train: data.Int32s(train), val: data.Int32s(val), vocab: tok.Size(), desc: desc, char: tok}, nil
+	return &dataset{train: data.Int32s(train), val: data.Int32s(val), vocab: tok.Size(), desc: desc, char: tok,
+		id: textIdentity(text, desc)}, nil
 }
 
 func openPrepared(cfg Config) (*dataset, error) {
@@ -117,6 +119,7 @@ func openPrepared(cfg Config) (*dataset, error) {
 		closers: []func() error{p.Close}}
 	d.desc = fmt.Sprintf("%s (prepared: %d train and %d val tokens in %d shards, tokenizer %s)",
 		cfg.Data, m.Train.Tokens, m.Val.Tokens, len(m.Train.Shards)+len(m.Val.Shards), m.Tokenizer)
+	d.id = preparedIdentity(m, d.desc)
 	spec := p.TokenizerSpec()
 	if kind, path, _ := strings.Cut(spec, ":"); kind == "char" {
 		if d.char, err = data.LoadChar(path); err != nil {
@@ -178,6 +181,7 @@ func openTokenFiles(cfg Config) (_ *dataset, err error) {
 	}
 	d.vocab = vocab
 	d.desc = fmt.Sprintf("%s (token files: %d train and %d val tokens in %d files)", cfg.Data, train.Len(), val.Len(), len(files))
+	d.id = tokensIdentity(train, val, d.desc)
 	return d, nil
 }
 

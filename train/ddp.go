@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -66,25 +67,26 @@ func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
 	return false
 }
 
-// openDDP joins the job's rendezvous, forms the TCP group and broadcasts
-// rank 0's parameters. A world of one needs none of it.
-func (r *run) openDDP() error {
-	cfg := r.cfg
-	if cfg.WorldSize <= 1 {
-		return nil
+// commTimeout is the run's bound on every collective.
+func (c Config) commTimeout() time.Duration {
+	if c.CommTimeout <= 0 {
+		return DefaultCommTimeout
 	}
+	return c.CommTimeout
+}
+
+// joinStore joins the job's rendezvous store: rank 0 serves it, the others
+// connect. A stop (SIGTERM from the launcher) ends a rendezvous that waits.
+func joinStore(cfg Config, log io.Writer) (*dist.Store, error) {
 	if cfg.MasterAddr == "" || cfg.MasterPort <= 0 {
-		return fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", cfg.WorldSize)
+		return nil, fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", cfg.WorldSize)
 	}
-	timeout := cfg.CommTimeout
-	if timeout <= 0 {
-		timeout = DefaultCommTimeout
-	}
+	timeout := cfg.commTimeout()
 	addr := net.JoinHostPort(cfg.MasterAddr, strconv.Itoa(cfg.MasterPort))
-	fmt.Fprintf(r.log, "dist: rank %d of %d joining %s (tcp, collective timeout %v)\n", cfg.Rank, cfg.WorldSize, addr, timeout)
+	fmt.Fprintf(log, "dist: rank %d of %d joining %s (tcp, collective timeout %v)\n", cfg.Rank, cfg.WorldSize, addr, timeout)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { // a stop (SIGTERM from the launcher) ends a rendezvous that waits
+	go func() {
 		select {
 		case <-cfg.Stop:
 			cancel()
@@ -92,10 +94,19 @@ func (r *run) openDDP() error {
 		}
 	}()
 	store, err := dist.NewStore(ctx, dist.StoreConfig{Addr: addr, Rank: cfg.Rank, World: cfg.WorldSize,
-		Secret: cfg.Secret, Timeout: timeout, Log: r.log})
+		Secret: cfg.Secret, Timeout: timeout, Log: log})
 	if err != nil {
-		return fmt.Errorf("dist: %w", err)
+		return nil, fmt.Errorf("dist: %w", err)
 	}
+	return store, nil
+}
+
+// openDDP forms the TCP group over the job's store and broadcasts rank 0's
+// parameters. It owns the store from then on: the ddp closes it, or
+// openDDP does when it fails before there is one.
+func (r *run) openDDP(store *dist.Store) error {
+	cfg := r.cfg
+	timeout := cfg.commTimeout()
 	pg, err := dist.NewTCPGroup(store, dist.TCPOptions{Name: "ddp", Timeout: timeout})
 	if err != nil {
 		store.Close()
@@ -260,20 +271,26 @@ func (d *ddp) syncAll() error {
 	return d.sync()
 }
 
-// agreeStop tells the group whether this rank was asked to stop (a
-// signal) and returns whether any rank was: every rank then stops after
-// the same step, so that rank 0's checkpoint is the group's and no rank
-// is left waiting in a collective the others never join.
-func (d *ddp) agreeStop(stop bool) (bool, error) {
-	v := [1]float32{}
+// agreeStep tells the group whether this rank was asked to stop (a
+// signal) and whether its loss of the step was not finite, and returns
+// whether any rank was asked to stop and how many ranks' losses were not
+// finite. Every rank then stops after the same step, so that rank 0's
+// checkpoint is the group's and no rank is left waiting in a collective
+// the others never join; and a diverged rank stops the group at the first
+// bad step, before anything is saved.
+func (d *ddp) agreeStep(stop, bad bool) (anyStop bool, nBad int, err error) {
+	v := [2]float32{}
 	if stop {
 		v[0] = 1
 	}
+	if bad {
+		v[1] = 1
+	}
 	if err := d.pg.AllReduce(v[:], dist.Sum); err != nil {
 		d.err = err
-		return false, fmt.Errorf("agreeing on a stop: %w", err)
+		return false, 0, fmt.Errorf("agreeing on a stop: %w", err)
 	}
-	return v[0] > 0, nil
+	return v[0] > 0, int(v[1] + 0.5), nil
 }
 
 // mustSync runs a gradient sync, turning its error into the step's
@@ -281,7 +298,7 @@ func (d *ddp) agreeStop(stop bool) (bool, error) {
 func (d *ddp) mustSync(step int, sync func() error) {
 	if err := sync(); err != nil {
 		d.err = err
-		panic(&tensor.Error{Op: "train", Msg: fmt.Sprintf("step %d: %v", step+1, err)})
+		panic(&tensor.Error{Err: fmt.Errorf("step %d: %w", step+1, err)})
 	}
 }
 

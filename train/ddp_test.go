@@ -326,6 +326,7 @@ func TestDDPEquivalence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
+			cfg.Out = filepath.Join(t.TempDir(), "out")
 			cfg.BatchSize, cfg.GradAccum = tc.batch, tc.accm
 			switch tc.pipeline {
 			case "":
@@ -357,6 +358,7 @@ func TestDDPEquivalence(t *testing.T) {
 func TestDDPResumeWithoutCheckpoint(t *testing.T) {
 	cfg := ddpConfig(t, 11)
 	cfg.MaxIters, cfg.CkptInterval, cfg.LogInterval = 6, 3, 1000
+	cfg.LRDecayIters = 12 // the horizon of the resumed run
 	runGroup(t, cfg, 2)
 
 	cfg.MaxIters, cfg.Resume, cfg.CommTimeout = 12, true, 20*time.Second
@@ -423,5 +425,134 @@ func BenchmarkDDPStepOverhead(b *testing.B) {
 	if runtime.NumCPU() < 4 {
 		b.Logf("the 2 ranks share %d cores, so the ratio includes the contention: about 2 if sharing were all it cost, "+
 			"less where one process uses all the cores less well than 2 processes do", runtime.NumCPU())
+	}
+}
+
+// TestDDPRanksAgree starts ranks by hand with different settings: every
+// rank fails before step 1, naming each setting by its flag, and rank 0
+// writes nothing. Same flags but a folder rank 0 refuses: every rank
+// fails with rank 0's reason.
+func TestDDPRanksAgree(t *testing.T) {
+	cfg := ddpConfig(t, 5)
+	cfg.MaxIters, cfg.CommTimeout = 4, 30*time.Second
+	other := cfg
+	other.LR, other.GradClip = 2*cfg.LR, 0.5
+	t0 := time.Now()
+	_, errs, outs := startGroup(t, []Config{cfg, other})
+	for r, err := range errs {
+		for _, want := range []string{"settings differ", "--lr: rank 0 has 0.001, rank 1 has 0.002", "--grad-clip: rank 0 has 1, rank 1 has 0.5"} {
+			if err == nil || !strings.Contains(outs[r], want) {
+				t.Errorf("rank %d (%v) does not fail saying %q:\n%s", r, err, want, outs[r])
+			}
+		}
+	}
+	if took := time.Since(t0); took > 20*time.Second {
+		t.Errorf("the group took %v to fail", took)
+	}
+	if _, err := os.Stat(cfg.Out); err == nil {
+		t.Errorf("rank 0 made %s for a job that cannot start", cfg.Out)
+	}
+
+	// Rank 0 refuses a folder that holds a run; rank 1 gives up with it.
+	os.MkdirAll(cfg.Out, 0o755)
+	os.WriteFile(filepath.Join(cfg.Out, ModelFile), []byte("weights"), 0o644)
+	_, errs, outs = startGroup(t, []Config{cfg, cfg})
+	for r, err := range errs {
+		if want := "already holds a run"; err == nil || !strings.Contains(outs[r], want) {
+			t.Errorf("rank %d (%v) does not fail saying %q:\n%s", r, err, want, outs[r])
+		}
+	}
+	if !strings.Contains(outs[1], "rank 0 refused the run") {
+		t.Errorf("rank 1 does not say that rank 0 refused:\n%s", outs[1])
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.Out, ModelFile)); string(b) != "weights" {
+		t.Error("the folder's weights were overwritten")
+	}
+}
+
+// TestDDPNumberedFolder: without --out, rank 0 picks the group's
+// numbered folder, and a resumed group continues it.
+func TestDDPNumberedFolder(t *testing.T) {
+	cfg := ddpConfig(t, 6)
+	cfg.Out, cfg.Runs = "", filepath.Join(t.TempDir(), "runs")
+	cfg.MaxIters, cfg.CkptInterval, cfg.LRDecayIters = 4, 2, 6
+	runGroup(t, cfg, 2)
+	want := filepath.Join(cfg.Runs, runName(1))
+	if _, err := os.Stat(filepath.Join(want, ModelFile)); err != nil {
+		t.Fatalf("the group's run folder: %v", err)
+	}
+	if ns := runNumbers(cfg.Runs); len(ns) != 1 {
+		t.Fatalf("the group made run folders %v, want one", ns)
+	}
+	cfg.Resume, cfg.MaxIters = true, 6
+	_, errs, outs := startGroup(t, []Config{cfg, cfg})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d resuming: %v\n%s", r, err, outs[r])
+		}
+	}
+	if !strings.Contains(outs[0], "continuing from "+filepath.Join(want, CheckpointDir)) {
+		t.Errorf("rank 0 did not continue %s:\n%s", want, outs[0])
+	}
+	if ns := runNumbers(cfg.Runs); len(ns) != 1 {
+		t.Errorf("resuming made run folders %v, want one", ns)
+	}
+}
+
+// TestDDPEvalEqualsOneProcess: each rank evaluates its share of the
+// windows one process of the same global micro-batch evaluates, and the
+// group's losses (at step 0, where the weights are the same) equal that
+// process's within 1e-6.
+func TestDDPEvalEqualsOneProcess(t *testing.T) {
+	base := ddpConfig(t, 8)
+	base.MaxIters, base.EvalIters, base.EvalInterval = 1, 3, 1000
+	single := base
+	single.Out = filepath.Join(t.TempDir(), "out")
+	var log bytes.Buffer
+	if _, err := Run(single, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	evalAt0 := func(dir string) (tl, vl float64) {
+		t.Helper()
+		for _, line := range splitLines(mustRead(t, filepath.Join(dir, MetricsFile))) {
+			var m Metric
+			if json.Unmarshal(line, &m) == nil && m.Step == 0 && m.ValLoss != nil {
+				return *m.TrainLoss, *m.ValLoss
+			}
+		}
+		t.Fatalf("%s has no evaluation at step 0", dir)
+		return
+	}
+	wantT, wantV := evalAt0(single.Out)
+	// A rank evaluating its own 6 windows alone would be this far off.
+	half := base
+	half.BatchSize, half.Out = 6, filepath.Join(t.TempDir(), "out")
+	if _, err := Run(half, &log); err != nil {
+		t.Fatal(err)
+	}
+	if _, hv := evalAt0(half.Out); math.Abs(hv-wantV) < 1e-4 {
+		t.Fatalf("6 and 12 windows give val losses %.7f and %.7f: the test could not tell a rank's share from the whole", hv, wantV)
+	}
+	group := base
+	group.BatchSize, group.Out = 6, filepath.Join(t.TempDir(), "out")
+	runGroup(t, group, 2)
+	gotT, gotV := evalAt0(group.Out)
+	t.Logf("val loss at step 0: 1 process %.8f, 2 ranks %.8f; train loss %.8f and %.8f", wantV, gotV, wantT, gotT)
+	if math.Abs(gotV-wantV) > 1e-6 || math.Abs(gotT-wantT) > 1e-6 {
+		t.Errorf("2 ranks × 6 evaluate train %.8f, val %.8f; 1 process × 12: %.8f, %.8f (want within 1e-6)", gotT, gotV, wantT, wantV)
+	}
+}
+
+// TestDDPDivergenceStopsTheGroup: a loss that is not finite on the ranks
+// stops every rank at the first such step.
+func TestDDPDivergenceStopsTheGroup(t *testing.T) {
+	cfg := ddpConfig(t, 9)
+	cfg.LR, cfg.MinLR, cfg.WarmupIters, cfg.GradClip, cfg.MaxIters = 1e30, 0, 0, 0, 6
+	cfg.BatchSize = 6
+	_, errs, outs := startGroup(t, []Config{cfg, cfg})
+	for r, err := range errs {
+		if want := ": the training loss of 2 of the 2 ranks is not finite"; err == nil || !strings.Contains(outs[r], want) {
+			t.Errorf("rank %d (%v) does not fail saying %q:\n%s", r, err, want, outs[r])
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
@@ -51,7 +52,7 @@ func Load(dir, weights, device string) (*Trained, error) {
 	}
 	wpath := filepath.Join(dir, weights)
 	if _, err := os.Stat(wpath); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no model in %s: %s is missing (training may not have finished)", dir, weights)
+		return nil, missingWeights(dir, weights)
 	}
 	dev, err := backend.Resolve(device)
 	if err != nil {
@@ -149,4 +150,21 @@ func EvalTokens(tr *Trained, path string) (val data.Tokens, close func(), err er
 	}
 	_, v := data.Split(ids)
 	return data.Int32s(v), func() {}, nil
+}
+
+// missingWeights is the error for a run folder without the weights file
+// asked for. Where the run has a checkpoint (it was interrupted, or is
+// still training), it says how to use the newest one.
+func missingWeights(dir, weights string) error {
+	msg := fmt.Sprintf("no model in %s: %s is missing (training may not have finished)", dir, weights)
+	ck, _, _, err := checkpoint.Latest(filepath.Join(dir, CheckpointDir))
+	if err != nil || ck == "" {
+		return errors.New(msg)
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(ck, ModelFile))
+	if err != nil {
+		rel = filepath.Join(ck, ModelFile)
+	}
+	return fmt.Errorf("%s; its newest checkpoint is %s: give --weights %s to use its weights, "+
+		"or finish the run with fleet train --out %s --resume", msg, ck, rel, dir)
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/optim"
@@ -307,28 +306,15 @@ func clipGradNormDevices(params []*nn.Parameter, maxNorm float64) float64 {
 	return norm
 }
 
-// estimateLoss is EstimateLoss through the stages: each batch whole (no
-// micro-batches), dropout off, no gradients.
-func (p *pipeRun) estimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64 {
-	defer m.SetTraining(m.SetTraining(false))
-	p.st.SyncHead()
-	T := s.BlockSize()
-	x := make([]int32, batch*T)
-	y := make([]int32, batch*T)
-	var total float64
-	tensor.NoGrad(func() {
-		for k := 0; k < iters; k++ {
-			s.Batch(step, k*batch, batch, x, y)
-			tensor.Step(func() {
-				h := tensor.FromInt32s(p.devs[0], x, batch, T)
-				for st, d := range p.devs {
-					h = p.st.Forward(st, h.To(d), 0)
-				}
-				total += float64(tensor.CrossEntropy(h, tensor.FromInt32s(h.Device(), y, batch, T)).Item())
-			})
-		}
-	})
-	return total / float64(iters)
+// evalLoss is the model's loss through the stages, for evaluation: each
+// batch whole (no micro-batches). x and y are on the first stage's device;
+// the head's copy of the embedding must be in sync (SyncHead).
+func (p *pipeRun) evalLoss(x, y *tensor.Tensor) *tensor.Tensor {
+	h := x
+	for st, d := range p.devs {
+		h = p.st.Forward(st, h.To(d), 0)
+	}
+	return tensor.CrossEntropy(h, y.To(h.Device()))
 }
 
 // PipelineReport is pipeline.json: the schedule, and the stage times

@@ -158,7 +158,7 @@ func (r *run) openFill(step int) error {
 		r.loader = l
 		src = func(step, micro int, x, y []int32) {
 			if err := l.Fill(step, micro, x, y); err != nil {
-				panic(&tensor.Error{Op: "train", Msg: err.Error()})
+				panic(&tensor.Error{Err: err})
 			}
 		}
 	}

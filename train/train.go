@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
@@ -38,6 +40,13 @@ const (
 type RunConfig struct {
 	Train Config       `json:"train"`
 	Model model.Config `json:"model"`
+	// DataID and TokenizerID name the run's data and tokenizer by
+	// content, for --resume and the ranks of a job to compare.
+	DataID      Identity `json:"data_identity"`
+	TokenizerID Identity `json:"tokenizer_identity"`
+	// History lists the resumes that changed settings (--allow-changes),
+	// oldest first.
+	History []Resumption `json:"history,omitempty"`
 }
 
 // Summary is summary.json.
@@ -148,6 +157,7 @@ func (r *run) fillMetric(m *Metric, n int) {
 
 // Result is a finished run.
 type Result struct {
+	Dir       string // the run's folder
 	Model     *model.GPT
 	Tokenizer Tokenizer
 	Summary   Summary
@@ -229,14 +239,40 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
 	}
-	if err := prepareOutFor(cfg); err != nil {
+	// The ranks of a job join their store first: rank 0 decides the run's
+	// folder, and every rank compares its settings with rank 0's, before
+	// any rank writes.
+	var store *dist.Store
+	agreed := false
+	if cfg.WorldSize > 1 {
+		if store, err = joinStore(cfg, log); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if store == nil {
+				return // the ddp owns it
+			}
+			if err != nil && !agreed {
+				postFailure(store, cfg.Rank, err)
+			}
+			store.Close()
+		}()
+	}
+	plan, err := shareOut(store, cfg)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.Out == "" { // a folder rank 0 chose; a given --out stays this rank's own
+		cfg.Out = plan.Dir
+	}
+	if plan.Note != "" && cfg.Rank == 0 {
+		fmt.Fprintln(log, plan.Note)
 	}
 	ckRoot := filepath.Join(cfg.Out, CheckpointDir)
 	var resumeDir string
 	var resumeMan *checkpoint.Manifest
 	if cfg.Resume {
-		d, m, skipped, err := checkpoint.Latest(ckRoot)
+		d, m, skipped, err := newestCheckpoint(ckRoot)
 		if err != nil {
 			return nil, err
 		}
@@ -247,8 +283,6 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			fmt.Fprintf(log, "resume: no complete checkpoint in %s; starting at step 0\n", ckRoot)
 		}
 		resumeDir, resumeMan = d, m
-	} else if cfg.Rank == 0 && checkpoint.Exists(ckRoot) {
-		return nil, fmt.Errorf("--out %s already holds checkpoints (%s); add --resume to continue that run, or pick a new --out", cfg.Out, ckRoot)
 	}
 	ds, err := openData(cfg)
 	if err != nil {
@@ -258,6 +292,37 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if cfg.BatchAuto {
 		if err := autoBatch(&cfg, ds.vocab, dev, resumeMan, log); err != nil {
 			return nil, err
+		}
+	}
+	tok, err := ds.tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
+		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}
+	if resumeMan != nil {
+		if err := checkResume(&rc, resumeDir, resumeMan, log); err != nil {
+			return nil, err
+		}
+	}
+	if store != nil {
+		err := agreeSettings(store, cfg.Rank, settingsOf(rc))
+		agreed = true
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
+		created, merr := makeOut(plan)
+		if created {
+			defer func() {
+				if err != nil {
+					os.Remove(cfg.Out) // only if still empty: a run that wrote nothing leaves no folder
+				}
+			}()
+		}
+		if merr != nil {
+			return nil, merr
 		}
 	}
 	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
@@ -276,10 +341,6 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	r.evalTr, _ = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
 	r.vocab = ds.vocab
-	tok, err := ds.tokenizer()
-	if err != nil {
-		return nil, err
-	}
 
 	mc := cfg.ModelConfig(ds.vocab)
 	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
@@ -297,7 +358,6 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	rc := RunConfig{Train: cfg, Model: mc}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
 		if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
 			return nil, err
@@ -342,7 +402,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	start := 0
 	if resumeDir != "" {
-		if start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan, mc); err != nil {
+		if start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan); err != nil {
 			return nil, err
 		}
 		if start > cfg.MaxIters {
@@ -360,11 +420,15 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	defer r.close()
-	if err := r.openDDP(); err != nil {
-		return nil, err
+	if store != nil {
+		s := store
+		store = nil // the ddp owns it from here
+		if err := r.openDDP(s); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Rank != 0 { // rank 0 logs for the group
-		fmt.Fprintf(log, "rank %d: training quietly; rank 0 logs, evaluates and saves for the group\n", cfg.Rank)
+		fmt.Fprintf(log, "rank %d: training quietly; rank 0 logs and saves for the group\n", cfg.Rank)
 		r.log = io.Discard
 	}
 	r.startSampler()
@@ -380,7 +444,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	if cfg.Rank != 0 {
-		return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
+		return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil
 	}
 	if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
 		return nil, err
@@ -391,7 +455,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err := r.diagnose(sum); err != nil {
 		return nil, err
 	}
-	return &Result{Model: r.model, Tokenizer: tok, Summary: sum}, nil
+	return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil
 }
 
 // scheduleStep is the learning-rate schedule's position at a step: the
@@ -415,7 +479,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		}
 	}()
 	for step := first; ; step++ {
-		if (step%cfg.EvalInterval == 0 || step == cfg.MaxIters) && cfg.Rank == 0 {
+		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters { // every rank evaluates its share
 			if err := r.evaluate(step, sum); err != nil {
 				return err
 			}
@@ -433,6 +497,28 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		dt := time.Since(t0).Seconds()
 		wait := (r.dataWait - w0).Seconds() * 1000
 		tl := time.Now()
+		// The group agrees on a stop (a signal to any rank) and on a loss
+		// that is not finite, after every step.
+		stop := false
+		select {
+		case <-cfg.Stop:
+			stop = true
+		default:
+		}
+		bad := !finite(loss)
+		nBad := 0
+		if bad {
+			nBad = 1
+		}
+		if r.ddp != nil {
+			var err error
+			if stop, nBad, err = r.ddp.agreeStep(stop, bad); err != nil {
+				return fmt.Errorf("step %d: %w", step+1, err)
+			}
+		}
+		if nBad > 0 {
+			return r.diverged(step+1, loss, nBad)
+		}
 		sum.Steps++
 		lossAcc += loss
 		lossN++
@@ -476,9 +562,6 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 				m.LossScale = &sc
 			}
 			fmt.Fprintln(r.log)
-			if math.IsNaN(avg) || math.IsInf(avg, 0) {
-				return fmt.Errorf("step %d: training loss is %v; lower --lr or raise --grad-clip", step+1, avg)
-			}
 			gn := r.gradNorm
 			m.GradNorm = &gn
 			r.fillMetric(&m, lossN)
@@ -491,18 +574,6 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			return err
 		}
 		done := step + 1
-		stop := false
-		select {
-		case <-cfg.Stop:
-			stop = true
-		default:
-		}
-		if r.ddp != nil { // the group stops together, after the same step
-			var err error
-			if stop, err = r.ddp.agreeStop(stop); err != nil {
-				return fmt.Errorf("step %d: %w", done, err)
-			}
-		}
 		if stop {
 			if err := r.ckpt.save(r, done, sum.BestValLoss, true); err != nil {
 				return err
@@ -532,6 +603,40 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 	return nil
 }
 
+// diverged is the error of a step whose loss was not finite (on nBad
+// ranks of a group): the first such step, since every step is checked,
+// and nothing after the step before it was saved.
+func (r *run) diverged(step int, loss float64, nBad int) error {
+	what := fmt.Sprintf("the training loss is %v", loss)
+	if w := max(r.cfg.WorldSize, 1); w > 1 {
+		what = fmt.Sprintf("the training loss of %d of the %d ranks is not finite (this rank's: %v)", nBad, w, loss)
+	}
+	return fmt.Errorf("step %d: %s: the run diverged at this step, the first whose loss is not finite; %s", step, what, r.divergedAdvice())
+}
+
+// divergedAdvice says what of a diverged run was saved, and how to train
+// on.
+func (r *run) divergedAdvice() string {
+	cfg := r.cfg
+	if r.ckpt != nil {
+		r.ckpt.wait(io.Discard) // the newest checkpoint, not one still being written
+	}
+	saved := "no checkpoint was written after it"
+	if r.ckpt != nil && r.ckpt.lastStep >= 0 {
+		saved = fmt.Sprintf("the last checkpoint, %s (step %d), is from before it", r.ckpt.last, r.ckpt.lastStep)
+	}
+	advice := fmt.Sprintf("lower --lr (now %g), lengthen --warmup-iters (now %d), or clip harder with a smaller --grad-clip", cfg.LR, cfg.WarmupIters)
+	if cfg.GradClip > 0 {
+		advice += fmt.Sprintf(" (now %g)", cfg.GradClip)
+	} else {
+		advice += " (now 0: off; 1 is usual)"
+	}
+	if cfg.Precision == "fp16" {
+		advice += "; or train in --precision bf16, whose range is fp32's: fp16's overflows"
+	}
+	return fmt.Sprintf("%s. To train on, %s", saved, advice)
+}
+
 // step runs one optimizer step: GradAccum micro-batches, each loss scaled
 // by 1/GradAccum so the gradients add up to those of the whole batch, then
 // clipping and AdamW. With a loss scaler, the losses are also multiplied
@@ -547,11 +652,11 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 	B, T := cfg.BatchSize, cfg.BlockSize
 	if !r.opened {
 		if err := r.staged.open(r.dev, B, T); err != nil {
-			panic(&tensor.Error{Op: "train", Msg: "staging batches: " + err.Error()})
+			panic(&tensor.Error{Err: fmt.Errorf("staging batches: %w", err)})
 		}
 		r.opened = true
 		if err := r.openFill(step); err != nil {
-			panic(&tensor.Error{Op: "train", Msg: err.Error()})
+			panic(&tensor.Error{Err: err})
 		}
 	}
 	if r.pipe != nil {
@@ -622,17 +727,39 @@ func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64
 }
 
 // evaluate estimates train and val loss on EvalIters random batches each,
-// saving best.safetensors when val loss improves.
+// saving best.safetensors when val loss improves. In a data-parallel group
+// every rank evaluates its rows of the batches one process of the same
+// global micro-batch would evaluate, and the losses are averaged, so the
+// group's estimate is that process's.
 func (r *run) evaluate(step int, sum *Summary) error {
 	var tl, vl float64
-	estimate := EstimateLoss
+	loss := r.model.Loss
 	if r.pipe != nil {
-		estimate = r.pipe.estimateLoss
+		r.pipe.st.SyncHead()
+		loss = r.pipe.evalLoss
 	}
+	rank, world := r.cfg.Rank, max(r.cfg.WorldSize, 1)
 	tensor.Autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
-		tl = estimate(r.model, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize)
-		vl = estimate(r.model, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize)
+		tl = estimateLoss(r.model, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+		vl = estimateLoss(r.model, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
 	})
+	if r.ddp != nil {
+		vals := [...]float32{float32(tl), float32(vl)}
+		if err := r.ddp.average(vals[:]); err != nil {
+			r.ddp.err = err
+			return fmt.Errorf("step %d: averaging the evaluation: %w", step, err)
+		}
+		tl, vl = float64(vals[0]), float64(vals[1])
+	}
+	if !finite(tl) || !finite(vl) {
+		// The weights the step left are not finite: no metric, no
+		// best.safetensors, and no JSON could even hold the loss.
+		return fmt.Errorf("step %d: the evaluation loss is not finite (train %v, val %v): the run diverged at or before this step; %s",
+			step, tl, vl, r.divergedAdvice())
+	}
+	if r.cfg.Rank != 0 {
+		return nil // rank 0 logs and saves
+	}
 	ppl := math.Exp(vl)
 	fmt.Fprintf(r.log, "eval step %d: train loss %.4f, val loss %.4f, val perplexity %.3f\n", step, tl, vl, ppl)
 	sum.FinalValLoss = vl
@@ -652,16 +779,27 @@ func (r *run) evaluate(step int, sum *Summary) error {
 // EstimateLoss averages the loss over iters batches of random windows
 // drawn for step, with dropout off and no gradients.
 func EstimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64 {
+	return estimateLoss(m, m.Loss, s, step, iters, batch, 0, 1)
+}
+
+// estimateLoss is EstimateLoss for rank of a group of world processes,
+// each with batch rows: batch k of the group is windows k·batch·world
+// onwards, and the rank evaluates its batch rows of it, with loss (the
+// model's, or a pipeline's through its stages). The mean of the ranks'
+// estimates is the estimate of one process with batch·world rows.
+func estimateLoss(m *model.GPT, loss func(x, y *tensor.Tensor) *tensor.Tensor, s *data.Sampler,
+	step, iters, batch, rank, world int) float64 {
 	defer m.SetTraining(m.SetTraining(false))
 	T := s.BlockSize()
 	x := make([]int32, batch*T)
 	y := make([]int32, batch*T)
+	dev := m.Device()
 	var total float64
 	tensor.NoGrad(func() {
 		for k := 0; k < iters; k++ {
-			s.Batch(step, k*batch, batch, x, y)
+			s.Batch(step, (k*world+rank)*batch, batch, x, y)
 			tensor.Step(func() {
-				total += float64(m.Loss(tensor.FromInt32s(m.Device(), x, batch, T), tensor.FromInt32s(m.Device(), y, batch, T)).Item())
+				total += float64(loss(tensor.FromInt32s(dev, x, batch, T), tensor.FromInt32s(dev, y, batch, T)).Item())
 			})
 		}
 	})
@@ -670,6 +808,7 @@ func EstimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64
 
 // addMetric appends a line to metrics.jsonl, rewriting the file atomically.
 func (r *run) addMetric(m Metric) error {
+	dropNonFinite(&m)
 	line, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -685,28 +824,6 @@ func (r *run) addMetric(m Metric) error {
 	return atomicfile.WriteFile(filepath.Join(r.cfg.Out, MetricsFile), r.metrics.Bytes())
 }
 
-// prepareOutFor prepares the output folder on rank 0, which writes the
-// group's files; the other ranks only read it (checkpoints, to resume).
-func prepareOutFor(cfg Config) error {
-	if cfg.Rank != 0 {
-		return nil
-	}
-	return prepareOut(cfg.Out)
-}
-
-// prepareOut creates the output folder and checks that it can be written.
-func prepareOut(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".write-check-*")
-	if err != nil {
-		return fmt.Errorf("--out %s is not writable: %w", dir, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
-}
-
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -714,6 +831,20 @@ func writeJSON(path string, v any) error {
 	}
 	return atomicfile.WriteFile(path, append(b, '\n'))
 }
+
+// dropNonFinite leaves out the fields of m that are NaN or infinite (an
+// fp16 step's gradient norm where the scaler skipped it, or a diverging
+// run's), which JSON cannot hold: the log line still shows them.
+func dropNonFinite(m *Metric) {
+	v := reflect.ValueOf(m).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if f, ok := v.Field(i).Interface().(*float64); ok && f != nil && !finite(*f) {
+			v.Field(i).SetZero()
+		}
+	}
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

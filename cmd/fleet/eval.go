@@ -11,7 +11,7 @@ import (
 
 func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	out := fs.String("out", "out", "run folder written by fleet train")
+	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+train.DefaultRunsDir+")")
 	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own (fleet's or Hugging Face's; needs --data)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
@@ -20,6 +20,10 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", "device: auto, cpu")
 	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	var err error
+	if *out, err = runDir(*out, *weights, stderr); err != nil {
 		return err
 	}
 	if *batch <= 0 {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 )
 
@@ -109,5 +110,23 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	return nil
+	return finiteFlags(fs)
+}
+
+// finiteFlags refuses a float flag set to NaN or ±Inf, which Go's flag
+// package parses like any number. No command's float setting means
+// anything at NaN or infinity, and checked here, before any command
+// starts, none can write a file with one (JSON cannot even hold it).
+func finiteFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || err != nil {
+			return
+		}
+		if v, ok := g.Get().(float64); ok && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			err = fmt.Errorf("--%s %v: want a finite number", f.Name, v)
+		}
+	})
+	return err
 }

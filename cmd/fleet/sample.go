@@ -10,7 +10,7 @@ import (
 
 func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	out := fs.String("out", "out", "run folder written by fleet train")
+	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+train.DefaultRunsDir+")")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss), or a GPT-2 safetensors file of its own (fleet's or Hugging Face's)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
 	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR)")
@@ -21,6 +21,10 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1337, "random seed")
 	device := fs.String("device", "auto", "device: auto, cpu")
 	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	var err error
+	if *out, err = runDir(*out, *weights, stderr); err != nil {
 		return err
 	}
 	if *tokens < 0 {

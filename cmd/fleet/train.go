@@ -101,7 +101,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.StringVar(&c.Data, "data", "", "training data: a folder from fleet prepare; token files (a .bin file, or a folder of *train*.bin and *val*.bin); "+
 		"or text, a file or a folder of files read in sorted order, tokenized by character (default: Go's standard-library source)")
-	fs.StringVar(&c.Out, "out", c.Out, "output folder")
+	fs.StringVar(&c.Out, "out", "", "the run's folder; one that holds a run is refused without --resume (default: a new folder "+train.DefaultRunsDir+"/run-NNN for each run)")
 	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "model vocabulary (0: the data's); needed for token files without --tokenizer, and may pad (50304 for GPT-2)")
 	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "tokenizer of token files without a manifest (char:FILE, bpe:FILE, gpt2:FILE|DIR), recorded for sampling")
 	fs.IntVar(&c.DataWorkers, "data-workers", c.DataWorkers, "goroutines drawing batches ahead of the trainer (0: min(4, CPUs))")
@@ -132,7 +132,8 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.MicroBatches, "micro-batches", 0, "with --pipeline: pipeline micro-batches per --batch-size (which they must divide; 0: 1, the naive schedule)")
 	fs.StringVar(&c.PipelineSplit, "pipeline-split", "", "with --pipeline: blocks per stage, comma-separated, e.g. 3,5 (default: balanced by parameter count)")
 	fs.StringVar(&c.PipelineSchedule, "pipeline-schedule", "", "with --pipeline: gpipe (default) or 1f1b")
-	fs.BoolVar(&c.Resume, "resume", false, "continue from the newest complete checkpoint in --out (from step 0 if there is none)")
+	fs.BoolVar(&c.Resume, "resume", false, "continue the run in --out (default: the newest run in "+train.DefaultRunsDir+") from its newest checkpoint that verifies (from step 0 if it has none yet); refused where its checkpoints are all damaged, where it finished without one, and where the checkpoint does not fit the flags")
+	fs.BoolVar(&c.AllowChanges, "allow-changes", false, "with --resume: allow optimizer, schedule, batch, dropout and precision settings other than the checkpoint's; config.json records each change (a different model, tokenizer or data is refused either way)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -166,7 +167,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
 		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
-	fmt.Fprintf(stdout, "wrote %s\n", c.Out)
+	fmt.Fprintf(stdout, "wrote %s\n", res.Dir)
 	prompt, err := res.Tokenizer.Encode("\n")
 	if err != nil || len(prompt) == 0 {
 		prompt = []int32{0}
@@ -191,18 +192,20 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 	for _, w := range env.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	if env.WorldSize <= 1 {
-		return nil
-	}
-	if env.Secret == "" {
-		return fmt.Errorf("this %d-process job has no secret, so its rendezvous could not refuse strangers: start it with fleet run, with torchrun --standalone (or --rdzv-id ID), or export FLEET_JOB_SECRET with the same random value (e.g. openssl rand -hex 32) to every process", env.WorldSize)
-	}
-	c.Rank, c.WorldSize = env.Rank, env.WorldSize
-	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
+	// A launcher's restart continues the job, in any world size: from the
+	// latest checkpoint, or from step 0 where there is none yet.
 	if env.RestartCount > 0 && !c.Resume {
 		fmt.Fprintf(stderr, "restart %d of the job: resuming from the latest checkpoint\n", env.RestartCount)
 		c.Resume = true
 	}
+	if env.WorldSize <= 1 {
+		return nil
+	}
+	if env.Secret == "" {
+		return fmt.Errorf("this %d-process job has no secret, so its rendezvous could not refuse strangers: start it with fleet run, with torchrun --standalone (or --rdzv_id ID), or export FLEET_JOB_SECRET with the same random value (e.g. openssl rand -hex 32) to every process", env.WorldSize)
+	}
+	c.Rank, c.WorldSize = env.Rank, env.WorldSize
+	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
 	if c.Device == "auto" || c.Device == "cuda" {
 		if d, err := backend.Resolve(c.Device); err == nil && d.Kind == "cuda" {
 			c.Device = fmt.Sprintf("cuda:%d", env.LocalRank)

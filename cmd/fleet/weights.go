@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -10,6 +12,10 @@ import (
 // standalone reports whether --weights names a file of its own rather than
 // one in the run folder --out.
 func standalone(out, weights string) bool {
+	if out == "" {
+		_, err := os.Stat(weights)
+		return err == nil
+	}
 	if _, err := os.Stat(filepath.Join(out, weights)); err == nil && !filepath.IsAbs(weights) {
 		return false
 	}
@@ -23,4 +29,24 @@ func loadModel(out, weights, device string, nHead int, tokSpec, dataPath string)
 		return train.LoadFile(weights, nHead, device, tokSpec, dataPath)
 	}
 	return train.Load(out, weights, device)
+}
+
+// runDir resolves --out of sample, eval and export: as given, or else the
+// newest run under train.DefaultRunsDir, named on stderr. A weights file
+// of its own needs no run folder: then it may be "".
+func runDir(out, weights string, stderr io.Writer) (string, error) {
+	if out != "" {
+		return out, nil
+	}
+	d, note, err := train.RunFolder("")
+	if err != nil {
+		if standalone("", weights) {
+			return "", nil
+		}
+		return "", err
+	}
+	if !standalone(d, weights) {
+		fmt.Fprintln(stderr, note)
+	}
+	return d, nil
 }

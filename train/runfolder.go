@@ -1,0 +1,215 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/monitor/diagnose"
+)
+
+// DefaultRunsDir is the folder under which a run without --out gets a new
+// numbered folder of its own (run-001, run-002, ...), so that running fleet
+// train twice never writes over the first run.
+const DefaultRunsDir = "out"
+
+// runPrefix names the numbered run folders: run-001, run-002, ...
+const runPrefix = "run-"
+
+// runFiles are the files and folders a run writes into its folder. A
+// folder holding any of them holds a run, finished or not.
+var runFiles = []string{ConfigFile, TokenizerFile, MetricsFile, SummaryFile, ModelFile, BestFile,
+	CheckpointDir, diagnose.TelemetryFile, PipelineFile}
+
+// runFilesIn lists the run files in dir, and its numbered run folders.
+func runFilesIn(dir string) []string {
+	var have []string
+	for _, f := range runFiles {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			have = append(have, f)
+		}
+	}
+	for _, n := range runNumbers(dir) {
+		have = append(have, runName(n)+"/")
+	}
+	return have
+}
+
+// runName is the folder name of run n.
+func runName(n int) string { return fmt.Sprintf("%s%03d", runPrefix, n) }
+
+// runNumbers lists the numbered run folders in root, in increasing order.
+func runNumbers(root string) []int {
+	ents, _ := os.ReadDir(root)
+	var ns []int
+	for _, e := range ents {
+		s, ok := strings.CutPrefix(e.Name(), runPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(s); err == nil && n > 0 && runName(n) == e.Name() {
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+// NewestRun returns the newest run under root: the numbered run folder
+// with the highest number, or root itself where it holds a run's files
+// and no numbered folders (a run given --out root). It fails, saying how
+// to make one, where there is none.
+func NewestRun(root string) (string, error) {
+	if ns := runNumbers(root); len(ns) > 0 {
+		return filepath.Join(root, runName(ns[len(ns)-1])), nil
+	}
+	if len(runFilesIn(root)) > 0 {
+		return root, nil
+	}
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no run in %s: it does not exist (train one with fleet train, or name a run folder with --out)", root)
+	}
+	return "", fmt.Errorf("no run in %s: it holds no %sNNN folder and no run's files (train one with fleet train, or name a run folder with --out)", root, runPrefix)
+}
+
+// finishedRun reports whether a run folder's files say the run finished:
+// its final weights or summary are there.
+func finishedRun(have []string) bool {
+	return slices.Contains(have, ModelFile) || slices.Contains(have, SummaryFile)
+}
+
+// outPlan is where a run writes, decided before anything is written.
+type outPlan struct {
+	Dir string `json:"dir"`
+	// New says that Dir is a numbered folder to be made for this run
+	// (claimed with an exclusive mkdir, so two runs cannot share it).
+	New bool `json:"new,omitempty"`
+	// Note is a line for the log about the choice ("" for none).
+	Note string `json:"note,omitempty"`
+	// Err is rank 0's refusal, passed to the other ranks of a job.
+	Err string `json:"err,omitempty"`
+}
+
+// decideOut decides the run's folder. With Out given, the run's files go
+// directly into it; without, into a new numbered folder under Runs (or,
+// resuming, the newest one). A folder that holds a run's files is refused
+// unless the run resumes, and a finished run without a checkpoint cannot
+// be resumed: both would write over a finished run. Nothing is written.
+func decideOut(cfg Config) (outPlan, error) {
+	var p outPlan
+	if cfg.Out != "" {
+		p.Dir = cfg.Out
+	} else {
+		root := cfg.Runs
+		if root == "" {
+			root = DefaultRunsDir
+		}
+		if cfg.Resume {
+			if d, err := NewestRun(root); err == nil {
+				p.Dir = d
+				p.Note = fmt.Sprintf("run folder: %s, the newest run in %s (give --out DIR to resume another)", d, root)
+			}
+		}
+		if p.Dir == "" {
+			ns := runNumbers(root)
+			next := 1
+			if len(ns) > 0 {
+				next = ns[len(ns)-1] + 1
+			}
+			p.Dir, p.New = filepath.Join(root, runName(next)), true
+			p.Note = fmt.Sprintf("run folder: %s (a new one for each run; --out DIR names one)", p.Dir)
+			if cfg.Resume {
+				p.Note = fmt.Sprintf("resume: no run in %s to resume; %s", root, p.Note)
+			}
+			return p, nil
+		}
+	}
+	have := runFilesIn(p.Dir)
+	if len(have) == 0 {
+		return p, nil
+	}
+	if !cfg.Resume {
+		return p, fmt.Errorf("--out %s already holds a run (%s): add --resume to continue it, or give another --out "+
+			"(without --out, each run gets a new folder under %s)", p.Dir, strings.Join(have, ", "), DefaultRunsDir)
+	}
+	if !slices.Contains(have, CheckpointDir) && finishedRun(have) {
+		return p, fmt.Errorf("--resume: %s holds a finished run (%s) that left no checkpoint to continue from "+
+			"(it ran with --ckpt-interval 0); starting over would write over it. To train its weights further, "+
+			"give --init-from %s and another --out",
+			p.Dir, strings.Join(have, ", "), filepath.Join(p.Dir, ModelFile))
+	}
+	return p, nil
+}
+
+// makeOut creates the decided folder and checks that it can be written. A
+// new numbered folder is claimed with an exclusive mkdir. It reports
+// whether it created the folder, which a run that fails before writing
+// anything into it then removes.
+func makeOut(p outPlan) (created bool, err error) {
+	if p.New {
+		if err := os.MkdirAll(filepath.Dir(p.Dir), 0o755); err != nil {
+			return false, fmt.Errorf("run folder %s: %w", p.Dir, err)
+		}
+		if err := os.Mkdir(p.Dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return false, fmt.Errorf("run folder %s: another run took it meanwhile; start again", p.Dir)
+			}
+			return false, fmt.Errorf("run folder %s: %w", p.Dir, err)
+		}
+		created = true
+	} else {
+		_, statErr := os.Stat(p.Dir)
+		if err := os.MkdirAll(p.Dir, 0o755); err != nil {
+			return false, fmt.Errorf("--out %s: %w", p.Dir, err)
+		}
+		created = errors.Is(statErr, fs.ErrNotExist)
+	}
+	f, err := os.CreateTemp(p.Dir, ".write-check-*")
+	if err != nil {
+		return created, fmt.Errorf("--out %s is not writable: %w", p.Dir, err)
+	}
+	f.Close()
+	return created, os.Remove(f.Name())
+}
+
+// newestCheckpoint finds the checkpoint a resumed run continues from: the
+// newest that verifies. Where checkpoints exist but none verifies, it
+// refuses, listing why each failed: starting over would write new
+// checkpoints over the damaged ones, which a user may still want to
+// repair, and restart a long run from nothing. Temporary folders of an
+// interrupted save are not checkpoints. With no checkpoint at all, dir is "".
+func newestCheckpoint(root string) (dir string, m *checkpoint.Manifest, skipped []error, err error) {
+	dir, m, skipped, err = checkpoint.Latest(root)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if dir == "" && len(skipped) > 0 {
+		var b strings.Builder
+		for _, e := range skipped {
+			fmt.Fprintf(&b, "\n  - %v", e)
+		}
+		return "", nil, nil, fmt.Errorf("--resume: %s holds checkpoints, but none verifies:%s\n"+
+			"nothing was written; repair or remove them, or give another --out to start over", root, b.String())
+	}
+	return dir, m, skipped, nil
+}
+
+// RunFolder resolves the run folder of fleet sample, eval and export: out
+// when it is given, else the newest run under DefaultRunsDir. It returns
+// the folder and a note naming it, "" when out was given.
+func RunFolder(out string) (dir, note string, err error) {
+	if out != "" {
+		return out, "", nil
+	}
+	d, err := NewestRun(DefaultRunsDir)
+	if err != nil {
+		return "", "", err
+	}
+	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, DefaultRunsDir), nil
+}
