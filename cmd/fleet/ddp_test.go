@@ -190,6 +190,9 @@ func TestDDPRankDies(t *testing.T) {
 	if !ok {
 		t.Fatalf("rank 0's error does not name rank 1 and the all-reduce:\n%s", out)
 	}
+	if strings.Contains(rank0.text, "fleet train: train:") {
+		t.Errorf("rank 0's error repeats its prefix: %q", rank0.text)
+	}
 	detect, exit := rank0.at.Sub(fault.at), end.Sub(fault.at)
 	t.Logf("rank 1 died after step 5; rank 0 failed %v later (%q); the job ended %v after the fault (collective timeout %v)",
 		detect.Round(time.Millisecond), rank0.text, exit.Round(time.Millisecond), timeout)
@@ -258,6 +261,9 @@ func TestDDPRankStuck(t *testing.T) {
 	rank0, ok := j.find("[rank 0] fleet train:", "rank 1", "all-reduce")
 	if !ok {
 		t.Fatalf("rank 0's error does not name rank 1 and the all-reduce:\n%s", out)
+	}
+	if strings.Contains(rank0.text, "fleet train: train:") {
+		t.Errorf("rank 0's error repeats its prefix: %q", rank0.text)
 	}
 	detect, exit := rank0.at.Sub(stopped), end.Sub(stopped)
 	t.Logf("rank 1 stopped; rank 0 failed %v later (%q); the job ended %v after the stop (collective timeout %v, launcher grace 1s)",

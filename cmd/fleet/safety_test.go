@@ -127,6 +127,34 @@ func TestNumberedRunsAndInterruptedSample(t *testing.T) {
 	}
 }
 
+// TestResumeOtherCharacters is the acceptance of the tokenizer check:
+// --resume on text of the same size over another character set of the
+// same size fails, naming the tokenizer.
+func TestResumeOtherCharacters(t *testing.T) {
+	dir := t.TempDir()
+	text := corpus()
+	data := writeFile(t, dir, "input.txt", text)
+	out := filepath.Join(dir, "run")
+	args := append([]string{"train", "--out", out, "--ckpt-interval", "10"}, tiny...)
+	if code, stdout, stderr := fleet(t, append(args, "--data", data)...); code != 0 {
+		t.Fatalf("train exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	shifted := strings.Map(func(r rune) rune {
+		if r >= 'a' && r < 'z' {
+			return r + 1
+		}
+		if r == 'z' {
+			return 'A'
+		}
+		return r
+	}, text)
+	other := writeFile(t, dir, "other.txt", shifted)
+	code, _, stderr := fleet(t, append(args, "--data", other, "--resume")...)
+	if code == 0 || !strings.Contains(stderr, "tokenizer: the checkpoint's is char") {
+		t.Errorf("--resume on other characters: exit %d, %s", code, stderr)
+	}
+}
+
 // TestRestartResumesAlone: a launcher's restart of a 1-process job
 // resumes (where checkpoints exist, a run without --resume is refused).
 func TestRestartResumesAlone(t *testing.T) {
