@@ -78,6 +78,7 @@ quick() {
   run smi "$G/fleet" smi
   # A short run with every monitor on: --batch-size auto probes, telemetry
   # (device events), TensorBoard files read back by TensorBoard itself.
+  rm -rf "$G/monitor-run" "$G/tb" # fleet train refuses a folder that holds a run: a rerun starts afresh
   run train-monitor "$G/fleet" train --device cuda --precision bf16 --batch-size auto --tokens-per-step 65536 \
     --max-iters 40 --eval-interval 20 --eval-iters 5 --log-interval 5 --out "$G/monitor-run" --tensorboard "$G/tb"
   run tb-check python3 scripts/tb_check.py "$G/tb"
@@ -99,6 +100,7 @@ full() {
   local data=$G/data/tinyshakespeare.txt
   [ -f "$data" ] || { echo "no $data: run build where ../shared/data has it"; exit 1; }
   # nanoGPT's config/train_shakespeare_char.py (it reports val loss 1.4697).
+  rm -rf "$G/shakespeare-char" # a rerun starts afresh (fleet train refuses a folder that holds a run)
   "$G/fleet" train --device cuda --precision bf16 --data "$data" --out "$G/shakespeare-char" \
     --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --dropout 0.2 \
     --lr 1e-3 --min-lr 1e-4 --beta2 0.99 --warmup-iters 100 --max-iters 5000 --lr-decay-iters 5000 \

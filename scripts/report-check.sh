@@ -23,6 +23,7 @@ work=$(cd "$work" && pwd)
 
 go build -o "$work/fleet" ./cmd/fleet
 # 60 steps logged every 2: lines of 30 points.
+rm -rf "$work/run" # fleet train refuses a folder that holds a run
 "$work/fleet" train --device cpu --max-iters 60 --eval-interval 20 --eval-iters 5 --log-interval 2 \
   --out "$work/run" >"$work/train.log" 2>&1 || { tail -20 "$work/train.log"; exit 1; }
 [ -f "$work/run/telemetry.json" ] || echo "note: the run wrote no telemetry.json, so the page has no diagnosis"
