@@ -131,6 +131,12 @@ type Config struct {
 	// the change. Without it such a change is refused. A different model,
 	// tokenizer or data is refused either way.
 	AllowChanges bool `json:"-"`
+	// JobID names the launcher's job (a digest of its secret; "" outside
+	// a launcher), recorded in config.json. Restart marks a launcher's
+	// restart of the job: it resumes, and without Out only a run folder
+	// of the same job, never another run's.
+	JobID   string `json:"job_id,omitempty"`
+	Restart bool   `json:"-"`
 	// Stop, when closed, makes the run finish its step, save a checkpoint
 	// and return ErrInterrupted.
 	Stop <-chan struct{} `json:"-"`

@@ -551,7 +551,7 @@ func TestDDPDivergenceStopsTheGroup(t *testing.T) {
 	cfg.BatchSize = 6
 	_, errs, outs := startGroup(t, []Config{cfg, cfg})
 	for r, err := range errs {
-		if want := ": the training loss of 2 of the 2 ranks is not finite"; err == nil || !strings.Contains(outs[r], want) {
+		if want := ": 2 of the 2 ranks' losses or gradients are not finite"; err == nil || !strings.Contains(outs[r], want) {
 			t.Errorf("rank %d (%v) does not fail saying %q:\n%s", r, err, want, outs[r])
 		}
 	}

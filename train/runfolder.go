@@ -1,6 +1,7 @@
 package train
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -112,8 +113,10 @@ func decideOut(cfg Config) (outPlan, error) {
 		}
 		if cfg.Resume {
 			if d, err := NewestRun(root); err == nil {
-				p.Dir = d
-				p.Note = fmt.Sprintf("run folder: %s, the newest run in %s (give --out DIR to resume another)", d, root)
+				if !cfg.Restart || ownRun(d, cfg.JobID) {
+					p.Dir = d
+					p.Note = fmt.Sprintf("run folder: %s, the newest run in %s (give --out DIR to resume another)", d, root)
+				}
 			}
 		}
 		if p.Dir == "" {
@@ -124,7 +127,10 @@ func decideOut(cfg Config) (outPlan, error) {
 			}
 			p.Dir, p.New = filepath.Join(root, runName(next)), true
 			p.Note = fmt.Sprintf("run folder: %s (a new one for each run; --out DIR names one)", p.Dir)
-			if cfg.Resume {
+			switch {
+			case cfg.Restart:
+				p.Note = fmt.Sprintf("restart: no run of this job in %s to resume; %s", root, p.Note)
+			case cfg.Resume:
 				p.Note = fmt.Sprintf("resume: no run in %s to resume; %s", root, p.Note)
 			}
 			return p, nil
@@ -138,7 +144,7 @@ func decideOut(cfg Config) (outPlan, error) {
 		return p, fmt.Errorf("--out %s already holds a run (%s): add --resume to continue it, or give another --out "+
 			"(without --out, each run gets a new folder under %s)", p.Dir, strings.Join(have, ", "), DefaultRunsDir)
 	}
-	if !slices.Contains(have, CheckpointDir) && finishedRun(have) {
+	if finishedRun(have) && !hasCheckpoint(p.Dir) {
 		return p, fmt.Errorf("--resume: %s holds a finished run (%s) that left no checkpoint to continue from "+
 			"(it ran with --ckpt-interval 0); starting over would write over it. To train its weights further, "+
 			"give --init-from %s and another --out",
@@ -147,35 +153,64 @@ func decideOut(cfg Config) (outPlan, error) {
 	return p, nil
 }
 
+// hasCheckpoint reports whether a run folder holds a checkpoint, sound or
+// damaged (temporary folders of interrupted saves aside).
+func hasCheckpoint(dir string) bool {
+	d, _, skipped, _ := checkpoint.Latest(filepath.Join(dir, CheckpointDir))
+	return d != "" || len(skipped) > 0
+}
+
+// ownRun reports whether the run in dir is the job's own: its config.json
+// names the job. A job without an id (a launcher that gave no secret) can
+// only tell that an unfinished run might be its own.
+func ownRun(dir, jobID string) bool {
+	if jobID == "" {
+		return !finishedRun(runFilesIn(dir))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return false
+	}
+	var rc RunConfig
+	return json.Unmarshal(b, &rc) == nil && rc.Train.JobID == jobID
+}
+
 // makeOut creates the decided folder and checks that it can be written. A
-// new numbered folder is claimed with an exclusive mkdir. It reports
-// whether it created the folder, which a run that fails before writing
-// anything into it then removes.
-func makeOut(p outPlan) (created bool, err error) {
+// new numbered folder is claimed with an exclusive mkdir; where another run
+// took it meanwhile, the next number is. It returns the folder, and
+// whether it created it, which a run that fails before writing anything
+// into it then removes.
+func makeOut(p outPlan) (dir string, created bool, err error) {
 	if p.New {
 		if err := os.MkdirAll(filepath.Dir(p.Dir), 0o755); err != nil {
-			return false, fmt.Errorf("run folder %s: %w", p.Dir, err)
+			return "", false, fmt.Errorf("run folder %s: %w", p.Dir, err)
 		}
-		if err := os.Mkdir(p.Dir, 0o755); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return false, fmt.Errorf("run folder %s: another run took it meanwhile; start again", p.Dir)
+		root := filepath.Dir(p.Dir)
+		for tries := 0; ; tries++ {
+			err := os.Mkdir(p.Dir, 0o755)
+			if err == nil {
+				break
 			}
-			return false, fmt.Errorf("run folder %s: %w", p.Dir, err)
+			if !errors.Is(err, fs.ErrExist) || tries == 100 {
+				return "", false, fmt.Errorf("run folder %s: %w", p.Dir, err)
+			}
+			ns := runNumbers(root)
+			p.Dir = filepath.Join(root, runName(ns[len(ns)-1]+1))
 		}
 		created = true
 	} else {
 		_, statErr := os.Stat(p.Dir)
 		if err := os.MkdirAll(p.Dir, 0o755); err != nil {
-			return false, fmt.Errorf("--out %s: %w", p.Dir, err)
+			return "", false, fmt.Errorf("--out %s: %w", p.Dir, err)
 		}
 		created = errors.Is(statErr, fs.ErrNotExist)
 	}
 	f, err := os.CreateTemp(p.Dir, ".write-check-*")
 	if err != nil {
-		return created, fmt.Errorf("--out %s is not writable: %w", p.Dir, err)
+		return p.Dir, created, fmt.Errorf("--out %s is not writable: %w", p.Dir, err)
 	}
 	f.Close()
-	return created, os.Remove(f.Name())
+	return p.Dir, created, os.Remove(f.Name())
 }
 
 // newestCheckpoint finds the checkpoint a resumed run continues from: the

@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -370,8 +371,8 @@ func TestDivergenceNamesFirstStep(t *testing.T) {
 	if _, serr := fmt.Sscanf(msg, "step %d:", &bad); serr != nil || bad < 2 || bad > 10 {
 		t.Fatalf("the error does not start with the step (2 or later): %s", msg)
 	}
-	for _, want := range []string{"the first whose loss is not finite", "lower --lr", "smaller --grad-clip",
-		checkpoint.DirName(bad - 1)} {
+	for _, want := range []string{"the first whose loss or gradients are not finite", "lower --lr", "smaller --grad-clip",
+		checkpoint.DirName(bad - 1) + " (step " + fmt.Sprint(bad-1) + "), holds the weights that gave it", "move it out of"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the error does not say %q:\n%s", want, msg)
 		}
@@ -397,13 +398,48 @@ func TestDivergenceNamesFirstStep(t *testing.T) {
 		t.Errorf("the steps logged are %v, want 1 to %d", logged, bad-1)
 	}
 
-	// A run whose evaluation meets the diverged weights fails too, and
-	// writes no NaN.
-	ev := diverging()
-	ev.MaxIters = bad - 1
+	// The steps before it alone train to the end.
+	before := diverging()
+	before.MaxIters = bad - 1
+	if _, err := Run(before, &log); err != nil {
+		t.Errorf("the first %d steps alone: %v", bad-1, err)
+	}
+
+	// Weights that are not finite from the start: the evaluation at step
+	// 0 says so, and nothing is written with a NaN in it.
+	src := tinyConfig(t)
+	src.MaxIters = 1
+	if _, err := Run(src, &log); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.Load(filepath.Join(src.Out, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poisoned := 0
+	for name, tt := range f.Tensors {
+		if strings.Contains(name, "ln_f") {
+			for i := 0; i+4 <= len(tt.Data); i += 4 {
+				binary.LittleEndian.PutUint32(tt.Data[i:], math.Float32bits(float32(math.NaN())))
+			}
+			poisoned++
+		}
+	}
+	if poisoned == 0 {
+		t.Fatal("no final LayerNorm among the weights to poison")
+	}
+	nanPath := filepath.Join(t.TempDir(), "nan.safetensors")
+	if err := checkpoint.Save(nanPath, f); err != nil {
+		t.Fatal(err)
+	}
+	ev := tinyConfig(t)
+	ev.InitFrom = nanPath
 	_, err = Run(ev, &log)
-	if err == nil || !strings.Contains(err.Error(), "evaluation loss is not finite") || strings.Contains(err.Error(), "json") {
-		t.Errorf("a run ending on diverged weights: err = %v, want the evaluation named", err)
+	if err == nil || !strings.HasPrefix(err.Error(), "step 0: the evaluation loss is not finite") {
+		t.Errorf("NaN weights: err = %v, want the evaluation at step 0 named", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ev.Out, MetricsFile)); err == nil && bytes.Contains(b, []byte("NaN")) {
+		t.Errorf("metrics.jsonl holds a NaN: %s", b)
 	}
 }
 
@@ -425,4 +461,60 @@ func TestBinaryDataRefused(t *testing.T) {
 	if _, err := os.Stat(c.Out); !errors.Is(err, fs.ErrNotExist) {
 		t.Error("a run folder was made")
 	}
+}
+
+// TestRestartResumesOnlyItsOwnRun: a launcher's restart without --out
+// resumes the newest run only where config.json names the same job;
+// another job's run, finished or not, is left alone and the restart starts
+// a new folder. A job without an id never resumes a finished run.
+func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
+	c := tinyConfig(t)
+	c.Runs, c.Out = filepath.Join(t.TempDir(), "runs"), ""
+	c.MaxIters, c.EvalInterval, c.CkptInterval, c.JobID = 4, 2, 2, "job-a"
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	first := filepath.Join(c.Runs, runName(1))
+	before := snapshotDir(t, first)
+
+	for i, id := range []string{"job-b", ""} {
+		r := c
+		r.JobID, r.Restart, r.Resume = id, true, true
+		log.Reset()
+		res, err := Run(r, &log)
+		want := filepath.Join(c.Runs, runName(i+2))
+		if err != nil || res.Dir != want || !strings.Contains(log.String(), "starting at step 0") {
+			t.Fatalf("restart of job %q: %v, dir %v, want a new %s at step 0\n%s", id, err, res, want, log.String())
+		}
+		sameFiles(t, first, before)
+	}
+
+	own := c
+	own.Restart, own.Resume, own.MaxIters = true, true, 6
+	own.LRDecayIters = 4 // the horizon the first attempt had
+	os.RemoveAll(filepath.Join(c.Runs, runName(2)))
+	os.RemoveAll(filepath.Join(c.Runs, runName(3)))
+	log.Reset()
+	res, err := Run(own, &log)
+	if err != nil || res.Dir != first || !strings.Contains(log.String(), "continuing from") {
+		t.Fatalf("restart of the run's own job: %v, dir %v, want %s resumed\n%s", err, res, first, log.String())
+	}
+}
+
+// TestResumeFinishedWithoutCheckpoints: a finished run whose checkpoints
+// folder holds none (emptied, or only an interrupted save's temporary
+// folder) is not started over by --resume.
+func TestResumeFinishedWithoutCheckpoints(t *testing.T) {
+	c := resumable(t)
+	root := filepath.Join(c.Out, CheckpointDir)
+	os.RemoveAll(root)
+	os.MkdirAll(filepath.Join(root, ".tmp-step-0000009-1"), 0o755)
+	before := snapshotDir(t, c.Out)
+	var log bytes.Buffer
+	_, err := Run(c, &log)
+	if err == nil || !strings.Contains(err.Error(), "finished run") {
+		t.Fatalf("--resume on a finished run with an empty checkpoints folder: err = %v\n%s", err, log.String())
+	}
+	sameFiles(t, c.Out, before)
 }

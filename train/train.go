@@ -197,6 +197,7 @@ type run struct {
 	meanStepMs               float64          // over the steps telemetry measured, all phases
 	commOverlappedMs         float64          // data parallelism: all-reduce time hidden behind backward, per step
 	gradNorm                 float64          // the last step's gradient norm, before clipping
+	badGrads                 bool             // the last step's gradients were not finite (no loss scaler): not applied
 	status                   *statusLine      // the live line on a terminal; nil: none
 	sampler                  *sysstat.Sampler // device utilisation in the background; nil: none
 	ddp                      *ddp             // data parallelism; nil in a world of one
@@ -313,7 +314,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		created, merr := makeOut(plan)
+		dir, created, merr := makeOut(plan)
+		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
+			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
+			cfg.Out = dir
+		}
 		if created {
 			defer func() {
 				if err != nil {
@@ -409,6 +414,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, fmt.Errorf("resume: checkpoint %s is at step %d, past --max-iters %d", resumeDir, start, cfg.MaxIters)
 		}
 		r.keepMetrics(start)
+		r.ckpt.last, r.ckpt.lastStep = resumeDir, start
 		sum.Steps = start
 		if start == cfg.MaxIters {
 			fmt.Fprintf(log, "resume: %s is the end of the run (step %d); rewriting the final files\n", resumeDir, start)
@@ -505,7 +511,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			stop = true
 		default:
 		}
-		bad := !finite(loss)
+		bad := !finite(loss) || r.badGrads
 		nBad := 0
 		if bad {
 			nBad = 1
@@ -607,23 +613,39 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 // ranks of a group): the first such step, since every step is checked,
 // and nothing after the step before it was saved.
 func (r *run) diverged(step int, loss float64, nBad int) error {
-	what := fmt.Sprintf("the training loss is %v", loss)
-	if w := max(r.cfg.WorldSize, 1); w > 1 {
-		what = fmt.Sprintf("the training loss of %d of the %d ranks is not finite (this rank's: %v)", nBad, w, loss)
+	var what string
+	if r.badGrads && finite(loss) {
+		what = fmt.Sprintf("the gradients are not finite (norm %v before clipping) though the loss, %v, is; the update was not applied", r.gradNorm, loss)
+	} else {
+		what = fmt.Sprintf("the training loss is %v", loss)
 	}
-	return fmt.Errorf("step %d: %s: the run diverged at this step, the first whose loss is not finite; %s", step, what, r.divergedAdvice())
+	if w := max(r.cfg.WorldSize, 1); w > 1 {
+		what = fmt.Sprintf("%d of the %d ranks' losses or gradients are not finite (this rank's: %s)", nBad, w, what)
+	}
+	return fmt.Errorf("step %d: %s: the run diverged at this step, the first whose loss or gradients are not finite; %s",
+		step, what, r.divergedAdvice(step-1)) // the weights after step-1 gave them
+
 }
 
 // divergedAdvice says what of a diverged run was saved, and how to train
-// on.
-func (r *run) divergedAdvice() string {
+// on. The weights after step bad gave a loss or gradients that are not
+// finite: a checkpoint of that step holds them, and --resume would take
+// it; earlier ones hold weights that gave finite values.
+func (r *run) divergedAdvice(bad int) string {
 	cfg := r.cfg
 	if r.ckpt != nil {
 		r.ckpt.wait(io.Discard) // the newest checkpoint, not one still being written
 	}
-	saved := "no checkpoint was written after it"
-	if r.ckpt != nil && r.ckpt.lastStep >= 0 {
-		saved = fmt.Sprintf("the last checkpoint, %s (step %d), is from before it", r.ckpt.last, r.ckpt.lastStep)
+	saved := "the run has no checkpoint to go back to"
+	switch {
+	case r.ckpt == nil || r.ckpt.lastStep < 0:
+	case r.ckpt.lastStep < bad:
+		saved = fmt.Sprintf("the newest checkpoint, %s (step %d), holds weights from before it: --resume --allow-changes with the changes below continues from there",
+			r.ckpt.last, r.ckpt.lastStep)
+	default:
+		saved = fmt.Sprintf("the newest checkpoint, %s (step %d), holds the weights that gave it, and --resume takes the newest: "+
+			"move it out of %s to resume from an earlier one with the changes below (--resume --allow-changes)",
+			r.ckpt.last, r.ckpt.lastStep, filepath.Dir(r.ckpt.last))
 	}
 	advice := fmt.Sprintf("lower --lr (now %g), lengthen --warmup-iters (now %d), or clip harder with a smaller --grad-clip", cfg.LR, cfg.WarmupIters)
 	if cfg.GradClip > 0 {
@@ -716,6 +738,14 @@ func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64
 	}
 	norm := clip(r.opt.Params, r.cfg.GradClip)
 	r.gradNorm = norm
+	if r.scaler == nil && !finite(norm) {
+		// Without a loss scaler, whose business such steps are, gradients
+		// that are not finite would make AdamW's every weight NaN: the
+		// update is not applied, and the run stops (see diverged).
+		r.badGrads = true
+		r.opt.ZeroGrad()
+		return false
+	}
 	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
 		r.opt.ZeroGrad()
 		return false
@@ -755,7 +785,7 @@ func (r *run) evaluate(step int, sum *Summary) error {
 		// The weights the step left are not finite: no metric, no
 		// best.safetensors, and no JSON could even hold the loss.
 		return fmt.Errorf("step %d: the evaluation loss is not finite (train %v, val %v): the run diverged at or before this step; %s",
-			step, tl, vl, r.divergedAdvice())
+			step, tl, vl, r.divergedAdvice(step))
 	}
 	if r.cfg.Rank != 0 {
 		return nil // rank 0 logs and saves

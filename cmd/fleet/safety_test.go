@@ -182,8 +182,18 @@ func TestRestartResumesAlone(t *testing.T) {
 			if err := joinJob(&c, &log); err != nil {
 				t.Fatal(err)
 			}
-			if !c.Resume || !strings.Contains(log.String(), "resuming") {
-				t.Errorf("restart %s=%s of one process: Resume %v, log %q", kv[0], kv[1], c.Resume, log.String())
+			if !c.Resume || !c.Restart || !strings.Contains(log.String(), "resuming") {
+				t.Errorf("restart %s=%s of one process: Resume %v, Restart %v, log %q", kv[0], kv[1], c.Resume, c.Restart, log.String())
+			}
+			// The job's id, recorded in config.json, is a digest of its
+			// secret: the same across restarts, never the secret itself.
+			t.Setenv("FLEET_JOB_SECRET", "s3cret-of-the-job")
+			c2 := train.Default()
+			if err := joinJob(&c2, &log); err != nil {
+				t.Fatal(err)
+			}
+			if c2.JobID == "" || strings.Contains(c2.JobID, "s3cret") {
+				t.Errorf("job id %q", c2.JobID)
 			}
 		})
 	}

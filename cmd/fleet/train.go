@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -194,9 +196,16 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 	}
 	// A launcher's restart continues the job, in any world size: from the
 	// latest checkpoint, or from step 0 where there is none yet.
-	if env.RestartCount > 0 && !c.Resume {
-		fmt.Fprintf(stderr, "restart %d of the job: resuming from the latest checkpoint\n", env.RestartCount)
-		c.Resume = true
+	if env.Secret != "" { // the job's id in config.json: a restart finds the job's own run
+		sum := sha256.Sum256([]byte("fleet job id\n" + env.Secret))
+		c.JobID = hex.EncodeToString(sum[:8])
+	}
+	if env.RestartCount > 0 {
+		c.Restart = true
+		if !c.Resume {
+			fmt.Fprintf(stderr, "restart %d of the job: resuming from the latest checkpoint\n", env.RestartCount)
+			c.Resume = true
+		}
 	}
 	if env.WorldSize <= 1 {
 		return nil
