@@ -372,7 +372,7 @@ func TestDivergenceNamesFirstStep(t *testing.T) {
 		t.Fatalf("the error does not start with the step (2 or later): %s", msg)
 	}
 	for _, want := range []string{"the first whose loss or gradients are not finite", "lower --lr", "smaller --grad-clip",
-		checkpoint.DirName(bad - 1) + " (step " + fmt.Sprint(bad-1) + "), holds the weights that gave it", "move it out of"} {
+		checkpoint.DirName(bad-1) + " (step " + fmt.Sprint(bad-1) + "), holds the weights that gave it", "move it out of"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the error does not say %q:\n%s", want, msg)
 		}
