@@ -518,3 +518,15 @@ func TestResumeFinishedWithoutCheckpoints(t *testing.T) {
 	}
 	sameFiles(t, c.Out, before)
 }
+
+// TestMakeOutTakesTheNextNumber: a numbered folder that another run took
+// between the decision and its making moves the run to the next number.
+func TestMakeOutTakesTheNextNumber(t *testing.T) {
+	root := t.TempDir()
+	taken := filepath.Join(root, runName(1))
+	os.Mkdir(taken, 0o755)
+	dir, created, err := makeOut(outPlan{Dir: taken, New: true})
+	if err != nil || !created || dir != filepath.Join(root, runName(2)) {
+		t.Fatalf("makeOut = %q, %v, %v; want %s made", dir, created, err, runName(2))
+	}
+}

@@ -317,7 +317,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		dir, created, merr := makeOut(plan)
 		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
 			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
-			cfg.Out = dir
+			cfg.Out, rc.Train.Out = dir, dir
 		}
 		if created {
 			defer func() {
