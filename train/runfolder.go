@@ -146,7 +146,7 @@ func decideOut(cfg Config) (outPlan, error) {
 	}
 	if finishedRun(have) && !hasCheckpoint(p.Dir) {
 		return p, fmt.Errorf("--resume: %s holds a finished run (%s) that left no checkpoint to continue from "+
-			"(it ran with --ckpt-interval 0); starting over would write over it. To train its weights further, "+
+			"(it ran with --ckpt-interval 0, or they were removed); starting over would write over it. To train its weights further, "+
 			"give --init-from %s and another --out",
 			p.Dir, strings.Join(have, ", "), filepath.Join(p.Dir, ModelFile))
 	}
