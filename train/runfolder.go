@@ -144,20 +144,13 @@ func decideOut(cfg Config) (outPlan, error) {
 		return p, fmt.Errorf("--out %s already holds a run (%s): add --resume to continue it, or give another --out "+
 			"(without --out, each run gets a new folder under %s)", p.Dir, strings.Join(have, ", "), DefaultRunsDir)
 	}
-	if finishedRun(have) && !hasCheckpoint(p.Dir) {
+	if finishedRun(have) && !checkpoint.Exists(filepath.Join(p.Dir, CheckpointDir)) {
 		return p, fmt.Errorf("--resume: %s holds a finished run (%s) that left no checkpoint to continue from "+
 			"(it ran with --ckpt-interval 0, or they were removed); starting over would write over it. To train its weights further, "+
 			"give --init-from %s and another --out",
 			p.Dir, strings.Join(have, ", "), filepath.Join(p.Dir, ModelFile))
 	}
 	return p, nil
-}
-
-// hasCheckpoint reports whether a run folder holds a checkpoint, sound or
-// damaged (temporary folders of interrupted saves aside).
-func hasCheckpoint(dir string) bool {
-	d, _, skipped, _ := checkpoint.Latest(filepath.Join(dir, CheckpointDir))
-	return d != "" || len(skipped) > 0
 }
 
 // ownRun reports whether the run in dir is the job's own: its config.json

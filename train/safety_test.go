@@ -14,31 +14,14 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/testenv"
 )
-
-// snapshotDir reads every file under dir, by path relative to it.
-func snapshotDir(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		files[rel], err = os.ReadFile(p)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
 
 // sameFiles fails the test where dir's files are not those of before,
 // byte for byte.
 func sameFiles(t *testing.T, dir string, before map[string][]byte) {
 	t.Helper()
-	after := snapshotDir(t, dir)
+	after := testenv.ReadTree(t, dir)
 	for name, b := range before {
 		if a, ok := after[name]; !ok {
 			t.Errorf("%s is gone", name)
@@ -64,7 +47,7 @@ func TestRunFolderNeverOverwritten(t *testing.T) {
 	if _, err := Run(c, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	before := snapshotDir(t, c.Out)
+	before := testenv.ReadTree(t, c.Out)
 	if _, ok := before[ModelFile]; !ok {
 		t.Fatalf("the first run wrote no %s", ModelFile)
 	}
@@ -128,7 +111,7 @@ func TestNumberedRunFolders(t *testing.T) {
 	if d, err := NewestRun(c.Runs); err != nil || d != dirs[1] {
 		t.Fatalf("NewestRun = %q, %v; want %s", d, err, dirs[1])
 	}
-	before := snapshotDir(t, dirs[0])
+	before := testenv.ReadTree(t, dirs[0])
 	c.Resume, c.MaxIters = true, 6
 	c.LRDecayIters = 4 // pinned: more steps do not move the decay horizon
 	var log bytes.Buffer
@@ -296,7 +279,7 @@ func TestResumeRefusesDamagedCheckpoints(t *testing.T) {
 		b[len(b)/2] ^= 0xff
 		os.WriteFile(f, b, 0o644)
 	}
-	before := snapshotDir(t, c.Out)
+	before := testenv.ReadTree(t, c.Out)
 	var log bytes.Buffer
 	_, err := Run(c, &log)
 	if err == nil {
@@ -476,7 +459,7 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	first := filepath.Join(c.Runs, runName(1))
-	before := snapshotDir(t, first)
+	before := testenv.ReadTree(t, first)
 
 	for i, id := range []string{"job-b", ""} {
 		r := c
@@ -510,7 +493,7 @@ func TestResumeFinishedWithoutCheckpoints(t *testing.T) {
 	root := filepath.Join(c.Out, CheckpointDir)
 	os.RemoveAll(root)
 	os.MkdirAll(filepath.Join(root, ".tmp-step-0000009-1"), 0o755)
-	before := snapshotDir(t, c.Out)
+	before := testenv.ReadTree(t, c.Out)
 	var log bytes.Buffer
 	_, err := Run(c, &log)
 	if err == nil || !strings.Contains(err.Error(), "finished run") {

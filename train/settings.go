@@ -95,6 +95,7 @@ func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 func settingsOf(rc RunConfig) []setting {
 	c, m := rc.Train, rc.Model
 	world := max(c.WorldSize, 1)
+	global := c.BatchSize * c.GradAccum * c.BlockSize * world
 	itoa := strconv.Itoa
 	s := []setting{
 		{Flag: "--n-layer", Value: itoa(m.NLayer)},
@@ -118,8 +119,8 @@ func settingsOf(rc RunConfig) []setting {
 		{Flag: "--grad-clip", Value: fmtFloat(c.GradClip), kind: tunable},
 		{Flag: "--dropout", Value: fmtFloat(c.Dropout), kind: tunable},
 		{Flag: "--precision", Value: precisionName(c.Precision), kind: tunable},
-		{Flag: "--tokens-per-step", Value: itoa(c.BatchSize * c.GradAccum * c.BlockSize * world), kind: tunable,
-			Show: fmt.Sprintf("%d (%d × %d × %d × %d)", c.BatchSize*c.GradAccum*c.BlockSize*world, c.BatchSize, c.GradAccum, c.BlockSize, world),
+		{Flag: "--tokens-per-step", Value: itoa(global), kind: tunable,
+			Show: fmt.Sprintf("%d (%d × %d × %d × %d)", global, c.BatchSize, c.GradAccum, c.BlockSize, world),
 			Note: "the global batch: --batch-size × --grad-accum × --block-size × processes"},
 
 		{Flag: "--batch-size", Value: itoa(c.BatchSize), kind: perRank},

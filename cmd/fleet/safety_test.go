@@ -10,26 +10,9 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/train"
 )
-
-// readTree reads every file under dir, by path relative to it.
-func readTree(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		files[rel], err = os.ReadFile(p)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
 
 // TestTrainNeverOverwrites is the acceptance of the run-folder rules:
 // the same fleet train twice into one --out fails the second time and
@@ -43,7 +26,7 @@ func TestTrainNeverOverwrites(t *testing.T) {
 	if code, stdout, stderr := fleet(t, args...); code != 0 {
 		t.Fatalf("train exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	before := readTree(t, out)
+	before := testenv.ReadTree(t, out)
 	code, _, stderr := fleet(t, args...)
 	if code == 0 || !strings.Contains(stderr, "already holds a run") || !strings.Contains(stderr, "--resume") {
 		t.Fatalf("the second train: exit %d, %s", code, stderr)
@@ -51,7 +34,7 @@ func TestTrainNeverOverwrites(t *testing.T) {
 	if strings.Contains(stderr, "fleet train: train:") {
 		t.Errorf("the error repeats its prefix: %s", stderr)
 	}
-	after := readTree(t, out)
+	after := testenv.ReadTree(t, out)
 	if len(after) != len(before) {
 		t.Errorf("the folder had %d files, now %d", len(before), len(after))
 	}
