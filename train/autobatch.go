@@ -221,7 +221,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 	base := tensor.MemStats(dev).Allocated
 	r := &run{cfg: cfg, dev: dev}
 	if cfg.Precision == "fp16" {
-		r.scaler = newGradScaler()
+		r.scaler = optim.NewGradScaler()
 	}
 	tokens := make([]int32, b*cfg.BlockSize+cfg.BlockSize+1)
 	g := rng.New(cfg.Seed)

@@ -118,7 +118,7 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		"rank":            strconv.Itoa(cfg.Rank),
 		"world_size":      strconv.Itoa(max(cfg.WorldSize, 1)),
 	}
-	r.scaler.metadata(s.meta)
+	r.scaler.Metadata(s.meta)
 }
 
 // writeFault, when set (by tests), wraps the writer of each checkpoint
@@ -277,7 +277,7 @@ func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best floa
 	if best, err = strconv.ParseFloat(st.Metadata["best_val_loss"], 64); err != nil {
 		best = math.Inf(1)
 	}
-	if err := r.scaler.restore(st.Metadata); err != nil {
+	if err := r.scaler.Restore(st.Metadata); err != nil {
 		return 0, 0, bad("%v", err)
 	}
 	if w := st.Metadata["world_size"]; w != strconv.Itoa(max(r.cfg.WorldSize, 1)) {

@@ -153,7 +153,7 @@ func openTokenFiles(cfg Config) (_ *dataset, err error) {
 	}()
 	vocab, what := cfg.VocabSize, "--vocab-size"
 	if cfg.Tokenizer != "" {
-		tok, err := openTokenizer(cfg.Tokenizer)
+		tok, err := OpenTokenizer(cfg.Tokenizer)
 		if err != nil {
 			return nil, fmt.Errorf("--tokenizer: %w", err)
 		}
@@ -216,13 +216,13 @@ func (d *dataset) tokenizer() (Tokenizer, error) {
 	case d.char != nil:
 		return d.char, nil
 	case d.spec != "":
-		return openTokenizer(d.spec)
+		return OpenTokenizer(d.spec)
 	}
 	return noTokenizer{d.vocab}, nil
 }
 
-// loadTokenizer reads a run's tokenizer.json.
-func loadTokenizer(dir string) (Tokenizer, error) {
+// LoadTokenizer reads a run's tokenizer.json.
+func LoadTokenizer(dir string) (Tokenizer, error) {
 	path := filepath.Join(dir, TokenizerFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -236,7 +236,7 @@ func loadTokenizer(dir string) (Tokenizer, error) {
 	case "char":
 		return data.LoadChar(path)
 	case "spec":
-		t, err := openTokenizer(rec.Spec)
+		t, err := OpenTokenizer(rec.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("%s: the run's tokenizer: %w", path, err)
 		}
@@ -246,6 +246,10 @@ func loadTokenizer(dir string) (Tokenizer, error) {
 	}
 	return nil, fmt.Errorf("load tokenizer %s: unknown type %q", path, rec.Type)
 }
+
+// RawIDs is the tokenizer of a run trained on raw token ids with a
+// vocabulary of vocab: it cannot encode, and decodes ids as numbers.
+func RawIDs(vocab int) Tokenizer { return noTokenizer{vocab} }
 
 // noTokenizer stands in for the tokenizer of a run trained on raw token
 // ids: it cannot encode, and decodes ids as numbers.
@@ -269,9 +273,9 @@ func (noTokenizer) Decode(ids []int32) string {
 
 func (t noTokenizer) Size() int { return t.vocab }
 
-// openTokenizer opens a tokenizer spec: char:FILE here, the others through
-// openSpec.
-func openTokenizer(spec string) (Tokenizer, error) {
+// OpenTokenizer opens a tokenizer spec: char:FILE here, the others
+// through package tokenizer.
+func OpenTokenizer(spec string) (Tokenizer, error) {
 	kind, path, _ := strings.Cut(spec, ":")
 	if kind == "char" && path != "" {
 		return data.LoadChar(path)

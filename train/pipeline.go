@@ -223,7 +223,7 @@ func (p *pipeRun) step(step int, lr float64, hook func()) float64 {
 		tel.move(phH2D, phData, r.dataWait-w0)
 		p.scale = 1 / float32(p.micros*cfg.GradAccum)
 		if r.scaler != nil {
-			p.scale *= r.scaler.scale
+			p.scale *= r.scaler.Scale
 		}
 		p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
 		p.loss = 0

@@ -227,17 +227,3 @@ func newestCheckpoint(root string) (dir string, m *checkpoint.Manifest, skipped 
 	}
 	return dir, m, skipped, nil
 }
-
-// RunFolder resolves the run folder of fleet sample, eval and export: out
-// when it is given, else the newest run under DefaultRunsDir. It returns
-// the folder and a note naming it, "" when out was given.
-func RunFolder(out string) (dir, note string, err error) {
-	if out != "" {
-		return out, "", nil
-	}
-	d, err := NewestRun(DefaultRunsDir)
-	if err != nil {
-		return "", "", err
-	}
-	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, DefaultRunsDir), nil
-}

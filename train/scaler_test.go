@@ -33,7 +33,7 @@ func fp16Run(t *testing.T, scale float32, interval int) *run {
 	s, _ := data.NewSampler(ids, c.BlockSize, 3, data.StreamTrain)
 	return &run{cfg: c, dev: tensor.CPU, model: m, train: s,
 		opt:    optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}),
-		scaler: &gradScaler{scale: scale, growthInterval: interval}}
+		scaler: &optim.GradScaler{Scale: scale, GrowthInterval: interval}}
 }
 
 // state is the weights and AdamW moments, copied to the host.
@@ -63,13 +63,13 @@ func TestGradScaler(t *testing.T) {
 	r := fp16Run(t, 4, 3)
 	defer r.close()
 	for step := 0; step < 3; step++ {
-		if r.scaler.scale != 4 {
-			t.Fatalf("scale %v before step %d, want 4", r.scaler.scale, step)
+		if r.scaler.Scale != 4 {
+			t.Fatalf("scale %v before step %d, want 4", r.scaler.Scale, step)
 		}
 		r.step(step, 1e-3)
 	}
-	if r.scaler.scale != 8 || r.scaler.tracker != 0 || r.opt.Steps != 3 {
-		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.scale, r.scaler.tracker, r.opt.Steps)
+	if r.scaler.Scale != 8 || r.scaler.Tracker != 0 || r.opt.Steps != 3 {
+		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.Scale, r.scaler.Tracker, r.opt.Steps)
 	}
 	r.step(3, 1e-3)
 	before := r.state()
@@ -80,8 +80,8 @@ func TestGradScaler(t *testing.T) {
 		v[0] = float32(math.Inf(1))
 		g.SetFloat32s(v)
 	})
-	if r.scaler.scale != 4 || r.scaler.tracker != 0 || r.scaler.skipped != 1 {
-		t.Fatalf("after an inf: scale %v, tracker %d, skipped %d; want 4, 0, 1", r.scaler.scale, r.scaler.tracker, r.scaler.skipped)
+	if r.scaler.Scale != 4 || r.scaler.Tracker != 0 || r.scaler.Skipped != 1 {
+		t.Fatalf("after an inf: scale %v, tracker %d, skipped %d; want 4, 0, 1", r.scaler.Scale, r.scaler.Tracker, r.scaler.Skipped)
 	}
 	if r.opt.Steps != 4 {
 		t.Fatalf("adam steps %d after a skipped step, want 4", r.opt.Steps)
@@ -171,8 +171,8 @@ func TestResumeRestoresScaler(t *testing.T) {
 	if st.Metadata["grad_scaler"] != "dynamic" || st.Metadata["grad_scale"] == "" {
 		t.Fatalf("checkpoint metadata lacks the scaler: %v", st.Metadata)
 	}
-	saved := newGradScaler()
-	if err := saved.restore(st.Metadata); err != nil {
+	saved := optim.NewGradScaler()
+	if err := saved.Restore(st.Metadata); err != nil {
 		t.Fatal(err)
 	}
 
@@ -198,12 +198,12 @@ func TestResumeRestoresScaler(t *testing.T) {
 	if got := mustRead(t, filepath.Join(rc.Out, ModelFile)); !bytes.Equal(got, want) {
 		t.Fatal("the resumed fp16 run's weights differ from the uninterrupted run's")
 	}
-	r := &run{scaler: newGradScaler()}
-	if err := r.scaler.restore(st.Metadata); err != nil || *r.scaler != *saved {
+	r := &run{scaler: optim.NewGradScaler()}
+	if err := r.scaler.Restore(st.Metadata); err != nil || *r.scaler != *saved {
 		t.Fatalf("restored scaler %+v, saved %+v (err %v)", *r.scaler, *saved, err)
 	}
 	st.Metadata["grad_scale"] = "-1"
-	if err := newGradScaler().restore(st.Metadata); err == nil {
+	if err := optim.NewGradScaler().Restore(st.Metadata); err == nil {
 		t.Fatal("a negative grad_scale was accepted")
 	}
 }

@@ -188,9 +188,9 @@ type run struct {
 	evalVal  *data.Sampler
 	metrics  bytes.Buffer
 	ckpt     *checkpointer
-	scaler   *gradScaler // loss scaling, for fp16 products; nil otherwise
-	tel      *telemetry  // step phase timing; nil: off
-	measured int         // steps counted in the telemetry totals
+	scaler   *optim.GradScaler // loss scaling, for fp16 products; nil otherwise
+	tel      *telemetry        // step phase timing; nil: off
+	measured int               // steps counted in the telemetry totals
 	// peakFLOPs is the device's peak for the run's products (0: unknown);
 	// flopsPerToken the model's training FLOPs per token.
 	peakFLOPs, flopsPerToken float64
@@ -375,7 +375,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
 	if cfg.Precision == "fp16" {
-		r.scaler = newGradScaler()
+		r.scaler = optim.NewGradScaler()
 	}
 	r.tel = newTelemetry(dev)
 	r.flopsPerToken = r.model.FLOPsPerToken(cfg.BlockSize)
@@ -393,7 +393,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	if r.scaler != nil {
 		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
-			r.scaler.scale, scalerGrowth, r.scaler.growthInterval, scalerBackoff)
+			r.scaler.Scale, optim.ScalerGrowth, r.scaler.GrowthInterval, optim.ScalerBackoff)
 		if dev.Kind == "cpu" {
 			fmt.Fprintf(log, "precision: the CPU has no fp16 products; they are emulated (f16 operands widened to f32) and slower than fp32\n")
 		}
@@ -466,7 +466,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 
 // scheduleStep is the learning-rate schedule's position at a step: the
 // steps taken, not counting those the loss scaler skipped.
-func (r *run) scheduleStep(step int) int { return step - r.scaler.skippedSteps() }
+func (r *run) scheduleStep(step int) int { return step - r.scaler.SkippedSteps() }
 
 func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
 
@@ -563,8 +563,8 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			}
 			fmt.Fprintf(r.log, " | data wait %.3f ms (%.2f%%)", wms, 100*wms/ms)
 			if r.scaler != nil {
-				fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.scale, r.scaler.skipped)
-				sc := float64(r.scaler.scale)
+				fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.Scale, r.scaler.Skipped)
+				sc := float64(r.scaler.Scale)
 				m.LossScale = &sc
 			}
 			fmt.Fprintln(r.log)
@@ -698,7 +698,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
 			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
 			total += float64(loss.Item())
 			if r.scaler != nil {
-				loss = tensor.Scale(loss, r.scaler.scale/float32(cfg.GradAccum))
+				loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
 			} else if cfg.GradAccum > 1 {
 				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 			}
@@ -729,7 +729,7 @@ func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64
 		hook()
 	}
 	if r.scaler != nil {
-		inv := 1 / r.scaler.scale
+		inv := 1 / r.scaler.Scale
 		for _, p := range r.opt.Params {
 			if g := p.T.Grad; g != nil {
 				tensor.ScaleInPlace(g, inv)
@@ -746,7 +746,7 @@ func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64
 		r.opt.ZeroGrad()
 		return false
 	}
-	if r.scaler != nil && !r.scaler.update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
+	if r.scaler != nil && !r.scaler.Update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
 		r.opt.ZeroGrad()
 		return false
 	}

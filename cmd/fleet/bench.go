@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
+	"github.com/fleetml/fleet/bench"
 
 	"github.com/fleetml/fleet/train"
 )
@@ -45,10 +46,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			precisions = append(precisions, "fp16")
 		}
 	}
-	var results []train.BenchResult
+	var results []bench.Result
 	for i, p := range precisions {
 		c.Precision = p
-		r, err := train.Benchmark(c, *vocab, *warmup, *steps)
+		r, err := bench.Steps(c, *vocab, *warmup, *steps)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -84,8 +85,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "\nCPU FMA peak: %.1f GFLOP/s (%d threads × 12 independent FMA chains on %d-float vectors, measured)\n", peak, threads, width)
 	}
 	fmt.Fprintf(stdout, "%-12s %18s %10s %10s %8s\n", "matmul", "M×K×N", "ms", "GFLOP/s", "of peak")
-	for _, s := range train.MatMulShapes(c, *vocab) {
-		sec, err := train.TimeMatMul(dev, s, 20)
+	for _, s := range bench.MatMulShapes(c, *vocab) {
+		sec, err := bench.TimeMatMul(dev, s, 20)
 		if err != nil {
 			return err
 		}

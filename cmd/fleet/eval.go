@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/fleetml/fleet/runs"
 	"github.com/fleetml/fleet/train"
 )
 
@@ -36,7 +37,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	val, closeData, err := train.EvalTokens(tr, *dataPath)
+	val, closeData, err := runs.EvalTokens(tr, *dataPath)
 	if err != nil {
 		return err
 	}
@@ -44,8 +45,8 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if *evalWindows < 0 {
 		return fmt.Errorf("--eval-windows must not be negative")
 	}
-	val = train.FirstWindows(val, *evalWindows, tr.Model.Config.BlockSize)
-	loss, windows, err := train.SequentialLoss(tr.Model, val, *batch)
+	val = runs.FirstWindows(val, *evalWindows, tr.Model.Config.BlockSize)
+	loss, windows, err := runs.SequentialLoss(tr.Model, val, *batch)
 	if err != nil {
 		return fmt.Errorf("validation split: %w", err)
 	}

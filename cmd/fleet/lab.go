@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fleetml/fleet/monitor/lab"
+	"github.com/fleetml/fleet/lab"
 	"github.com/fleetml/fleet/train"
 )
 

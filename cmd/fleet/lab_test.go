@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetml/fleet/monitor/lab"
+	"github.com/fleetml/fleet/lab"
 	"github.com/fleetml/fleet/monitor/report"
 )
 

@@ -6,8 +6,20 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/runs"
+	"github.com/fleetml/fleet/tensor"
 )
+
+// resolveDevice opens the device --device names ("auto" picks cuda:0
+// when it works, else the CPU).
+func resolveDevice(name string) (tensor.Device, error) {
+	d, err := backend.Resolve(name)
+	if err != nil {
+		return d, fmt.Errorf("--device %s: %w", name, err)
+	}
+	return d, nil
+}
 
 // standalone reports whether --weights names a file of its own rather than
 // one in the run folder --out.
@@ -24,11 +36,15 @@ func standalone(out, weights string) bool {
 }
 
 // loadModel loads a run's model, or a weights file of its own.
-func loadModel(out, weights, device string, nHead int, tokSpec, dataPath string) (*train.Trained, error) {
-	if standalone(out, weights) {
-		return train.LoadFile(weights, nHead, device, tokSpec, dataPath)
+func loadModel(out, weights, device string, nHead int, tokSpec, dataPath string) (*runs.Trained, error) {
+	dev, err := resolveDevice(device)
+	if err != nil {
+		return nil, err
 	}
-	return train.Load(out, weights, device)
+	if standalone(out, weights) {
+		return runs.LoadFile(weights, nHead, dev, tokSpec, dataPath)
+	}
+	return runs.Load(out, weights, dev)
 }
 
 // runDir resolves --out of sample, eval and export: as given, or else the
@@ -38,7 +54,7 @@ func runDir(out, weights string, stderr io.Writer) (string, error) {
 	if out != "" {
 		return out, nil
 	}
-	d, note, err := train.RunFolder("")
+	d, note, err := runs.RunFolder("")
 	if err != nil {
 		if standalone("", weights) {
 			return "", nil

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/bench"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/report"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train"
 )
 
 // StepPoint is one configuration's training step: experiment 5's
@@ -49,11 +49,6 @@ type Speedup struct {
 	GPU     *StepPoint `json:"gpu,omitempty"`
 	Speedup float64    `json:"speedup,omitempty"` // CPU step time / GPU step time
 	Summary string     `json:"summary,omitempty"`
-}
-
-// bench runs train.Benchmark.
-func bench(c train.Config, vocab, warmup, steps int) (train.BenchResult, error) {
-	return train.Benchmark(c, vocab, warmup, steps)
 }
 
 // stepsFor gives a benchmark's timed steps: enough for about tokens
@@ -143,9 +138,9 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 	for b := 1; b <= maxBatch; b *= 2 {
 		c := o.Model
 		c.BatchSize = b
-		var r train.BenchResult
+		var r bench.Result
 		util, err := measure(func() (err error) {
-			r, err = bench(c, o.Vocab, warmup, stepsFor(b, c.BlockSize, tokens, most))
+			r, err = bench.Steps(c, o.Vocab, warmup, stepsFor(b, c.BlockSize, tokens, most))
 			return err
 		})
 		if isOOM(err) {
@@ -196,7 +191,7 @@ func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 	for _, p := range []string{"fp32", "bf16"} {
 		c := o.Model
 		c.Precision = p
-		r, err := bench(c, o.Vocab, warmup, steps)
+		r, err := bench.Steps(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", p, err)
 		}
@@ -232,13 +227,13 @@ func gradAccum(dev tensor.Device, o Options) (Accum, error) {
 	}
 	one := o.Model
 	one.BatchSize = a.Batch * a.Steps
-	r1, err := bench(one, o.Vocab, warmup, steps)
+	r1, err := bench.Steps(one, o.Vocab, warmup, steps)
 	if err != nil {
 		return a, err
 	}
 	acc := o.Model
 	acc.BatchSize, acc.GradAccum = a.Batch, a.Steps
-	r2, err := bench(acc, o.Vocab, warmup, steps)
+	r2, err := bench.Steps(acc, o.Vocab, warmup, steps)
 	if err != nil {
 		return a, err
 	}
@@ -340,7 +335,7 @@ func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	for _, d := range []string{"cpu", dev.String()} {
 		c := o.Model
 		c.Device = d
-		r, err := bench(c, o.Vocab, warmup, steps)
+		r, err := bench.Steps(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", d, err)
 		}

@@ -1,4 +1,8 @@
-package train
+// Package runs reads finished training runs back: a run folder's
+// config, tokenizer and weights (fleet sample, eval and export, and
+// --weights), a weights file on its own, and the evaluation data of a run.
+// It sits above train, whose files it reads.
+package runs
 
 import (
 	"encoding/json"
@@ -9,41 +13,41 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train"
 )
 
 // Trained is a model loaded back from a run's output folder.
 type Trained struct {
-	Config    RunConfig
+	Config    train.RunConfig
 	Model     *model.GPT
-	Tokenizer Tokenizer
+	Tokenizer train.Tokenizer
 }
 
 // Load reads config.json, tokenizer.json and the weights file (ModelFile
-// or BestFile) from a run folder onto device dev ("auto", "cpu", ...).
+// or BestFile) from a run folder onto device dev.
 // tokenizer.json holds the character tokenizer, or the spec of the
 // tokenizer of the run's prepared data, which is opened.
-func Load(dir, weights, device string) (*Trained, error) {
+func Load(dir, weights string, dev tensor.Device) (*Trained, error) {
 	if weights == "" {
-		weights = ModelFile
+		weights = train.ModelFile
 	}
-	cfgPath := filepath.Join(dir, ConfigFile)
+	cfgPath := filepath.Join(dir, train.ConfigFile)
 	b, err := os.ReadFile(cfgPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no model in %s: %s is missing (train one with: fleet train --out %s)", dir, ConfigFile, dir)
+		return nil, fmt.Errorf("no model in %s: %s is missing (train one with: fleet train --out %s)", dir, train.ConfigFile, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
-	var rc RunConfig
+	var rc train.RunConfig
 	if err := json.Unmarshal(b, &rc); err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
-	tok, err := loadTokenizer(dir)
+	tok, err := train.LoadTokenizer(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -53,10 +57,6 @@ func Load(dir, weights, device string) (*Trained, error) {
 	wpath := filepath.Join(dir, weights)
 	if _, err := os.Stat(wpath); errors.Is(err, fs.ErrNotExist) {
 		return nil, missingWeights(dir, weights)
-	}
-	dev, err := backend.Resolve(device)
-	if err != nil {
-		return nil, fmt.Errorf("--device %s: %w", device, err)
 	}
 	m, err := model.New(rc.Model, dev, 0)
 	if err != nil {
@@ -126,16 +126,16 @@ func EvalTokens(tr *Trained, path string) (val data.Tokens, close func(), err er
 		if !data.IsPrepared(c.Data) {
 			c.VocabSize = tr.Model.Config.VocabSize
 		}
-		d, err := openData(c)
+		_, val, _, _, closeData, err := train.OpenData(c)
 		if err != nil {
 			return nil, nil, err
 		}
-		return d.val, d.close, nil
+		return val, closeData, nil
 	}
 	var text string
 	if c.Data == "" {
 		if c.CorpusBytes == 0 {
-			c.CorpusBytes = Default().CorpusBytes
+			c.CorpusBytes = train.Default().CorpusBytes
 		}
 		text, _, err = data.DefaultCorpus(c.CorpusBytes)
 	} else {
@@ -157,14 +157,82 @@ func EvalTokens(tr *Trained, path string) (val data.Tokens, close func(), err er
 // still training), it says how to use the newest one.
 func missingWeights(dir, weights string) error {
 	msg := fmt.Sprintf("no model in %s: %s is missing (training may not have finished)", dir, weights)
-	ck, _, _, err := checkpoint.Latest(filepath.Join(dir, CheckpointDir))
+	ck, _, _, err := checkpoint.Latest(filepath.Join(dir, train.CheckpointDir))
 	if err != nil || ck == "" {
 		return errors.New(msg)
 	}
-	rel, err := filepath.Rel(dir, filepath.Join(ck, ModelFile))
+	rel, err := filepath.Rel(dir, filepath.Join(ck, train.ModelFile))
 	if err != nil {
-		rel = filepath.Join(ck, ModelFile)
+		rel = filepath.Join(ck, train.ModelFile)
 	}
 	return fmt.Errorf("%s; its newest checkpoint is %s: give --weights %s to use its weights, "+
 		"or finish the run with fleet train --out %s --resume", msg, ck, rel, dir)
+}
+
+// LoadFile loads a GPT-2 weights file on its own (fleet's or Hugging
+// Face's), its shape inferred from the tensors (nHead when the width is not
+// GPT-2's). tokSpec says how text becomes ids: "char" (the default) builds
+// the character vocabulary of the text at dataPath, other specs (char:FILE,
+// bpe:FILE, gpt2:FILE|DIR) are opened.
+func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath string) (*Trained, error) {
+	m, err := model.LoadGPT2(path, nHead, dev)
+	if err != nil {
+		return nil, err
+	}
+	m.SetTraining(false)
+	tr := &Trained{Model: m, Config: train.RunConfig{Train: train.Default(), Model: m.Config}}
+	tr.Config.Train.Data = dataPath
+	if tokSpec == "" {
+		tokSpec = "char"
+	}
+	if tokSpec == "char" {
+		if dataPath == "" || data.IsPrepared(dataPath) || data.IsTokenData(dataPath) {
+			tr.Tokenizer = train.RawIDs(m.Config.VocabSize)
+			if dataPath == "" {
+				return tr, nil
+			}
+		} else {
+			text, err := data.LoadText(dataPath)
+			if err != nil {
+				return nil, err
+			}
+			tr.Tokenizer = data.NewChar(text)
+		}
+	} else if tr.Tokenizer, err = train.OpenTokenizer(tokSpec); err != nil {
+		return nil, fmt.Errorf("--tokenizer %s: %w", tokSpec, err)
+	}
+	if n := tr.Tokenizer.Size(); n > m.Config.VocabSize {
+		return nil, fmt.Errorf("%s: the tokenizer (%s) has %d symbols but the model only %d", path, tokSpec, n, m.Config.VocabSize)
+	}
+	return tr, nil
+}
+
+// FirstWindows limits ids to the first n evaluation windows of T tokens
+// (n <= 0: all).
+func FirstWindows(ids data.Tokens, n, T int) data.Tokens {
+	if n <= 0 || n*T+1 >= ids.Len() {
+		return ids
+	}
+	return limited{ids, n*T + 1}
+}
+
+type limited struct {
+	data.Tokens
+	n int
+}
+
+func (l limited) Len() int { return l.n }
+
+// RunFolder resolves the run folder of fleet sample, eval and export: out
+// when it is given, else the newest run under DefaultRunsDir. It returns
+// the folder and a note naming it, "" when out was given.
+func RunFolder(out string) (dir, note string, err error) {
+	if out != "" {
+		return out, "", nil
+	}
+	d, err := train.NewestRun(train.DefaultRunsDir)
+	if err != nil {
+		return "", "", err
+	}
+	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, train.DefaultRunsDir), nil
 }

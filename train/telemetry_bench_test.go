@@ -10,33 +10,6 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// BenchmarkTrainStep times one optimizer step of the nanoGPT CPU reference
-// configuration (4 layers, 4 heads, 128 embd, block 64, batch 12).
-func BenchmarkTrainStep(b *testing.B) {
-	cfg := Default()
-	cfg.Device = "cpu"
-	res, err := Benchmark(cfg, 65, 2, b.N)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(res.TokensPerSec, "tokens/s")
-	b.ReportMetric(res.MsPerStep, "ms/step")
-}
-
-// BenchmarkTrainStepLarge times the larger CPU config of the speed
-// target: 6 layers, 6 heads, 384 embd, block 128, batch 8.
-func BenchmarkTrainStepLarge(b *testing.B) {
-	cfg := Default()
-	cfg.Device = "cpu"
-	cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize = 6, 6, 384, 128, 8
-	res, err := Benchmark(cfg, 65, 1, b.N)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(res.TokensPerSec, "tokens/s")
-	b.ReportMetric(res.MsPerStep, "ms/step")
-}
-
 // BenchmarkTelemetryOverhead measures what step telemetry costs: the
 // reference step with and without it, in alternating blocks of steps on
 // one model (so both see the same machine), reporting the median ms of

@@ -1,21 +1,26 @@
-package train
+// Package bench times fleet's training step and the model's matrix
+// products: fleet bench, the benchmarks of go test -bench and the lab's
+// training experiments use it. It sits above train and runs exactly the
+// step the trainer runs (train.Stepper).
+package bench
 
 import (
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train"
 )
 
-// BenchResult is the timing of full training steps (forward, backward,
+// Result is the timing of full training steps (forward, backward,
 // clipping and AdamW) on random tokens.
-type BenchResult struct {
+type Result struct {
 	Device        string
 	NumParams     int
 	TokensPerStep int
@@ -26,69 +31,67 @@ type BenchResult struct {
 	PeakBytes     int64   // the device pool's peak allocation during the benchmark
 }
 
-// Benchmark times steps training steps of the model cfg describes after
+// Steps times steps training steps of the model cfg describes after
 // warmup untimed ones, with exactly the step the trainer runs.
-func Benchmark(cfg Config, vocab, warmup, steps int) (BenchResult, error) {
+func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	cfg.Out = "-"
 	if err := cfg.Validate(); err != nil {
-		return BenchResult{}, err
+		return Result{}, err
 	}
 	if steps <= 0 || warmup < 0 {
-		return BenchResult{}, fmt.Errorf("--steps must be positive and --warmup not negative")
+		return Result{}, fmt.Errorf("--steps must be positive and --warmup not negative")
 	}
 	dev, err := backend.Resolve(cfg.Device)
 	if err != nil {
-		return BenchResult{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
+		return Result{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
 	}
 	if cfg.BatchAuto {
-		ab, err := ChooseBatch(cfg, vocab, dev, io.Discard)
+		ab, err := train.ChooseBatch(cfg, vocab, dev, io.Discard)
 		if err != nil {
-			return BenchResult{}, err
+			return Result{}, err
 		}
 		cfg.BatchSize, cfg.BatchAuto = ab.Batch, false
 		if cfg.GradAccum, err = cfg.Accumulation(); err != nil {
-			return BenchResult{}, err
+			return Result{}, err
 		}
 	}
 	// The peak is this benchmark's: counted from the memory held when it
 	// starts (another benchmark's model, in the same process).
 	tensor.ResetPeakMemory(dev)
 	base := tensor.MemStats(dev).Allocated
-	r := &run{cfg: cfg, dev: dev}
-	if cfg.Precision == "fp16" {
-		r.scaler = newGradScaler()
-	}
 	tokens := make([]int32, 1<<16+cfg.BlockSize+1)
 	g := rng.New(cfg.Seed)
 	for i := range tokens {
 		tokens[i] = int32(g.Intn(vocab))
 	}
-	if r.train, err = data.NewSampler(tokens, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
-		return BenchResult{}, err
+	s, err := data.NewSampler(tokens, cfg.BlockSize, cfg.Seed, data.StreamTrain)
+	if err != nil {
+		return Result{}, err
 	}
-	if r.model, err = model.New(cfg.ModelConfig(vocab), dev, cfg.Seed); err != nil {
-		return BenchResult{}, err
+	m, err := model.New(cfg.ModelConfig(vocab), dev, cfg.Seed)
+	if err != nil {
+		return Result{}, err
 	}
-	r.model.SetRecompute(cfg.Recompute)
-	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+	m.SetRecompute(cfg.Recompute)
+	r := train.NewStepper(cfg, dev, m, s)
 	var ms, rates []float64
-	defer r.close()
+	defer r.Close()
 	err = tensor.Catch(func() {
 		for s := 0; s < warmup+steps; s++ {
 			t0 := time.Now()
-			r.step(s, cfg.LR)
+			r.Step(s, cfg.LR)
 			dt := time.Since(t0).Seconds()
 			if s >= warmup {
 				ms = append(ms, dt*1000)
-				rates = append(rates, float64(r.tokensPerStep())/dt)
+				rates = append(rates, float64(r.TokensPerStep())/dt)
 			}
 		}
 	})
 	if err != nil {
-		return BenchResult{}, err
+		return Result{}, err
 	}
-	res := BenchResult{Device: dev.String(), NumParams: r.model.NumParams(), TokensPerStep: r.tokensPerStep(),
-		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: r.model.FLOPsPerToken(cfg.BlockSize)}
+	res := Result{Device: dev.String(), NumParams: m.NumParams(), TokensPerStep: r.TokensPerStep(),
+		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	return res, nil
@@ -102,7 +105,7 @@ type MatMulShape struct {
 
 // MatMulShapes lists the forward matrix products of a GPT training step
 // with this config and vocabulary, plus the 512³ square product.
-func MatMulShapes(cfg Config, vocab int) []MatMulShape {
+func MatMulShapes(cfg train.Config, vocab int) []MatMulShape {
 	rows, C := cfg.BatchSize*cfg.BlockSize, cfg.NEmbd
 	return []MatMulShape{
 		{"attn.c_attn", rows, C, 3 * C},
@@ -138,4 +141,16 @@ func TimeMatMul(dev tensor.Device, s MatMulShape, iters int) (float64, error) {
 		})
 	})
 	return median(times), err
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

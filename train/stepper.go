@@ -1,0 +1,37 @@
+package train
+
+import (
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Stepper runs the trainer's optimizer step outside Run, on batches a
+// sampler deals out: exactly the step Run takes (accumulation, autocast,
+// fp16 loss scaling, clipping and AdamW), without evaluation, logging or
+// checkpoints. Benchmarks time it.
+type Stepper struct{ r *run }
+
+// NewStepper makes a Stepper for model m on dev with cfg's batch,
+// precision and optimizer settings (cfg must be valid, with its
+// accumulation resolved), drawing its batches from s.
+func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *Stepper {
+	r := &run{cfg: cfg, dev: dev, model: m, train: s}
+	if cfg.Precision == "fp16" {
+		r.scaler = optim.NewGradScaler()
+	}
+	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR),
+		Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+	return &Stepper{r: r}
+}
+
+// Step runs optimizer step step at learning rate lr and returns the mean
+// micro-batch loss. Failures panic as *tensor.Error (see tensor.Catch).
+func (s *Stepper) Step(step int, lr float64) float64 { return s.r.step(step, lr) }
+
+// TokensPerStep is the tokens one Step trains on.
+func (s *Stepper) TokensPerStep() int { return s.r.tokensPerStep() }
+
+// Close stops the Stepper's loader and frees its staging memory.
+func (s *Stepper) Close() { s.r.close() }
