@@ -76,10 +76,11 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	r := train.NewStepper(cfg, dev, m, s)
 	var ms, rates []float64
 	defer r.Close()
+	var stepErr error
 	err = tensor.Catch(func() {
-		for s := 0; s < warmup+steps; s++ {
+		for s := 0; s < warmup+steps && stepErr == nil; s++ {
 			t0 := time.Now()
-			r.Step(s, cfg.LR)
+			_, stepErr = r.Step(s, cfg.LR)
 			dt := time.Since(t0).Seconds()
 			if s >= warmup {
 				ms = append(ms, dt*1000)
@@ -87,6 +88,9 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 			}
 		}
 	})
+	if err == nil {
+		err = stepErr
+	}
 	if err != nil {
 		return Result{}, err
 	}

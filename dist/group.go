@@ -84,6 +84,10 @@ func (e *OpError) Error() string {
 
 func (e *OpError) Unwrap() error { return e.Err }
 
+// Is makes errors.Is(err, ErrTimeout) true for a collective that waited
+// for a peer longer than its timeout.
+func (e *OpError) Is(target error) bool { return target == ErrTimeout && e.why == whyStalled }
+
 // formatBytes writes n as 4.0 MB, 512 B, ... (decimal units, as nccl-tests).
 func formatBytes(n int64) string {
 	switch {

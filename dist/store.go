@@ -56,8 +56,22 @@ type Store struct {
 	broken error
 }
 
-// ErrTimeout is matched (errors.Is) by a Get or Wait that ran out of time.
+// ErrTimeout is matched (errors.Is) by a Get or Wait that ran out of time,
+// a rendezvous whose ranks did not all arrive in time, and a collective
+// that waited for a peer past its timeout.
 var ErrTimeout = errors.New("timed out")
+
+// timeoutError is a timeout with a message of its own that matches
+// ErrTimeout.
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string        { return e.msg }
+func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// timeoutf formats a timeoutError.
+func timeoutf(format string, args ...any) error {
+	return &timeoutError{fmt.Sprintf(format, args...)}
+}
 
 const defaultStoreTimeout = 5 * time.Minute
 
@@ -122,7 +136,7 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			if fatal {
 				return nil, fmt.Errorf("rendezvous: the store at %s %v", s.cfg.Addr, lastErr)
 			}
-			return nil, fmt.Errorf("%s: cannot reach rank 0's store at %s (%v): rank 0 never arrived", timedOut(), s.cfg.Addr, lastErr)
+			return nil, timeoutf("%s: cannot reach rank 0's store at %s (%v): rank 0 never arrived", timedOut(), s.cfg.Addr, lastErr)
 		}
 		select {
 		case <-time.After(wait):
@@ -171,7 +185,7 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			if len(ranks) == 1 {
 				word = "rank"
 			}
-			return nil, fmt.Errorf("%s: %s %s of %d never arrived", timedOut(), word, strings.Join(ranks, ", "), cfg.World)
+			return nil, timeoutf("%s: %s %s of %d never arrived", timedOut(), word, strings.Join(ranks, ", "), cfg.World)
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("rendezvous: %w", ctx.Err())

@@ -5,6 +5,7 @@ package optim
 
 import (
 	"math"
+	"slices"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/nn"
@@ -97,26 +98,33 @@ func (s Schedule) At(it int) float64 {
 }
 
 // ClipGradNorm scales all gradients so their global L2 norm is at most
-// maxNorm (if maxNorm > 0), and returns the norm before clipping. The norm
-// is the one value that crosses to the host.
+// maxNorm (if maxNorm > 0), and returns the norm before clipping. The
+// parameters may live on several devices (pipeline stages): each device
+// sums its gradients' squares, in the order the parameters first appear,
+// and the per-device sums are added on the host. The sums are the values
+// that cross to the host, one per device.
 func ClipGradNorm(params []*nn.Parameter, maxNorm float64) float64 {
-	var norm float64
-	found := false
-	tensor.Step(func() {
-		var acc *tensor.Tensor
-		for _, p := range params {
-			if g := p.T.Grad; g != nil {
-				if acc == nil {
-					acc = tensor.Zeros(g.Device())
+	var buf [4]tensor.Device
+	devs := buf[:0]
+	for _, p := range params {
+		if g := p.T.Grad; g != nil && !slices.Contains(devs, g.Device()) {
+			devs = append(devs, g.Device())
+		}
+	}
+	var sq float64
+	for _, d := range devs {
+		tensor.Step(func() {
+			acc := tensor.Zeros(d)
+			for _, p := range params {
+				if g := p.T.Grad; g != nil && g.Device() == d {
+					tensor.AddSumSquares(acc, g)
 				}
-				tensor.AddSumSquares(acc, g)
 			}
-		}
-		if acc != nil {
-			found = true
-			norm = math.Sqrt(float64(acc.Item()))
-		}
-	})
+			sq += float64(acc.Item())
+		})
+	}
+	norm := math.Sqrt(sq)
+	found := len(devs) > 0
 	if found && maxNorm > 0 && norm > maxNorm {
 		scale := float32(maxNorm / (norm + 1e-6))
 		for _, p := range params {

@@ -42,13 +42,13 @@ func TestStepAllocations(t *testing.T) {
 			step := 0
 			for ; step < 2; step++ { // the first steps fill the pools
 				r.tel.begin(phH2D)
-				r.step(step, 1e-3)
+				r.mustStep(step, 1e-3)
 				r.tel.end(true)
 			}
 			before := tensor.MemStats(tensor.CPU).Reserved
 			one := func() { // a step as the loop runs it, with telemetry
 				r.tel.begin(phH2D)
-				r.step(step, 1e-3)
+				r.mustStep(step, 1e-3)
 				r.tel.end(true)
 				step++
 			}

@@ -231,16 +231,21 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 	if r.train, err = data.NewSampler(tokens, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
 		return 0, err
 	}
+	var stepErr error
 	err = tensor.Catch(func() {
 		m, err := model.New(cfg.ModelConfig(vocab), dev, cfg.Seed)
 		if err != nil {
-			panic(&tensor.Error{Op: "batch auto", Err: err})
+			stepErr = err
+			return
 		}
 		r.model = m
 		m.SetRecompute(cfg.Recompute)
 		r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
-		r.step(0, cfg.LR)
+		_, stepErr = r.step(0, cfg.LR)
 	})
+	if err == nil {
+		err = stepErr
+	}
 	peak = tensor.MemStats(dev).Peak - base
 	r.close()
 	r.free()

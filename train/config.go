@@ -140,6 +140,10 @@ type Config struct {
 	// Stop, when closed, makes the run finish its step, save a checkpoint
 	// and return ErrInterrupted.
 	Stop <-chan struct{} `json:"-"`
+	// AfterStep, when set, is called after each optimizer step with the
+	// number of steps done: a hook for failure tests (fleet's command
+	// installs FLEET_FAULT_EXIT's process exit here).
+	AfterStep func(done int) `json:"-"`
 
 	// Pipeline, when set, lists the devices of pipeline stages
 	// (cuda:0,cuda:1 or logical cpu:0,cpu:1): contiguous ranges of blocks,

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fleetml/fleet/dist"
@@ -293,15 +291,6 @@ func (d *ddp) agreeStep(stop, bad bool) (anyStop bool, nBad int, err error) {
 	return v[0] > 0, int(v[1] + 0.5), nil
 }
 
-// mustSync runs a gradient sync, turning its error into the step's
-// failure (a panic that Run reports), the group marked failed.
-func (d *ddp) mustSync(step int, sync func() error) {
-	if err := sync(); err != nil {
-		d.err = err
-		panic(&tensor.Error{Err: fmt.Errorf("step %d: %w", step+1, err)})
-	}
-}
-
 // average all-reduces logged values (mean over ranks).
 func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.Avg) }
 
@@ -317,28 +306,6 @@ func (d *ddp) close() {
 	}
 	d.pg.Close()
 	d.store.Close()
-}
-
-// faultStep is a fault-injection hook for tests of failure handling: with
-// FLEET_FAULT_EXIT=RANK:STEP in the environment, that rank's process exits
-// with status 3 right after step STEP of the job's first attempt
-// (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed process would.
-var faultStep = sync.OnceValue(func() [2]int {
-	var rank, step int
-	if _, err := fmt.Sscanf(os.Getenv("FLEET_FAULT_EXIT"), "%d:%d", &rank, &step); err != nil {
-		return [2]int{-1, -1}
-	}
-	if n := os.Getenv("TORCHELASTIC_RESTART_COUNT"); n != "" && n != "0" {
-		return [2]int{-1, -1}
-	}
-	return [2]int{rank, step}
-})
-
-func injectFault(rank, step int) {
-	if f := faultStep(); f[0] == rank && f[1] == step {
-		fmt.Fprintf(os.Stderr, "FLEET_FAULT_EXIT: rank %d exits after step %d\n", rank, step)
-		os.Exit(3)
-	}
 }
 
 // dropoutSeed seeds a micro-step's dropout masks: a function of the seed,

@@ -2,14 +2,12 @@ package train
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
-	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/pipeline"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -203,48 +201,42 @@ func (p *pipeRun) before(sl pipeline.Slot) {
 	}
 }
 
-// step is run.stepWithHook for a pipelined model: each of the GradAccum
-// micro-steps runs the schedule over its micro-batches, each micro-batch's
-// loss scaled by 1/(M × GradAccum), so the gradients are those of the
-// whole batch; then the tied head's gradient joins the embedding's, and
-// clipping and AdamW run as on one device, on every stage's device.
-func (p *pipeRun) step(step int, lr float64, hook func()) float64 {
-	r := p.r
-	cfg := r.cfg
-	tel := r.tel
+// beginStep prepares an optimizer step: the head's copy of the tied
+// embedding takes the weights the last step left.
+func (p *pipeRun) beginStep() {
 	p.st.SyncHead()
 	p.seen++
-	measured := p.seen > 5
-	var total float64
-	for micro := 0; micro < cfg.GradAccum; micro++ {
-		tel.to(phH2D)
-		w0 := r.dataWait
-		p.x, p.y = r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
-		tel.move(phH2D, phData, r.dataWait-w0)
-		p.scale = 1 / float32(p.micros*cfg.GradAccum)
-		if r.scaler != nil {
-			p.scale *= r.scaler.Scale
-		}
-		p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
-		p.loss = 0
-		tensor.Step(p.run.Run)
-		total += p.loss
-		p.record(measured)
+}
+
+// microStep is run.microStep for a pipelined model: the schedule runs the
+// micro-step's batch x, y through the stages in p.micros micro-batches,
+// each micro-batch's loss scaled by 1/(M × GradAccum) (and fp16's loss
+// scale), so the gradients are those of the whole batch. It returns the
+// mean of the micro-batches' losses.
+func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
+	r := p.r
+	cfg := r.cfg
+	p.x, p.y = x, y
+	p.scale = 1 / float32(p.micros*cfg.GradAccum)
+	if r.scaler != nil {
+		p.scale *= r.scaler.Scale
 	}
+	p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
+	p.loss = 0
+	tensor.Step(p.run.Run)
+	p.record(p.seen > 5)
 	p.x, p.y = nil, nil
-	tel.to(phOptimizer)
+	return p.loss
+}
+
+// endStep adds the tied head's gradient into the embedding's, so that
+// clipping and AdamW see the gradients one device would have.
+func (p *pipeRun) endStep() {
 	p.st.ReduceHeadGrad()
-	if b := p.st.HeadCopyBytes(); b > 0 && measured {
+	if b := p.st.HeadCopyBytes(); b > 0 && p.seen > 5 {
 		p.headCopies += 2
 		p.headBytes += 2 * int64(b)
 	}
-	if r.ddp != nil { // pipeline × data parallelism: each process one pipeline
-		tel.to(phComm)
-		r.ddp.mustSync(step, r.ddp.syncAll)
-		tel.to(phOptimizer)
-	}
-	r.update(lr, hook, clipGradNormDevices)
-	return total / float64(cfg.GradAccum)
 }
 
 // record adds a schedule run's slot times to the totals (after 5 warm-up
@@ -264,46 +256,6 @@ func (p *pipeRun) record(measured bool) {
 	for sl, t := range p.run.SlotTime {
 		p.slotSum[sl] += t
 	}
-}
-
-// clipGradNormDevices is optim.ClipGradNorm for parameters on several
-// devices: a sum of squares per device, added on the host.
-func clipGradNormDevices(params []*nn.Parameter, maxNorm float64) float64 {
-	byDev := map[tensor.Device][]*nn.Parameter{}
-	var order []tensor.Device
-	for _, q := range params {
-		if q.T.Grad == nil {
-			continue
-		}
-		d := q.T.Device()
-		if byDev[d] == nil {
-			order = append(order, d)
-		}
-		byDev[d] = append(byDev[d], q)
-	}
-	if len(order) <= 1 {
-		return optim.ClipGradNorm(params, maxNorm)
-	}
-	var sq float64
-	tensor.Step(func() {
-		for _, d := range order {
-			acc := tensor.Zeros(d)
-			for _, q := range byDev[d] {
-				tensor.AddSumSquares(acc, q.T.Grad)
-			}
-			sq += float64(acc.Item())
-		}
-	})
-	norm := math.Sqrt(sq)
-	if maxNorm > 0 && norm > maxNorm {
-		scale := float32(maxNorm / (norm + 1e-6))
-		for _, q := range params {
-			if g := q.T.Grad; g != nil {
-				tensor.ScaleInPlace(g, scale)
-			}
-		}
-	}
-	return norm
 }
 
 // evalLoss is the model's loss through the stages, for evaluation: each

@@ -46,11 +46,11 @@ func BenchmarkPipeline(b *testing.B) {
 					defer r.close()
 					r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 					for step := range 5 { // warm-up: the pipeline report skips these
-						r.step(step, 1e-3)
+						r.mustStep(step, 1e-3)
 					}
 					b.ResetTimer()
 					for i := range b.N {
-						r.step(5+i, 1e-3)
+						r.mustStep(5+i, 1e-3)
 					}
 					b.StopTimer()
 					rep := r.pipe.report()

@@ -138,7 +138,7 @@ func TestPipelineStepGradients(t *testing.T) {
 	}
 	grads := func(r *run, step int) (float64, [][]float32) {
 		var g [][]float32
-		loss := r.stepWithHook(step, 1e-3, func() {
+		loss := r.mustStepWithHook(step, 1e-3, func() {
 			for _, p := range r.opt.Params {
 				g = append(g, p.T.Grad.Float32s())
 			}

@@ -50,9 +50,9 @@ type batches struct {
 	slots [2]batchSlot
 }
 
-// fail reports a failed copy as the device error it is.
-func (b *batches) fail(err error) {
-	panic(&backend.DeviceError{Dev: b.dev, Op: "batch copy", Err: err})
+// fail is a failed copy, as the device error it is.
+func (b *batches) fail(err error) error {
+	return &backend.DeviceError{Dev: b.dev, Op: "batch copy", Err: err}
 }
 
 // open allocates the slots for B×T micro-batches on dev.
@@ -96,36 +96,48 @@ func (b *batches) close() {
 }
 
 // load draws micro-batch key into slot s and queues its copy.
-func (s *batchSlot) load(key [2]int, fill func(step, micro int, x, y []int32)) error {
+func (s *batchSlot) load(key [2]int, fill filler) (copyErr, fillErr error) {
 	if err := s.waitCopies(); err != nil { // the previous copy out of this staging memory
-		return err
+		return err, nil
 	}
-	fill(key[0], key[1], s.x32, s.y32)
+	if err := fill(key[0], key[1], s.x32, s.y32); err != nil {
+		s.key = [2]int{-1, 0}
+		return nil, err
+	}
 	s.ux = s.x.UploadAsync(s.hx)
 	s.uy = s.y.UploadAsync(s.hy)
 	s.key = key
-	return nil
+	return nil, nil
 }
 
 // get returns the device tensors of micro-batch (step, micro), loading it
 // unless it was prefetched, and prefetches the one after it (next).
-func (b *batches) get(step, micro int, next [2]int, fill func(step, micro int, x, y []int32)) (x, y *tensor.Tensor) {
+func (b *batches) get(step, micro int, next [2]int, fill filler) (x, y *tensor.Tensor, err error) {
 	key := [2]int{step, micro}
 	cur, other := &b.slots[0], &b.slots[1]
 	if other.key == key {
 		cur, other = other, cur
 	}
 	if cur.key != key {
-		if err := cur.load(key, fill); err != nil {
-			b.fail(err)
+		if cerr, ferr := cur.load(key, fill); cerr != nil {
+			return nil, nil, b.fail(cerr)
+		} else if ferr != nil {
+			return nil, nil, ferr
 		}
 	}
 	// Queued after the previous step, the next copy overlaps this one.
-	if err := errors.Join(other.load(next, fill), cur.ready()); err != nil {
-		b.fail(err)
+	cerr, ferr := other.load(next, fill)
+	if err := errors.Join(cerr, cur.ready()); err != nil {
+		return nil, nil, b.fail(err)
 	}
-	return cur.x, cur.y
+	if ferr != nil {
+		return nil, nil, ferr
+	}
+	return cur.x, cur.y, nil
 }
+
+// filler fills x and y with micro-batch micro of a step.
+type filler func(step, micro int, x, y []int32) error
 
 // nextMicro is the micro-batch after (step, micro) with accum micro-steps.
 func nextMicro(step, micro, accum int) [2]int {
@@ -143,8 +155,10 @@ var slowData time.Duration
 // dealing out the train sampler's windows for this rank from step on.
 // Either way the time spent in it is added to r.dataWait.
 func (r *run) openFill(step int) error {
-	src := r.batch
-	if src == nil {
+	var src filler
+	if r.batch != nil {
+		src = func(step, micro int, x, y []int32) error { r.batch(step, micro, x, y); return nil }
+	} else {
 		cfg := r.cfg
 		lc := data.LoaderConfig{Batch: cfg.BatchSize, Accum: cfg.GradAccum, Rank: cfg.Rank, World: cfg.WorldSize,
 			Start: step, Workers: cfg.DataWorkers, Prefetch: cfg.Prefetch, Name: "train split"}
@@ -156,19 +170,16 @@ func (r *run) openFill(step int) error {
 			return err
 		}
 		r.loader = l
-		src = func(step, micro int, x, y []int32) {
-			if err := l.Fill(step, micro, x, y); err != nil {
-				panic(&tensor.Error{Err: err})
-			}
-		}
+		src = l.Fill
 	}
-	r.fill = func(step, micro int, x, y []int32) {
+	r.fill = func(step, micro int, x, y []int32) error {
 		t0 := time.Now()
 		if slowData > 0 {
 			time.Sleep(slowData)
 		}
-		src(step, micro, x, y)
+		err := src(step, micro, x, y)
 		r.dataWait += time.Since(t0)
+		return err
 	}
 	return nil
 }

@@ -66,15 +66,15 @@ func TestGradScaler(t *testing.T) {
 		if r.scaler.Scale != 4 {
 			t.Fatalf("scale %v before step %d, want 4", r.scaler.Scale, step)
 		}
-		r.step(step, 1e-3)
+		r.mustStep(step, 1e-3)
 	}
 	if r.scaler.Scale != 8 || r.scaler.Tracker != 0 || r.opt.Steps != 3 {
 		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.Scale, r.scaler.Tracker, r.opt.Steps)
 	}
-	r.step(3, 1e-3)
+	r.mustStep(3, 1e-3)
 	before := r.state()
 	lrBefore := r.scheduleStep(5)
-	r.stepWithHook(4, 1e-3, func() {
+	r.mustStepWithHook(4, 1e-3, func() {
 		g := r.opt.Params[1].T.Grad
 		v := g.Float32s()
 		v[0] = float32(math.Inf(1))
@@ -101,7 +101,7 @@ func TestGradScaler(t *testing.T) {
 			}
 		}
 	}
-	r.step(5, 1e-3) // training goes on
+	r.mustStep(5, 1e-3) // training goes on
 	if r.opt.Steps != 5 || bitwiseEqual(before, r.state()) {
 		t.Fatal("the step after a skipped one did not update")
 	}

@@ -34,7 +34,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	var on, off []float64
 	step := 0
 	for range 3 { // warm-up
-		r.step(step, 1e-3)
+		r.mustStep(step, 1e-3)
 		step++
 	}
 	b.ResetTimer()
@@ -46,7 +46,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			}
 			t0 := time.Now()
 			r.tel.begin(phH2D)
-			r.step(step, 1e-3)
+			r.mustStep(step, 1e-3)
 			r.tel.end(true)
 			ms := float64(time.Since(t0).Nanoseconds()) / 1e6
 			step++

@@ -20,7 +20,6 @@ import (
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
-	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -182,8 +181,8 @@ type run struct {
 	checkIDs bool    // the loader checks the ids (they come from files)
 	staged   batches // micro-batches on the device, the next one prefetched
 	opened   bool
-	fill     func(step, micro int, x, y []int32) // batch, or the loader's, timed
-	dataWait time.Duration                       // time spent in fill, in all
+	fill     filler        // batch, or the loader's, timed
+	dataWait time.Duration // time spent in fill, in all
 	evalTr   *data.Sampler
 	evalVal  *data.Sampler
 	metrics  bytes.Buffer
@@ -497,9 +496,14 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		measured := step-first >= 5
 		t0, w0 := time.Now(), r.dataWait
 		r.tel.begin(phH2D)
-		loss := r.step(step, lr)
+		loss, err := r.step(step, lr)
+		if err != nil {
+			return err
+		}
 		r.tel.end(measured)
-		injectFault(cfg.Rank, step+1)
+		if cfg.AfterStep != nil {
+			cfg.AfterStep(step + 1)
+		}
 		dt := time.Since(t0).Seconds()
 		wait := (r.dataWait - w0).Seconds() * 1000
 		tl := time.Now()
@@ -659,72 +663,105 @@ func (r *run) divergedAdvice(bad int) string {
 	return fmt.Sprintf("%s. To train on, %s", saved, advice)
 }
 
-// step runs one optimizer step: GradAccum micro-batches, each loss scaled
-// by 1/GradAccum so the gradients add up to those of the whole batch, then
-// clipping and AdamW. With a loss scaler, the losses are also multiplied
-// by its scale and the gradients divided by it before clipping; a step
-// with inf or NaN gradients is skipped. It returns the mean micro-batch
-// loss.
-func (r *run) step(step int, lr float64) float64 { return r.stepWithHook(step, lr, nil) }
+// step runs one optimizer step: GradAccum micro-steps of forward and
+// backward, each loss scaled by 1/GradAccum so the gradients add up to
+// those of the whole batch, then (data parallelism) the gradients'
+// all-reduce, clipping and AdamW. With a loss scaler, the losses are also
+// multiplied by its scale and the gradients divided by it before clipping;
+// a step with inf or NaN gradients is skipped. It returns the mean
+// micro-batch loss. One device, a data-parallel group and a pipeline all
+// take this step; only a micro-step's forward and backward differ (the
+// model's, or the pipeline schedule's over its stages).
+func (r *run) step(step int, lr float64) (float64, error) { return r.stepWithHook(step, lr, nil) }
 
 // stepWithHook is step with a hook run after the gradients are complete
 // and before clipping (tests inspect them there).
-func (r *run) stepWithHook(step int, lr float64, hook func()) float64 {
+func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
 	cfg := r.cfg
-	B, T := cfg.BatchSize, cfg.BlockSize
 	if !r.opened {
-		if err := r.staged.open(r.dev, B, T); err != nil {
-			panic(&tensor.Error{Err: fmt.Errorf("staging batches: %w", err)})
+		if err := r.staged.open(r.dev, cfg.BatchSize, cfg.BlockSize); err != nil {
+			return 0, fmt.Errorf("staging batches: %w", err)
 		}
 		r.opened = true
 		if err := r.openFill(step); err != nil {
-			panic(&tensor.Error{Err: err})
+			return 0, err
 		}
 	}
 	if r.pipe != nil {
-		return r.pipe.step(step, lr, hook)
+		r.pipe.beginStep()
 	}
 	var total float64
 	tel := r.tel
 	for micro := 0; micro < cfg.GradAccum; micro++ {
 		tel.to(phH2D)
 		w0 := r.dataWait
-		xt, yt := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
+		x, y, err := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
+		if err != nil {
+			return 0, fmt.Errorf("step %d: %w", step+1, err)
+		}
 		tel.move(phH2D, phData, r.dataWait-w0)
-		tel.to(phForward)
-		r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
-		tensor.Step(func() {
-			var loss *tensor.Tensor
-			tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(xt, yt) })
-			total += float64(loss.Item())
-			if r.scaler != nil {
-				loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
-			} else if cfg.GradAccum > 1 {
-				loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
-			}
-			tel.to(phBackward)
-			if r.ddp != nil && micro == cfg.GradAccum-1 { // no_sync on the others
-				prev := tensor.SetGradReadyHook(r.ddp.hookFn)
-				defer tensor.SetGradReadyHook(prev)
-			}
-			loss.Backward()
-		})
+		if r.pipe != nil {
+			total += r.pipe.microStep(step, micro, x, y)
+		} else {
+			total += r.microStep(step, micro, x, y)
+		}
+	}
+	if r.pipe != nil {
+		tel.to(phOptimizer)
+		r.pipe.endStep()
 	}
 	if r.ddp != nil {
 		tel.to(phComm)
-		r.ddp.mustSync(step, r.ddp.sync)
+		sync := r.ddp.sync
+		if r.pipe != nil { // its backward passes ran without the hook
+			sync = r.ddp.syncAll
+		}
+		if err := sync(); err != nil {
+			r.ddp.err = err
+			return 0, fmt.Errorf("step %d: %w", step+1, err)
+		}
 	}
 	tel.to(phOptimizer)
-	r.update(lr, hook, optim.ClipGradNorm)
-	return total / float64(cfg.GradAccum)
+	r.update(lr, hook)
+	return total / float64(cfg.GradAccum), nil
+}
+
+// microStep is one micro-step's forward and backward on one device: the
+// loss of micro-batch x, y, scaled for accumulation (and fp16's loss
+// scale), differentiated into the parameters' gradients. On the last
+// micro-step of a data-parallel step the backward pass hands each finished
+// gradient to the all-reduce (the others accumulate locally, as no_sync
+// does). It returns the unscaled loss.
+func (r *run) microStep(step, micro int, x, y *tensor.Tensor) float64 {
+	cfg, tel := r.cfg, r.tel
+	tel.to(phForward)
+	r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
+	var total float64
+	tensor.Step(func() {
+		var loss *tensor.Tensor
+		tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(x, y) })
+		total = float64(loss.Item())
+		if r.scaler != nil {
+			loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
+		} else if cfg.GradAccum > 1 {
+			loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
+		}
+		tel.to(phBackward)
+		if r.ddp != nil && micro == cfg.GradAccum-1 {
+			prev := tensor.SetGradReadyHook(r.ddp.hookFn)
+			defer tensor.SetGradReadyHook(prev)
+		}
+		loss.Backward()
+	})
+	return total
 }
 
 // update finishes an optimizer step once the gradients are complete: the
 // hook (tests inspect the gradients there), fp16's unscaling, clipping
-// with clip, and AdamW, unless the loss scaler finds inf or NaN gradients,
+// (over every device the parameters are on), and AdamW, unless the loss scaler finds inf or NaN gradients,
 // when the step is skipped and the weights and AdamW state are untouched.
 // It reports whether the weights moved.
-func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64) float64) bool {
+func (r *run) update(lr float64, hook func()) bool {
 	if hook != nil {
 		hook()
 	}
@@ -736,7 +773,7 @@ func (r *run) update(lr float64, hook func(), clip func([]*nn.Parameter, float64
 			}
 		}
 	}
-	norm := clip(r.opt.Params, r.cfg.GradClip)
+	norm := optim.ClipGradNorm(r.opt.Params, r.cfg.GradClip)
 	r.gradNorm = norm
 	if r.scaler == nil && !finite(norm) {
 		// Without a loss scaler, whose business such steps are, gradients

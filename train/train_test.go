@@ -158,7 +158,7 @@ func TestGradAccumulation(t *testing.T) {
 		var grads [][]float32
 		c.GradClip = 0
 		r.cfg = c
-		loss := r.stepWithHook(0, 1e-3, func() {
+		loss := r.mustStepWithHook(0, 1e-3, func() {
 			for _, p := range m.Parameters() {
 				grads = append(grads, p.Grad().Float32s())
 			}
@@ -250,4 +250,16 @@ func TestTokensPerStep(t *testing.T) {
 	if !bytes.Equal(weights[0], weights[1]) {
 		t.Fatal("--tokens-per-step 4×B×T and --grad-accum 4 wrote different weights")
 	}
+}
+
+// mustStep is step for tests, whose batches cannot fail: an error panics.
+func (r *run) mustStep(step int, lr float64) float64 { return r.mustStepWithHook(step, lr, nil) }
+
+// mustStepWithHook is stepWithHook for tests: an error panics.
+func (r *run) mustStepWithHook(step int, lr float64, hook func()) float64 {
+	loss, err := r.stepWithHook(step, lr, hook)
+	if err != nil {
+		panic(err)
+	}
+	return loss
 }

@@ -77,7 +77,7 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 		if math.Abs(lr-lrs[s]) > 1e-12 {
 			t.Fatalf("step %d: lr %v, PyTorch %v", s, lr, lrs[s])
 		}
-		loss := r.step(s, lr)
+		loss := r.mustStep(s, lr)
 		if math.Abs(loss-losses[s]) > 1e-5*losses[s] {
 			t.Errorf("step %d: loss %.7f, PyTorch %.7f", s, loss, losses[s])
 		}

@@ -159,6 +159,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	stop, release := stopOnSignal(stderr)
 	defer release()
 	c.Stop = stop
+	c.AfterStep = faultExit(c.Rank, stderr)
 	res, err := train.Run(c, stdout)
 	if err != nil {
 		return err
@@ -259,4 +260,25 @@ func generate(m *model.GPT, tok interface {
 		return "", err
 	}
 	return tok.Decode(out), nil
+}
+
+// faultExit is a fault-injection hook for tests of failure handling: with
+// FLEET_FAULT_EXIT=RANK:STEP in the environment, that rank's process exits
+// with status 3 right after step STEP of the job's first attempt
+// (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed process would. It
+// returns nil (no hook) otherwise.
+func faultExit(rank int, stderr io.Writer) func(done int) {
+	var r, step int
+	if _, err := fmt.Sscanf(os.Getenv("FLEET_FAULT_EXIT"), "%d:%d", &r, &step); err != nil || r != rank {
+		return nil
+	}
+	if n := os.Getenv("TORCHELASTIC_RESTART_COUNT"); n != "" && n != "0" {
+		return nil
+	}
+	return func(done int) {
+		if done == step {
+			fmt.Fprintf(stderr, "FLEET_FAULT_EXIT: rank %d exits after step %d\n", rank, step)
+			os.Exit(3)
+		}
+	}
 }
