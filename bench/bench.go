@@ -23,6 +23,7 @@ import (
 type Result struct {
 	Device        string
 	NumParams     int
+	Batch, Accum  int // the micro-batch and the accumulation steps
 	TokensPerStep int
 	MsPerStep     float64 // median
 	TokensPerSec  float64 // median of per-step rates
@@ -51,10 +52,12 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 			return Result{}, err
 		}
 		cfg.BatchSize, cfg.BatchAuto = ab.Batch, false
-		if cfg.GradAccum, err = cfg.Accumulation(); err != nil {
-			return Result{}, err
-		}
 	}
+	plan, err := cfg.PlanBatch()
+	if err != nil {
+		return Result{}, err
+	}
+	cfg.GradAccum = plan.Accum
 	// The peak is this benchmark's: counted from the memory held when it
 	// starts (another benchmark's model, in the same process).
 	tensor.ResetPeakMemory(dev)
@@ -94,7 +97,7 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Device: dev.String(), NumParams: m.NumParams(), TokensPerStep: r.TokensPerStep(),
+	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Micro, Accum: plan.Accum, TokensPerStep: r.TokensPerStep(),
 		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	res.PeakBytes = tensor.MemStats(dev).Peak - base

@@ -58,15 +58,11 @@ type AutoBatch struct {
 // the batch must divide the token budget's sequences per process;
 // without, it is at most AutoBatchCap.
 func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoBatch, error) {
-	world := max(cfg.WorldSize, 1)
-	maxB := AutoBatchCap
-	if cfg.TokensPerStep > 0 {
-		if cfg.TokensPerStep%(cfg.BlockSize*world) != 0 {
-			return AutoBatch{}, fmt.Errorf("--tokens-per-step %d is not a multiple of block size %d × world size %d", cfg.TokensPerStep, cfg.BlockSize, world)
-		}
-		maxB = cfg.TokensPerStep / (cfg.BlockSize * world)
+	maxB, err := cfg.maxMicro()
+	if err != nil {
+		return AutoBatch{}, err
 	}
-	ok := func(b int) bool { return cfg.TokensPerStep == 0 || maxB%b == 0 }
+	ok := func(b int) bool { _, err := cfg.withBatch(b); return err == nil }
 	res := AutoBatch{Max: maxB}
 	stats := tensor.MemStats(dev)
 	probe := func(b int) (BatchProbe, error) {
@@ -289,13 +285,14 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 		cfg.BatchSize = ab.Batch
 		fmt.Fprintf(log, "batch auto: chose micro-batch %d: %s\n", ab.Batch, ab.Reason)
 	}
-	accum, err := cfg.Accumulation()
+	tokens := cfg.TokensPerStep
+	c, err := cfg.withBatch(cfg.BatchSize)
 	if err != nil {
 		return err
 	}
-	cfg.GradAccum = accum
-	if cfg.TokensPerStep > 0 {
-		fmt.Fprintf(log, "batch auto: %d accumulation steps keep --tokens-per-step %d\n", accum, cfg.TokensPerStep)
+	*cfg = c
+	if tokens > 0 {
+		fmt.Fprintf(log, "batch auto: %d accumulation steps keep --tokens-per-step %d\n", cfg.GradAccum, tokens)
 	}
 	return nil
 }

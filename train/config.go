@@ -79,11 +79,13 @@ type Config struct {
 	// the bytes it may plan for on the CPU (0: half the RAM).
 	BatchAuto   bool  `json:"batch_auto,omitempty"`
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
-	GradAccum   int   `json:"grad_accum"` // micro-steps per optimizer step
+	// GradAccum is the micro-steps per optimizer step (0: 1, or what
+	// TokensPerStep makes it). See PlanBatch.
+	GradAccum int `json:"grad_accum"`
 	// TokensPerStep, when positive, sets the global tokens per optimizer
 	// step instead: the accumulation is TokensPerStep / (BatchSize ×
 	// BlockSize × world size), which must divide exactly. It cannot be
-	// combined with a GradAccum other than 1.
+	// combined with a GradAccum of its own.
 	TokensPerStep int `json:"tokens_per_step,omitempty"`
 
 	LR           float64 `json:"learning_rate"`
@@ -171,7 +173,6 @@ func Default() Config {
 		BlockSize: 64,
 
 		BatchSize: 12,
-		GradAccum: 1,
 
 		LR:          1e-3,
 		MinLR:       1e-4,
@@ -208,10 +209,6 @@ func (c Config) Validate() error {
 		return err
 	}
 	switch {
-	case c.BatchSize <= 0 && !c.BatchAuto:
-		return fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
-	case c.GradAccum <= 0 && c.TokensPerStep == 0:
-		return fmt.Errorf("--grad-accum must be positive, got %d", c.GradAccum)
 	case c.MaxIters < 0:
 		return fmt.Errorf("--max-iters must not be negative, got %d", c.MaxIters)
 	case c.LR <= 0:
@@ -248,37 +245,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--memory-limit must not be negative")
 	}
 	if c.BatchAuto {
+		if _, err := c.maxMicro(); err != nil {
+			return err
+		}
 		c.BatchSize = 1 // the token budget must hold whole sequences
 	}
-	if _, err := c.Accumulation(); err != nil {
+	if _, err := c.PlanBatch(); err != nil {
 		return err
 	}
 	return c.validatePipeline()
-}
-
-// Accumulation is the number of micro-steps per optimizer step: GradAccum,
-// or TokensPerStep / (BatchSize × BlockSize × world size) when
-// TokensPerStep is set.
-func (c Config) Accumulation() (int, error) {
-	if c.TokensPerStep == 0 {
-		return c.GradAccum, nil
-	}
-	world := max(c.WorldSize, 1)
-	perMicro := c.BatchSize * c.BlockSize * world
-	switch {
-	case c.TokensPerStep < 0:
-		return 0, fmt.Errorf("--tokens-per-step must be positive, got %d", c.TokensPerStep)
-	case c.GradAccum > 1:
-		return 0, fmt.Errorf("--tokens-per-step %d cannot be combined with --grad-accum %d: it sets the accumulation itself",
-			c.TokensPerStep, c.GradAccum)
-	case perMicro <= 0:
-		return 0, fmt.Errorf("--tokens-per-step %d needs a positive batch size and block size (got %d and %d)",
-			c.TokensPerStep, c.BatchSize, c.BlockSize)
-	case c.TokensPerStep%perMicro != 0:
-		return 0, fmt.Errorf("--tokens-per-step %d is not a multiple of batch size %d × block size %d × world size %d = %d tokens per micro-step",
-			c.TokensPerStep, c.BatchSize, c.BlockSize, world, perMicro)
-	}
-	return c.TokensPerStep / perMicro, nil
 }
 
 // ProductDType is the dtype matrix products run in under the precision.

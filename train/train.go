@@ -233,7 +233,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if !cfg.BatchAuto {
-		cfg.GradAccum, _ = cfg.Accumulation() // checked by Validate
+		cfg, _ = cfg.withBatch(cfg.BatchSize) // checked by Validate
 	}
 	dev, err := backend.Resolve(cfg.Device)
 	if err != nil {

@@ -209,16 +209,18 @@ func TestTokensPerStep(t *testing.T) {
 		tokens, accum int
 		want          string
 	}{
-		{tokens: 4 * 16 * 2 * 3, accum: 1},
-		{tokens: 100, accum: 1, want: "not a multiple of batch size 4 × block size 16 × world size 2 = 128"},
+		{tokens: 4 * 16 * 2 * 3, accum: 0},
+		{tokens: 4 * 16 * 2 * 3, accum: 3}, // the accumulation it makes: a resolved plan
+		{tokens: 100, accum: 0, want: "not a multiple of batch size 4 × block size 16 × world size 2 = 128"},
 		{tokens: 512, accum: 2, want: "cannot be combined with --grad-accum 2"},
-		{tokens: -128, accum: 1, want: "must be positive"},
+		{tokens: 384, accum: 1, want: "cannot be combined with --grad-accum 1"},
+		{tokens: -128, accum: 0, want: "must be positive"},
 	} {
 		c.TokensPerStep, c.GradAccum = tc.tokens, tc.accum
 		err := c.Validate()
 		if tc.want == "" {
-			if n, _ := c.Accumulation(); err != nil || n != 3 {
-				t.Errorf("--tokens-per-step %d: accumulation %d, err %v; want 3", tc.tokens, n, err)
+			if p, _ := c.PlanBatch(); err != nil || p.Accum != 3 || p.TokensPerStep() != tc.tokens {
+				t.Errorf("--tokens-per-step %d: plan %+v, err %v; want 3 accumulation steps", tc.tokens, p, err)
 			}
 			continue
 		}

@@ -56,7 +56,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		results = append(results, r)
 		if i == 0 {
 			fmt.Fprintf(stdout, "device %s | %d layers, %d heads, %d embd, block %d, batch %d×%d | %.2fM params\n",
-				r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, c.BatchSize, c.GradAccum, float64(r.NumParams)/1e6)
+				r.Device, c.NLayer, c.NHead, c.NEmbd, c.BlockSize, r.Batch, r.Accum, float64(r.NumParams)/1e6)
 		}
 		label := ""
 		if len(precisions) > 1 {

@@ -42,7 +42,7 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 	if c.Precision != "fp32" {
 		return fmt.Errorf("--precision: the lab runs fp32 and bf16 itself")
 	}
-	if c.GradAccum != 1 {
+	if c.GradAccum > 1 {
 		return fmt.Errorf("--grad-accum: the lab's accumulation experiment takes --accum-batch and --accum-steps")
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {

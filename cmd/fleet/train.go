@@ -30,7 +30,7 @@ func modelFlags(fs *flag.FlagSet, c *train.Config) {
 	fs.Var(batchFlag{c}, "batch-size", "micro-batch size per process, or auto: the largest that fits the device (real trial steps on a GPU; an estimate and --memory-limit on the CPU)")
 	fs.Var(bytesFlag{&c.MemoryLimit}, "memory-limit", "memory --batch-size auto may plan for on the CPU, e.g. 8GiB or 500MB (default: half the RAM)")
 	fs.BoolVar(&c.Recompute, "recompute", c.Recompute, "recompute each block in the backward pass (gradient checkpointing): much less activation memory, about 1.3× the step time")
-	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "micro-steps per optimizer step")
+	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "micro-steps per optimizer step (default 1; --tokens-per-step sets it instead)")
 	fs.Float64Var(&c.LR, "lr", c.LR, "peak learning rate")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
 }
@@ -138,13 +138,6 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.AllowChanges, "allow-changes", false, "with --resume: allow optimizer, schedule, batch, dropout and precision settings other than the checkpoint's; config.json records each change (a different model, tokenizer or data is refused either way)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
-	}
-	if c.TokensPerStep != 0 {
-		accum := false
-		fs.Visit(func(f *flag.Flag) { accum = accum || f.Name == "grad-accum" })
-		if accum {
-			return fmt.Errorf("--tokens-per-step %d cannot be combined with --grad-accum %d: it sets the accumulation itself", c.TokensPerStep, c.GradAccum)
-		}
 	}
 	if c.InitFrom != "" {
 		heads := false
