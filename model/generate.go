@@ -17,7 +17,7 @@ type KVCache struct {
 // NewKVCache allocates a cache for one sequence.
 func (m *GPT) NewKVCache() *KVCache {
 	c := &KVCache{}
-	tensor.Persist(func() {
+	tensor.ProgramOf(m.Device()).Persist(func() {
 		for range m.Blocks {
 			c.K = append(c.K, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
 			c.V = append(c.V, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
@@ -36,21 +36,19 @@ func (c *KVCache) Free() {
 
 // ForwardKV runs ids [1, T] at positions [cache.Pos, cache.Pos+T) and
 // returns the logits of the last position, [vocab], as host floats. Each
-// call costs only the new positions.
+// call costs only the new positions. It is inference: no gradients, no
+// dropout.
 func (m *GPT) ForwardKV(ids []int32, cache *KVCache) []float32 {
 	T := len(ids)
+	p := &Pass{Cache: cache}
+	prog := tensor.ProgramOf(m.Device())
 	var logits []float32
-	tensor.NoGrad(func() {
-		tensor.Step(func() {
-			dev := m.Device()
-			idx := tensor.FromInt32s(dev, ids, 1, T)
-			x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(positions(dev, 1, T, cache.Pos)))
-			for i, b := range m.Blocks {
-				x = tensor.Add(x, b.Attn.ForwardKV(b.LN1.Forward(x), cache.K[i], cache.V[i], cache.Pos))
-				x = tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
-			}
+	prog.NoGrad(func() {
+		prog.Step(func() {
+			x := m.embed(tensor.FromInt32s(m.Device(), ids, 1, T), p)
+			x = m.blocks(x, 0, len(m.Blocks), p)
 			last := x.Reshape(T, m.Config.NEmbd).Rows(T-1, T)
-			logits = tensor.LinearT(m.LNF.Forward(last), m.WTE.W.T).Float32s()
+			logits = m.head(last, m.WTE.W.T).Float32s()
 		})
 	})
 	cache.Pos += T

@@ -2,7 +2,11 @@
 // GPT-2, meant to be read top to bottom: token and learned position
 // embeddings, pre-LayerNorm blocks of causal self-attention and a 4× MLP
 // with tanh-GELU, a final LayerNorm, and a language-model head tied to the
-// token embedding.
+// token embedding. The embedding, Block.Forward and the head are defined
+// there once: training (GPT.Forward), pipeline stages (stages.go) and
+// generation with a key/value cache (generate.go) all run them, each under
+// a Pass of its own that says where the dropout masks come from and holds
+// the cache.
 package model
 
 import (
@@ -58,17 +62,33 @@ type Block struct {
 	LN2  *nn.LayerNorm
 	MLP  *nn.MLP
 
-	checkpointed tensor.CheckpointFunc // forward as one function value, made once
+	layer int // its index in GPT.Blocks: its place in a KVCache
 }
 
-// Forward maps the residual stream x [B, T, C] through the layer.
-func (b *Block) Forward(x *tensor.Tensor) *tensor.Tensor {
-	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
-	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+// Forward maps the residual stream x [B, T, C] through the layer. The pass
+// p says where the dropout masks come from and, for inference, holds the
+// key/value cache; nil is a pass without either.
+func (b *Block) Forward(x *tensor.Tensor, p *Pass) *tensor.Tensor {
+	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x), p.kv(b.layer), p.masks()))
+	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x), p.masks()))
 }
 
-// forwardArgs is Forward in the form tensor.Checkpoint calls.
-func (b *Block) forwardArgs(in ...*tensor.Tensor) *tensor.Tensor { return b.Forward(in[0]) }
+// Pass is the state one forward pass reads and changes besides the
+// weights. The model's paths run the same embedding, blocks and head,
+// each under a Pass of its own: GPT.Forward under the model's, each
+// pipeline stage (Staged.Forward) under the stage's, ForwardKV under one
+// holding the cache. Passes share nothing, so stages can run at once.
+type Pass struct {
+	// Dropout is where the dropout layers draw their masks; nil turns
+	// dropout off.
+	Dropout *nn.Masks
+	// Cache, for inference, holds the keys and values of positions
+	// [0, Cache.Pos); the pass's input holds positions [Cache.Pos, Cache.Pos+T).
+	Cache *KVCache
+
+	posIDs map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
+	ckpt   []tensor.CheckpointFunc   // [i]: block i's Forward under this pass, for tensor.CheckpointRNG
+}
 
 // GPT is the model.
 type GPT struct {
@@ -80,9 +100,8 @@ type GPT struct {
 	LNF    *nn.LayerNorm
 
 	dropouts  []*nn.Dropout
-	dropRNG   *tensor.RNG               // shared by every dropout layer
-	recompute bool                      // blocks run under tensor.Checkpoint
-	posIDs    map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
+	recompute bool // blocks run under tensor.CheckpointRNG
+	pass      Pass // Forward's: dropout masks drawn in turn from one RNG
 }
 
 // New builds a GPT on dev with GPT-2's initialisation: weights from
@@ -94,7 +113,7 @@ func New(cfg Config, dev tensor.Device, seed uint64) (*GPT, error) {
 	}
 	var m *GPT
 	err := tensor.Catch(func() {
-		tensor.Persist(func() { m = build(cfg, dev, seed) })
+		tensor.ProgramOf(dev).Persist(func() { m = build(cfg, dev, seed) })
 	})
 	return m, err
 }
@@ -103,9 +122,9 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 	in := nn.Init{RNG: tensor.NewRNG(seed), Dev: dev}
 	C := cfg.NEmbd
 	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
-	m := &GPT{Config: cfg, dropRNG: tensor.NewRNG(seed ^ 0x5eed)}
+	m := &GPT{Config: cfg, pass: Pass{Dropout: &nn.Masks{RNG: tensor.NewRNG(seed ^ 0x5eed)}}}
 	newDrop := func() *nn.Dropout {
-		d := &nn.Dropout{P: cfg.Dropout, RNG: m.dropRNG}
+		d := &nn.Dropout{P: cfg.Dropout}
 		m.dropouts = append(m.dropouts, d)
 		return d
 	}
@@ -128,6 +147,7 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 				CProj: nn.NewLinear(p+"mlp.c_proj", in, 4*C, C, cfg.Bias, residStd),
 				Drop:  newDrop(),
 			},
+			layer: i,
 		})
 	}
 	m.LNF = nn.NewLayerNorm("transformer.ln_f", in, C, cfg.Bias, lnEps)
@@ -147,7 +167,7 @@ func (m *GPT) SetTraining(on bool) (was bool) {
 
 // SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a
 // run's masks do not depend on how many forward passes came before.
-func (m *GPT) SetDropoutSeed(seed uint64) { m.dropRNG.State = seed }
+func (m *GPT) SetDropoutSeed(seed uint64) { m.pass.Dropout.RNG.State = seed }
 
 // SetRecompute turns activation recomputation on or off (it is off by
 // default). With it on, each block's forward pass keeps only its output:
@@ -158,14 +178,7 @@ func (m *GPT) SetDropoutSeed(seed uint64) { m.dropRNG.State = seed }
 // and its peak memory holds one block's activations instead of all of
 // them. Evaluation (no gradients) is unaffected apart from freeing each
 // block's temporaries as it goes.
-func (m *GPT) SetRecompute(on bool) {
-	m.recompute = on
-	for _, b := range m.Blocks {
-		if on && b.checkpointed == nil {
-			b.checkpointed = b.forwardArgs
-		}
-	}
-}
+func (m *GPT) SetRecompute(on bool) { m.recompute = on }
 
 // Recompute reports whether activation recomputation is on.
 func (m *GPT) Recompute() bool { return m.recompute }
@@ -203,31 +216,134 @@ func (m *GPT) To(dev tensor.Device) {
 	for _, p := range m.Parameters() {
 		p.To(dev)
 	}
-	for k, t := range m.posIDs {
-		t.Free()
-		delete(m.posIDs, k)
-	}
-}
-
-// positionsFrom0 returns the persistent position ids [B, T] (0..T-1 in each
-// row) on the model's device, uploading them only the first time a shape
-// is seen: training asks for the same shape every step.
-func (m *GPT) positionsFrom0(B, T int) *tensor.Tensor {
-	k := [2]int{B, T}
-	if t, ok := m.posIDs[k]; ok {
-		return t
-	}
-	if m.posIDs == nil {
-		m.posIDs = map[[2]int]*tensor.Tensor{}
-	}
-	var t *tensor.Tensor
-	tensor.Persist(func() { t = positions(m.Device(), B, T, 0) })
-	m.posIDs[k] = t
-	return t
+	m.pass.freePositions()
 }
 
 // Device is where the parameters live.
 func (m *GPT) Device() tensor.Device { return m.WTE.W.T.Device() }
+
+// Forward maps token ids [B, T] (I32) to logits [B, T, vocab].
+func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
+	p := &m.pass
+	x := m.embed(idx, p)
+	x = m.blocks(x, 0, len(m.Blocks), p)
+	return m.head(x, m.WTE.W.T)
+}
+
+// Loss is the mean cross-entropy of predicting targets [B, T] from idx [B, T].
+func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
+	return tensor.CrossEntropy(m.Forward(idx), targets)
+}
+
+// embed maps token ids [B, T] to the residual stream [B, T, C]: token
+// plus position embeddings, then dropout. The positions count from 0, or
+// from p.Cache.Pos with a cache.
+func (m *GPT) embed(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
+	B, T := idx.Dim(0), idx.Dim(1)
+	start := 0
+	if p.Cache != nil {
+		start = p.Cache.Pos
+	}
+	if start+T > m.Config.BlockSize {
+		msg := fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)
+		if start > 0 {
+			msg = fmt.Sprintf("positions [%d, %d) exceed block size %d", start, start+T, m.Config.BlockSize)
+		}
+		panic(&tensor.Error{Op: "gpt", Msg: msg})
+	}
+	var pos *tensor.Tensor
+	if p.Cache == nil {
+		pos = p.positionsFrom0(m.Device(), B, T)
+	} else {
+		pos = positions(m.Device(), B, T, start)
+	}
+	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(pos))
+	return m.Drop.Forward(x, p.masks())
+}
+
+// blocks runs blocks [lo, hi) on the residual stream x. With
+// recomputation on, each runs under tensor.CheckpointRNG, which replays
+// the pass's dropout masks in the backward pass; inference with a cache
+// keeps nothing for a backward pass and runs them plainly.
+func (m *GPT) blocks(x *tensor.Tensor, lo, hi int, p *Pass) *tensor.Tensor {
+	for i := lo; i < hi; i++ {
+		if m.recompute && p.Cache == nil {
+			x = tensor.CheckpointRNG(p.rng(), p.checkpointed(m, i), x)
+		} else {
+			x = m.Blocks[i].Forward(x, p)
+		}
+	}
+	return x
+}
+
+// head maps the residual stream to logits: the final LayerNorm, then the
+// output projection, tied to the token embedding w ([vocab, C]).
+func (m *GPT) head(x, w *tensor.Tensor) *tensor.Tensor {
+	return tensor.LinearT(m.LNF.Forward(x), w)
+}
+
+// masks is where the pass's dropout draws (nil: no dropout).
+func (p *Pass) masks() *nn.Masks {
+	if p == nil {
+		return nil
+	}
+	return p.Dropout
+}
+
+// rng is the generator the pass's dropout draws from, or nil.
+func (p *Pass) rng() *tensor.RNG {
+	if p == nil || p.Dropout == nil {
+		return nil
+	}
+	return p.Dropout.RNG
+}
+
+// kv is layer i's part of the pass's cache, or nil without one.
+func (p *Pass) kv(i int) *nn.KV {
+	if p == nil || p.Cache == nil {
+		return nil
+	}
+	return &nn.KV{K: p.Cache.K[i], V: p.Cache.V[i], Pos: p.Cache.Pos}
+}
+
+// checkpointed is block i's Forward under p as the function
+// tensor.CheckpointRNG calls, made the first time it is asked for, so that
+// a steady-state step allocates nothing.
+func (p *Pass) checkpointed(m *GPT, i int) tensor.CheckpointFunc {
+	if len(p.ckpt) != len(m.Blocks) {
+		p.ckpt = make([]tensor.CheckpointFunc, len(m.Blocks))
+	}
+	if p.ckpt[i] == nil {
+		b := m.Blocks[i]
+		p.ckpt[i] = func(in ...*tensor.Tensor) *tensor.Tensor { return b.Forward(in[0], p) }
+	}
+	return p.ckpt[i]
+}
+
+// positionsFrom0 returns the persistent position ids [B, T] (0..T-1 in
+// each row) on dev, uploading them only the first time a shape is seen:
+// training asks for the same shape every step.
+func (p *Pass) positionsFrom0(dev tensor.Device, B, T int) *tensor.Tensor {
+	k := [2]int{B, T}
+	if t, ok := p.posIDs[k]; ok {
+		return t
+	}
+	if p.posIDs == nil {
+		p.posIDs = map[[2]int]*tensor.Tensor{}
+	}
+	var t *tensor.Tensor
+	tensor.ProgramOf(dev).Persist(func() { t = positions(dev, B, T, 0) })
+	p.posIDs[k] = t
+	return t
+}
+
+// freePositions frees the position ids, e.g. when the model moves.
+func (p *Pass) freePositions() {
+	for k, t := range p.posIDs {
+		t.Free()
+		delete(p.posIDs, k)
+	}
+}
 
 // positions returns I32 position ids [B, T] counting from start.
 func positions(dev tensor.Device, B, T, start int) *tensor.Tensor {
@@ -236,27 +352,4 @@ func positions(dev tensor.Device, B, T, start int) *tensor.Tensor {
 		ids[i] = int32(start + i%T)
 	}
 	return tensor.FromInt32s(dev, ids, B, T)
-}
-
-// Forward maps token ids [B, T] (I32) to logits [B, T, vocab].
-func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
-	B, T := idx.Dim(0), idx.Dim(1)
-	if T > m.Config.BlockSize {
-		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)})
-	}
-	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(m.positionsFrom0(B, T)))
-	x = m.Drop.Forward(x)
-	for _, b := range m.Blocks {
-		if m.recompute {
-			x = tensor.CheckpointRNG(m.dropRNG, b.checkpointed, x)
-		} else {
-			x = b.Forward(x)
-		}
-	}
-	return tensor.LinearT(m.LNF.Forward(x), m.WTE.W.T)
-}
-
-// Loss is the mean cross-entropy of predicting targets [B, T] from idx [B, T].
-func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
-	return tensor.CrossEntropy(m.Forward(idx), targets)
 }

@@ -103,19 +103,16 @@ func TestRecomputeGradients(t *testing.T) {
 // dropout RNG.
 func blockGrad(m *GPT, x []int32, B, T int, withRNG bool) []float32 {
 	w := m.Blocks[0].MLP.CFC.W.T
-	m.SetRecompute(true)
-	defer m.SetRecompute(false)
+	p := &m.pass
 	var g []float32
 	tensor.Step(func() {
 		m.SetDropoutSeed(77)
-		ids := tensor.FromInt32s(tensor.CPU, x, B, T)
-		h := m.Drop.Forward(tensor.Add(m.WTE.Forward(ids), m.WPE.Forward(m.positionsFrom0(B, T))))
-		var out *tensor.Tensor
+		h := m.embed(tensor.FromInt32s(tensor.CPU, x, B, T), p)
+		var r *tensor.RNG
 		if withRNG {
-			out = tensor.CheckpointRNG(m.dropRNG, m.Blocks[0].checkpointed, h)
-		} else {
-			out = tensor.Checkpoint(m.Blocks[0].checkpointed, h)
+			r = p.rng()
 		}
+		out := tensor.CheckpointRNG(r, p.checkpointed(m, 0), h)
 		tensor.Sum(out).Backward()
 		g = w.Grad.Float32s()
 	})

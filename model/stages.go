@@ -21,15 +21,19 @@ import (
 //
 // Each stage is run by Forward; the caller moves the activations between
 // devices and runs each stage's backward pass from the gradient the next
-// stage hands back (tensor.BackwardWith).
+// stage hands back (tensor.BackwardWith). A stage's forward pass runs the
+// model's own embedding, blocks and head under a Pass of the stage's own
+// (its dropout generator, its recomputation closures, on the first stage
+// its position ids), so Forward may run for different stages at once, on
+// goroutines of their own; calls for one stage must not overlap.
 type Staged struct {
 	M       *GPT
 	Devices []tensor.Device
 	Ranges  [][2]int       // blocks [lo, hi) of each stage
 	head    *tensor.Tensor // the embedding's copy on the last device; nil when it is the first
-	// dropout positioning: see SetDropout
+	passes  []*Pass        // each stage's
+	// dropBase is where the batch's dropout masks start (see SetDropout).
 	dropBase uint64
-	fullRows int
 }
 
 // Place moves m's parameters onto devs, counts[i] blocks on stage i (they
@@ -39,6 +43,9 @@ func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
 		return nil, fmt.Errorf("model: %d devices for %d stage sizes", len(devs), len(counts))
 	}
 	s := &Staged{M: m, Devices: devs}
+	for range devs {
+		s.passes = append(s.passes, &Pass{Dropout: &nn.Masks{RNG: tensor.NewRNG(0)}})
+	}
 	lo := 0
 	for _, c := range counts {
 		if c < 0 {
@@ -56,12 +63,9 @@ func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
 				p.To(s.Devices[st])
 			}
 		}
-		for k, t := range m.posIDs { // made on the old device
-			t.Free()
-			delete(m.posIDs, k)
-		}
+		m.pass.freePositions() // made on the old device
 		if last := s.Devices[len(s.Devices)-1]; last != s.Devices[0] {
-			tensor.Persist(func() { s.head = tensor.Zeros(last, m.WTE.W.T.Shape()...).SetRequiresGrad(true) })
+			tensor.ProgramOf(last).Persist(func() { s.head = tensor.Zeros(last, m.WTE.W.T.Shape()...).SetRequiresGrad(true) })
 		}
 		s.SyncHead()
 	})
@@ -119,7 +123,7 @@ func (s *Staged) SyncHead() {
 	if s.head == nil {
 		return
 	}
-	tensor.Step(func() { s.head.CopyFrom(s.M.WTE.W.T.To(s.head.Device())) })
+	tensor.ProgramOf(s.head.Device()).Step(func() { s.head.CopyFrom(s.M.WTE.W.T.To(s.head.Device())) })
 }
 
 // ReduceHeadGrad adds the gradient the head's copy of the embedding
@@ -129,10 +133,11 @@ func (s *Staged) ReduceHeadGrad() {
 		return
 	}
 	w := s.M.WTE.W.T
-	tensor.Step(func() {
+	prog := tensor.ProgramOf(w.Device())
+	prog.Step(func() {
 		g := s.head.Grad.To(w.Device())
 		if w.Grad == nil {
-			tensor.Persist(func() { w.Grad = g.Clone() })
+			prog.Persist(func() { w.Grad = g.Clone() })
 		} else {
 			tensor.AddInPlace(w.Grad, g, 1)
 		}
@@ -144,6 +149,9 @@ func (s *Staged) ReduceHeadGrad() {
 // model runs on one device again.
 func (s *Staged) Gather(dev tensor.Device) {
 	s.M.To(dev)
+	for _, p := range s.passes {
+		p.freePositions()
+	}
 	if s.head != nil {
 		if s.head.Grad != nil {
 			s.head.Grad.Free()
@@ -159,24 +167,13 @@ func (s *Staged) Gather(dev tensor.Device) {
 // would be given). Forward then draws each micro-batch's masks from the
 // place in the stream where the whole batch's masks for its rows are, so a
 // batch split into micro-batches gets the same masks as the whole batch
-// on one device.
+// on one device. Call it before the stages run, not while they do.
 func (s *Staged) SetDropout(seed uint64, fullRows int) {
-	s.dropBase, s.fullRows = seed, fullRows
+	s.dropBase = seed
+	for _, p := range s.passes {
+		p.Dropout.Rows = fullRows
+	}
 	s.M.SetDropoutSeed(seed)
-}
-
-// splitmixGamma is the step of the dropout generator's state per draw
-// (internal/rng is SplitMix64): seeking k draws ahead adds k times it.
-const splitmixGamma = 0x9e3779b97f4a7c15
-
-// seekDropout points the dropout generator at dropout layer j's masks for
-// rows [row0, ...) of the batch. Layer 0 is the embedding's dropout,
-// 1+2i and 2+2i block i's attention and MLP dropouts; each draws one
-// number per element of its [B, T, C] input, in order.
-func (s *Staged) seekDropout(j, row0, T int) {
-	perRow := uint64(T * s.M.Config.NEmbd)
-	k := uint64(j)*uint64(s.fullRows)*perRow + uint64(row0)*perRow
-	s.M.dropRNG.State = s.dropBase + k*splitmixGamma
 }
 
 // dropoutOn reports whether dropout draws masks.
@@ -187,55 +184,37 @@ func (s *Staged) dropoutOn() bool { return s.M.Drop.Training && s.M.Drop.P > 0 }
 // residual stream [B, T, C] for the others. It returns the residual
 // stream, or the logits [B, T, vocab] on the last stage.
 func (s *Staged) Forward(st int, in *tensor.Tensor, row0 int) *tensor.Tensor {
-	m := s.M
+	m, p := s.M, s.passes[st]
+	lo, hi := s.Ranges[st][0], s.Ranges[st][1]
+	if s.dropoutOn() {
+		s.seekDropout(st, in, row0)
+	}
 	x := in
 	if st == 0 {
-		B, T := in.Dim(0), in.Dim(1)
-		if T > m.Config.BlockSize {
-			panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d exceeds block size %d", T, m.Config.BlockSize)})
-		}
-		x = tensor.Add(m.WTE.Forward(in), m.WPE.Forward(m.positionsFrom0(B, T)))
-		if s.dropoutOn() {
-			s.seekDropout(0, row0, T)
-		}
-		x = m.Drop.Forward(x)
+		x = m.embed(in, p)
 	}
-	for i := s.Ranges[st][0]; i < s.Ranges[st][1]; i++ {
-		x = s.block(i, x, row0)
-	}
+	x = m.blocks(x, lo, hi, p)
 	if st == len(s.Devices)-1 {
-		x = tensor.LinearT(m.LNF.Forward(x), s.HeadWeight())
+		x = m.head(x, s.HeadWeight())
 	}
 	return x
 }
 
-// block runs block i, under recomputation when the model asks for it.
-func (s *Staged) block(i int, x *tensor.Tensor, row0 int) *tensor.Tensor {
-	m := s.M
-	b := m.Blocks[i]
-	if !s.dropoutOn() {
-		if m.recompute {
-			return tensor.CheckpointRNG(m.dropRNG, b.checkpointed, x)
-		}
-		return b.Forward(x)
+// seekDropout points stage st's dropout generator at the masks of its
+// first dropout layer for rows [row0, row0+B) of the batch; the layers then
+// skip the other rows' draws (nn.Masks). The layers are counted in the
+// order the whole model draws: 0 is the embedding's dropout, 1+2i and 2+2i
+// block i's attention and MLP dropouts; each draws one number per element
+// of its [B, T, C] input.
+func (s *Staged) seekDropout(st int, in *tensor.Tensor, row0 int) {
+	d := s.passes[st].Dropout
+	B, T := in.Dim(0), in.Dim(1)
+	if d.Rows == 0 || row0 < 0 || row0+B > d.Rows {
+		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("micro-batch rows [%d, %d) outside the batch of %d rows SetDropout described", row0, row0+B, d.Rows)})
 	}
-	fn := func(in ...*tensor.Tensor) *tensor.Tensor { return s.blockSeeking(i, in[0], row0) }
-	if m.recompute {
-		return tensor.CheckpointRNG(m.dropRNG, fn, x)
+	j := 0
+	if st > 0 {
+		j = 1 + 2*s.Ranges[st][0]
 	}
-	return fn(x)
-}
-
-// blockSeeking is Block.Forward with each dropout's masks drawn from the
-// batch's place for the micro-batch (see seekDropout).
-func (s *Staged) blockSeeking(i int, x *tensor.Tensor, row0 int) *tensor.Tensor {
-	b := s.M.Blocks[i]
-	T := x.Dim(1)
-	a := b.Attn
-	h := a.CProj.Forward(tensor.Attention(a.CAttn.Forward(b.LN1.Forward(x)), a.NHead))
-	s.seekDropout(1+2*i, row0, T)
-	x = tensor.Add(x, a.ResidDrop.Forward(h))
-	h = b.MLP.CProj.Forward(tensor.GELU(b.MLP.CFC.Forward(b.LN2.Forward(x))))
-	s.seekDropout(2+2*i, row0, T)
-	return tensor.Add(x, b.MLP.Drop.Forward(h))
+	d.Seek(s.dropBase, j, row0, T*s.M.Config.NEmbd)
 }

@@ -10,21 +10,6 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// TestSeekMatchesDraws checks the constant seekDropout relies on: seeking
-// k draws ahead lands where k draws would.
-func TestSeekMatchesDraws(t *testing.T) {
-	r := rng.New(77)
-	r.Float64()
-	start := r.State
-	for range 1234 {
-		r.Float64()
-	}
-	k := uint64(1234)
-	if got := start + k*splitmixGamma; got != r.State {
-		t.Fatalf("seeking 1234 draws gives state %x, drawing gives %x", got, r.State)
-	}
-}
-
 // TestStagedMatchesOneDevice trains one step of a GPT on one device and
 // the same GPT split over 2 and 4 logical CPU devices with the batch cut
 // into micro-batches (GPipe and 1F1B, dropout on, with and without

@@ -3,24 +3,34 @@ package nn
 import "github.com/fleetml/fleet/tensor"
 
 // CausalSelfAttention is GPT-2's attention: one projection to packed
-// q, k, v, fused causal attention over NHead heads, and an output projection.
+// q, k, v, fused causal attention over NHead heads, and an output
+// projection followed by dropout.
 type CausalSelfAttention struct {
 	CAttn, CProj *Linear
 	NHead        int
 	ResidDrop    *Dropout
 }
 
-// Forward maps x [B, T, C] to [B, T, C].
-func (a *CausalSelfAttention) Forward(x *tensor.Tensor) *tensor.Tensor {
-	y := tensor.Attention(a.CAttn.Forward(x), a.NHead)
-	return a.ResidDrop.Forward(a.CProj.Forward(y))
+// KV is one layer's key/value cache for inference: K and V [B, MaxT, C]
+// hold the keys and values of positions [0, Pos).
+type KV struct {
+	K, V *tensor.Tensor
+	Pos  int
 }
 
-// ForwardKV is Forward for inference with a key/value cache: x holds
-// positions [pos, pos+T).
-func (a *CausalSelfAttention) ForwardKV(x, kc, vc *tensor.Tensor, pos int) *tensor.Tensor {
-	y := tensor.AttentionKV(a.CAttn.Forward(x), kc, vc, a.NHead, pos)
-	return a.CProj.Forward(y)
+// Forward maps x [B, T, C] to [B, T, C], the output's dropout mask drawn
+// from masks. With a cache (inference, not differentiable), x holds
+// positions [kv.Pos, kv.Pos+T): their keys and values are written into
+// the cache, and each attends to every cached position up to itself.
+func (a *CausalSelfAttention) Forward(x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
+	qkv := a.CAttn.Forward(x)
+	var y *tensor.Tensor
+	if kv == nil {
+		y = tensor.Attention(qkv, a.NHead)
+	} else {
+		y = tensor.AttentionKV(qkv, kv.K, kv.V, a.NHead, kv.Pos)
+	}
+	return a.ResidDrop.Forward(a.CProj.Forward(y), masks)
 }
 
 // Parameters lists the attention's parameters.
@@ -28,15 +38,16 @@ func (a *CausalSelfAttention) Parameters() []*Parameter {
 	return append(a.CAttn.Parameters(), a.CProj.Parameters()...)
 }
 
-// MLP is GPT-2's feed-forward block: Linear to 4C, tanh-GELU, Linear to C.
+// MLP is GPT-2's feed-forward block: Linear to 4C, tanh-GELU, Linear to C,
+// dropout.
 type MLP struct {
 	CFC, CProj *Linear
 	Drop       *Dropout
 }
 
-// Forward maps x [..., C] to [..., C].
-func (m *MLP) Forward(x *tensor.Tensor) *tensor.Tensor {
-	return m.Drop.Forward(m.CProj.Forward(tensor.GELU(m.CFC.Forward(x))))
+// Forward maps x [..., C] to [..., C], the dropout mask drawn from masks.
+func (m *MLP) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return m.Drop.Forward(m.CProj.Forward(tensor.GELU(m.CFC.Forward(x))), masks)
 }
 
 // Parameters lists the MLP's parameters.

@@ -31,7 +31,7 @@ func (p *Parameter) To(dev tensor.Device) {
 		return
 	}
 	var moved *tensor.Tensor
-	tensor.Persist(func() { moved = p.T.To(dev) })
+	tensor.ProgramOf(dev).Persist(func() { moved = p.T.To(dev) })
 	p.T.Free()
 	p.T = moved.SetRequiresGrad(true)
 }
@@ -113,21 +113,6 @@ func (ln *LayerNorm) Forward(x *tensor.Tensor) *tensor.Tensor {
 
 // Parameters lists the norm's parameters.
 func (ln *LayerNorm) Parameters() []*Parameter { return nonNil(ln.W, ln.B) }
-
-// Dropout zeroes activations with probability P while Training.
-type Dropout struct {
-	P        float32
-	RNG      *tensor.RNG
-	Training bool
-}
-
-// Forward applies dropout in training and is the identity otherwise.
-func (d *Dropout) Forward(x *tensor.Tensor) *tensor.Tensor {
-	if !d.Training || d.P == 0 {
-		return x
-	}
-	return tensor.Dropout(x, d.P, d.RNG)
-}
 
 func nonNil(ps ...*Parameter) []*Parameter {
 	var out []*Parameter

@@ -24,12 +24,16 @@ func TestParametersAndModules(t *testing.T) {
 	}
 	// Dropout is the identity unless training with p > 0.
 	x := tensor.Ones(tensor.CPU, 100)
-	d := &Dropout{P: 0.5, RNG: tensor.NewRNG(2)}
-	if d.Forward(x) != x {
+	d := &Dropout{P: 0.5}
+	masks := &Masks{RNG: tensor.NewRNG(2)}
+	if d.Forward(x, masks) != x {
 		t.Fatal("dropout changed its input outside training")
 	}
 	d.Training = true
-	if d.Forward(x) == x {
+	if d.Forward(x, nil) != x {
+		t.Fatal("dropout without masks (inference) changed its input")
+	}
+	if d.Forward(x, masks) == x {
 		t.Fatal("dropout in training returned its input")
 	}
 	// To a second logical device copies the values and keeps a leaf that needs grad.
@@ -42,6 +46,47 @@ func TestParametersAndModules(t *testing.T) {
 	for i, v := range ps[0].T.Float32s() {
 		if v != before[i] {
 			t.Fatal("values changed in the move")
+		}
+	}
+}
+
+// TestMasksOfRows checks Masks' layout of a batch's masks: dropout layers
+// run on micro-batches of rows, each started with Seek at its first row,
+// draw exactly the masks the whole batch draws for those rows.
+func TestMasksOfRows(t *testing.T) {
+	const rows, perRow, layers = 6, 10, 3
+	d := &Dropout{P: 0.5, Training: true}
+	ones := func(B int) *tensor.Tensor { return tensor.Ones(tensor.CPU, B, 2, perRow/2) }
+	whole := make([][]float32, layers) // [layer]: the whole batch's masks, drawn in turn
+	masks := &Masks{RNG: tensor.NewRNG(0)}
+	const base = 0xabcdef
+	masks.RNG.State = base
+	tensor.Step(func() {
+		for j := range whole {
+			whole[j] = d.Forward(ones(rows), masks).Float32s()
+		}
+	})
+	for _, cut := range [][2]int{{0, 2}, {2, 3}, {3, 6}, {0, 6}} {
+		row0, B := cut[0], cut[1]-cut[0]
+		masks := &Masks{RNG: tensor.NewRNG(0), Rows: rows}
+		masks.Seek(base, 0, row0, perRow)
+		tensor.Step(func() {
+			for j := range whole {
+				got := d.Forward(ones(B), masks).Float32s()
+				want := whole[j][row0*perRow : (row0+B)*perRow]
+				for k := range got {
+					if got[k] != want[k] {
+						t.Fatalf("rows [%d, %d), layer %d, element %d: mask %v, whole batch %v", row0, row0+B, j, k, got[k], want[k])
+					}
+				}
+			}
+		})
+		// Seeking straight to a later layer lands where drawing the ones
+		// before it did.
+		after := masks.RNG.State
+		masks.Seek(base, layers, row0, perRow)
+		if masks.RNG.State != after {
+			t.Fatalf("rows [%d, %d): Seek to layer %d gives state %x, drawing the layers before it %x", row0, row0+B, layers, masks.RNG.State, after)
 		}
 	}
 }

@@ -1,5 +1,10 @@
 package tensor
 
+import (
+	"fmt"
+	"sync/atomic"
+)
+
 // backwardFn computes the gradients of n's inputs from g, the gradient of
 // the node's output, into n.gin (nil where an input needs none). Backward
 // functions are plain top-level functions: a node holds what they need in
@@ -44,11 +49,13 @@ func (n *node) edge(i int) *Tensor {
 // returns it so the op can fill in what its backward pass needs; it
 // returns nil when nothing is recorded.
 func record(out *Tensor, op string, back backwardFn, inputs ...*Tensor) *node {
-	if !gradEnabled {
-		return nil
-	}
 	for _, in := range inputs {
 		if in != nil && in.requiresGrad {
+			// The mode of the program the op ran in, looked up only for
+			// ops that would record.
+			if !ProgramOf(out.dev).gradEnabled {
+				return nil
+			}
 			n := &out.nd
 			*n = node{op: op, back: back}
 			n.nin = copy(n.in[:], inputs)
@@ -70,81 +77,92 @@ func (t *Tensor) Backward() {
 	t.BackwardWith(Full(t.dev, 1, t.shape...))
 }
 
-// gradReadyHook is called by Backward for each leaf whose gradient is
-// complete; see SetGradReadyHook.
-var gradReadyHook func(leaf *Tensor)
+// SetGradReadyHook installs the default program's hook: see
+// Program.SetGradReadyHook.
+func SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tensor)) {
+	return defaultProgram.SetGradReadyHook(fn)
+}
 
-// SetGradReadyHook installs fn to be called during every Backward, once for
-// each leaf tensor requiring grad that the graph reaches, as soon as the
-// leaf's Grad holds everything this Backward adds to it: after the last of
-// the leaf's uses has been differentiated (a weight used twice, like a
-// tied embedding and language-model head, is reported after both). Leaves
-// are reported in the order the backward pass finishes them, roughly the
-// reverse of the order the forward pass first used them, and leaves read
-// inside a Checkpoint are reported right after its recomputation. A leaf no
-// gradient reached is reported too, with its Grad unchanged (nil if it had
-// none). Data-parallel training starts a gradient's all-reduce from here.
+// SetGradReadyHook installs fn to be called during every Backward in p (one
+// that starts from a tensor on p's devices), once for each leaf tensor
+// requiring grad that the graph reaches, as soon as the leaf's Grad holds
+// everything this Backward adds to it: after the last of the leaf's uses
+// has been differentiated (a weight used twice, like a tied embedding and
+// language-model head, is reported after both). Leaves are reported in the
+// order the backward pass finishes them, roughly the reverse of the order
+// the forward pass first used them, and leaves read inside a Checkpoint
+// are reported right after its recomputation. A leaf no gradient reached
+// is reported too, with its Grad unchanged (nil if it had none).
+// Data-parallel training starts a gradient's all-reduce from here.
 //
 // fn runs on the goroutine of the Backward, with gradient recording off; it
 // may read leaf.Grad (or hand it to another stream) but must not change it
 // or run ops that record. nil removes the hook, which then costs nothing.
 // It returns the hook it replaces.
-func SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tensor)) {
-	prev, gradReadyHook = gradReadyHook, fn
+func (p *Program) SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tensor)) {
+	prev, p.gradReadyHook = p.gradReadyHook, fn
 	return prev
 }
 
 // walk is the working memory of one graph walk. Walks nest (a Checkpoint's
 // backward pass recomputes and differentiates its function in the middle
-// of the enclosing Backward), so there is one per nesting depth, reused by
-// every Backward (tensor programs run on one goroutine, see Step).
+// of the enclosing Backward), so a program keeps one per nesting depth
+// (Program.walks), reused by every Backward it runs.
 type walk struct {
 	order []*Tensor
 	stack []topoFrame
 }
 
-var (
-	visitEpoch uint64
-	walks      []*walk
-	walkDepth  int
-)
+// visitEpochs numbers graph walks, to mark the tensors a walk has visited
+// without clearing the marks of the last one. The numbers are unique
+// across programs: a tensor one program walked (a parameter made on a
+// device before NewProgram claimed it) never carries a mark that another
+// program's walk could take for its own. A walk takes one number (two in
+// Checkpoint's forward pass), so the atomic costs nothing measurable.
+var visitEpochs atomic.Uint64
+
+// newEpoch returns a visit mark no tensor carries yet.
+func newEpoch() uint64 { return visitEpochs.Add(1) }
 
 type topoFrame struct {
 	t    *Tensor
 	next int
 }
 
-// acquireWalk returns the working memory for a walk at the current depth;
+// acquireWalk returns p's working memory for a walk at the current depth;
 // releaseWalk gives it back.
-func acquireWalk() *walk {
-	if walkDepth == len(walks) {
-		walks = append(walks, &walk{})
+func (p *Program) acquireWalk() *walk {
+	if p.walkDepth == len(p.walks) {
+		p.walks = append(p.walks, &walk{})
 	}
-	w := walks[walkDepth]
-	walkDepth++
+	w := p.walks[p.walkDepth]
+	p.walkDepth++
 	return w
 }
 
-func releaseWalk() { walkDepth-- }
+func (p *Program) releaseWalk() { p.walkDepth-- }
 
-// BackwardWith runs the backward pass seeded with gradient g (t's shape).
+// BackwardWith runs the backward pass seeded with gradient g (t's shape,
+// on t's device). It runs in the program of t's device: its gradient mode,
+// its hook, and its Persist for the leaves' Grad.
 func (t *Tensor) BackwardWith(g *Tensor) {
 	if !t.requiresGrad {
 		panic(&Error{Op: "backward", Msg: "tensor does not require grad", Operands: []*Tensor{t}})
 	}
+	check("backward", t, g)
 	sameShape("backward", t, g)
-	backward(t, g, nil)
+	backward(ProgramOf(t.dev), t, g, nil)
 }
 
-// backward differentiates the graph that ends in t, seeded with g. For an
-// ordinary Backward (inner nil) each leaf's gradient is added into its
-// Grad. For the recomputation of Checkpoint inner, the leaves keep their
-// gathered gradient in pending for the enclosing walk, which reaches them
-// through the checkpoint node's edges.
-func backward(t, g *Tensor, inner *ckpt) {
-	w := acquireWalk()
-	defer releaseWalk()
-	order := topoSort(w, t)
+// backward differentiates in p the graph that ends in t, seeded with g.
+// For an ordinary Backward (inner nil) each leaf's gradient is added into
+// its Grad. For the recomputation of Checkpoint inner, the leaves keep
+// their gathered gradient in pending for the enclosing walk, which reaches
+// them through the checkpoint node's edges.
+func backward(p *Program, t, g *Tensor, inner *ckpt) {
+	w := p.acquireWalk()
+	defer p.releaseWalk()
+	order := topoSort(p, w, t)
 	defer func() {
 		for i, v := range order {
 			if inner == nil || v.node != nil {
@@ -155,9 +173,9 @@ func backward(t, g *Tensor, inner *ckpt) {
 		}
 	}()
 	t.pending = g
-	prev := gradEnabled
-	gradEnabled = false
-	defer func() { gradEnabled = prev }()
+	prev := p.gradEnabled
+	p.gradEnabled = false
+	defer func() { p.gradEnabled = prev }()
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
 		n := v.node
@@ -168,10 +186,10 @@ func backward(t, g *Tensor, inner *ckpt) {
 			}
 			if gv := v.pending; gv != nil {
 				v.pending = nil
-				accumulateLeaf(v, gv)
+				accumulateLeaf(p, v, gv)
 			}
-			if gradReadyHook != nil {
-				gradReadyHook(v)
+			if p.gradReadyHook != nil {
+				p.gradReadyHook(v)
 			}
 			continue
 		}
@@ -204,19 +222,29 @@ func addPending(in, g *Tensor) {
 }
 
 // topoSort lists the tensors reachable from t through recorded nodes, each
-// after all of its inputs, in w's reused memory.
-func topoSort(w *walk, t *Tensor) []*Tensor {
-	visitEpoch++
+// after all of its inputs, in w's reused memory. Every tensor it reaches
+// must be on a device p drives: it panics otherwise, before another
+// program's tensors are changed. Ops keep a graph on one device, so only a
+// Checkpoint's inputs can lead elsewhere, and checking the program of a
+// tensor on another device than t's costs nothing in the common case.
+func topoSort(p *Program, w *walk, t *Tensor) []*Tensor {
+	epoch := newEpoch()
 	order := w.order[:0]
 	stack := append(w.stack[:0], topoFrame{t: t})
-	t.visited = visitEpoch
+	t.visited = epoch
 	for len(stack) > 0 {
 		f := &stack[len(stack)-1]
 		if n := f.t.node; n != nil && f.next < n.edges() {
 			in := n.edge(f.next)
 			f.next++
-			if in != nil && in.requiresGrad && in.visited != visitEpoch {
-				in.visited = visitEpoch
+			if in != nil && in.requiresGrad && in.visited != epoch {
+				if in.dev != t.dev && ProgramOf(in.dev) != p {
+					clear(order)
+					clear(stack[:cap(stack)])
+					w.order, w.stack = order[:0], stack[:0]
+					panic(&Error{Op: "backward", Msg: fmt.Sprintf("a graph in %v reaches a tensor on %v, driven by %v", p, in.dev, ProgramOf(in.dev)), Operands: []*Tensor{t, in}})
+				}
+				in.visited = epoch
 				stack = append(stack, topoFrame{t: in})
 			}
 			continue
@@ -229,13 +257,14 @@ func topoSort(w *walk, t *Tensor) []*Tensor {
 	return order
 }
 
-// accumulateLeaf adds g into leaf.Grad, allocating it outside any step.
-func accumulateLeaf(leaf, g *Tensor) {
+// accumulateLeaf adds g into leaf.Grad, allocating it outside any step of
+// p, the leaf's program.
+func accumulateLeaf(p *Program, leaf, g *Tensor) {
 	if !leaf.shape.Equal(g.shape) {
 		g = g.Reshape(leaf.shape...)
 	}
 	if leaf.Grad == nil {
-		Persist(func() { leaf.Grad = g.Clone() })
+		p.Persist(func() { leaf.Grad = g.Clone() })
 		return
 	}
 	leaf.be.Axpy(leaf.Grad.ref(), g.ref(), 1, g.Numel())

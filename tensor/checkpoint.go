@@ -25,6 +25,9 @@ type CheckpointFunc func(in ...*Tensor) *Tensor
 // With recording off (NoGrad, evaluation) it is fn(inputs...), except that
 // the tensors fn makes besides its result are freed when it returns.
 // Use CheckpointRNG when fn draws dropout masks.
+//
+// Like an op, it runs in the program of its inputs' device (the default
+// program when there are none: use Program.Checkpoint then).
 func Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 	return CheckpointRNG(nil, fn, inputs...)
 }
@@ -34,6 +37,22 @@ func Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 // recomputation, so it draws the same masks, and r is put back afterwards.
 // r may be nil.
 func CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+	p := defaultProgram
+	if len(inputs) > 0 && inputs[0] != nil {
+		p = ProgramOf(inputs[0].dev)
+	}
+	return p.CheckpointRNG(r, fn, inputs...)
+}
+
+// Checkpoint is the package-level Checkpoint run in p, whose devices the
+// inputs and the result must be on.
+func (p *Program) Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+	return p.CheckpointRNG(nil, fn, inputs...)
+}
+
+// CheckpointRNG is the package-level CheckpointRNG run in p, whose devices
+// the inputs and the result must be on.
+func (p *Program) CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 	if fn == nil {
 		panic(&Error{Op: "checkpoint", Msg: "nil function"})
 	}
@@ -41,11 +60,12 @@ func CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 		if in == nil {
 			panic(&Error{Op: "checkpoint", Msg: "nil input"})
 		}
+		p.checkDriven(in)
 	}
-	c := newCkpt(fn, r, inputs)
-	out, needGrad := c.forward()
+	c := p.newCkpt(fn, r, inputs)
+	out, needGrad := c.forward(p)
 	if !needGrad {
-		releaseCkpt(c)
+		p.releaseCkpt(c)
 		return out
 	}
 	out.nd = node{op: "checkpoint", back: checkpointBackward, ck: c}
@@ -68,18 +88,25 @@ type ckpt struct {
 	keep   []**Tensor
 }
 
-var ckptPool []*ckpt
+// checkDriven panics unless t is on a device p drives: a checkpoint's
+// scopes, and the walks over its graph, are p's.
+func (p *Program) checkDriven(t *Tensor) {
+	if q := ProgramOf(t.dev); q != p {
+		panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("a tensor on %v, driven by %v, in a checkpoint run in %v", t.dev, q, p), Operands: []*Tensor{t}})
+	}
+}
 
-func newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
+// newCkpt takes a record from p's pool (Program.ckptPool).
+func (p *Program) newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
 	var c *ckpt
-	if n := len(ckptPool); n > 0 {
-		c = ckptPool[n-1]
-		ckptPool[n-1] = nil
-		ckptPool = ckptPool[:n-1]
+	if n := len(p.ckptPool); n > 0 {
+		c = p.ckptPool[n-1]
+		p.ckptPool[n-1] = nil
+		p.ckptPool = p.ckptPool[:n-1]
 	} else {
 		c = new(ckpt)
 	}
-	c.fn, c.rng, c.cast = fn, r, autocast
+	c.fn, c.rng, c.cast = fn, r, p.autocast
 	if r != nil {
 		c.state = r.State
 	}
@@ -87,8 +114,9 @@ func newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
 	return c
 }
 
-// releaseCkpt returns c to the pool, dropping its references.
-func releaseCkpt(c *ckpt) {
+// releaseCkpt returns c to the pool of p, the program running, dropping its
+// references.
+func (p *Program) releaseCkpt(c *ckpt) {
 	c.fn, c.rng = nil, nil
 	c.inputs = emptied(c.inputs)
 	c.args = emptied(c.args)
@@ -96,7 +124,7 @@ func releaseCkpt(c *ckpt) {
 	c.grads = emptied(c.grads)
 	clear(c.keep)
 	c.keep = c.keep[:0]
-	ckptPool = append(ckptPool, c)
+	p.ckptPool = append(p.ckptPool, c)
 }
 
 // emptied clears s and returns it with length 0, keeping its capacity.
@@ -117,16 +145,16 @@ func (c *ckpt) setArgs() {
 	}
 }
 
-// forward runs fn in a scope of its own and returns its result, handed
+// forward runs fn in a scope of p's own and returns its result, handed
 // over to the enclosing scope, and whether it needs a gradient. When it
 // does, c.leaves lists the leaves fn read.
-func (c *ckpt) forward() (out *Tensor, needGrad bool) {
-	s := pushScope()
+func (c *ckpt) forward(p *Program) (out *Tensor, needGrad bool) {
+	s := p.pushScope()
 	defer func() {
 		keep := [1]**Tensor{&out}
-		endScopeKeeping(s, keep[:])
+		p.endScopeKeeping(s, keep[:])
 	}()
-	if !gradEnabled {
+	if !p.gradEnabled {
 		c.args = append(c.args[:0], c.inputs...)
 		return c.fn(c.args...), false
 	}
@@ -135,23 +163,23 @@ func (c *ckpt) forward() (out *Tensor, needGrad bool) {
 	if out == nil {
 		panic(&Error{Op: "checkpoint", Msg: "the function returned nil"})
 	}
+	p.checkDriven(out)
 	if !out.requiresGrad {
 		return out, false
 	}
-	return c.findLeaves(s, out), true
+	return c.findLeaves(p, s, out), true
 }
 
 // findLeaves lists in c.leaves the leaves requiring grad that the graph of
-// out, made in scope s, reads besides c.args, and returns out or, when out
-// was not made in s (and so cannot carry the checkpoint node), a view of it
-// made there.
-func (c *ckpt) findLeaves(s *scope, out *Tensor) *Tensor {
-	w := acquireWalk()
-	defer releaseWalk()
-	order := topoSort(w, out)
+// out, made in p's scope s, reads besides c.args, and returns out or, when
+// out was not made in s (and so cannot carry the checkpoint node), a view
+// of it made there.
+func (c *ckpt) findLeaves(p *Program, s *scope, out *Tensor) *Tensor {
+	w := p.acquireWalk()
+	defer p.releaseWalk()
+	order := topoSort(p, w, out)
 	defer clear(order)
-	visitEpoch++
-	inScope := visitEpoch
+	inScope := newEpoch()
 	for _, t := range s.tensors {
 		t.visited = inScope
 	}
@@ -199,10 +227,11 @@ func (c *ckpt) checkLeaf(v *Tensor) {
 // differentiates it. The leaves' gradients stay in their pending for the
 // enclosing walk, which reaches them next through the node's edges.
 func checkpointBackward(n *node, g *Tensor) {
+	p := ProgramOf(g.dev) // the program of the Backward, g being on the node's device
 	c := n.ck
 	n.ck = nil
-	defer releaseCkpt(c)
-	c.recompute(g)
+	defer p.releaseCkpt(c)
+	c.recompute(p, g)
 	for i, in := range c.inputs {
 		if gi := c.grads[i]; gi != nil {
 			addPending(in, gi)
@@ -210,17 +239,17 @@ func checkpointBackward(n *node, g *Tensor) {
 	}
 }
 
-// recompute runs fn again in a scope of its own, in the state of the
+// recompute runs fn again in a scope of p's own, in the state of the
 // forward pass, and differentiates it from g; what it keeps (c.grads and
 // the leaves' pending gradients) is handed over to the enclosing scope.
-func (c *ckpt) recompute(g *Tensor) {
-	prevGrad, prevCast := gradEnabled, autocast
+func (c *ckpt) recompute(p *Program, g *Tensor) {
+	prevGrad, prevCast := p.gradEnabled, p.autocast
 	var prevState uint64
 	if c.rng != nil {
 		prevState = c.rng.State
 		c.rng.State = c.state
 	}
-	s := pushScope()
+	s := p.pushScope()
 	c.grads = c.grads[:0]
 	defer func() {
 		c.keep = c.keep[:0]
@@ -230,22 +259,23 @@ func (c *ckpt) recompute(g *Tensor) {
 		for _, l := range c.leaves {
 			c.keep = append(c.keep, &l.pending)
 		}
-		endScopeKeeping(s, c.keep)
+		p.endScopeKeeping(s, c.keep)
 		clear(c.args) // freed with s
-		gradEnabled, autocast = prevGrad, prevCast
+		p.gradEnabled, p.autocast = prevGrad, prevCast
 		if c.rng != nil {
 			c.rng.State = prevState
 		}
 	}()
-	gradEnabled, autocast = true, c.cast
+	p.gradEnabled, p.autocast = true, c.cast
 	c.setArgs()
 	out := c.fn(c.args...)
-	gradEnabled, autocast = false, prevCast
+	p.gradEnabled, p.autocast = false, prevCast
 	if out == nil || !out.requiresGrad {
 		panic(&Error{Op: "checkpoint", Msg: "the recomputation does not require grad; the function must build the same graph every time"})
 	}
 	sameShape("checkpoint", out, g)
-	backward(out, g, c)
+	check("checkpoint", out, g)
+	backward(p, out, g, c)
 	for _, a := range c.args {
 		c.grads = append(c.grads, a.pending)
 		a.pending = nil

@@ -221,8 +221,8 @@ func TestCheckpointMisuse(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one saying %q", err, c.want)
 			}
-			if walkDepth != 0 || len(scopes) != 0 {
-				t.Fatalf("walk depth %d and %d scopes left open", walkDepth, len(scopes))
+			if defaultProgram.walkDepth != 0 || len(defaultProgram.scopes) != 0 {
+				t.Fatalf("walk depth %d and %d scopes left open", defaultProgram.walkDepth, len(defaultProgram.scopes))
 			}
 		})
 	}

@@ -16,4 +16,26 @@
 // when fn returns, so the garbage collector never decides when device
 // memory comes back. Persistent tensors (parameters, gradients, optimizer
 // state) are made outside any step, or inside Persist.
+//
+// # Programs
+//
+// The scopes, the gradient mode, the autocast policy, the Backward hook and
+// the working memory behind them belong to a Program, which drives a set of
+// devices. NewProgram claims devices for a program of their own; the
+// default program (DefaultProgram) drives every other device, and the
+// package-level Step, Persist, NoGrad, Autocast, GradEnabled and
+// SetGradReadyHook act on it. Ops find the program from their tensors'
+// device (ProgramOf): an op's output is tracked by the innermost scope of
+// its device's program and recorded under that program's modes, Backward
+// runs in the program of the tensor it starts from, and Checkpoint in the
+// program of its inputs.
+//
+// One goroutine at a time drives a program. Two programs may run at the
+// same time on different goroutines, such as the stages of a pipeline on
+// devices of their own, as long as each touches only tensors on its own
+// devices, except that a program may read a tensor of another program that
+// the other no longer changes (a detached stage output handed over a
+// channel) and copy it to its own device with To, before the other's step
+// frees it. A Backward must not reach tensors of another program: it
+// panics with a *Error where it would.
 package tensor

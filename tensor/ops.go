@@ -260,32 +260,37 @@ func linearTBackward(n *node, g *Tensor) {
 	}
 }
 
-// autocast is the storage dtype Linear and LinearT compute their products
-// in; F32 means as given. See Autocast.
-var autocast = F32
+// Autocast runs fn with the default program's products in dt: see
+// Program.Autocast.
+func Autocast(dt DType, fn func()) { defaultProgram.Autocast(dt, fn) }
 
 // Autocast runs fn with Linear and LinearT (every matrix product of the
-// GPT) casting F32 operands to dt, BF16 or F16, for the product: low
-// precision inputs, F32 accumulation and F32 outputs (F16 needs loss
-// scaling to keep small gradients from flushing to zero). The casts are ops of their own, so
-// gradients reach the F32 tensors (master weights stay F32), and the
-// backward products run in BF16 too. Softmax, LayerNorm, the loss and the
-// optimizer stay in F32. Autocast(F32, fn) turns it off inside fn.
-func Autocast(dt DType, fn func()) {
+// GPT) on p's devices casting F32 operands to dt, BF16 or F16, for the
+// product: low precision inputs, F32 accumulation and F32 outputs (F16
+// needs loss scaling to keep small gradients from flushing to zero). The
+// casts are ops of their own, so gradients reach the F32 tensors (master
+// weights stay F32), and the backward products run in BF16 too. Softmax,
+// LayerNorm, the loss and the optimizer stay in F32. Autocast(F32, fn)
+// turns it off inside fn.
+func (p *Program) Autocast(dt DType, fn func()) {
 	if dt != F32 && dt != BF16 && dt != F16 {
 		panic(&Error{Op: "autocast", Msg: fmt.Sprintf("products in %v are not supported (want f32, bf16 or f16)", dt)})
 	}
-	prev := autocast
-	autocast = dt
-	defer func() { autocast = prev }()
+	prev := p.autocast
+	p.autocast = dt
+	defer func() { p.autocast = prev }()
 	fn()
 }
 
-// lowPrecision applies the autocast policy to a product's operands, which
-// must then share an F32, BF16 or F16 dtype.
+// AutocastDType is the dtype p's products are computed in (see Autocast):
+// F32 when autocast is off.
+func (p *Program) AutocastDType() DType { return p.autocast }
+
+// lowPrecision applies the autocast policy of the operands' program to a
+// product's operands, which must then share an F32, BF16 or F16 dtype.
 func lowPrecision(op string, x, w *Tensor) (*Tensor, *Tensor) {
-	if autocast != F32 {
-		x, w = Cast(x, autocast), Cast(w, autocast)
+	if dt := ProgramOf(x.dev).autocast; dt != F32 {
+		x, w = Cast(x, dt), Cast(w, dt)
 	}
 	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16 && x.dtype != F16) {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32, both bf16 or both f16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
@@ -489,10 +494,11 @@ func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 		panic(&Error{Op: "dropout", Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{x}})
 	}
 	n := x.Numel()
-	if cap(dropMask) < n {
-		dropMask = make([]float32, n)
+	prog := ProgramOf(x.dev) // each program draws into a host buffer of its own
+	if cap(prog.dropMask) < n {
+		prog.dropMask = make([]float32, n)
 	}
-	mask := dropMask[:n]
+	mask := prog.dropMask[:n]
 	keep := 1 / (1 - p)
 	for i := range mask {
 		mask[i] = 0
@@ -504,9 +510,6 @@ func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 	m.be.Upload(m.ref(), backend.AsBytes(mask))
 	return Mul(x, m)
 }
-
-// dropMask is Dropout's host buffer for drawing masks, reused every call.
-var dropMask []float32
 
 // Cast converts x to dtype dt (rounding to nearest even for BF16 and F16).
 // Gradients flow back through the inverse cast.

@@ -1,86 +1,86 @@
 package tensor
 
-// A scope collects the tensors made while it is the innermost scope. When
-// it ends, storages they own go back to their device pools, and the
-// tensors are marked freed so a later use panics instead of reading
-// recycled memory. Scopes are not safe for concurrent use: drive one
-// device's tensor program from one goroutine.
+// A scope collects the tensors made while it is the innermost scope of
+// their device's program. When it ends, storages they own go back to
+// their device pools, and the tensors are marked freed so a later use
+// panics instead of reading recycled memory. Scopes belong to a Program
+// and, like it, are driven by one goroutine at a time.
 type scope struct {
 	tensors []*Tensor
 }
 
-var (
-	scopes      []*scope
-	spareScopes []*scope
-	persistent  int // >0 inside Persist: allocations are not scoped
-	gradEnabled = true
-)
-
 // Tensor headers made inside a step are recycled, so a steady-state step
 // allocates nothing on the Go heap. A header is quarantined after its
-// scope ends until the next end of a scope as deep or shallower: using a
-// tensor of the previous step still panics with "freed" instead of
-// silently reading a newer tensor, even when scopes nested in the step
-// (Checkpoint's) end many times before it does.
-var (
-	freeHeaders []*Tensor   // reusable
-	heldHeaders [][]*Tensor // [d]: freed at the last end of a scope d deep, not yet reusable
-)
+// scope ends until the next end of a scope of the same program as deep or
+// shallower: using a tensor of the previous step still panics with "freed"
+// instead of silently reading a newer tensor, even when scopes nested in
+// the step (Checkpoint's) end many times before it does. Each program
+// keeps its own free list and quarantine (Program.freeHeaders and
+// Program.heldHeaders).
 
 // newHeader returns a zeroed tensor header: a recycled one for tensors the
-// current step scope will own, a new one otherwise.
-func newHeader() *Tensor {
-	if len(scopes) > 0 && persistent == 0 && len(freeHeaders) > 0 {
-		t := freeHeaders[len(freeHeaders)-1]
-		freeHeaders[len(freeHeaders)-1] = nil
-		freeHeaders = freeHeaders[:len(freeHeaders)-1]
+// current step scope of p will own, a new one otherwise.
+func (p *Program) newHeader() *Tensor {
+	if len(p.scopes) > 0 && p.persistent == 0 && len(p.freeHeaders) > 0 {
+		t := p.freeHeaders[len(p.freeHeaders)-1]
+		p.freeHeaders[len(p.freeHeaders)-1] = nil
+		p.freeHeaders = p.freeHeaders[:len(p.freeHeaders)-1]
 		*t = Tensor{}
 		return t
 	}
 	return new(Tensor)
 }
 
-func track(t *Tensor) {
-	if len(scopes) == 0 || persistent > 0 {
+// track adds t to p's innermost scope; outside any step of p, or inside
+// Persist, t is not tracked and lives until Free.
+func (p *Program) track(t *Tensor) {
+	if len(p.scopes) == 0 || p.persistent > 0 {
 		return
 	}
-	s := scopes[len(scopes)-1]
+	s := p.scopes[len(p.scopes)-1]
 	s.tensors = append(s.tensors, t)
 }
 
-// Step runs fn in a memory scope: every tensor made inside is freed when fn
-// returns (or panics), except those made inside Persist. Steps nest.
-func Step(fn func()) {
-	s := pushScope()
-	defer endScope(s)
+// Step runs fn in a memory scope of the default program: see
+// Program.Step.
+func Step(fn func()) { defaultProgram.Step(fn) }
+
+// Step runs fn in a memory scope: every tensor made inside on a device p
+// drives is freed when fn returns (or panics), except those made inside
+// Persist. Steps nest. Tensors made inside on a device another program
+// drives go to that program's innermost scope, or, when it has none, are
+// not tracked at all (as if made inside Persist).
+func (p *Program) Step(fn func()) {
+	s := p.pushScope()
+	defer p.endScope(s)
 	fn()
 }
 
 // pushScope makes a new innermost scope.
-func pushScope() *scope {
+func (p *Program) pushScope() *scope {
 	var s *scope
-	if n := len(spareScopes); n > 0 {
-		s = spareScopes[n-1]
-		spareScopes = spareScopes[:n-1]
+	if n := len(p.spareScopes); n > 0 {
+		s = p.spareScopes[n-1]
+		p.spareScopes = p.spareScopes[:n-1]
 	} else {
 		s = &scope{}
 	}
-	scopes = append(scopes, s)
+	p.scopes = append(p.scopes, s)
 	return s
 }
 
 // endScope frees what s tracked and recycles its headers.
-func endScope(s *scope) { endScopeKeeping(s, nil) }
+func (p *Program) endScope(s *scope) { p.endScopeKeeping(s, nil) }
 
-// endScopeKeeping ends s, the innermost scope, like endScope, except that
+// endScopeKeeping ends s, p's innermost scope, like endScope, except that
 // the tensors *keep[i] (nil ones skipped) survive into the enclosing scope:
 // one s owns is handed over to it; a view of storage s frees is replaced
 // by a copy made there. Tensors s did not track are left as they are.
-func endScopeKeeping(s *scope, keep []**Tensor) {
-	scopes = scopes[:len(scopes)-1]
-	for _, p := range keep {
-		if *p != nil {
-			*p = handOver(s, *p)
+func (p *Program) endScopeKeeping(s *scope, keep []**Tensor) {
+	p.scopes = p.scopes[:len(p.scopes)-1]
+	for _, k := range keep {
+		if *k != nil {
+			*k = p.handOver(s, *k)
 		}
 	}
 	for _, t := range s.tensors {
@@ -90,7 +90,7 @@ func endScopeKeeping(s *scope, keep []**Tensor) {
 		t.freed = true
 		t.node = nil
 		if t.nd.ck != nil { // a Checkpoint whose backward pass never ran
-			releaseCkpt(t.nd.ck)
+			p.releaseCkpt(t.nd.ck)
 		}
 		t.nd = node{} // drop references to other tensors
 		t.pending = nil
@@ -99,24 +99,24 @@ func endScopeKeeping(s *scope, keep []**Tensor) {
 		}
 		t.Grad = nil
 	}
-	d := len(scopes) // s's depth
-	for len(heldHeaders) <= d {
-		heldHeaders = append(heldHeaders, nil)
+	d := len(p.scopes) // s's depth
+	for len(p.heldHeaders) <= d {
+		p.heldHeaders = append(p.heldHeaders, nil)
 	}
-	for i := d; i < len(heldHeaders); i++ {
-		freeHeaders = append(freeHeaders, heldHeaders[i]...)
-		clear(heldHeaders[i])
-		heldHeaders[i] = heldHeaders[i][:0]
+	for i := d; i < len(p.heldHeaders); i++ {
+		p.freeHeaders = append(p.freeHeaders, p.heldHeaders[i]...)
+		clear(p.heldHeaders[i])
+		p.heldHeaders[i] = p.heldHeaders[i][:0]
 	}
-	heldHeaders[d] = append(heldHeaders[d], s.tensors...)
+	p.heldHeaders[d] = append(p.heldHeaders[d], s.tensors...)
 	clear(s.tensors)
 	s.tensors = s.tensors[:0]
-	spareScopes = append(spareScopes, s)
+	p.spareScopes = append(p.spareScopes, s)
 }
 
-// handOver moves t from the ended scope s to the current one (see
+// handOver moves t from the ended scope s to p's current one (see
 // endScopeKeeping) and returns the tensor that lives on.
-func handOver(s *scope, t *Tensor) *Tensor {
+func (p *Program) handOver(s *scope, t *Tensor) *Tensor {
 	for i := len(s.tensors) - 1; i >= 0; i-- {
 		if s.tensors[i] != t {
 			continue
@@ -128,28 +128,39 @@ func handOver(s *scope, t *Tensor) *Tensor {
 		s.tensors[i] = s.tensors[last]
 		s.tensors[last] = nil
 		s.tensors = s.tensors[:last]
-		track(t)
+		p.track(t)
 		return t
 	}
 	return t
 }
 
-// Persist runs fn with step scoping suspended: tensors made inside outlive
-// the current step. Optimizers and Backward use it for state and leaf
-// gradients.
-func Persist(fn func()) {
-	persistent++
-	defer func() { persistent-- }()
+// Persist runs fn with the default program's step scoping suspended: see
+// Program.Persist.
+func Persist(fn func()) { defaultProgram.Persist(fn) }
+
+// Persist runs fn with p's step scoping suspended: tensors made inside on
+// p's devices outlive the current step. Optimizers and Backward use it for
+// state and leaf gradients.
+func (p *Program) Persist(fn func()) {
+	p.persistent++
+	defer func() { p.persistent-- }()
 	fn()
 }
 
-// NoGrad runs fn with gradient recording off.
-func NoGrad(fn func()) {
-	prev := gradEnabled
-	gradEnabled = false
-	defer func() { gradEnabled = prev }()
+// NoGrad runs fn with the default program's gradient recording off.
+func NoGrad(fn func()) { defaultProgram.NoGrad(fn) }
+
+// NoGrad runs fn with gradient recording off for ops on p's devices.
+func (p *Program) NoGrad(fn func()) {
+	prev := p.gradEnabled
+	p.gradEnabled = false
+	defer func() { p.gradEnabled = prev }()
 	fn()
 }
 
-// GradEnabled reports whether ops record the tape.
-func GradEnabled() bool { return gradEnabled }
+// GradEnabled reports whether ops on the default program's devices record
+// the tape.
+func GradEnabled() bool { return defaultProgram.gradEnabled }
+
+// GradEnabled reports whether ops on p's devices record the tape.
+func (p *Program) GradEnabled() bool { return p.gradEnabled }

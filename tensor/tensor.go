@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cpu" // the CPU is always available
@@ -136,15 +138,57 @@ func (t *Tensor) SetRequiresGrad(v bool) *Tensor {
 	return t
 }
 
+// getBackend returns dev's backend, opening it on first use, and panics
+// with the reason where it does not open.
 func getBackend(op string, dev Device) backend.Backend {
+	if b := openedBackend(dev); b != nil {
+		return b
+	}
 	b, err := backend.Get(dev)
 	if err != nil {
 		panic(&Error{Op: op, Msg: err.Error()})
 	}
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if openedBackend(dev) == nil { // another goroutine may have added it
+		var bs []openBackend
+		if old := backends.Load(); old != nil {
+			bs = append(bs, *old...)
+		}
+		bs = append(bs, openBackend{dev, b})
+		backends.Store(&bs)
+	}
 	return b
 }
 
-// alloc makes an uninitialised tensor owned by the current step scope.
+// openedBackend returns dev's backend from the list of those used, or nil.
+func openedBackend(dev Device) backend.Backend {
+	if bs := backends.Load(); bs != nil {
+		for i := range *bs {
+			if (*bs)[i].dev.Index == dev.Index && (*bs)[i].dev.Kind == dev.Kind {
+				return (*bs)[i].be
+			}
+		}
+	}
+	return nil
+}
+
+// The backends ops have used, by device. backend.Get takes a process-wide
+// lock, which every op would take, and which programs running at the same
+// time on other goroutines would contend for; an opened backend never
+// changes, so this copy-on-write list is read with one atomic load.
+var (
+	backendsMu sync.Mutex // serialises additions
+	backends   atomic.Pointer[[]openBackend]
+)
+
+type openBackend struct {
+	dev Device
+	be  backend.Backend
+}
+
+// alloc makes an uninitialised tensor owned by the current step scope of
+// dev's program.
 func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 	for _, d := range shape {
 		if d < 0 {
@@ -152,21 +196,24 @@ func alloc(op string, dev Device, dt DType, shape Shape) *Tensor {
 		}
 	}
 	be := getBackend(op, dev)
-	t := newHeader()
+	p := ProgramOf(dev)
+	t := p.newHeader()
 	t.dtype, t.dev, t.be, t.owns = dt, dev, be, true
 	t.setShape(shape)
 	t.st = be.Alloc(dt, shape.Numel())
-	track(t)
+	p.track(t)
 	return t
 }
 
-// view makes a tensor sharing t's storage.
+// view makes a tensor sharing t's storage, owned by the current step scope
+// of its device's program.
 func (t *Tensor) view(shape Shape, off int) *Tensor {
-	v := newHeader()
+	p := ProgramOf(t.dev)
+	v := p.newHeader()
 	v.dtype, v.dev, v.be, v.st, v.off, v.freed = t.dtype, t.dev, t.be, t.st, t.off, t.freed
 	v.off = off
 	v.setShape(shape)
-	track(v)
+	p.track(v)
 	return v
 }
 
@@ -330,7 +377,9 @@ func PinnedAlloc(dev Device, n int) ([]byte, func() error, error) {
 }
 
 // To returns the tensor on dev: t itself if it is already there, else a
-// copy (outside autograd). Host<->device bytes are counted by the backend.
+// copy (outside autograd), made in dev's program: the way a program takes
+// a tensor another program hands it (see Program). Host<->device bytes
+// are counted by the backend.
 func (t *Tensor) To(dev Device) *Tensor {
 	if t.dev == dev {
 		return t
@@ -383,7 +432,7 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 		panic(&Error{Op: "reshape", Msg: fmt.Sprintf("cannot reshape to %v", append(Shape(nil), shape...)), Operands: []*Tensor{t}})
 	}
 	v := t.view(s, t.off)
-	if t.requiresGrad && gradEnabled {
+	if t.requiresGrad && ProgramOf(t.dev).gradEnabled {
 		record(v, "reshape", reshapeBackward, t)
 	}
 	return v
@@ -401,7 +450,7 @@ func (t *Tensor) Rows(lo, hi int) *Tensor {
 	s[0] = hi - lo
 	inner := Shape(t.shape[1:]).Numel()
 	v := t.view(s, t.off+lo*inner)
-	if t.requiresGrad && gradEnabled {
+	if t.requiresGrad && ProgramOf(t.dev).gradEnabled {
 		if n := record(v, "rows", rowsBackward, t); n != nil {
 			n.i[0] = lo * inner
 		}

@@ -310,8 +310,8 @@ func TestStepFrees(t *testing.T) {
 	if got := allocated(); got != start {
 		t.Errorf("after a panicking step %d bytes are still allocated", got-start)
 	}
-	if len(scopes) != 0 {
-		t.Errorf("%d scopes left open", len(scopes))
+	if len(defaultProgram.scopes) != 0 {
+		t.Errorf("%d scopes left open", len(defaultProgram.scopes))
 	}
 
 	// Storage comes back to the pool: the next step reuses it.

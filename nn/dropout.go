@@ -1,0 +1,56 @@
+package nn
+
+import "github.com/fleetml/fleet/tensor"
+
+// Dropout zeroes activations with probability P while Training, drawing
+// its mask from the forward pass's Masks.
+type Dropout struct {
+	P        float32
+	Training bool
+}
+
+// Forward applies dropout in training, its mask drawn from masks, and is
+// the identity otherwise or when masks is nil (inference).
+func (d *Dropout) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	if masks == nil || !d.Training || d.P == 0 {
+		return x
+	}
+	y := tensor.Dropout(x, d.P, masks.RNG)
+	if rows := x.Dim(0); masks.Rows > rows {
+		masks.skip(uint64(masks.Rows-rows) * uint64(x.Numel()/rows))
+	}
+	return y
+}
+
+// Masks is where the dropout layers of one forward pass draw their masks:
+// from RNG, one number per element, layer after layer in the order they
+// run. The same RNG state gives the same masks (tensor.CheckpointRNG
+// relies on it to recompute a block).
+//
+// Rows > 0 makes the input a run of consecutive rows (along its first
+// axis) of a batch of Rows rows, such as a pipeline micro-batch, that must
+// get the masks those rows get when the whole batch runs at once: after
+// each layer's mask, the draws of the batch's other rows are skipped. With
+// RNG started at the first layer's draws for the input's first row (Seek),
+// every layer then draws from the whole batch's place for those rows.
+// Rows 0 is the input's own rows.
+type Masks struct {
+	RNG  *tensor.RNG
+	Rows int
+}
+
+// Seek points RNG at dropout layer j's draws for row row0 of the batch
+// (Rows rows of perRow elements each) whose first layer draws from base:
+// the layers before j draw Rows·perRow numbers each, and the rows before
+// row0 of layer j perRow each.
+func (m *Masks) Seek(base uint64, j, row0, perRow int) {
+	m.RNG.State = base
+	m.skip((uint64(j)*uint64(m.Rows) + uint64(row0)) * uint64(perRow))
+}
+
+// splitmixGamma is what each draw adds to the state of tensor.RNG (a
+// SplitMix64 generator): skipping n draws adds n times it.
+const splitmixGamma = 0x9e3779b97f4a7c15
+
+// skip moves RNG n draws ahead without drawing.
+func (m *Masks) skip(n uint64) { m.RNG.State += n * splitmixGamma }
