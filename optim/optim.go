@@ -113,7 +113,7 @@ func ClipGradNorm(params []*nn.Parameter, maxNorm float64) float64 {
 	}
 	var sq float64
 	for _, d := range devs {
-		tensor.Step(func() {
+		tensor.ProgramOf(d).Step(func() {
 			acc := tensor.Zeros(d)
 			for _, p := range params {
 				if g := p.T.Grad; g != nil && g.Device() == d {

@@ -3,7 +3,9 @@ package train
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
@@ -21,23 +23,27 @@ const PipelineFile = "pipeline.json"
 type pipeRun struct {
 	r      *run
 	devs   []tensor.Device
+	progs  programs // [stage]: the tensor program driving its device
+	owned  []*tensor.Program
 	st     *model.Staged
 	run    *pipeline.Runner
 	micros int
 	rows   int // rows per micro-batch
 	x, y   *tensor.Tensor
-	loss   float64 // this micro-step's loss, the mean of its micro-batches'
-	scale  float32 // what each micro-batch's loss is multiplied by before backward
+	xs, ys []*tensor.Tensor // the micro-batches' inputs on the first stage, targets on the last
+	loss   float64          // this micro-step's loss, the mean of its micro-batches'
+	scale  float32          // what each micro-batch's loss is multiplied by before backward
 	dt     tensor.DType
 
 	// over the measured steps
 	seen        int       // step calls
 	steps       int       // measured schedule runs
 	busy        []float64 // seconds per stage
-	makespan    float64
+	makespan    float64   // wall seconds, first slot's start to last slot's end
 	serial      float64
-	slotSum     map[pipeline.Slot]float64
-	headCopies  int64 // tied-weight copies: the weight to the last stage, its gradient back
+	timeline    []TimelineSlot // the last measured step's slots
+	stepRuns    int            // schedule runs in this step so far
+	headCopies  int64          // tied-weight copies: the weight to the last stage, its gradient back
 	headBytes   int64
 	actCopies0  int64
 	gradCopies0 int64
@@ -139,7 +145,7 @@ func newPipeRun(r *run) (*pipeRun, error) {
 		return nil, err
 	}
 	p := &pipeRun{r: r, devs: devs, micros: max(cfg.MicroBatches, 1), dt: cfg.ProductDType(),
-		busy: make([]float64, len(devs)), slotSum: map[pipeline.Slot]float64{}}
+		busy: make([]float64, len(devs))}
 	p.rows = cfg.BatchSize / p.micros
 	sch, err := pipeline.New(cfg.PipelineSchedule, len(devs), p.micros)
 	if err != nil {
@@ -148,7 +154,23 @@ func newPipeRun(r *run) (*pipeRun, error) {
 	if p.st, err = r.model.Place(devs, counts); err != nil {
 		return nil, err
 	}
-	p.run = &pipeline.Runner{Schedule: sch, Devices: devs, Input: p.input, Forward: p.forward, Loss: p.lossOf, Before: p.before}
+	// Each stage's device gets a tensor program of its own, so the stages
+	// run at the same time on their goroutines; the run's own device keeps
+	// the default program, which the trainer drives between steps.
+	for _, d := range devs {
+		prog := tensor.ProgramOf(d)
+		if d != r.dev {
+			if prog, err = tensor.NewProgram(d); err != nil {
+				p.close()
+				return nil, fmt.Errorf("--pipeline: %w", err)
+			}
+			p.owned = append(p.owned, prog)
+		}
+		p.progs = append(p.progs, prog)
+	}
+	p.xs, p.ys = make([]*tensor.Tensor, p.micros), make([]*tensor.Tensor, p.micros)
+	p.run = &pipeline.Runner{Schedule: sch, Devices: devs, Programs: p.progs,
+		Input: p.input, Forward: p.forward, Loss: p.lossOf, Prepare: p.prepare}
 	last := devs[len(devs)-1]
 	T := cfg.BlockSize
 	fmt.Fprintf(r.log, "pipeline: %d stages, %s schedule, %d micro-batches of %d; its own bubble (S-1)/(M+S-1) = %.3f\n",
@@ -177,28 +199,36 @@ func newPipeRun(r *run) (*pipeRun, error) {
 	return p, nil
 }
 
-func (p *pipeRun) input(m int) *tensor.Tensor {
-	return p.x.Rows(m*p.rows, (m+1)*p.rows).To(p.devs[0])
+// close gives the stages' devices back to the default program.
+func (p *pipeRun) close() {
+	for _, prog := range p.owned {
+		prog.Close()
+	}
+	p.owned = nil
 }
 
+// prepare cuts the micro-step's batch into the micro-batches' inputs, on
+// the first stage's device, and targets, on the last's, before the stages
+// start (they may not drive the batch's program while they run).
+func (p *pipeRun) prepare() {
+	first, last := p.devs[0], p.devs[len(p.devs)-1]
+	for m := range p.micros {
+		p.xs[m] = p.x.Rows(m*p.rows, (m+1)*p.rows).To(first)
+		p.ys[m] = p.y.Rows(m*p.rows, (m+1)*p.rows).To(last)
+	}
+}
+
+func (p *pipeRun) input(m int) *tensor.Tensor { return p.xs[m] }
+
 func (p *pipeRun) forward(st, m int, x *tensor.Tensor) (out *tensor.Tensor) {
-	tensor.Autocast(p.dt, func() { out = p.st.Forward(st, x, m*p.rows) })
+	p.progs[st].Autocast(p.dt, func() { out = p.st.Forward(st, x, m*p.rows) })
 	return out
 }
 
 func (p *pipeRun) lossOf(m int, logits *tensor.Tensor) (loss *tensor.Tensor) {
-	y := p.y.Rows(m*p.rows, (m+1)*p.rows).To(logits.Device())
-	tensor.Autocast(p.dt, func() { loss = tensor.CrossEntropy(logits, y) })
+	p.progs[len(p.progs)-1].Autocast(p.dt, func() { loss = tensor.CrossEntropy(logits, p.ys[m]) })
 	p.loss += float64(loss.Item()) / float64(p.micros)
 	return tensor.Scale(loss, p.scale)
-}
-
-func (p *pipeRun) before(sl pipeline.Slot) {
-	if sl.Kind == pipeline.Forward {
-		p.r.tel.to(phForward)
-	} else {
-		p.r.tel.to(phBackward)
-	}
 }
 
 // beginStep prepares an optimizer step: the head's copy of the tied
@@ -223,9 +253,25 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 	}
 	p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
 	p.loss = 0
-	tensor.Step(p.run.Run)
-	p.record(p.seen > 5)
+	r.tel.to(phForward)
+	t0 := time.Now()
+	tensor.Step(p.run.Run) // the batch's own views, where no stage is on its device
+	// The stages' forward and backward passes overlap: the run's time is
+	// split between the phases in proportion to their slot times.
+	var fwd, all float64
+	for sl, t := range p.run.SlotTime {
+		all += t
+		if sl.Kind == pipeline.Forward {
+			fwd += t
+		}
+	}
+	if all > 0 {
+		r.tel.move(phForward, phBackward, time.Duration(float64(time.Since(t0))*(1-fwd/all)))
+	}
+	p.record(p.seen > 5, micro)
 	p.x, p.y = nil, nil
+	clear(p.xs)
+	clear(p.ys)
 	return p.loss
 }
 
@@ -239,34 +285,95 @@ func (p *pipeRun) endStep() {
 	}
 }
 
-// record adds a schedule run's slot times to the totals (after 5 warm-up
-// steps, like the step telemetry).
-func (p *pipeRun) record(measured bool) {
+// record adds a schedule run's measured times to the totals (after 5
+// warm-up steps, like the step telemetry), and keeps the step's timeline:
+// micro-step micro's runs follow one another on it.
+func (p *pipeRun) record(measured bool, micro int) {
+	if micro == 0 {
+		p.stepRuns = 0
+		if measured {
+			p.timeline = p.timeline[:0]
+		}
+	}
 	if !measured {
 		p.actCopies0, p.gradCopies0 = p.run.ActCopies, p.run.GradCopies
 		return
 	}
-	s := p.run.Stats()
+	spans := p.run.Spans
+	var lo, hi float64
+	for i, sp := range spans {
+		if i == 0 || sp.Start < lo {
+			lo = sp.Start
+		}
+		hi = max(hi, sp.End)
+		p.busy[sp.Slot.Stage] += sp.End - sp.Start
+		p.serial += sp.End - sp.Start
+	}
+	p.makespan += hi - lo
 	p.steps++
-	for i, b := range s.Busy {
-		p.busy[i] += b
+	// On the step's timeline a run starts where the previous one ended.
+	var off float64
+	if n := len(p.timeline); n > 0 {
+		off = p.timeline[n-1].EndMs / 1000
+		for _, e := range p.timeline {
+			off = max(off, e.EndMs/1000)
+		}
 	}
-	p.makespan += s.Makespan
-	p.serial += s.Serial
-	for sl, t := range p.run.SlotTime {
-		p.slotSum[sl] += t
+	for _, sp := range spans {
+		kind := "fwd"
+		if sp.Slot.Kind == pipeline.Backward {
+			kind = "bwd"
+		}
+		p.timeline = append(p.timeline, TimelineSlot{Stage: sp.Slot.Stage, Kind: kind, Micro: p.stepRuns*p.micros + sp.Slot.Micro,
+			StartMs: 1000 * (off + sp.Start - lo), EndMs: 1000 * (off + sp.End - lo)})
 	}
+	p.stepRuns++
 }
 
 // evalLoss is the model's loss through the stages, for evaluation: each
-// batch whole (no micro-batches). x and y are on the first stage's device;
-// the head's copy of the embedding must be in sync (SyncHead).
-func (p *pipeRun) evalLoss(x, y *tensor.Tensor) *tensor.Tensor {
+// batch whole (no micro-batches), stage after stage on this goroutine, in
+// each stage's program. x and y are on the first stage's device; the
+// head's copy of the embedding must be in sync (SyncHead). It runs inside
+// steps of every stage's program, with gradients off (see estimateLoss).
+func (p *pipeRun) evalLoss(x, y *tensor.Tensor) (loss *tensor.Tensor) {
 	h := x
 	for st, d := range p.devs {
-		h = p.st.Forward(st, h.To(d), 0)
+		p.progs[st].Autocast(p.dt, func() { h = p.st.Forward(st, h.To(d), 0) })
 	}
-	return tensor.CrossEntropy(h, y.To(h.Device()))
+	p.progs[len(p.progs)-1].Autocast(p.dt, func() { loss = tensor.CrossEntropy(h, y.To(h.Device())) })
+	return loss
+}
+
+// programs are the tensor programs a run drives: the default program on
+// one device, one per stage with a pipeline. Their methods nest the
+// program-level scopes over all of them, on the calling goroutine.
+type programs []*tensor.Program
+
+// step runs fn in a step of every program.
+func (ps programs) step(fn func()) {
+	if len(ps) == 0 {
+		fn()
+		return
+	}
+	ps[0].Step(func() { ps[1:].step(fn) })
+}
+
+// noGrad runs fn with gradient recording off in every program.
+func (ps programs) noGrad(fn func()) {
+	if len(ps) == 0 {
+		fn()
+		return
+	}
+	ps[0].NoGrad(func() { ps[1:].noGrad(fn) })
+}
+
+// autocast runs fn under Autocast(dt) in every program.
+func (ps programs) autocast(dt tensor.DType, fn func()) {
+	if len(ps) == 0 {
+		fn()
+		return
+	}
+	ps[0].Autocast(dt, func() { ps[1:].autocast(dt, fn) })
 }
 
 // PipelineReport is pipeline.json: the schedule, and the stage times
@@ -281,17 +388,21 @@ type PipelineReport struct {
 	// slots when every forward and backward pass takes one unit,
 	// (S-1)/(M+S-1) for GPipe and 1F1B.
 	ScheduleBubble float64 `json:"schedule_bubble"`
+	// The stages run at the same time, each on its own goroutine.
 	// StageBusyMs is each stage's forward and backward time per schedule
-	// run (one per micro-step); MakespanMs the length of a run laid on
-	// the schedule's timeline with those slot times, as if the stages ran
-	// concurrently; SerialMs the time the slots took one after another,
-	// as they ran here. MeasuredBubble is 1 - Σ busy / (S × makespan) and
+	// run (one per micro-step); MakespanMs a run's wall time, from its
+	// first slot's start to its last slot's end; SerialMs the sum of every
+	// slot's time (what one goroutine would have taken). MeasuredBubble
+	// is 1 - Σ busy / (S × makespan), the stages' mean idle share, and
 	// Utilisation each stage's busy / makespan.
 	StageBusyMs    []float64 `json:"stage_busy_ms"`
 	MakespanMs     float64   `json:"makespan_ms"`
 	SerialMs       float64   `json:"serial_ms"`
 	MeasuredBubble float64   `json:"measured_bubble"`
 	Utilisation    []float64 `json:"utilisation"`
+	// AllBusyShare is the share of the last measured step's wall time in
+	// which every stage was busy at once (from Timeline).
+	AllBusyShare float64 `json:"all_busy_share"`
 	// Copies between devices per optimizer step: activations forward,
 	// their gradients back, and the tied weight and its gradient.
 	ActCopiesPerStep  float64 `json:"activation_copies_per_step"`
@@ -300,28 +411,81 @@ type PipelineReport struct {
 	GradBytesPerStep  float64 `json:"gradient_bytes_per_step"`
 	HeadCopiesPerStep float64 `json:"tied_weight_copies_per_step"`
 	HeadBytesPerStep  float64 `json:"tied_weight_bytes_per_step"`
-	Runs              int     `json:"measured_runs"`
-	Note              string  `json:"note"`
+	// PeakMemBytes is each stage device's peak memory over the run.
+	PeakMemBytes []int64 `json:"peak_mem_bytes"`
+	Runs         int     `json:"measured_runs"`
+	Note         string  `json:"note"`
+	// Timeline is the last measured optimizer step, slot by slot, on one
+	// clock (ms from the step's first slot): a micro-step's schedule run
+	// follows the previous one's, and micro counts across them.
+	Timeline []TimelineSlot `json:"timeline"`
+}
+
+// TimelineSlot is one stage's forward or backward pass of one
+// micro-batch on the step's timeline.
+type TimelineSlot struct {
+	Stage   int     `json:"stage"`
+	Kind    string  `json:"kind"` // fwd or bwd
+	Micro   int     `json:"micro"`
+	StartMs float64 `json:"start_ms"`
+	EndMs   float64 `json:"end_ms"`
+}
+
+// AllBusy returns the share of the timeline's span (first start to last
+// end) in which all of stages stages are busy at once.
+func AllBusy(tl []TimelineSlot, stages int) float64 {
+	if len(tl) == 0 || stages <= 0 {
+		return 0
+	}
+	type edge struct {
+		t     float64
+		stage int
+		delta int
+	}
+	var edges []edge
+	lo, hi := tl[0].StartMs, tl[0].EndMs
+	for _, e := range tl {
+		edges = append(edges, edge{e.StartMs, e.Stage, 1}, edge{e.EndMs, e.Stage, -1})
+		lo, hi = min(lo, e.StartMs), max(hi, e.EndMs)
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].t != edges[j].t {
+			return edges[i].t < edges[j].t
+		}
+		return edges[i].delta < edges[j].delta // an end before a start at the same instant
+	})
+	active := make([]int, stages)
+	busy, all := 0, 0.0
+	for i, e := range edges {
+		if i > 0 && busy == stages {
+			all += e.t - edges[i-1].t
+		}
+		if active[e.stage] == 0 && e.delta > 0 {
+			busy++
+		}
+		active[e.stage] += e.delta
+		if active[e.stage] == 0 && e.delta < 0 {
+			busy--
+		}
+	}
+	if hi <= lo {
+		return 0
+	}
+	return all / (hi - lo)
 }
 
 // report summarises the measured steps.
 func (p *pipeRun) report() PipelineReport {
 	sch := p.run.Schedule
+	S := len(p.devs)
 	rep := PipelineReport{Schedule: sch.Name, Micro: p.micros, Rows: p.rows, ScheduleBubble: sch.Bubble(),
-		Blocks: p.st.Ranges, Runs: p.steps, StageBusyMs: make([]float64, len(p.devs)), Utilisation: make([]float64, len(p.devs))}
+		Blocks: p.st.Ranges, Runs: p.steps, StageBusyMs: make([]float64, S), Utilisation: make([]float64, S),
+		Timeline: p.timeline, AllBusyShare: AllBusy(p.timeline, S)}
 	for _, d := range p.devs {
 		rep.Devices = append(rep.Devices, d.String())
+		rep.PeakMemBytes = append(rep.PeakMemBytes, tensor.MemStats(d).Peak)
 	}
-	cpus := 0
-	for _, d := range p.devs {
-		if d.Kind == "cpu" {
-			cpus++
-		}
-	}
-	rep.Note = "the stages ran one slot at a time on one goroutine (the tensor package's state is process-wide); each slot was timed and the timeline of concurrent stages was laid out from those times"
-	if cpus > 1 {
-		rep.Note += fmt.Sprintf("; %d logical CPU devices share this machine's cores, so the busy times and utilisation are approximate", cpus)
-	}
+	rep.Note = "each stage ran on its own goroutine, with its own tensor program, at the same time as the others; the busy times and the timeline are host wall times"
 	if p.steps == 0 {
 		return rep
 	}
@@ -329,11 +493,11 @@ func (p *pipeRun) report() PipelineReport {
 	for i, b := range p.busy {
 		rep.StageBusyMs[i] = 1000 * b / n
 		rep.Utilisation[i] = b / p.makespan
+		rep.MeasuredBubble += b
 	}
+	rep.MeasuredBubble = 1 - rep.MeasuredBubble/(float64(S)*p.makespan)
 	rep.MakespanMs = 1000 * p.makespan / n
 	rep.SerialMs = 1000 * p.serial / n
-	tl := sch.Simulate(func(sl pipeline.Slot) float64 { return p.slotSum[sl] })
-	rep.MeasuredBubble = tl.BubbleFraction()
 	steps := n / float64(p.r.cfg.GradAccum)
 	act := float64(p.run.ActCopies - p.actCopies0)
 	grad := float64(p.run.GradCopies - p.gradCopies0)
@@ -348,8 +512,8 @@ func (p *pipeRun) report() PipelineReport {
 // the CPU, where a result's model is used (sampling) without the stages.
 func (p *pipeRun) finish() error {
 	rep := p.report()
-	fmt.Fprintf(p.r.log, "pipeline: %s, %d stages, %d micro-batches: schedule bubble %.3f, measured bubble %.3f (%d runs)\n",
-		rep.Schedule, len(rep.Devices), rep.Micro, rep.ScheduleBubble, rep.MeasuredBubble, rep.Runs)
+	fmt.Fprintf(p.r.log, "pipeline: %s, %d stages, %d micro-batches: schedule bubble %.3f, measured bubble %.3f (%d runs); all stages busy at once %.0f%% of the last step\n",
+		rep.Schedule, len(rep.Devices), rep.Micro, rep.ScheduleBubble, rep.MeasuredBubble, rep.Runs, 100*rep.AllBusyShare)
 	for i, d := range rep.Devices {
 		fmt.Fprintf(p.r.log, "pipeline: stage %d (%s): busy %.2f ms per run, utilisation %.1f%%\n", i, d, rep.StageBusyMs[i], 100*rep.Utilisation[i])
 	}
@@ -361,5 +525,7 @@ func (p *pipeRun) finish() error {
 			return err
 		}
 	}
-	return tensor.Catch(func() { p.st.Gather(tensor.CPU) })
+	err := tensor.Catch(func() { p.st.Gather(tensor.CPU) })
+	p.close()
+	return err
 }

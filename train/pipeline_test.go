@@ -77,7 +77,7 @@ func TestPipelineAcceptance(t *testing.T) {
 		t.Logf("max abs difference %g", d)
 	}
 	for _, want := range []string{"stage 0 on cpu: embeddings, blocks [0, 2)", "stage 1 on cpu:1: blocks [2, 4), final norm and head",
-		"schedule bubble 0.200", "approximate"} {
+		"schedule bubble 0.200", "all stages busy at once"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}

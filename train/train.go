@@ -204,8 +204,9 @@ type run struct {
 	pipe                     *pipeRun         // --pipeline: the model's stages; nil: one device
 }
 
-// close releases the staging slots, stops the loader and closes the
-// TensorBoard and Prometheus sinks.
+// close releases the staging slots, stops the loader, closes the
+// TensorBoard and Prometheus sinks and gives the pipeline stages' devices
+// back to the default program.
 func (r *run) close() {
 	if err := r.sinks.close(r.log); err != nil {
 		fmt.Fprintf(r.log, "warning: %v\n", err)
@@ -218,6 +219,9 @@ func (r *run) close() {
 	if r.loader != nil {
 		r.loader.Close()
 		r.loader = nil
+	}
+	if r.pipe != nil {
+		r.pipe.close()
 	}
 }
 
@@ -361,6 +365,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		if r.pipe, err = newPipeRun(r); err != nil {
 			return nil, err
 		}
+		defer r.pipe.close()
 	}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
 		if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
@@ -801,14 +806,15 @@ func (r *run) update(lr float64, hook func()) bool {
 func (r *run) evaluate(step int, sum *Summary) error {
 	var tl, vl float64
 	loss := r.model.Loss
+	progs := programs{tensor.ProgramOf(r.dev)}
 	if r.pipe != nil {
 		r.pipe.st.SyncHead()
-		loss = r.pipe.evalLoss
+		loss, progs = r.pipe.evalLoss, r.pipe.progs
 	}
 	rank, world := r.cfg.Rank, max(r.cfg.WorldSize, 1)
-	tensor.Autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
-		tl = estimateLoss(r.model, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
-		vl = estimateLoss(r.model, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+	progs.autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
+		tl = estimateLoss(r.model, progs, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+		vl = estimateLoss(r.model, progs, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
 	})
 	if r.ddp != nil {
 		vals := [...]float32{float32(tl), float32(vl)}
@@ -846,15 +852,16 @@ func (r *run) evaluate(step int, sum *Summary) error {
 // EstimateLoss averages the loss over iters batches of random windows
 // drawn for step, with dropout off and no gradients.
 func EstimateLoss(m *model.GPT, s *data.Sampler, step, iters, batch int) float64 {
-	return estimateLoss(m, m.Loss, s, step, iters, batch, 0, 1)
+	return estimateLoss(m, programs{tensor.ProgramOf(m.Device())}, m.Loss, s, step, iters, batch, 0, 1)
 }
 
 // estimateLoss is EstimateLoss for rank of a group of world processes,
 // each with batch rows: batch k of the group is windows k·batch·world
 // onwards, and the rank evaluates its batch rows of it, with loss (the
-// model's, or a pipeline's through its stages). The mean of the ranks'
+// model's, or a pipeline's through its stages), in steps of the programs
+// progs that drive the devices it runs on. The mean of the ranks'
 // estimates is the estimate of one process with batch·world rows.
-func estimateLoss(m *model.GPT, loss func(x, y *tensor.Tensor) *tensor.Tensor, s *data.Sampler,
+func estimateLoss(m *model.GPT, progs programs, loss func(x, y *tensor.Tensor) *tensor.Tensor, s *data.Sampler,
 	step, iters, batch, rank, world int) float64 {
 	defer m.SetTraining(m.SetTraining(false))
 	T := s.BlockSize()
@@ -862,10 +869,10 @@ func estimateLoss(m *model.GPT, loss func(x, y *tensor.Tensor) *tensor.Tensor, s
 	y := make([]int32, batch*T)
 	dev := m.Device()
 	var total float64
-	tensor.NoGrad(func() {
+	progs.noGrad(func() {
 		for k := 0; k < iters; k++ {
 			s.Batch(step, (k*world+rank)*batch, batch, x, y)
-			tensor.Step(func() {
+			progs.step(func() {
 				total += float64(loss(tensor.FromInt32s(dev, x, batch, T), tensor.FromInt32s(dev, y, batch, T)).Item())
 			})
 		}
