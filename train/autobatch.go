@@ -80,7 +80,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		fmt.Fprintf(log, "batch auto: batch %d: %s\n", b, p.describe(res.Budget))
 		return p, nil
 	}
-	if dev.Kind == "cpu" {
+	if onHost(dev) {
 		res.Budget = cfg.MemoryLimit
 		src := "--memory-limit"
 		if res.Budget == 0 {

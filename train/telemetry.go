@@ -3,10 +3,10 @@ package train
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/fleetml/fleet/launch"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -181,7 +181,7 @@ func (t *telemetry) takeWindow() [nPhases]float64 {
 // the figure comes from: a data-sheet table for GPUs, a measurement of
 // the FMA peak on all cores for the CPU. 0 where unknown.
 func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
-	if dev.Kind == "cpu" {
+	if onHost(dev) {
 		// BF16 products count against the FMA peak too: where VDPBF16PS
 		// is slow or missing they run as widened F32 products, and where it
 		// is fast its rate is not measured here.
@@ -293,6 +293,15 @@ func fmtPhases(ms [nPhases]float64, steps int) string {
 	return s
 }
 
+// onHost reports whether dev computes in the host's memory on the host's
+// cores (the CPU backend): then the operating system measures its
+// utilisation and memory, its peak is measured rather than looked up,
+// and it has no native fp16 products.
+func onHost(dev tensor.Device) bool {
+	_, ok := tensor.BackendOf(dev).(backend.HostMemory)
+	return ok
+}
+
 // startSampler starts sampling the device's utilisation and memory in the
 // background, once a second: NVML for a GPU, /proc for the CPU (where
 // utilisation is the process's CPU time over the cores it may use). A
@@ -300,8 +309,8 @@ func fmtPhases(ms [nPhases]float64, steps int) string {
 func (r *run) startSampler() {
 	var s *sysstat.Sampler
 	var err error
-	if r.dev.Kind == "cuda" {
-		s, err = sysstat.NewGPUSampler(nvmlIndex(r.dev.Index), 0)
+	if !onHost(r.dev) {
+		s, err = sysstat.NewGPUSampler(launch.PhysicalGPU(r.dev.Index, os.Getenv(launch.EnvVisibleDevices)), 0)
 	} else {
 		s, err = sysstat.NewCPUSampler(0, 0)
 	}
@@ -313,27 +322,9 @@ func (r *run) startSampler() {
 	r.sampler = s
 }
 
-// nvmlIndex maps a CUDA device ordinal to NVML's index, which ignores
-// CUDA_VISIBLE_DEVICES: with a list of ordinals there, ordinal i is the
-// list's i-th entry. (A list of UUIDs is not mapped; the sampler then
-// reads device i.)
-func nvmlIndex(ordinal int) int {
-	v := os.Getenv("CUDA_VISIBLE_DEVICES")
-	if v == "" {
-		return ordinal
-	}
-	list := strings.Split(v, ",")
-	if ordinal < len(list) {
-		if n, err := strconv.Atoi(strings.TrimSpace(list[ordinal])); err == nil && n >= 0 {
-			return n
-		}
-	}
-	return ordinal
-}
-
 // utilPct converts a sample to the device's utilisation in percent.
 func (r *run) utilPct(util, procCPU float64) float64 {
-	if r.dev.Kind == "cpu" {
+	if onHost(r.dev) {
 		return procCPU / float64(runtime.GOMAXPROCS(0))
 	}
 	return util
@@ -362,7 +353,7 @@ func (r *run) stopSampler(sum *Summary) {
 	if sum != nil && st.Samples > 0 {
 		sum.UtilMeanPct = r.utilPct(st.MeanUtil, st.MeanProcCPU)
 		sum.UtilPeakPct = r.utilPct(st.PeakUtil, st.PeakProcCPU)
-		if r.dev.Kind == "cpu" {
+		if onHost(r.dev) {
 			sum.HostBusyPct = st.MeanUtil
 		}
 	}
@@ -444,7 +435,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 		HostBusyPct:         sum.HostBusyPct,
 	}
 	type named interface{ Name() string }
-	if r.dev.Kind == "cpu" {
+	if onHost(r.dev) {
 		t.DeviceName, t.Cores = cpuModel(), runtime.GOMAXPROCS(0)
 	} else {
 		t.TensorCores = true // every GPU fleet's CUDA backend runs on (sm_80+) has them

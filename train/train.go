@@ -398,7 +398,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if r.scaler != nil {
 		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
 			r.scaler.Scale, optim.ScalerGrowth, r.scaler.GrowthInterval, optim.ScalerBackoff)
-		if dev.Kind == "cpu" {
+		if onHost(dev) {
 			fmt.Fprintf(log, "precision: the CPU has no fp16 products; they are emulated (f16 operands widened to f32) and slower than fp32\n")
 		}
 	}
