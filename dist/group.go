@@ -2,6 +2,7 @@ package dist
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/units"
 	"time"
 )
 
@@ -88,18 +89,8 @@ func (e *OpError) Unwrap() error { return e.Err }
 // for a peer longer than its timeout.
 func (e *OpError) Is(target error) bool { return target == ErrTimeout && e.why == whyStalled }
 
-// formatBytes writes n as 4.0 MB, 512 B, ... (decimal units, as nccl-tests).
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// formatBytes writes n in binary units (units.Bytes).
+func formatBytes(n int64) string { return units.Bytes(n) }
 
 const (
 	whyGone    = "gone"

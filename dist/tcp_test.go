@@ -468,7 +468,7 @@ func TestStalledPeer(t *testing.T) {
 		if r == 1 {
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), "all-reduce #1 (4.0 kB)") || !strings.Contains(err.Error(), "no data from rank 1 for 300ms") {
+		if err == nil || !strings.Contains(err.Error(), "all-reduce #1 (3.9 KiB)") || !strings.Contains(err.Error(), "no data from rank 1 for 300ms") {
 			t.Errorf("rank %d: err = %v", r, err)
 		}
 		t.Logf("rank %d: %v", r, err)

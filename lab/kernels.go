@@ -2,7 +2,7 @@ package lab
 
 import (
 	"fmt"
-	"math"
+	"github.com/fleetml/fleet/internal/units"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -163,17 +163,17 @@ func vectorAdd(dev tensor.Device, be backend.Backend, o Options) (VecAdd, error)
 			p = BandwidthPoint{Bytes: int64(n) * 12, Elements: n, Us: sec * 1e6, GBs: float64(n) * 12 / sec / 1e9}
 		})
 		if isOOM(err) {
-			fmt.Fprintf(w, "   %12s out of memory: stopped\n", bytesString(size))
+			fmt.Fprintf(w, "   %12s out of memory: stopped\n", units.Bytes(size))
 			break
 		}
 		if err != nil {
 			return v, err
 		}
 		v.Points = append(v.Points, p)
-		fmt.Fprintf(w, "   %12s %12d %10.2f %10.1f\n", bytesString(p.Bytes), p.Elements, p.Us, p.GBs)
+		fmt.Fprintf(w, "   %12s %12d %10.2f %10.1f\n", units.Bytes(p.Bytes), p.Elements, p.Us, p.GBs)
 	}
 	if len(v.Points) == 0 {
-		return v, fmt.Errorf("no vector size fits under %s", bytesString(limit))
+		return v, fmt.Errorf("no vector size fits under %s", units.Bytes(limit))
 	}
 	v.Summary = vecAddSummary(v)
 	fmt.Fprintf(w, "   => %s\n", v.Summary)
@@ -192,7 +192,7 @@ func vecAddSummary(v VecAdd) string {
 	last := v.Points[len(v.Points)-1]
 	caches := ""
 	if v.LLCBytes > 0 {
-		caches = fmt.Sprintf(" (L2 %s per core, last-level cache %s)", bytesString(v.L2Bytes), bytesString(v.LLCBytes))
+		caches = fmt.Sprintf(" (L2 %s per core, last-level cache %s)", units.Bytes(v.L2Bytes), units.Bytes(v.LLCBytes))
 	}
 	beyond := "the largest working set"
 	if v.LLCBytes > 0 && last.Bytes > v.LLCBytes {
@@ -200,7 +200,7 @@ func vecAddSummary(v VecAdd) string {
 	}
 	return fmt.Sprintf("an add moves %.1f GB/s at best (%s working set) and %.1f GB/s at %s, %s: %.1fx%s; "+
 		"it does 1 FLOP per 12 bytes, so its speed is that of the memory level the data lives in",
-		best.GBs, bytesString(best.Bytes), last.GBs, bytesString(last.Bytes), beyond, best.GBs/last.GBs, caches)
+		best.GBs, units.Bytes(best.Bytes), last.GBs, units.Bytes(last.Bytes), beyond, best.GBs/last.GBs, caches)
 }
 
 func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
@@ -415,32 +415,13 @@ func hostToDevice(dev tensor.Device, be backend.Backend, o Options) (Copy, error
 			return c, err
 		}
 		c.Points = append(c.Points, p)
-		fmt.Fprintf(w, "   %10s %16.2f %16.2f\n", bytesString(p.Bytes), p.PageableGBs, p.PinnedGBs)
+		fmt.Fprintf(w, "   %10s %16.2f %16.2f\n", units.Bytes(p.Bytes), p.PageableGBs, p.PinnedGBs)
 	}
 	last := c.Points[len(c.Points)-1]
 	c.Summary = fmt.Sprintf("at %s pinned memory uploads at %.1f GB/s, pageable at %.1f GB/s (%.2fx): the driver copies pageable memory through a pinned staging buffer, and only pinned copies can overlap compute",
-		bytesString(last.Bytes), last.PinnedGBs, last.PageableGBs, last.PinnedGBs/last.PageableGBs)
+		units.Bytes(last.Bytes), last.PinnedGBs, last.PageableGBs, last.PinnedGBs/last.PageableGBs)
 	fmt.Fprintf(w, "   => %s\n", c.Summary)
 	return c, nil
-}
-
-// bytesString writes a size in binary units, as a whole number where it
-// is within 0.1% of one (a working set of 12-byte elements).
-func bytesString(b int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if b < u.size*999/1000 {
-			continue
-		}
-		f := float64(b) / float64(u.size)
-		if r := math.Round(f); math.Abs(f-r) <= 0.001*r {
-			return fmt.Sprintf("%.0f %s", r, u.name)
-		}
-		return fmt.Sprintf("%.1f %s", f, u.name)
-	}
-	return fmt.Sprintf("%d B", b)
 }
 
 // parseSize reads sysfs sizes such as "48K" or "260M".

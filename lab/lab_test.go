@@ -17,14 +17,6 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-func TestBytesString(t *testing.T) {
-	for in, want := range map[int64]string{64 << 10: "64 KiB", 1 << 20: "1 MiB", 3 << 19: "1.5 MiB", 1 << 30: "1 GiB", 100: "100 B", 12 * (1 << 30 / 12): "1 GiB", 12 * (64 << 10 / 12): "64 KiB", 1000: "1000 B"} {
-		if got := bytesString(in); got != want {
-			t.Errorf("bytesString(%d) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestTimePerCall(t *testing.T) {
 	calls := 0
 	sec := timePerCall(func(reps int) {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/units"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -157,7 +158,7 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 			p.MFU = r.GFLOPs / 1e3 / peak
 		}
 		s.Points = append(s.Points, p)
-		fmt.Fprintf(w, "   %6d %12.0f %10.2f %10.1f %8s %8s %12s\n", b, p.TokensPerSec, p.StepMs, p.GFLOPs, percent(p.MFU), percent(p.Util), bytesString(p.PeakBytes))
+		fmt.Fprintf(w, "   %6d %12.0f %10.2f %10.1f %8s %8s %12s\n", b, p.TokensPerSec, p.StepMs, p.GFLOPs, percent(p.MFU), percent(p.Util), units.Bytes(p.PeakBytes))
 		if p.StepMs > bound {
 			s.Stop = fmt.Sprintf("a step at batch %d took %.0f ms, over the %.0f ms bound", b, p.StepMs, bound)
 			break
@@ -197,7 +198,7 @@ func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 		}
 		sp := StepPoint{Name: p, Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
 		out = append(out, sp)
-		fmt.Fprintf(w, "   %6s %6d %10.2f %12.0f %12s\n", p, sp.Batch, sp.StepMs, sp.TokensPerSec, bytesString(sp.PeakBytes))
+		fmt.Fprintf(w, "   %6s %6d %10.2f %12.0f %12s\n", p, sp.Batch, sp.StepMs, sp.TokensPerSec, units.Bytes(sp.PeakBytes))
 	}
 	f, b := out[0], out[1]
 	why := "bf16 halves the bytes of the products' operands and runs them on tensor cores"
@@ -241,7 +242,7 @@ func gradAccum(dev tensor.Device, o Options) (Accum, error) {
 	a.Accumulated = StepPoint{Name: fmt.Sprintf("%d x batch %d", a.Steps, a.Batch), Batch: one.BatchSize, StepMs: r2.MsPerStep, TokensPerSec: r2.TokensPerSec, PeakBytes: r2.PeakBytes}
 	fmt.Fprintf(w, "   %-14s %10s %12s %12s\n", "", "ms/step", "tokens/s", "peak memory")
 	for _, p := range []StepPoint{a.OneBatch, a.Accumulated} {
-		fmt.Fprintf(w, "   %-14s %10.2f %12.0f %12s\n", p.Name, p.StepMs, p.TokensPerSec, bytesString(p.PeakBytes))
+		fmt.Fprintf(w, "   %-14s %10.2f %12.0f %12s\n", p.Name, p.StepMs, p.TokensPerSec, units.Bytes(p.PeakBytes))
 	}
 	fmt.Fprintf(w, "   gradient: max |difference| %.3g, max |gradient| %.3g, relative %.2g\n", a.MaxAbsDiff, a.MaxAbsGrad, a.RelDiff)
 	a.Summary = fmt.Sprintf("%d micro-batches of %d give the gradient of one batch of %d to %.1g (relative), in %.2fx its step time and %.2fx its peak memory: "+

@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/json"
+	"github.com/fleetml/fleet/internal/units"
 
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -298,4 +298,4 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 }
 
 // fmtBytes prints a byte count in binary units (negative ones as 0).
-func fmtBytes(n int64) string { return sysstat.Bytes(uint64(max(n, 0))) }
+func fmtBytes(n int64) string { return units.Bytes(n) }

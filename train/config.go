@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/dist"
 	"math"
 	"time"
 
@@ -38,7 +39,7 @@ type Config struct {
 	WorldSize int `json:"world_size,omitempty"`
 	// MasterAddr and MasterPort locate rank 0's rendezvous store, Secret
 	// is the job's shared secret (never written out), CommTimeout bounds
-	// every collective (0: DefaultCommTimeout), and BucketMB is the size
+	// every collective (0: dist.DefaultTimeout), and BucketMB is the size
 	// of the gradient buckets all-reduced during backward.
 	MasterAddr  string        `json:"-"`
 	MasterPort  int           `json:"-"`
@@ -189,7 +190,7 @@ func Default() Config {
 		Seed:         1337,
 		CorpusBytes:  4 << 20,
 		Keep:         3,
-		BucketMB:     25,
+		BucketMB:     dist.DefaultBucketBytes >> 20,
 	}
 }
 

@@ -15,9 +15,6 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// DefaultCommTimeout bounds every collective of a data-parallel run.
-const DefaultCommTimeout = 10 * time.Minute
-
 // ddp is a run's data parallelism, PyTorch DistributedDataParallel's
 // recipe: rank 0's parameters are broadcast at the start; on the last
 // micro-step of each optimizer step (the others accumulate locally, as
@@ -72,7 +69,7 @@ func ncclDevice(dev tensor.Device) bool { return dev.Kind == "cuda" }
 // commTimeout is the run's bound on every collective.
 func (c Config) commTimeout() time.Duration {
 	if c.CommTimeout <= 0 {
-		return DefaultCommTimeout
+		return dist.DefaultTimeout
 	}
 	return c.CommTimeout
 }

@@ -2,8 +2,8 @@ package train
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/term"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -22,8 +22,7 @@ type statusLine struct {
 
 // newStatusLine returns a status line on w if w is a terminal, else nil.
 func newStatusLine(w io.Writer) *statusLine {
-	f, ok := w.(*os.File)
-	if !ok || !isTerminal(f) {
+	if !term.IsTerminal(w) {
 		return nil
 	}
 	return &statusLine{w: w}

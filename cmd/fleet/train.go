@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"github.com/fleetml/fleet/dist"
 	"io"
 	"os"
 	"strconv"
@@ -127,7 +128,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.TokensPerStep, "tokens-per-step", 0, "global tokens per optimizer step; sets the accumulation to N / (batch-size × block-size × world size), which must divide exactly (0: use --grad-accum)")
 	fs.StringVar(&c.TensorBoard, "tensorboard", "", "write TensorBoard event files (loss, val loss, perplexity, lr, tokens/s, MFU, utilisation, memory, grad norm, loss scale, phase times; samples as text) to this folder")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics; :PORT listens on 127.0.0.1 only, 0.0.0.0:PORT exposes them to the network")
-	fs.DurationVar(&c.CommTimeout, "comm-timeout", train.DefaultCommTimeout, "data parallelism: how long any collective may wait for a peer before the run fails, naming it")
+	fs.DurationVar(&c.CommTimeout, "comm-timeout", dist.DefaultTimeout, "data parallelism: how long any collective may wait for a peer before the run fails, naming it")
 	fs.StringVar(&c.DistBackend, "dist-backend", "auto", "data parallelism: how gradients are all-reduced: nccl (in device memory; CUDA), tcp (a ring through the host; any device), auto (nccl on CUDA without --pipeline, else tcp)")
 	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "data parallelism: MiB of gradients per all-reduce bucket")
 	fs.StringVar(&c.Pipeline, "pipeline", "", "pipeline parallelism: stage devices, comma-separated (cuda:0,cuda:1; or logical cpu:0,cpu:1 for testing), each a contiguous range of blocks, the embeddings on the first, the head on the last")

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/units"
 	"sort"
 	"strings"
 )
@@ -354,18 +355,7 @@ func notes(t Telemetry) []string {
 	return out
 }
 
-func fmtBytes(n int64) string {
-	f := float64(n)
-	switch {
-	case f >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", f/(1<<30))
-	case f >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", f/(1<<20))
-	case f >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", f/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func fmtBytes(n int64) string { return units.Bytes(n) }
 
 func fmtFLOPs(f float64) string {
 	switch {

@@ -2,6 +2,7 @@ package sysstat
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/units"
 	"sync"
 	"time"
 
@@ -304,17 +305,5 @@ func (c *cpuSource) Read() (Sample, error) {
 
 func (c *cpuSource) Close() error { return c.r.close() }
 
-// Bytes formats a byte count with a binary unit: "512 B", "1.5 KiB",
-// "70.3 GiB".
-func Bytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// Bytes formats a byte count with a binary unit (units.Bytes).
+func Bytes(n uint64) string { return units.Bytes(int64(min(n, 1<<62))) }

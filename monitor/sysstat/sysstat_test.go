@@ -237,7 +237,7 @@ func TestParseAuxv(t *testing.T) {
 }
 
 func TestBytes(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 3 << 30: "3.0 GiB", 141 << 30: "141.0 GiB"} {
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1 KiB", 1536: "1.5 KiB", 3 << 30: "3 GiB", 141 << 30: "141 GiB"} {
 		if got := Bytes(n); got != want {
 			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
 		}

@@ -1,4 +1,4 @@
-package train
+package term
 
 import (
 	"os"
@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
+// isTTY asks the terminal driver: /dev/null is a character device too.
+func isTTY(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package term
+
+import "os"
+
+func isTTY(*os.File) bool { return true }
