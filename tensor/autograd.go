@@ -69,7 +69,9 @@ func record(out *Tensor, op string, back backwardFn, inputs ...*Tensor) *node {
 
 // Backward computes the gradient of a one-element tensor with respect to
 // every leaf that requires one, adding it into their Grad. The graph is
-// released afterwards.
+// released afterwards: its tensors are leaves of no graph. Inside In(s),
+// only the tensors s tracks are released; the graph of other scopes' tensors
+// is only read and may be differentiated again (see Program.In).
 func (t *Tensor) Backward() {
 	if t.Numel() != 1 {
 		panic(&Error{Op: "backward", Msg: "backward needs a one-element tensor; use BackwardWith", Operands: []*Tensor{t}})
@@ -159,16 +161,34 @@ func (t *Tensor) BackwardWith(g *Tensor) {
 // its Grad. For the recomputation of Checkpoint inner, the leaves keep
 // their gathered gradient in pending for the enclosing walk, which reaches
 // them through the checkpoint node's edges.
+//
+// The walk releases the graph it went through: the nodes of the tensors
+// it reached are dropped (and the records of the Checkpoints among them go
+// back to p's pool), so those tensors are leaves afterwards. An ordinary
+// Backward run inside In(s) drops only the nodes of the tensors s tracks;
+// it only reads those of other scopes, which another Backward may go
+// through again. A recomputation's walk releases all it reached: its own
+// graph, freed with its scope.
 func backward(p *Program, t, g *Tensor, inner *ckpt) {
 	w := p.acquireWalk()
 	defer p.releaseWalk()
 	order := topoSort(p, w, t)
+	var owner *Scope // nil: release every node
+	if inner == nil {
+		owner = p.innermostDetached()
+	}
 	defer func() {
 		for i, v := range order {
 			if inner == nil || v.node != nil {
 				v.pending = nil
 			}
-			v.node = nil
+			if n := v.node; n != nil && (owner == nil || v.scope == owner) {
+				if n.ck != nil {
+					p.releaseCkpt(n.ck)
+					n.ck = nil
+				}
+				v.node = nil
+			}
 			order[i] = nil
 		}
 	}()

@@ -174,7 +174,7 @@ func (c *ckpt) forward(p *Program) (out *Tensor, needGrad bool) {
 // out, made in p's scope s, reads besides c.args, and returns out or, when
 // out was not made in s (and so cannot carry the checkpoint node), a view
 // of it made there.
-func (c *ckpt) findLeaves(p *Program, s *scope, out *Tensor) *Tensor {
+func (c *ckpt) findLeaves(p *Program, s *Scope, out *Tensor) *Tensor {
 	w := p.acquireWalk()
 	defer p.releaseWalk()
 	order := topoSort(p, w, out)
@@ -226,11 +226,13 @@ func (c *ckpt) checkLeaf(v *Tensor) {
 // checkpointBackward recomputes the checkpoint's function and
 // differentiates it. The leaves' gradients stay in their pending for the
 // enclosing walk, which reaches them next through the node's edges.
+//
+// The record stays on the node, which may be differentiated again when the
+// walk keeps it (see backward); the walk that releases the node releases
+// the record.
 func checkpointBackward(n *node, g *Tensor) {
 	p := ProgramOf(g.dev) // the program of the Backward, g being on the node's device
 	c := n.ck
-	n.ck = nil
-	defer p.releaseCkpt(c)
 	c.recompute(p, g)
 	for i, in := range c.inputs {
 		if gi := c.grads[i]; gi != nil {

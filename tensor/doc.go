@@ -17,6 +17,15 @@
 // memory comes back. Persistent tensors (parameters, gradients, optimizer
 // state) are made outside any step, or inside Persist.
 //
+// Steps nest, and free their tensors in the reverse order they began. A
+// detached Scope (NewScope) frees its tensors when its owner says so
+// instead: In(s, fn) runs fn with s as the innermost scope, and leaves the
+// tensors made inside alive, across the end of the step around it, until
+// s.Free. A pipeline stage runs each micro-batch's forward pass and,
+// later, its backward pass in the micro-batch's scope, and frees the
+// scope right after the backward pass, so that a 1F1B schedule holds only
+// the micro-batches in flight.
+//
 // # Programs
 //
 // The scopes, the gradient mode, the autocast policy, the Backward hook and

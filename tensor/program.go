@@ -11,7 +11,7 @@ import (
 )
 
 // A Program is the mutable state of the tensor program that runs on a set
-// of devices: the step scopes and the tensor headers they recycle,
+// of devices: the stack of scopes and the tensor headers they recycle,
 // gradient recording, the autocast policy, the Backward hook and the
 // working memory of graph walks, Dropout's host buffer and Checkpoint's
 // records. Every device is driven by exactly one Program: the one
@@ -38,12 +38,12 @@ type Program struct {
 	name string
 	devs []Device // the devices claimed; nil for the default program
 
-	// Step scopes (scope.go).
-	scopes      []*scope
-	spareScopes []*scope
+	// Scopes (scope.go).
+	scopes      []*Scope    // the stack: step scopes and detached ones inside In
+	spareScopes []*Scope    // step scopes, reused
 	persistent  int         // >0 inside Persist: allocations are not scoped
 	freeHeaders []*Tensor   // reusable
-	heldHeaders [][]*Tensor // [d]: freed at the last end of a scope d deep, not yet reusable
+	heldHeaders [][]*Tensor // [d]: freed at the last end of a step scope d deep, not yet reusable
 
 	gradEnabled bool
 	// autocast is the storage dtype Linear and LinearT compute their
@@ -154,14 +154,15 @@ func NewProgram(devs ...Device) (*Program, error) {
 
 // Close gives p's devices back to the default program; p drives nothing
 // afterwards and should not be used. It fails for the default program, and
-// inside one of p's steps, whose later tensors would go to the default
-// program. Closing twice does nothing.
+// inside one of p's steps or Ins, whose later tensors would go to the
+// default program. Closing twice does nothing. The tensors of p's detached
+// scopes are freed by their Free as before.
 func (p *Program) Close() error {
 	if p == defaultProgram {
 		return errors.New("close: the default program cannot be closed")
 	}
 	if len(p.scopes) > 0 {
-		return fmt.Errorf("close: %v is inside a step", p)
+		return fmt.Errorf("close: %v is inside a step or an In", p)
 	}
 	bindMu.Lock()
 	defer bindMu.Unlock()

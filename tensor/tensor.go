@@ -90,6 +90,7 @@ type Tensor struct {
 	nd      node       // the op that made this tensor, when recorded
 	pending *Tensor    // gradient gathered so far, during Backward
 	visited uint64     // Backward's visit mark
+	scope   *Scope     // the scope tracking it; nil when none does
 	item    [1]float32 // Item's host buffer: a local one would escape
 }
 
