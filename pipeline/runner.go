@@ -96,6 +96,10 @@ type handoff struct {
 
 // stageRun is one stage's part of a concurrent run.
 type stageRun struct {
+	// scopes[m] holds micro-batch m's graph on this stage from its forward
+	// pass until its backward pass is done, when it is freed: a stage
+	// holds only the micro-batches in flight (S for 1F1B, M for GPipe).
+	scopes            []tensor.Scope
 	spans             []Span
 	times             []float64 // host seconds per slot, in the stage's order
 	marks             [][2]backend.Mark
@@ -199,6 +203,11 @@ func (r *Runner) runConcurrent() {
 		}
 		r.stages = make([]stageRun, S)
 	}
+	for st := range r.stages {
+		if len(r.stages[st].scopes) != M {
+			r.stages[st].scopes = make([]tensor.Scope, M)
+		}
+	}
 	r.abort = make(chan struct{})
 	r.abortOnce = sync.Once{}
 	r.failure = nil
@@ -218,14 +227,21 @@ func (r *Runner) runConcurrent() {
 				go r.stage(s, t00, &wg)
 			}
 			wg.Wait()
+			// A failed run leaves micro-batches in flight: their scopes
+			// are freed here, once no stage reads them any more.
+			for st := range r.stages {
+				for i := range r.stages[st].scopes {
+					r.stages[st].scopes[i].Free()
+				}
+			}
 			return
 		}
 		r.Programs[st].Step(func() { nest(st + 1) })
 	}
 	nest(0)
 	for b := range r.acts { // a failed run may leave handoffs behind
-		drain(r.acts[b])
-		drain(r.grads[b])
+		drain(r.acts[b], false)
+		drain(r.grads[b], true)
 	}
 	if r.failure != nil {
 		panic(r.failure)
@@ -254,10 +270,16 @@ func (r *Runner) runConcurrent() {
 	}
 }
 
-func drain(c chan handoff) {
+// drain empties c after a failed run. Gradients handed over and never
+// taken are freed (their receiver owned them); activations belong to
+// their stage's scope.
+func drain(c chan handoff, grads bool) {
 	for {
 		select {
-		case <-c:
+		case h := <-c:
+			if grads && h.t != nil {
+				h.t.Free()
+			}
 		default:
 			return
 		}
@@ -281,6 +303,7 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 	sr.spans, sr.times, sr.marks = sr.spans[:0], sr.times[:0], sr.marks[:0]
 	sr.actCopies, sr.actB, sr.gradCopies, sr.gradB = 0, 0, 0, 0
 	tm := tensor.DeviceTimer(r.Devices[st])
+	prog := r.Programs[st]
 	for _, sl := range r.Schedule.PerStage[st] {
 		var mk [2]backend.Mark
 		if tm != nil {
@@ -290,10 +313,12 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 			r.Before(sl)
 		}
 		t0 := time.Now()
+		sc := &sr.scopes[sl.Micro]
 		if sl.Kind == Forward {
-			r.forward(st, sl.Micro, sr)
+			prog.In(sc, func() { r.forward(st, sl.Micro, sr) })
 		} else {
-			r.backward(st, sl.Micro, sr)
+			prog.In(sc, func() { r.backward(st, sl.Micro, sr) })
+			sc.Free()
 		}
 		t1 := time.Now()
 		sr.times = append(sr.times, t1.Sub(t0).Seconds())
@@ -373,12 +398,16 @@ func (r *Runner) backward(st, m int, sr *stageRun) {
 	last := st == r.Schedule.Stages-1
 	if !last && sr != nil {
 		// The next stage's input gradient, or nil where none reached it.
+		// The next stage's input gradient, now this stage's to free.
 		g := r.receive(r.grads[st], m, "the gradient").t
-		if g != nil && out.RequiresGrad() {
-			g = g.To(r.Devices[st])
+		if g != nil {
+			gl := g.To(r.Devices[st])
+			g.Free()
 			sr.gradCopies++
-			sr.gradB += int64(g.Numel() * g.DType().Size())
-			out.BackwardWith(g)
+			sr.gradB += int64(gl.Numel() * gl.DType().Size())
+			if out.RequiresGrad() {
+				out.BackwardWith(gl)
+			}
 		}
 	} else if out.RequiresGrad() {
 		if last {
@@ -393,9 +422,11 @@ func (r *Runner) backward(st, m int, sr *stageRun) {
 		}
 	}
 	if st > 0 && sr != nil {
+		// The input's gradient goes to the previous stage, which frees it
+		// once copied: this stage frees the micro-batch's graph now.
 		var g *tensor.Tensor
 		if in := r.ins[st][m]; in != nil {
-			g = in.Grad
+			g, in.Grad = in.Grad, nil
 		}
 		r.grads[st-1] <- handoff{m, g, false}
 	}

@@ -36,17 +36,21 @@ type pipeRun struct {
 	dt     tensor.DType
 
 	// over the measured steps
-	seen        int       // step calls
-	steps       int       // measured schedule runs
-	busy        []float64 // seconds per stage
-	makespan    float64   // wall seconds, first slot's start to last slot's end
-	serial      float64
-	timeline    []TimelineSlot // the last measured step's slots
-	stepRuns    int            // schedule runs in this step so far
-	headCopies  int64          // tied-weight copies: the weight to the last stage, its gradient back
-	headBytes   int64
-	actCopies0  int64
-	gradCopies0 int64
+	seen     int       // step calls
+	steps    int       // measured schedule runs
+	busy     []float64 // seconds per stage
+	makespan float64   // wall seconds, first slot's start to last slot's end
+	serial   float64
+	timeline []TimelineSlot // the last measured step's slots
+	// The stages' peak memory: schedPeak during the measured schedule
+	// runs (each run restarts its devices' peaks), runPeak before each
+	// restart, so the run's own peak is not lost.
+	schedPeak, runPeak []int64
+	stepRuns           int   // schedule runs in this step so far
+	headCopies         int64 // tied-weight copies: the weight to the last stage, its gradient back
+	headBytes          int64
+	actCopies0         int64
+	gradCopies0        int64
 }
 
 // validatePipeline checks the pipeline settings that need no data.
@@ -145,7 +149,7 @@ func newPipeRun(r *run) (*pipeRun, error) {
 		return nil, err
 	}
 	p := &pipeRun{r: r, devs: devs, micros: max(cfg.MicroBatches, 1), dt: cfg.ProductDType(),
-		busy: make([]float64, len(devs))}
+		busy: make([]float64, len(devs)), schedPeak: make([]int64, len(devs)), runPeak: make([]int64, len(devs))}
 	p.rows = cfg.BatchSize / p.micros
 	sch, err := pipeline.New(cfg.PipelineSchedule, len(devs), p.micros)
 	if err != nil {
@@ -197,6 +201,18 @@ func newPipeRun(r *run) (*pipeRun, error) {
 	fmt.Fprintf(r.log, "pipeline: each boundary moves %d bytes of activations per micro-batch forward and as many of gradients back\n",
 		p.rows*T*cfg.NEmbd*4)
 	return p, nil
+}
+
+// peakMem is device d's peak memory over the run: its pool's peak, or a
+// peak from before the schedule runs restarted it.
+func (p *pipeRun) peakMem(d tensor.Device) int64 {
+	peak := tensor.MemStats(d).Peak
+	for st, sd := range p.devs {
+		if sd == d {
+			peak = max(peak, p.runPeak[st])
+		}
+	}
+	return peak
 }
 
 // close gives the stages' devices back to the default program.
@@ -254,6 +270,13 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 	p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
 	p.loss = 0
 	r.tel.to(phForward)
+	measured := p.seen > 5
+	if measured {
+		for st, d := range p.devs {
+			p.runPeak[st] = max(p.runPeak[st], tensor.MemStats(d).Peak)
+			tensor.ResetPeakMemory(d)
+		}
+	}
 	t0 := time.Now()
 	tensor.Step(p.run.Run) // the batch's own views, where no stage is on its device
 	// The stages' forward and backward passes overlap: the run's time is
@@ -268,7 +291,12 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 	if all > 0 {
 		r.tel.move(phForward, phBackward, time.Duration(float64(time.Since(t0))*(1-fwd/all)))
 	}
-	p.record(p.seen > 5, micro)
+	if measured {
+		for st, d := range p.devs {
+			p.schedPeak[st] = max(p.schedPeak[st], tensor.MemStats(d).Peak)
+		}
+	}
+	p.record(measured, micro)
 	p.x, p.y = nil, nil
 	clear(p.xs)
 	clear(p.ys)
@@ -411,10 +439,14 @@ type PipelineReport struct {
 	GradBytesPerStep  float64 `json:"gradient_bytes_per_step"`
 	HeadCopiesPerStep float64 `json:"tied_weight_copies_per_step"`
 	HeadBytesPerStep  float64 `json:"tied_weight_bytes_per_step"`
-	// PeakMemBytes is each stage device's peak memory over the run.
-	PeakMemBytes []int64 `json:"peak_mem_bytes"`
-	Runs         int     `json:"measured_runs"`
-	Note         string  `json:"note"`
+	// PeakMemBytes is each stage device's peak memory over the run;
+	// SchedulePeakMemBytes its peak during the measured schedule runs
+	// (weights, gradients, optimizer state and the micro-batches in
+	// flight: where 1F1B, holding at most S, saves against GPipe's M).
+	PeakMemBytes         []int64 `json:"peak_mem_bytes"`
+	SchedulePeakMemBytes []int64 `json:"schedule_peak_mem_bytes"`
+	Runs                 int     `json:"measured_runs"`
+	Note                 string  `json:"note"`
 	// Timeline is the last measured optimizer step, slot by slot, on one
 	// clock (ms from the step's first slot): a micro-step's schedule run
 	// follows the previous one's, and micro counts across them.
@@ -483,8 +515,9 @@ func (p *pipeRun) report() PipelineReport {
 		Timeline: p.timeline, AllBusyShare: AllBusy(p.timeline, S)}
 	for _, d := range p.devs {
 		rep.Devices = append(rep.Devices, d.String())
-		rep.PeakMemBytes = append(rep.PeakMemBytes, tensor.MemStats(d).Peak)
+		rep.PeakMemBytes = append(rep.PeakMemBytes, p.peakMem(d))
 	}
+	rep.SchedulePeakMemBytes = p.schedPeak
 	rep.Note = "each stage ran on its own goroutine, with its own tensor program, at the same time as the others; the busy times and the timeline are host wall times"
 	if p.steps == 0 {
 		return rep

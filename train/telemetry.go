@@ -293,6 +293,14 @@ func fmtPhases(ms [nPhases]float64, steps int) string {
 	return s
 }
 
+// peakMem is the run's peak memory on its device so far.
+func (r *run) peakMem() int64 {
+	if r.pipe != nil {
+		return r.pipe.peakMem(r.dev)
+	}
+	return tensor.MemStats(r.dev).Peak
+}
+
 // onHost reports whether dev computes in the host's memory on the host's
 // cores (the CPU backend): then the operating system measures its
 // utilisation and memory, its peak is measured rather than looked up,
@@ -366,7 +374,7 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 		sum.MFU = sum.TokensPerSec * sum.FLOPsPerToken / sum.PeakFLOPs
 	}
 	st := tensor.MemStats(r.dev)
-	sum.PeakMemBytes, sum.MemTotalBytes = st.Peak, st.Total
+	sum.PeakMemBytes, sum.MemTotalBytes = r.peakMem(), st.Total
 	if r.tel == nil || r.measured == 0 {
 		return
 	}

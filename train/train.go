@@ -147,7 +147,7 @@ func (r *run) fillMetric(m *Metric, n int) {
 		}
 	}
 	st := tensor.MemStats(r.dev)
-	mem, peak := float64(st.Allocated), float64(st.Peak)
+	mem, peak := float64(st.Allocated), float64(r.peakMem())
 	m.MemBytes, m.MemPeakBytes = &mem, &peak
 	if u, ok := r.utilisation(); ok {
 		m.Util = &u
