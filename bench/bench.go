@@ -10,7 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/model"
@@ -42,10 +41,11 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	if steps <= 0 || warmup < 0 {
 		return Result{}, fmt.Errorf("--steps must be positive and --warmup not negative")
 	}
-	dev, err := backend.Resolve(cfg.Device)
+	place, err := cfg.Place()
 	if err != nil {
-		return Result{}, fmt.Errorf("--device %s: %w", cfg.Device, err)
+		return Result{}, err
 	}
+	dev := place.Device
 	if cfg.BatchAuto {
 		ab, err := train.ChooseBatch(cfg, vocab, dev, io.Discard)
 		if err != nil {

@@ -147,6 +147,9 @@ type Config struct {
 	// number of steps done: a hook for failure tests (fleet's command
 	// installs FLEET_FAULT_EXIT's process exit here).
 	AfterStep func(done int) `json:"-"`
+	// Placement, when set, is Device and Pipeline resolved (Place): the
+	// command resolves them once; without it Run does.
+	Placement *Placement `json:"-"`
 
 	// Pipeline, when set, lists the devices of pipeline stages
 	// (cuda:0,cuda:1 or logical cpu:0,cpu:1): contiguous ranges of blocks,

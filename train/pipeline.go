@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/pipeline"
@@ -61,7 +60,7 @@ func (c Config) validatePipeline() error {
 		}
 		return nil
 	}
-	devs, err := parsePipeline(c.Pipeline)
+	devs, err := parseDevices(c.Pipeline)
 	if err != nil {
 		return err
 	}
@@ -85,24 +84,6 @@ func (c Config) validatePipeline() error {
 		}
 	}
 	return nil
-}
-
-// parsePipeline reads --pipeline: devices separated by commas.
-func parsePipeline(s string) ([]tensor.Device, error) {
-	var devs []tensor.Device
-	seen := map[tensor.Device]bool{}
-	for _, name := range strings.Split(s, ",") {
-		d, err := backend.ParseDevice(strings.TrimSpace(name))
-		if err != nil {
-			return nil, fmt.Errorf("--pipeline %s: %w", s, err)
-		}
-		if seen[d] {
-			return nil, fmt.Errorf("--pipeline %s names %v twice", s, d)
-		}
-		seen[d] = true
-		devs = append(devs, d)
-	}
-	return devs, nil
 }
 
 // stageCounts splits the model's blocks over the stages: --pipeline-split,
@@ -131,19 +112,11 @@ func stageCounts(cfg Config, m *model.GPT, stages int) ([]int, error) {
 	return pipeline.Balance(layers, stages, first, last), nil
 }
 
-// newPipeRun places r's model on the --pipeline devices. It runs before
+// newPipeRun places r's model on its stages' devices (r.stages). It runs before
 // the optimizer is made, so its moments live with their parameters.
 func newPipeRun(r *run) (*pipeRun, error) {
 	cfg := r.cfg
-	devs, err := parsePipeline(cfg.Pipeline)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range devs {
-		if _, err := backend.Get(d); err != nil {
-			return nil, fmt.Errorf("--pipeline: %w", err)
-		}
-	}
+	devs := r.stages
 	counts, err := stageCounts(cfg, r.model, len(devs))
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ func BenchmarkPipeline(b *testing.B) {
 					}
 					s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
 					r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
+					if r.stages, err = parseDevices(c.Pipeline); err != nil {
+						panic(err)
+					}
 					if r.pipe, err = newPipeRun(r); err != nil {
 						b.Fatal(err)
 					}

@@ -129,6 +129,9 @@ func TestPipelineStepGradients(t *testing.T) {
 		s, _ := data.NewSampler(ids, c.BlockSize, 4, data.StreamTrain)
 		r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
 		if c.Pipeline != "" {
+			if r.stages, err = parseDevices(c.Pipeline); err != nil {
+				panic(err)
+			}
 			if r.pipe, err = newPipeRun(r); err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
@@ -202,6 +201,7 @@ type run struct {
 	ddp                      *ddp             // data parallelism; nil in a world of one
 	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
 	pipe                     *pipeRun         // --pipeline: the model's stages; nil: one device
+	stages                   []tensor.Device  // --pipeline: the stages' devices
 }
 
 // close releases the staging slots, stops the loader, closes the
@@ -239,10 +239,13 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if !cfg.BatchAuto {
 		cfg, _ = cfg.withBatch(cfg.BatchSize) // checked by Validate
 	}
-	dev, err := backend.Resolve(cfg.Device)
-	if err != nil {
-		return nil, fmt.Errorf("--device %s: %w", cfg.Device, err)
+	var place Placement
+	if cfg.Placement != nil {
+		place = *cfg.Placement
+	} else if place, err = cfg.Place(); err != nil {
+		return nil, err
 	}
+	dev := place.Device
 	// The ranks of a job join their store first: rank 0 decides the run's
 	// folder, and every rank compares its settings with rank 0's, before
 	// any rank writes.
@@ -333,7 +336,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, merr
 		}
 	}
-	r := &run{cfg: cfg, log: log, dev: dev, checkIDs: ds.checkIDs}
+	r := &run{cfg: cfg, log: log, dev: dev, stages: place.Stages, checkIDs: ds.checkIDs}
 	if cfg.Rank == 0 {
 		r.status = newStatusLine(log) // one live line for the group
 	}
@@ -361,7 +364,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
-	if cfg.Pipeline != "" { // before the optimizer: its moments live with their parameters
+	if len(r.stages) > 0 { // before the optimizer: its moments live with their parameters
 		if r.pipe, err = newPipeRun(r); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
@@ -147,6 +146,11 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			c.NHead = 0 // inferred from the file
 		}
 	}
+	place, err := c.Place() // --device and --pipeline, resolved once
+	if err != nil {
+		return err
+	}
+	c.Placement = &place
 	if err := joinJob(&c, stderr); err != nil {
 		return err
 	}
@@ -210,34 +214,12 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 	}
 	c.Rank, c.WorldSize = env.Rank, env.WorldSize
 	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
-	if c.Device == "auto" || c.Device == "cuda" {
-		if d, err := backend.Resolve(c.Device); err == nil && d.Kind == "cuda" {
-			c.Device = fmt.Sprintf("cuda:%d", env.LocalRank)
-		}
-	}
-	if c.Pipeline != "" && env.LocalRank > 0 {
-		c.Pipeline = offsetPipeline(c.Pipeline, env.LocalRank)
+	if c.Placement != nil { // each process of a node on devices of its own
+		pl := c.Placement.ForLocalRank(env.LocalRank, c.Device != "auto" && c.Device != "cuda")
+		pl.Record(c)
+		c.Placement = &pl
 	}
 	return nil
-}
-
-// offsetPipeline gives local rank k of a node the k-th set of GPUs for its
-// pipeline: --pipeline cuda:0,cuda:1 is cuda:2,cuda:3 on local rank 1.
-// Lists that are not all cuda:N (logical cpu:N devices) are left alone.
-func offsetPipeline(list string, localRank int) string {
-	devs := strings.Split(list, ",")
-	idx := make([]int, len(devs))
-	for i, d := range devs {
-		n, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(d), "cuda:"))
-		if !strings.HasPrefix(strings.TrimSpace(d), "cuda:") || err != nil {
-			return list
-		}
-		idx[i] = n
-	}
-	for i := range devs {
-		devs[i] = fmt.Sprintf("cuda:%d", idx[i]+localRank*len(devs))
-	}
-	return strings.Join(devs, ",")
 }
 
 // generate samples n tokens after prompt.

@@ -1,0 +1,95 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Placement is where a run computes, resolved once from Config.Device and
+// Config.Pipeline: the run's device (its batches, and the whole model
+// without a pipeline) and, with a pipeline, the stages' devices in order.
+type Placement struct {
+	Device tensor.Device
+	Stages []tensor.Device
+}
+
+// Place resolves c.Device ("auto" picks cuda:0 when it works, else the
+// CPU) and c.Pipeline, and checks that every device opens. The command
+// calls it once and hands the result to Run in c.Placement; Run calls it
+// when nothing did.
+func (c Config) Place() (Placement, error) {
+	dev, err := backend.Resolve(c.Device)
+	if err != nil {
+		return Placement{}, fmt.Errorf("--device %s: %w", c.Device, err)
+	}
+	pl := Placement{Device: dev}
+	if c.Pipeline == "" {
+		return pl, nil
+	}
+	if pl.Stages, err = parseDevices(c.Pipeline); err != nil {
+		return Placement{}, err
+	}
+	for _, d := range pl.Stages {
+		if _, err := backend.Get(d); err != nil {
+			return Placement{}, fmt.Errorf("--pipeline: %w", err)
+		}
+	}
+	return pl, nil
+}
+
+// ForLocalRank is the placement of local rank k of a node's data-parallel
+// processes, each of which needs GPUs of its own: a CUDA device the user
+// did not number (auto or cuda) becomes cuda:k, and a pipeline of n CUDA
+// devices moves to the k-th set of n (cuda:0,cuda:1 is cuda:2,cuda:3 on
+// local rank 1). CPU devices, which the processes share, stay.
+func (p Placement) ForLocalRank(k int, numbered bool) Placement {
+	if p.Device.Kind == "cuda" && !numbered {
+		p.Device.Index = k
+	}
+	cuda := len(p.Stages) > 0
+	for _, d := range p.Stages {
+		cuda = cuda && d.Kind == "cuda"
+	}
+	if cuda && k > 0 {
+		stages := make([]tensor.Device, len(p.Stages))
+		for i, d := range p.Stages {
+			stages[i] = tensor.Device{Kind: d.Kind, Index: d.Index + k*len(p.Stages)}
+		}
+		p.Stages = stages
+	}
+	return p
+}
+
+// Record writes the placement into c's Device and Pipeline, as config.json
+// records them.
+func (p Placement) Record(c *Config) {
+	c.Device = p.Device.String()
+	if len(p.Stages) > 0 {
+		names := make([]string, len(p.Stages))
+		for i, d := range p.Stages {
+			names[i] = d.String()
+		}
+		c.Pipeline = strings.Join(names, ",")
+	}
+}
+
+// parseDevices reads --pipeline: distinct devices separated by commas.
+func parseDevices(s string) ([]tensor.Device, error) {
+	var devs []tensor.Device
+	seen := map[tensor.Device]bool{}
+	for _, name := range strings.Split(s, ",") {
+		d, err := backend.ParseDevice(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("--pipeline %s: %w", s, err)
+		}
+		if seen[d] {
+			return nil, fmt.Errorf("--pipeline %s names %v twice", s, d)
+		}
+		seen[d] = true
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
