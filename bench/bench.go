@@ -41,8 +41,11 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	if steps <= 0 || warmup < 0 {
 		return Result{}, fmt.Errorf("--steps must be positive and --warmup not negative")
 	}
-	place, err := cfg.Place()
-	if err != nil {
+	var place train.Placement
+	var err error
+	if cfg.Placement != nil {
+		place = *cfg.Placement
+	} else if place, err = cfg.Place(); err != nil {
 		return Result{}, err
 	}
 	dev := place.Device

@@ -34,10 +34,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *vocab <= 0 {
 		return fmt.Errorf("--vocab-size must be positive")
 	}
-	dev, err := backend.Resolve(c.Device)
+	place, err := c.Place() // once, for every benchmark below
 	if err != nil {
-		return fmt.Errorf("--device %s: %w", c.Device, err)
+		return err
 	}
+	c.Placement = &place
+	dev := place.Device
 	precisions := []string{c.Precision}
 	if c.Precision == "all" {
 		// Side by side: fp16 only where the products are native.
