@@ -13,10 +13,14 @@ import (
 
 // Char is nanoGPT's character tokenizer: the vocabulary is the sorted
 // unique Unicode code points of the text it was built from, and a
-// character's id is its position in that list.
+// character's id is its position in that list. It is a Tokenizer with no
+// end-of-text token. A Char does not change once made, and is safe for
+// concurrent use.
 type Char struct {
 	chars []rune
 	index map[rune]int32
+	ascii [utf8.RuneSelf]int32 // the ids of the ASCII characters, -1 where none
+	spec  string               // how to open it again: "char:FILE", or ""
 }
 
 // NewChar builds the tokenizer whose vocabulary is the distinct characters
@@ -35,31 +39,70 @@ func NewChar(text string) *Char {
 }
 
 func newCharFrom(chars []rune) *Char {
-	index := make(map[rune]int32, len(chars))
-	for i, r := range chars {
-		index[r] = int32(i)
+	c := &Char{chars: chars, index: make(map[rune]int32, len(chars))}
+	for i := range c.ascii {
+		c.ascii[i] = -1
 	}
-	return &Char{chars: chars, index: index}
+	for i, r := range chars {
+		c.index[r] = int32(i)
+		if r < utf8.RuneSelf {
+			c.ascii[r] = int32(i)
+		}
+	}
+	return c
 }
 
 // Size returns the vocabulary size.
 func (c *Char) Size() int { return len(c.chars) }
 
-// Encode returns the ids of the characters of s. It fails on the first
-// character that is not in the vocabulary.
+// EOT reports that the character tokenizer has no end-of-text token: its
+// documents are concatenated as they are.
+func (c *Char) EOT() (int32, bool) { return -1, false }
+
+// Spec returns "char:FILE" for a tokenizer read from FILE (LoadChar), the
+// spec given to WithSpec, or "" for one built from text.
+func (c *Char) Spec() string { return c.spec }
+
+// WithSpec returns c (the same vocabulary, shared) with spec as its Spec:
+// the name under which it can be opened again, such as "char:FILE" where
+// it is saved.
+func (c *Char) WithSpec(spec string) *Char {
+	d := *c
+	d.spec = spec
+	return &d
+}
+
+// Encode returns the ids of the characters of s (a byte that is not valid
+// UTF-8 is U+FFFD, as in NewChar). It fails on the first character that
+// is not in the vocabulary.
 func (c *Char) Encode(s string) ([]int32, error) {
 	ids := make([]int32, 0, len(s))
-	for i, r := range s {
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			id := c.ascii[b]
+			if id < 0 {
+				return nil, unknownChar(rune(b), i)
+			}
+			ids = append(ids, id)
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
 		id, ok := c.index[r]
 		if !ok {
-			return nil, fmt.Errorf("data: character %q (at byte %d) is not in the tokenizer's vocabulary", string(r), i)
+			return nil, unknownChar(r, i)
 		}
 		ids = append(ids, id)
+		i += w
 	}
 	return ids, nil
 }
 
-// Decode returns the text for ids. Ids outside the vocabulary decode to
+func unknownChar(r rune, at int) error {
+	return fmt.Errorf("data: character %q (at byte %d) is not in the tokenizer's vocabulary", string(r), at)
+}
+
+// Decode returns the text of ids. Ids outside the vocabulary decode to
 // U+FFFD.
 func (c *Char) Decode(ids []int32) string {
 	var sb strings.Builder
@@ -121,7 +164,8 @@ func SaveChar(path string, c *Char) error {
 	return nil
 }
 
-// LoadChar reads a tokenizer that SaveChar wrote.
+// LoadChar reads a tokenizer that SaveChar wrote; its Spec is
+// "char:"+path.
 func LoadChar(path string) (*Char, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -131,5 +175,6 @@ func LoadChar(path string) (*Char, error) {
 	if err := json.Unmarshal(b, c); err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
 	}
+	c.spec = "char:" + path
 	return c, nil
 }

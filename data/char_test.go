@@ -127,3 +127,46 @@ func TestCharSaveLoad(t *testing.T) {
 		t.Errorf("LoadChar(bad) err = %v", err)
 	}
 }
+
+// TestCharTokenizer: Char is a Tokenizer with no end-of-text token, named
+// by its file once saved or loaded.
+func TestCharTokenizer(t *testing.T) {
+	var tok Tokenizer = NewChar("abc")
+	if _, ok := tok.EOT(); ok || tok.Spec() != "" || tok.Size() != 3 {
+		t.Errorf("EOT %v, Spec %q, Size %d", ok, tok.Spec(), tok.Size())
+	}
+	p := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := SaveChar(p, NewChar("abc")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadChar(p)
+	if err != nil || c.Spec() != "char:"+p {
+		t.Fatalf("LoadChar: %v, spec %q", err, c.Spec())
+	}
+	named := c.WithSpec("char:tokenizer.json")
+	if named.Spec() != "char:tokenizer.json" || c.Spec() != "char:"+p || named.Size() != c.Size() {
+		t.Errorf("WithSpec: %q (the original %q)", named.Spec(), c.Spec())
+	}
+}
+
+// TestCharEncodeBytes: the ids of every kind of character (ASCII, others,
+// bytes that are not valid UTF-8, which are U+FFFD) are their positions in
+// the vocabulary.
+func TestCharEncodeBytes(t *testing.T) {
+	text := "a\x00é\xff日\x80z\u00a0\U0001F642\xe6\x97"
+	c := NewChar(text)
+	ids, err := c.Encode(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int32
+	for _, r := range text {
+		want = append(want, int32(slices.Index(c.chars, r)))
+	}
+	if !slices.Equal(ids, want) {
+		t.Errorf("Encode = %v, want %v", ids, want)
+	}
+	if _, err := NewChar("é").Encode("éa"); err == nil || !strings.Contains(err.Error(), `"a" (at byte 2)`) {
+		t.Errorf("an unknown ASCII character: %v", err)
+	}
+}

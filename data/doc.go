@@ -22,7 +22,7 @@
 //     CreateShard and WriteShard write one atomically; OpenShard maps one
 //     into memory and checks it; OpenTokenFile also reads nanoGPT's raw
 //     uint16 files, which have no header.
-//   - Prepare streams input files through a tokenizer (an Encoder) into
+//   - Prepare streams input files through a tokenizer (a Tokenizer) into
 //     train and val shards and a manifest (Manifest, manifest.json): it
 //     reads and encodes a chunk at a time, cut where the tokenizer's
 //     Boundary allows, so memory stays bounded whatever the corpus size.

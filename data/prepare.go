@@ -17,16 +17,31 @@ import (
 	"github.com/fleetml/fleet/internal/atomicfile"
 )
 
-// Encoder is what Prepare needs of a tokenizer. The tokenizer package's
-// Tokenizer has these methods.
-type Encoder interface {
-	// Encode returns the ids of text. It must be safe for concurrent use.
-	Encode(text []byte) []int32
-	VocabSize() int
-	// EOT returns the end-of-text token that Prepare puts between
+// Tokenizer turns text into token ids and back. It is fleet's one
+// tokenizer interface: Prepare encodes with it, the trainer records it and
+// samples with it, and fleet sample, eval and tokenizer use it. Char (here)
+// and package tokenizer's BPE (a trained BPE, GPT-2's) and Raw (raw token
+// ids) implement it, and tokenizer.Open opens any of them from a spec.
+// It lives in this package, not in package tokenizer, because Prepare and
+// Char need it and data must not import tokenizer (which imports data).
+// A Tokenizer is safe for concurrent use.
+type Tokenizer interface {
+	// Encode returns the ids of text. It adds no special token: text that
+	// spells one ("<|endoftext|>") is encoded as ordinary text. It fails
+	// on text the tokenizer cannot encode (a character outside a char
+	// vocabulary; any text, for raw token ids).
+	Encode(text string) ([]int32, error)
+	// Decode returns the text of ids; an id with no text (outside the
+	// vocabulary) decodes to U+FFFD.
+	Decode(ids []int32) string
+	// Size returns the number of ids: every id is below it.
+	Size() int
+	// EOT returns the id of <|endoftext|>, which Prepare puts between
 	// documents, when the tokenizer has one.
 	EOT() (id int32, ok bool)
-	// Spec names the tokenizer so that it can be opened again.
+	// Spec returns the spec that opens the tokenizer again
+	// (tokenizer.Open), or "" when there is none (a vocabulary built in
+	// memory and not saved).
 	Spec() string
 }
 
@@ -71,7 +86,7 @@ type ShardFile struct {
 
 // PrepareConfig is one run of Prepare.
 type PrepareConfig struct {
-	Tokenizer Encoder
+	Tokenizer Tokenizer
 	// Boundary returns the length of the longest prefix of a chunk that
 	// can be encoded on its own: encoding it and then the rest gives the
 	// ids of encoding the whole, whatever follows. It returns 0 when there
@@ -122,7 +137,7 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 	if cfg.Tokenizer == nil {
 		return nil, errors.New("prepare: no tokenizer")
 	}
-	if v := cfg.Tokenizer.VocabSize(); v > MaxVocab16 {
+	if v := cfg.Tokenizer.Size(); v > MaxVocab16 {
 		return nil, fmt.Errorf("prepare: tokenizer %s has a vocabulary of %d, more than the %d that uint16 shards hold",
 			cfg.Tokenizer.Spec(), v, MaxVocab16)
 	}
@@ -166,7 +181,7 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 	}
 
 	man = &Manifest{Format: ManifestFormat, Version: ManifestVersion, Tokenizer: cfg.Tokenizer.Spec(),
-		VocabSize: cfg.Tokenizer.VocabSize(), ValFraction: cfg.ValFraction, Inputs: cfg.Inputs,
+		VocabSize: cfg.Tokenizer.Size(), ValFraction: cfg.ValFraction, Inputs: cfg.Inputs,
 		Documents: len(docs), InputBytes: total}
 	if id, ok := cfg.Tokenizer.EOT(); ok {
 		man.EOT = &id
@@ -276,6 +291,7 @@ type job struct {
 	val   bool
 	eot   bool
 	ids   []int32
+	err   error // the tokenizer could not encode text
 	ready chan struct{}
 }
 
@@ -299,11 +315,12 @@ func (p *preparer) run(docs []document) error {
 		go func() {
 			defer wg.Done()
 			for j := range encode {
+				j.err = nil
 				if j.eot {
 					id, _ := p.cfg.Tokenizer.EOT()
 					j.ids = append(j.ids[:0], id)
 				} else {
-					j.ids = p.cfg.Tokenizer.Encode(j.text)
+					j.ids, j.err = p.cfg.Tokenizer.Encode(string(j.text))
 				}
 				j.ready <- struct{}{}
 			}
@@ -454,7 +471,7 @@ func (p *preparer) write(j *job) error {
 	}
 	ids := j.ids
 	switch id, bad := firstBadID(ids, p.man.VocabSize); {
-	case bad && id < 0:
+	case j.err != nil, bad && id < 0:
 		return fmt.Errorf("input %s: tokenizer %s cannot encode it (a character outside its vocabulary)", j.doc, p.cfg.Tokenizer.Spec())
 	case bad:
 		return fmt.Errorf("input %s: tokenizer %s gave id %d, outside its vocabulary of %d", j.doc, p.cfg.Tokenizer.Spec(), id, p.man.VocabSize)

@@ -37,16 +37,19 @@ func TestPrepareRealTokenizers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toks := []tokenizer.Tokenizer{bpe}
+	toks := []data.Tokenizer{bpe}
 	if v := os.Getenv("FLEET_GPT2_VOCAB"); v != "" {
-		gpt2, err := tokenizer.Open("gpt2:" + strings.Split(v, ":")[0])
+		gpt2, err := tokenizer.Open("gpt2:"+strings.Split(v, ":")[0], tokenizer.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		toks = append(toks, gpt2)
 	}
 	for _, tok := range toks {
-		want := tokenizer.EncodeDocuments(tok, texts...)
+		want, err := tokenizer.EncodeDocuments(tok, texts...)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, chunk := range []int{7, 100, 1 << 20} {
 			out := t.TempDir()
 			_, err := data.Prepare(data.PrepareConfig{Tokenizer: tok, Boundary: tokenizer.SplitPoint, Inputs: paths, Out: out,

@@ -15,7 +15,7 @@ import (
 // can be cut after any byte but 'a'.
 type pairTok struct{ vocab int }
 
-func (pairTok) Encode(text []byte) []int32 {
+func (pairTok) Encode(text string) ([]int32, error) {
 	var ids []int32
 	for i := 0; i < len(text); i++ {
 		if text[i] == 'a' && i+1 < len(text) && text[i+1] == 'b' {
@@ -25,10 +25,25 @@ func (pairTok) Encode(text []byte) []int32 {
 		}
 		ids = append(ids, int32(text[i]))
 	}
-	return ids
+	return ids, nil
 }
 
-func (t pairTok) VocabSize() int {
+func (pairTok) Decode(ids []int32) string {
+	var b []byte
+	for _, id := range ids {
+		switch {
+		case id == 256:
+			b = append(b, "ab"...)
+		case id >= 0 && id < 256:
+			b = append(b, byte(id))
+		default:
+			b = append(b, "\uFFFD"...)
+		}
+	}
+	return string(b)
+}
+
+func (t pairTok) Size() int {
 	if t.vocab != 0 {
 		return t.vocab
 	}
@@ -99,7 +114,7 @@ func TestPrepareChar(t *testing.T) {
 	wantTrain, wantVal := Split(ids)
 	for _, tc := range []struct{ chunk, shard, workers int }{{1 << 20, 0, 1}, {100, 7000, 3}, {3, 100_000, 2}} {
 		out := filepath.Join(t.TempDir(), "out")
-		man, err := Prepare(PrepareConfig{Tokenizer: CharEncoder{c, "char:tokenizer.json"}, Inputs: []string{in}, Out: out,
+		man, err := Prepare(PrepareConfig{Tokenizer: c.WithSpec("char:tokenizer.json"), Inputs: []string{in}, Out: out,
 			ValFraction: 0.1, ShardTokens: tc.shard, ChunkBytes: tc.chunk, Workers: tc.workers})
 		if err != nil {
 			t.Fatal(err)
@@ -115,8 +130,8 @@ func TestPrepareChar(t *testing.T) {
 		if tc.shard == 7000 && len(man.Train.Shards) != (len(wantTrain)+6999)/7000 {
 			t.Errorf("%d train shards of 7000 for %d tokens", len(man.Train.Shards), len(wantTrain))
 		}
-		if p.TokenizerSpec() != "char:"+filepath.Join(out, "tokenizer.json") {
-			t.Errorf("spec resolves to %s", p.TokenizerSpec())
+		if p.Manifest.Tokenizer != "char:tokenizer.json" {
+			t.Errorf("manifest tokenizer %s", p.Manifest.Tokenizer)
 		}
 		// The manifest on disk is the one returned.
 		var onDisk Manifest
@@ -158,7 +173,7 @@ func TestPrepareNonASCII(t *testing.T) {
 	ids, _ := c.Encode(full)
 	for _, chunk := range []int{1, 2, 5, 4096} {
 		out := t.TempDir()
-		if _, err := Prepare(PrepareConfig{Tokenizer: CharEncoder{c, "char:v"}, Inputs: []string{in}, Out: out, ValFraction: 0.25, ChunkBytes: chunk}); err != nil {
+		if _, err := Prepare(PrepareConfig{Tokenizer: c.WithSpec("char:v"), Inputs: []string{in}, Out: out, ValFraction: 0.25, ChunkBytes: chunk}); err != nil {
 			t.Fatal(err)
 		}
 		p := openPrepared(t, out)
@@ -188,7 +203,8 @@ func TestPrepareDocuments(t *testing.T) {
 		if i > 0 {
 			want = append(want, 257)
 		}
-		want = append(want, pairTok{}.Encode([]byte(docs[name]))...)
+		ids, _ := pairTok{}.Encode(docs[name])
+		want = append(want, ids...)
 	}
 	var first *Manifest
 	for _, tc := range []struct{ chunk, workers int }{{1 << 20, 1}, {64, 1}, {7, 4}, {1, 2}} {
@@ -228,7 +244,7 @@ func TestPrepareBadInput(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "nofiles"), 0o755)
 	good := filepath.Join(dir, "good.txt")
 	c := NewChar("hello world\n")
-	enc := CharEncoder{c, "char:v"}
+	enc := c.WithSpec("char:v")
 	out := filepath.Join(dir, "out")
 	for _, tc := range []struct {
 		name string
@@ -268,7 +284,7 @@ func TestPrepareReplaces(t *testing.T) {
 	writeFiles(t, in, map[string]string{"x.txt": strings.Repeat("abc def\n", 1000)})
 	out := t.TempDir()
 	c, _ := CharVocab([]string{in}, nil)
-	cfg := PrepareConfig{Tokenizer: CharEncoder{c, "char:v"}, Inputs: []string{in}, Out: out, ValFraction: 0.1, ShardTokens: 500}
+	cfg := PrepareConfig{Tokenizer: c.WithSpec("char:v"), Inputs: []string{in}, Out: out, ValFraction: 0.1, ShardTokens: 500}
 	if _, err := Prepare(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +310,7 @@ func TestOpenPreparedErrors(t *testing.T) {
 	c, _ := CharVocab([]string{in}, nil)
 	prep := func() string {
 		out := t.TempDir()
-		if _, err := Prepare(PrepareConfig{Tokenizer: CharEncoder{c, "char:v"}, Inputs: []string{in}, Out: out, ValFraction: 0.1}); err != nil {
+		if _, err := Prepare(PrepareConfig{Tokenizer: c.WithSpec("char:v"), Inputs: []string{in}, Out: out, ValFraction: 0.1}); err != nil {
 			t.Fatal(err)
 		}
 		return out

@@ -98,10 +98,6 @@ func (p *Prepared) Verify() error {
 	return nil
 }
 
-// TokenizerSpec returns the manifest's tokenizer spec with a relative path
-// in it resolved against the folder.
-func (p *Prepared) TokenizerSpec() string { return ResolveSpec(p.Manifest.Tokenizer, p.Dir) }
-
 // Close unmaps the shards.
 func (p *Prepared) Close() error {
 	var errs []error
@@ -110,30 +106,6 @@ func (p *Prepared) Close() error {
 	}
 	p.shards = nil
 	return errors.Join(errs...)
-}
-
-// ResolveSpec resolves the path in a tokenizer spec ("KIND:PATH") against
-// dir when it is relative. Specs without a path are returned as they are.
-func ResolveSpec(spec, dir string) string {
-	kind, path, ok := strings.Cut(spec, ":")
-	if !ok || path == "" || filepath.IsAbs(path) {
-		return spec
-	}
-	return kind + ":" + filepath.Join(dir, path)
-}
-
-// AbsSpec makes the path in a tokenizer spec absolute, so that the spec
-// can be recorded and opened from another folder.
-func AbsSpec(spec string) string {
-	kind, path, ok := strings.Cut(spec, ":")
-	if !ok || path == "" || filepath.IsAbs(path) {
-		return spec
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return spec
-	}
-	return kind + ":" + abs
 }
 
 // TokenFiles opens token files that no manifest describes: a single .bin

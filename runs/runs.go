@@ -17,6 +17,7 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/tokenizer"
 	"github.com/fleetml/fleet/train"
 )
 
@@ -24,13 +25,14 @@ import (
 type Trained struct {
 	Config    train.RunConfig
 	Model     *model.GPT
-	Tokenizer train.Tokenizer
+	Tokenizer data.Tokenizer
 }
 
 // Load reads config.json, tokenizer.json and the weights file (ModelFile
 // or BestFile) from a run folder onto device dev.
 // tokenizer.json holds the character tokenizer, or the spec of the
-// tokenizer of the run's prepared data, which is opened.
+// tokenizer of the run's prepared data, which is opened, or says the run
+// has none (tokenizer.LoadRecord).
 func Load(dir, weights string, dev tensor.Device) (*Trained, error) {
 	if weights == "" {
 		weights = train.ModelFile
@@ -47,7 +49,7 @@ func Load(dir, weights string, dev tensor.Device) (*Trained, error) {
 	if err := json.Unmarshal(b, &rc); err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
-	tok, err := train.LoadTokenizer(dir)
+	tok, err := tokenizer.LoadRecord(filepath.Join(dir, train.TokenizerFile))
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +174,9 @@ func missingWeights(dir, weights string) error {
 // LoadFile loads a GPT-2 weights file on its own (fleet's or Hugging
 // Face's), its shape inferred from the tensors (nHead when the width is not
 // GPT-2's). tokSpec says how text becomes ids: "char" (the default) builds
-// the character vocabulary of the text at dataPath, other specs (char:FILE,
-// bpe:FILE, gpt2:FILE|DIR) are opened.
+// the character vocabulary of the text at dataPath (with no text there, the
+// ids are raw: "none"), other specs (char:FILE, bpe:FILE, gpt2:FILE|DIR)
+// are opened (tokenizer.Open).
 func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath string) (*Trained, error) {
 	m, err := model.LoadGPT2(path, nHead, dev)
 	if err != nil {
@@ -185,20 +188,21 @@ func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath strin
 	if tokSpec == "" {
 		tokSpec = "char"
 	}
+	// "char" is the characters of the text at dataPath; prepared data and
+	// token files are ids already, and need no tokenizer ("none").
+	o := tokenizer.Options{VocabSize: m.Config.VocabSize}
 	if tokSpec == "char" {
 		if dataPath == "" || data.IsPrepared(dataPath) || data.IsTokenData(dataPath) {
-			tr.Tokenizer = train.RawIDs(m.Config.VocabSize)
-			if dataPath == "" {
-				return tr, nil
-			}
+			tokSpec = "none"
 		} else {
 			text, err := data.LoadText(dataPath)
 			if err != nil {
 				return nil, err
 			}
-			tr.Tokenizer = data.NewChar(text)
+			o.Chars = func() (*data.Char, error) { return data.NewChar(text), nil }
 		}
-	} else if tr.Tokenizer, err = train.OpenTokenizer(tokSpec); err != nil {
+	}
+	if tr.Tokenizer, err = tokenizer.Open(tokSpec, o); err != nil {
 		return nil, fmt.Errorf("--tokenizer %s: %w", tokSpec, err)
 	}
 	if n := tr.Tokenizer.Size(); n > m.Config.VocabSize {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unicode/utf8"
 )
 
 // EndOfText is the text of the end-of-text token that separates documents.
@@ -19,7 +20,7 @@ const MaxVocab = 65535
 // the pair of adjacent tokens with the lowest merge rank is merged (the
 // leftmost, if it occurs more than once) until no pair has a merge. This
 // is what GPT-2's encoder does, so with GPT-2's merges it gives GPT-2's
-// ids. A BPE is safe for concurrent use.
+// ids. A BPE is a data.Tokenizer, and is safe for concurrent use.
 type BPE struct {
 	kind   string   // "bpe" or "gpt2"
 	spec   string   // how to open it again; "" until saved, for a trained one
@@ -90,9 +91,8 @@ func newBPE(kind string, tokens [][]byte, byteID [256]int32, merges []Merge, eot
 	return t, nil
 }
 
-// VocabSize returns the number of token ids, the end-of-text token
-// included.
-func (t *BPE) VocabSize() int { return len(t.tokens) }
+// Size returns the number of token ids, the end-of-text token included.
+func (t *BPE) Size() int { return len(t.tokens) }
 
 // EOT returns the id of <|endoftext|>.
 func (t *BPE) EOT() (int32, bool) { return t.eot, t.eot >= 0 }
@@ -115,27 +115,38 @@ func (t *BPE) Token(id int32) []byte {
 	return t.tokens[id]
 }
 
-// Decode returns the bytes of ids, concatenated. The end-of-text token
-// decodes to "<|endoftext|>". An id outside the vocabulary is an error.
-func (t *BPE) Decode(ids []int32) ([]byte, error) {
+// Decode returns the bytes of ids, concatenated (not necessarily valid
+// UTF-8: a token may hold part of a character). The end-of-text token
+// decodes to "<|endoftext|>"; an id outside the vocabulary decodes to
+// U+FFFD.
+func (t *BPE) Decode(ids []int32) string {
 	n := 0
-	for i, id := range ids {
+	for _, id := range ids {
 		if id < 0 || int(id) >= len(t.tokens) {
-			return nil, fmt.Errorf("token %d: id %d is outside the vocabulary (0 to %d)", i, id, len(t.tokens)-1)
+			n += utf8.RuneLen(utf8.RuneError)
+			continue
 		}
 		n += len(t.tokens[id])
 	}
 	out := make([]byte, 0, n)
 	for _, id := range ids {
+		if id < 0 || int(id) >= len(t.tokens) {
+			out = utf8.AppendRune(out, utf8.RuneError)
+			continue
+		}
 		out = append(out, t.tokens[id]...)
 	}
-	return out, nil
+	return string(out)
 }
 
-// Encode returns the ids of text. It never produces the end-of-text
-// token: "<|endoftext|>" in text is encoded as ordinary text. Any bytes
-// can be encoded, valid UTF-8 or not, and Decode gives them back.
-func (t *BPE) Encode(text []byte) []int32 {
+// Encode returns the ids of text; it never fails. It never produces the
+// end-of-text token: "<|endoftext|>" in text is encoded as ordinary text.
+// Any bytes can be encoded, valid UTF-8 or not, and Decode gives them
+// back.
+func (t *BPE) Encode(text string) ([]int32, error) { return t.encode([]byte(text)), nil }
+
+// encode is Encode on bytes.
+func (t *BPE) encode(text []byte) []int32 {
 	out := make([]int32, 0, len(text)/3+1)
 	c := t.caches.Get().(*wordCache)
 	for p := 0; p < len(text); {

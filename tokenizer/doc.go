@@ -2,10 +2,35 @@
 // Nothing here touches the network: every vocabulary is a file the user
 // has or makes.
 //
-// # Tokenizers
+// # One interface
 //
-// Open takes a spec:
+// Every tokenizer is a data.Tokenizer:
 //
+//	Encode(text string) ([]int32, error)
+//	Decode(ids []int32) string
+//	Size() int
+//	EOT() (id int32, ok bool)
+//	Spec() string
+//
+// fleet prepare (data.Prepare), the trainer (train.Tokenizer is the same
+// type), fleet sample and eval, and fleet tokenizer all use it, and every
+// implementation satisfies it directly, with no adapter: data.Char (the
+// character tokenizer), BPE (a trained BPE, GPT-2's) and Raw (raw token
+// ids). The interface lives in package data, not here, because the layers
+// put data and tokenizer side by side and tokenizer imports data: Prepare
+// and Char, which are data's, need the interface, and data must not import
+// this package.
+//
+// # Specs
+//
+// A spec names a tokenizer. ParseSpec is the one parser of specs and Open
+// the one function that opens them; fleet prepare, fleet train's
+// --tokenizer, a prepared folder's manifest, a run's tokenizer.json, fleet
+// sample and eval with --weights FILE, and fleet tokenizer all call Open:
+//
+//	char        the character vocabulary of the text at hand, which the
+//	            caller builds (Options.Chars): fleet prepare's inputs,
+//	            fleet eval's --data
 //	char:FILE   nanoGPT's character tokenizer (data.Char), from the
 //	            tokenizer.json that data.SaveChar wrote. One id per
 //	            character; no end-of-text token.
@@ -15,6 +40,23 @@
 //	            (r50k_base.tiktoken).
 //	gpt2:DIR    GPT-2's tokenizer from a folder holding GPT-2's
 //	            encoder.json and vocab.bpe.
+//	none        raw token ids (Raw), of a vocabulary the caller knows
+//	            (Options.VocabSize): no text to encode, ids decode as
+//	            numbers.
+//
+// A relative path is relative to Options.Dir (a prepared folder names its
+// tokenizer relative to itself) or else to the working directory; the
+// Spec of an opened tokenizer has the path made absolute, so that a
+// manifest or a run can record it and open it again from anywhere.
+//
+// # A run's tokenizer.json
+//
+// SaveRecord writes the tokenizer of a training run into its folder and
+// LoadRecord opens it again: a char tokenizer as its vocabulary
+// ({"type": "char", "chars": ...}, as data.SaveChar writes it), any other
+// as its spec ({"type": "spec", "spec": SPEC, "vocab_size": N}), and raw
+// token ids as {"type": "none", "vocab_size": N}, N being the model's
+// vocabulary.
 //
 // bpe and gpt2 share one implementation, BPE: GPT-2's pre-tokenizer, then
 // byte-level BPE within each pre-token, merging the adjacent pair of lowest
@@ -22,7 +64,7 @@
 // encoder does. gpt2 gives exactly GPT-2's ids (the ids tiktoken's
 // r50k_base gives); the tests hold it to independent references. Encoding
 // caches the ids of recent pre-tokens, and long pre-tokens merge with a
-// heap, so encoding is fast on any input. Every Tokenizer here is safe for
+// heap, so encoding is fast on any input. Every tokenizer here is safe for
 // concurrent use, except that BPE.Save changes what Spec returns.
 //
 // # Pre-tokenization

@@ -4,153 +4,194 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/fleetml/fleet/data"
 )
 
-// Tokenizer turns text into token ids and back.
-type Tokenizer interface {
-	// Encode returns the ids of text. It adds no special token, and text
-	// that spells one ("<|endoftext|>") is encoded as ordinary text.
-	Encode(text []byte) []int32
-	// Decode returns the text of ids. An id outside the vocabulary is an
-	// error.
-	Decode(ids []int32) ([]byte, error)
-	// VocabSize returns the number of ids: every id is below it.
-	VocabSize() int
-	// EOT returns the id of <|endoftext|>, if the tokenizer has one.
-	EOT() (id int32, ok bool)
-	// Spec returns the spec that Open takes to open the tokenizer again.
-	Spec() string
+// Options is what Open opens a spec against, besides the spec itself.
+type Options struct {
+	// Dir is the folder a relative path in the spec is relative to: a
+	// prepared folder, whose manifest names its tokenizer relative to
+	// itself. "" is the working directory.
+	Dir string
+	// Chars builds the tokenizer that a bare "char" names: the character
+	// vocabulary of the text at hand (fleet prepare's inputs, the text
+	// fleet eval evaluates). Nil: "char" needs a file.
+	Chars func() (*data.Char, error)
+	// VocabSize is the vocabulary of "none", raw token ids (the model's).
+	// 0: "none" cannot be opened.
+	VocabSize int
 }
 
-// Open opens the tokenizer that spec names:
+// Open opens the tokenizer that spec names (see ParseSpec):
 //
-//	char:FILE   the character tokenizer saved by data.SaveChar (the
-//	            tokenizer.json beside a char-level checkpoint)
+//	char        the character vocabulary of the text at hand (o.Chars)
+//	char:FILE   the character tokenizer that data.SaveChar wrote (the
+//	            tokenizer.json beside a char-level run)
 //	bpe:FILE    a byte-level BPE that TrainBPE made and Save wrote
 //	gpt2:FILE   GPT-2's tokenizer from a tiktoken rank file
 //	            (r50k_base.tiktoken)
 //	gpt2:DIR    GPT-2's tokenizer from a folder holding encoder.json and
 //	            vocab.bpe
+//	none        raw token ids below o.VocabSize (Raw)
 //
-// Nothing is downloaded: the files are the user's.
-func Open(spec string) (Tokenizer, error) {
-	kind, path, ok := strings.Cut(spec, ":")
-	if !ok || path == "" {
-		switch kind {
-		case "char", "bpe", "gpt2":
-			return nil, fmt.Errorf("tokenizer %q needs a file: %s", spec, specHelp)
-		}
-		return nil, fmt.Errorf("unknown tokenizer %q: %s", spec, specHelp)
+// A relative path is relative to o.Dir. The Spec of what Open returns
+// has the path made absolute, so that it opens the same tokenizer from
+// any folder (a char tokenizer that o.Chars built has none: Spec is "").
+// Open is the one place a spec is opened: fleet prepare, fleet train
+// (--tokenizer, a prepared folder's manifest), a run's tokenizer.json
+// (LoadRecord), fleet sample and eval with --weights FILE, and fleet
+// tokenizer all come here. Nothing is downloaded: the files are the
+// user's.
+func Open(spec string, o Options) (data.Tokenizer, error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
 	}
-	switch kind {
+	s = s.In(o.Dir)
+	path, abs := s.Path, s.Abs().String()
+	switch s.Kind {
 	case "char":
-		return OpenChar(path)
+		if path == "" {
+			if o.Chars == nil {
+				return nil, fmt.Errorf("tokenizer %q needs a file: %s", spec, specHelp)
+			}
+			c, err := o.Chars()
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}
+		c, err := data.LoadChar(path)
+		if err != nil {
+			return nil, err
+		}
+		return c.WithSpec(abs), nil
 	case "bpe":
-		return LoadBPE(path)
+		t, err := LoadBPE(path)
+		if err != nil {
+			return nil, err
+		}
+		t.spec = abs
+		return t, nil
 	case "gpt2":
-		return OpenGPT2(path)
+		t, err := OpenGPT2(path)
+		if err != nil {
+			return nil, err
+		}
+		t.spec = abs
+		return t, nil
 	}
-	return nil, fmt.Errorf("unknown tokenizer %q: %s", spec, specHelp)
+	// "none"
+	if o.VocabSize <= 0 {
+		return nil, fmt.Errorf("tokenizer %q (raw token ids) needs a vocabulary size", spec)
+	}
+	return Raw(o.VocabSize), nil
 }
 
 const specHelp = "want char:FILE (a char tokenizer.json), bpe:FILE (a trained BPE) or gpt2:FILE|DIR (r50k_base.tiktoken, or a folder with encoder.json and vocab.bpe)"
 
-// Char is the character tokenizer of package data (nanoGPT's
-// shakespeare_char): one id per distinct character of the text it was
-// built from. It has no end-of-text token; its documents are concatenated
-// as they are.
-type Char struct {
-	c    *data.Char
-	spec string
+// Spec is a tokenizer spec, parsed: the one parser of the specs that
+// Open takes, that fleet's flags take, and that manifests and a run's
+// tokenizer.json record.
+type Spec struct {
+	Kind string // "char", "bpe", "gpt2" or "none"
+	// Path is the file (for gpt2, the file or folder); "" for a bare
+	// "char" (the characters of the text at hand) and for "none".
+	Path string
 }
 
-// OpenChar reads a char tokenizer that data.SaveChar wrote.
-func OpenChar(path string) (*Char, error) {
-	c, err := data.LoadChar(path)
-	if err != nil {
-		return nil, fmt.Errorf("char tokenizer: %w", err)
-	}
-	return &Char{c: c, spec: "char:" + path}, nil
-}
-
-// NewChar wraps c; spec is what Spec returns ("char:FILE" where c is
-// saved, or "").
-func NewChar(c *data.Char, spec string) *Char { return &Char{c: c, spec: spec} }
-
-// Encode returns the ids of the characters of text; characters outside the
-// vocabulary are left out (EncodeStrict reports them instead).
-func (c *Char) Encode(text []byte) []int32 {
-	ids, err := c.c.Encode(string(text))
-	if err == nil {
-		return ids
-	}
-	ids = ids[:0]
-	for len(text) > 0 {
-		_, w := utf8.DecodeRune(text)
-		if one, err := c.c.Encode(string(text[:w])); err == nil {
-			ids = append(ids, one...)
+// ParseSpec parses a spec: "char", "char:FILE", "bpe:FILE", "gpt2:FILE",
+// "gpt2:DIR" or "none".
+func ParseSpec(spec string) (Spec, error) {
+	kind, path, hasPath := strings.Cut(spec, ":")
+	switch kind {
+	case "char", "bpe", "gpt2":
+		if path != "" {
+			return Spec{Kind: kind, Path: path}, nil
 		}
-		text = text[w:]
-	}
-	return ids
-}
-
-// EncodeStrict is Encode that fails on a character outside the vocabulary.
-func (c *Char) EncodeStrict(text []byte) ([]int32, error) {
-	ids, err := c.c.Encode(string(text))
-	if err != nil {
-		return nil, fmt.Errorf("char tokenizer %s: %w", strings.TrimPrefix(c.spec, "char:"), err)
-	}
-	return ids, nil
-}
-
-// Decode returns the text of ids.
-func (c *Char) Decode(ids []int32) ([]byte, error) {
-	n := c.c.Size()
-	for i, id := range ids {
-		if id < 0 || int(id) >= n {
-			return nil, fmt.Errorf("token %d: id %d is outside the vocabulary (0 to %d)", i, id, n-1)
+		if kind == "char" && !hasPath {
+			return Spec{Kind: kind}, nil
+		}
+		return Spec{}, fmt.Errorf("tokenizer %q needs a file: %s", spec, specHelp)
+	case "none":
+		if !hasPath {
+			return Spec{Kind: kind}, nil
 		}
 	}
-	return []byte(c.c.Decode(ids)), nil
+	return Spec{}, fmt.Errorf("unknown tokenizer %q: %s", spec, specHelp)
 }
 
-// VocabSize returns the number of characters.
-func (c *Char) VocabSize() int { return c.c.Size() }
+// String returns the spec as ParseSpec reads it.
+func (s Spec) String() string {
+	if s.Path == "" {
+		return s.Kind
+	}
+	return s.Kind + ":" + s.Path
+}
 
-// EOT reports that the char tokenizer has no end-of-text token.
-func (c *Char) EOT() (int32, bool) { return -1, false }
+// In returns s with a relative path taken as relative to dir ("": the
+// working directory).
+func (s Spec) In(dir string) Spec {
+	if s.Path != "" && dir != "" && !filepath.IsAbs(s.Path) {
+		s.Path = filepath.Join(dir, s.Path)
+	}
+	return s
+}
 
-// Spec returns "char:FILE".
-func (c *Char) Spec() string { return c.spec }
+// Abs returns s with its path made absolute, so that it can be recorded
+// and opened from another folder.
+func (s Spec) Abs() Spec {
+	if s.Path != "" && !filepath.IsAbs(s.Path) {
+		if abs, err := filepath.Abs(s.Path); err == nil {
+			s.Path = abs
+		}
+	}
+	return s
+}
+
+// AbsSpec returns spec with its path made absolute; a spec that does not
+// parse is returned as it is.
+func AbsSpec(spec string) string {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return spec
+	}
+	return s.Abs().String()
+}
 
 // EncodeDocuments encodes each document and joins them with <|endoftext|>
-// between (not before the first or after the last). A tokenizer with no
-// end-of-text token (char) concatenates them as they are.
-func EncodeDocuments(t Tokenizer, docs ...[]byte) []int32 {
+// between (not before the first or after the last), as Prepare does. A
+// tokenizer with no end-of-text token (char) concatenates them as they
+// are.
+func EncodeDocuments(t data.Tokenizer, docs ...[]byte) ([]int32, error) {
 	eot, hasEOT := t.EOT()
 	var ids []int32
 	for i, d := range docs {
 		if i > 0 && hasEOT {
 			ids = append(ids, eot)
 		}
-		ids = append(ids, t.Encode(d)...)
+		one, err := t.Encode(string(d))
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		ids = append(ids, one...)
 	}
-	return ids
+	return ids, nil
 }
 
 // EncodeReader encodes what r yields, chunk by chunk, cut where SplitPoint
 // allows, and calls fn with the ids of each chunk in order: the ids are
 // those of Encode on the whole input. (A stretch with no split point, such
 // as a long run of whitespace, is held until one comes or the input
-// ends.) For char, a character outside the vocabulary is an error.
-func EncodeReader(t Tokenizer, r io.Reader, fn func(ids []int32) error) error {
+// ends.) Text the tokenizer cannot encode (for char, a character outside
+// the vocabulary) is an error.
+func EncodeReader(t data.Tokenizer, r io.Reader, fn func(ids []int32) error) error {
 	return splitReader(r, func(text []byte, off int64) error {
-		ids, err := encodeChecked(t, text)
+		ids, err := t.Encode(string(text))
 		if err != nil {
 			if off > 0 {
 				return fmt.Errorf("in the text from byte %d on: %w", off, err)
@@ -207,13 +248,3 @@ func splitReader(r io.Reader, fn func(text []byte, off int64) error) error {
 
 // readChunk is the size of splitReader's reads (a variable for tests).
 var readChunk = 1 << 20
-
-// encodeChecked is Encode, or EncodeStrict where there is one.
-func encodeChecked(t Tokenizer, text []byte) ([]int32, error) {
-	if s, ok := t.(interface {
-		EncodeStrict([]byte) ([]int32, error)
-	}); ok {
-		return s.EncodeStrict(text)
-	}
-	return t.Encode(text), nil
-}

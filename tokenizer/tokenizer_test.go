@@ -41,6 +41,8 @@ func TestOpenErrors(t *testing.T) {
 		{"char", `"char" needs a file`},
 		{"gpt2:", `"gpt2:" needs a file`},
 		{"gpt2", `"gpt2" needs a file`},
+		{"none", `"none" (raw token ids) needs a vocabulary size`},
+		{"none:5", `unknown tokenizer "none:5"`},
 		{"char:" + filepath.Join(dir, "none.json"), "none.json: no such file"},
 		{"bpe:" + filepath.Join(dir, "none.json"), "none.json: no such file"},
 		{"gpt2:" + filepath.Join(dir, "none.tiktoken"), "none.tiktoken: no such file"},
@@ -49,11 +51,21 @@ func TestOpenErrors(t *testing.T) {
 		{"gpt2:" + bad, "gpt2 tokenizer " + bad + ": line 1"},
 		{"char:" + bad, bad},
 	} {
-		_, err := Open(c.spec)
+		_, err := Open(c.spec, Options{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Open(%q): error %v, want %q", c.spec, err, c.want)
 		}
 	}
+}
+
+// mustEncode is tok.Encode of b, failing the test on an error.
+func mustEncode(t testing.TB, tok data.Tokenizer, b []byte) []int32 {
+	t.Helper()
+	ids, err := tok.Encode(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 func TestChar(t *testing.T) {
@@ -61,32 +73,32 @@ func TestChar(t *testing.T) {
 	if err := data.SaveChar(path, data.NewChar("hello world\n")); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := Open("char:" + path)
+	tok, err := Open("char:"+path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.Spec() != "char:"+path || tok.VocabSize() != 9 {
-		t.Errorf("Spec %q, VocabSize %d", tok.Spec(), tok.VocabSize())
+	if _, ok := tok.(*data.Char); !ok {
+		t.Errorf("Open(char:FILE) gave a %T, want the *data.Char itself", tok)
+	}
+	if tok.Spec() != "char:"+path || tok.Size() != 9 {
+		t.Errorf("Spec %q, Size %d", tok.Spec(), tok.Size())
 	}
 	if _, ok := tok.EOT(); ok {
 		t.Errorf("char has an EOT")
 	}
-	ids := tok.Encode([]byte("hello"))
-	if back, err := tok.Decode(ids); err != nil || string(back) != "hello" {
-		t.Errorf("round trip: %q %v", back, err)
+	ids := mustEncode(t, tok, []byte("hello"))
+	if back := tok.Decode(ids); back != "hello" {
+		t.Errorf("round trip: %q", back)
 	}
-	if got := tok.Encode([]byte("hexlo")); len(got) != 4 {
-		t.Errorf("Encode drops unknown characters: got %v", got)
+	if _, err := tok.Encode("hexlo"); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("Encode of an unknown character: %v", err)
 	}
-	if _, err := tok.(*Char).EncodeStrict([]byte("hexlo")); err == nil || !strings.Contains(err.Error(), `"x"`) {
-		t.Errorf("EncodeStrict: %v", err)
+	if back := tok.Decode([]int32{9}); back != "\uFFFD" {
+		t.Errorf("Decode(9) = %q, want U+FFFD", back)
 	}
-	if _, err := tok.Decode([]int32{9}); err == nil {
-		t.Errorf("Decode(9) did not fail")
-	}
-	docs := EncodeDocuments(tok, []byte("he"), []byte("llo"))
-	if back, _ := tok.Decode(docs); string(back) != "hello" {
-		t.Errorf("documents: %q, want them concatenated", back)
+	docs, err := EncodeDocuments(tok, []byte("he"), []byte("llo"))
+	if back := tok.Decode(docs); err != nil || back != "hello" {
+		t.Errorf("documents: %q (%v), want them concatenated", back, err)
 	}
 	err = EncodeReader(tok, strings.NewReader("hello\nhex"), func([]int32) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), `"x"`) {
@@ -98,17 +110,16 @@ func TestEncodeDocuments(t *testing.T) {
 	bpe := trained(t)
 	eot, _ := bpe.EOT()
 	a, b := []byte("first document"), []byte("second one")
-	got := EncodeDocuments(bpe, a, b)
-	want := append(append(bpe.Encode(a), eot), bpe.Encode(b)...)
-	if firstDiff(got, want) != len(want) || len(got) != len(want) {
-		t.Errorf("EncodeDocuments = %v, want %v", got, want)
+	got, err := EncodeDocuments(bpe, a, b)
+	want := append(append(mustEncode(t, bpe, a), eot), mustEncode(t, bpe, b)...)
+	if err != nil || firstDiff(got, want) != len(want) || len(got) != len(want) {
+		t.Errorf("EncodeDocuments = %v (%v), want %v", got, err, want)
 	}
-	back, _ := bpe.Decode(got)
-	if string(back) != "first document<|endoftext|>second one" {
+	if back := bpe.Decode(got); back != "first document<|endoftext|>second one" {
 		t.Errorf("decoded %q", back)
 	}
 	// The text "<|endoftext|>" is not the token.
-	for _, id := range bpe.Encode([]byte("<|endoftext|>")) {
+	for _, id := range mustEncode(t, bpe, []byte("<|endoftext|>")) {
 		if id == eot {
 			t.Errorf("Encode produced the end-of-text token")
 		}
@@ -128,7 +139,7 @@ func TestEncodeReader(t *testing.T) {
 	// A stretch with no split point, longer than a chunk.
 	text = append(text, bytes.Repeat([]byte("  \t"), 5000)...)
 	text = append(text, sample...)
-	want := bpe.Encode(text)
+	want := mustEncode(t, bpe, text)
 	for _, sizes := range [][]int{{1 << 20}, {4096, 1, 7000}, {3333}, {1}} {
 		var got []int32
 		calls := 0
@@ -175,10 +186,10 @@ func TestParseTiktoken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.VocabSize() != 260 {
-		t.Errorf("VocabSize %d", tok.VocabSize())
+	if tok.Size() != 260 {
+		t.Errorf("Size %d", tok.Size())
 	}
-	if got := tok.Encode([]byte("abc ab")); len(got) != 2 || got[0] != 257 || got[1] != 258 {
+	if got := tok.encode([]byte("abc ab")); len(got) != 2 || got[0] != 257 || got[1] != 258 {
 		t.Errorf("Encode = %v, want [257 258]", got)
 	}
 	for _, c := range []struct {
@@ -236,10 +247,10 @@ func TestEncoderJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, ok := tok.EOT(); !ok || id != 258 || tok.VocabSize() != 259 || tok.Spec() != "gpt2:"+dir {
-		t.Errorf("EOT %d %v, VocabSize %d, Spec %q", id, ok, tok.VocabSize(), tok.Spec())
+	if id, ok := tok.EOT(); !ok || id != 258 || tok.Size() != 259 || tok.Spec() != "gpt2:"+dir {
+		t.Errorf("EOT %d %v, Size %d, Spec %q", id, ok, tok.Size(), tok.Spec())
 	}
-	if got := tok.Encode([]byte("ab ab")); len(got) != 2 || got[0] != 256 || got[1] != 257 {
+	if got := tok.encode([]byte("ab ab")); len(got) != 2 || got[0] != 256 || got[1] != 257 {
 		t.Errorf("Encode = %v", got)
 	}
 	for _, c := range []struct {
@@ -280,7 +291,7 @@ func FuzzParseTiktoken(f *testing.F) {
 		tok, err := parseTiktoken(b)
 		if err == nil {
 			in := []byte("abc ab\xff")
-			if back, err := tok.Decode(tok.Encode(in)); err != nil || !bytes.Equal(back, in) {
+			if back := tok.Decode(tok.encode(in)); back != string(in) {
 				t.Fatalf("parsed tokenizer does not round-trip")
 			}
 		}
@@ -301,7 +312,7 @@ func FuzzEncoderJSON(f *testing.F) {
 		tok, err := OpenGPT2(dir)
 		if err == nil {
 			in := []byte("abc ab\xff")
-			if back, err := tok.Decode(tok.Encode(in)); err != nil || !bytes.Equal(back, in) {
+			if back := tok.Decode(tok.encode(in)); back != string(in) {
 				t.Fatalf("parsed tokenizer does not round-trip")
 			}
 		}

@@ -1,36 +1,55 @@
 package train
 
 import (
+	"path/filepath"
+
+	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/tokenizer"
 )
 
-// openSpec opens a tokenizer spec other than char:FILE (bpe:FILE,
-// gpt2:FILE, gpt2:DIR) through package tokenizer.
-func openSpec(spec string) (Tokenizer, error) {
-	t, err := tokenizer.Open(spec)
+// Tokenizer is data.Tokenizer, fleet's one tokenizer interface, under the
+// name the trainer's API (Result) uses: it encodes prompts for a trained
+// model and decodes what it generates.
+type Tokenizer = data.Tokenizer
+
+// tokenizer returns the run's tokenizer, opened.
+func (d *dataset) tokenizer() (Tokenizer, error) {
+	if d.tok == nil {
+		t, err := tokenizer.Open(d.spec, tokenizer.Options{VocabSize: d.vocab})
+		if err != nil {
+			return nil, err
+		}
+		d.tok = t
+	}
+	return d.tok, nil
+}
+
+// saveTokenizer writes tokenizer.json for the run (tokenizer.SaveRecord):
+// the character tokenizer, or a record of the tokenizer's spec (or of
+// none).
+func (d *dataset) saveTokenizer(dir string) error {
+	t, err := d.tokenizer()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return specTokenizer{t}, nil
+	return tokenizer.SaveRecord(filepath.Join(dir, TokenizerFile), t, d.vocab)
 }
 
-// specTokenizer adapts a tokenizer.Tokenizer to Tokenizer.
-type specTokenizer struct{ t tokenizer.Tokenizer }
-
-func (s specTokenizer) Encode(text string) ([]int32, error) {
-	if st, ok := s.t.(interface {
-		EncodeStrict([]byte) ([]int32, error)
-	}); ok {
-		return st.EncodeStrict([]byte(text))
+// tokenizerDesc names the tokenizer for the log.
+func (d *dataset) tokenizerDesc() string {
+	var spec string
+	switch t := d.tok.(type) {
+	case *data.Char:
+		return "char"
+	case tokenizer.Raw:
+		spec = "none"
+	case nil:
+		spec = d.spec
+	default:
+		spec = tokenizer.AbsSpec(t.Spec())
 	}
-	return s.t.Encode([]byte(text)), nil
-}
-
-func (s specTokenizer) Decode(ids []int32) string {
-	if b, err := s.t.Decode(ids); err == nil {
-		return string(b)
+	if spec == "none" {
+		return "none: raw token ids"
 	}
-	return decodeEach(ids, s.t.Decode)
+	return spec
 }
-
-func (s specTokenizer) Size() int { return s.t.VocabSize() }

@@ -43,12 +43,12 @@ func prepareCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	bar := newProgress(stderr)
 	start := time.Now()
-	enc, boundary, files, err := prepareEncoder(*spec, inputs, bar)
+	tok, boundary, files, err := prepareTokenizer(*spec, inputs, bar)
 	if err != nil {
 		return err
 	}
 	bar.phase("encoding")
-	man, err := data.Prepare(data.PrepareConfig{Tokenizer: enc, Boundary: boundary, Inputs: inputs, Out: *out,
+	man, err := data.Prepare(data.PrepareConfig{Tokenizer: tok, Boundary: boundary, Inputs: inputs, Out: *out,
 		ValFraction: *valFraction, ShardTokens: *shardTokens, Workers: *workers, Progress: bar.update, Files: files})
 	bar.done()
 	if err != nil {
@@ -62,29 +62,29 @@ func prepareCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// prepareEncoder opens the tokenizer spec for Prepare. A char tokenizer is
-// built from the inputs (char) or read (char:FILE), and goes into out as
-// tokenizer.json (in files), which the manifest names, so the folder is
-// self-contained; other specs are recorded with an absolute path.
-func prepareEncoder(spec string, inputs []string, bar *progress) (enc data.Encoder, boundary func([]byte) int, files map[string][]byte, err error) {
-	kind, path, _ := strings.Cut(spec, ":")
-	if kind != "char" {
-		enc, boundary, err := openEncoder(data.AbsSpec(spec))
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--tokenizer: %w", err)
-		}
-		return enc, boundary, nil, nil
-	}
-	var c *data.Char
-	if path == "" {
+// prepareTokenizer opens the tokenizer spec for Prepare, with the
+// boundary rule its chunks are cut at. A char tokenizer, built from the
+// inputs (char) or read (char:FILE), goes into out as tokenizer.json (in
+// files), which the manifest names, so the folder is self-contained; other
+// specs are recorded with an absolute path.
+func prepareTokenizer(spec string, inputs []string, bar *progress) (tok data.Tokenizer, boundary func([]byte) int, files map[string][]byte, err error) {
+	var inputErr error // an input the vocabulary is built from is unreadable
+	chars := func() (*data.Char, error) {
 		bar.phase("vocabulary")
-		c, err = data.CharVocab(inputs, bar.update)
+		c, err := data.CharVocab(inputs, bar.update)
 		bar.done()
-	} else {
-		c, err = data.LoadChar(path)
+		inputErr = err
+		return c, err
 	}
-	if err != nil {
-		return nil, nil, nil, err
+	if tok, err = tokenizer.Open(spec, tokenizer.Options{Chars: chars}); err != nil {
+		if inputErr != nil {
+			return nil, nil, nil, err
+		}
+		return nil, nil, nil, fmt.Errorf("--tokenizer: %w", err)
+	}
+	c, ok := tok.(*data.Char)
+	if !ok {
+		return tok, tokenizer.SplitPoint, nil, nil
 	}
 	if c.Size() > data.MaxVocab16 {
 		return nil, nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)
@@ -94,7 +94,7 @@ func prepareEncoder(spec string, inputs []string, bar *progress) (enc data.Encod
 		return nil, nil, nil, err
 	}
 	const name = "tokenizer.json"
-	return data.CharEncoder{Char: c, Name: "char:" + name}, nil, map[string][]byte{name: append(b, '\n')}, nil
+	return c.WithSpec("char:" + name), nil, map[string][]byte{name: append(b, '\n')}, nil
 }
 
 // parseWithArgs parses flags that may come before, between or after the
@@ -210,14 +210,4 @@ func rate(n int64, d time.Duration) string {
 		return "- MB/s"
 	}
 	return fmt.Sprintf("%.1f MB/s", float64(n)/1e6/d.Seconds())
-}
-
-// openEncoder opens a bpe or gpt2 tokenizer for Prepare, with the boundary
-// rule its chunks are cut at.
-func openEncoder(spec string) (data.Encoder, func([]byte) int, error) {
-	t, err := tokenizer.Open(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	return t, tokenizer.SplitPoint, nil
 }

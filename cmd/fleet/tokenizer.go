@@ -134,7 +134,7 @@ func tokenizerTrain(args []string, stdout, stderr io.Writer) error {
 		nbytes += cr.n
 	}
 	fmt.Fprintf(stdout, "trained a BPE of %d tokens (%d merges) on %d file(s), %d bytes, in %.2fs: %.3f tokens per byte\n",
-		bpe.VocabSize(), len(bpe.Merges()), len(files), nbytes, took.Seconds(), float64(ntokens)/float64(nbytes))
+		bpe.Size(), len(bpe.Merges()), len(files), nbytes, took.Seconds(), float64(ntokens)/float64(nbytes))
 	fmt.Fprintf(stdout, "wrote %s (use it as --tokenizer %s)\n", *out, bpe.Spec())
 	return nil
 }
@@ -206,7 +206,7 @@ func tokenizerEncode(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	tok, err := tokenizer.Open(*spec)
+	tok, err := tokenizer.Open(*spec, tokenizer.Options{})
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func tokenizerDecode(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	tok, err := tokenizer.Open(*spec)
+	tok, err := tokenizer.Open(*spec, tokenizer.Options{})
 	if err != nil {
 		return err
 	}
@@ -257,15 +257,12 @@ func tokenizerDecode(args []string, stdout, stderr io.Writer) error {
 	w := bufio.NewWriterSize(stdout, 64<<10)
 	ids := make([]int32, 0, 4096)
 	flush := func() error {
-		text, err := tok.Decode(ids)
-		if err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
+		text := tok.Decode(ids) // every id is in the vocabulary: checked below
 		ids = ids[:0]
-		_, err = w.Write(text)
+		_, err := w.WriteString(text)
 		return err
 	}
-	size := int64(tok.VocabSize())
+	size := int64(tok.Size())
 	for n := 0; sc.Scan(); {
 		v, err := strconv.ParseInt(sc.Text(), 10, 64)
 		if err != nil {
