@@ -5,8 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fleetml/fleet/internal/term"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -143,17 +143,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer) *progress {
-	return &progress{w: w, tty: isTerminal(w)}
-}
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return &progress{w: w, tty: term.IsTerminal(w)}
 }
 
 // phase starts a new pass over the inputs.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fleetml/fleet/internal/term"
 	"io"
 	"os"
 	"os/signal"
@@ -76,7 +77,7 @@ func smiCmd(args []string, stdout, stderr io.Writer) error {
 		defer nvml.Shutdown()
 	}
 	cpu := &cpuView{name: *name, self: os.Getpid()}
-	tty := isTerminal(stdout)
+	tty := term.IsTerminal(stdout)
 	for i := 0; ; i++ {
 		var buf bytes.Buffer
 		if noGPU == nil {
