@@ -301,3 +301,15 @@ type Queue interface {
 	Address(r Ref) uintptr
 	OnQueue(fn func(stream uintptr) error) error
 }
+
+// ThreadBudget is a Backend whose kernels run on host threads (the CPU),
+// so that devices sharing a machine's cores (pipeline stages, each on its
+// own goroutine) can divide them. Threads is the number of threads its
+// kernels use at once, the calling goroutine included; SetThreads changes
+// it (n < 1 means 1). SetThreads may be called at any time when no kernel
+// of this backend is running, before or after kernels have run. A
+// kernel's results do not depend on the thread count.
+type ThreadBudget interface {
+	Threads() int
+	SetThreads(n int)
+}

@@ -2,7 +2,9 @@ package train
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/backend"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -20,19 +22,21 @@ const PipelineFile = "pipeline.json"
 // blocks on several devices, each batch cut into micro-batches that a
 // schedule runs through the stages, one optimizer step per batch.
 type pipeRun struct {
-	r      *run
-	devs   []tensor.Device
-	progs  programs // [stage]: the tensor program driving its device
-	owned  []*tensor.Program
-	st     *model.Staged
-	run    *pipeline.Runner
-	micros int
-	rows   int // rows per micro-batch
-	x, y   *tensor.Tensor
-	xs, ys []*tensor.Tensor // the micro-batches' inputs on the first stage, targets on the last
-	loss   float64          // this micro-step's loss, the mean of its micro-batches'
-	scale  float32          // what each micro-batch's loss is multiplied by before backward
-	dt     tensor.DType
+	r     *run
+	devs  []tensor.Device
+	progs programs // [stage]: the tensor program driving its device
+	owned []*tensor.Program
+	// threads restores the thread budgets the stages' host devices had.
+	threads map[backend.ThreadBudget]int
+	st      *model.Staged
+	run     *pipeline.Runner
+	micros  int
+	rows    int // rows per micro-batch
+	x, y    *tensor.Tensor
+	xs, ys  []*tensor.Tensor // the micro-batches' inputs on the first stage, targets on the last
+	loss    float64          // this micro-step's loss, the mean of its micro-batches'
+	scale   float32          // what each micro-batch's loss is multiplied by before backward
+	dt      tensor.DType
 
 	// over the measured steps
 	seen     int       // step calls
@@ -145,6 +149,7 @@ func newPipeRun(r *run) (*pipeRun, error) {
 		}
 		p.progs = append(p.progs, prog)
 	}
+	p.shareCores()
 	p.xs, p.ys = make([]*tensor.Tensor, p.micros), make([]*tensor.Tensor, p.micros)
 	p.run = &pipeline.Runner{Schedule: sch, Devices: devs, Programs: p.progs,
 		Input: p.input, Forward: p.forward, Loss: p.lossOf, Prepare: p.prepare}
@@ -188,12 +193,44 @@ func (p *pipeRun) peakMem(d tensor.Device) int64 {
 	return peak
 }
 
-// close gives the stages' devices back to the default program.
+// shareCores splits the machine's cores between the stages whose kernels
+// run on host threads (logical CPU devices), so that stages running at
+// the same time do not oversubscribe them: each gets an equal thread
+// budget. The results do not depend on it (backend.ThreadBudget).
+func (p *pipeRun) shareCores() {
+	var host []backend.ThreadBudget
+	for _, d := range p.devs {
+		if tb, ok := tensor.BackendOf(d).(backend.ThreadBudget); ok {
+			host = append(host, tb)
+		}
+	}
+	if len(host) < 2 {
+		return
+	}
+	each := max(runtime.GOMAXPROCS(0)/len(host), 1)
+	p.threads = map[backend.ThreadBudget]int{}
+	for _, tb := range host {
+		p.threads[tb] = tb.Threads()
+		tb.SetThreads(each)
+	}
+	unit := "threads"
+	if each == 1 {
+		unit = "thread"
+	}
+	fmt.Fprintf(p.r.log, "pipeline: %d stages on host threads share %d cores: %d %s each\n", len(host), runtime.GOMAXPROCS(0), each, unit)
+}
+
+// close gives the stages' devices back to the default program and their
+// thread budgets back.
 func (p *pipeRun) close() {
 	for _, prog := range p.owned {
 		prog.Close()
 	}
 	p.owned = nil
+	for tb, n := range p.threads {
+		tb.SetThreads(n)
+	}
+	p.threads = nil
 }
 
 // prepare cuts the micro-step's batch into the micro-batches' inputs, on

@@ -53,9 +53,10 @@ func (b *Buffer) Len() int {
 // CPU is the CPU backend for one logical device.
 type CPU struct {
 	dev     backend.Device
-	threads int
-	once    sync.Once
-	work    chan *job // jobs for the helper goroutines
+	threads atomic.Int64
+	budget  sync.RWMutex         // held for reading by parallel calls, for writing by SetThreads
+	crewMu  sync.Mutex           // serialises starting helpers
+	crew    atomic.Pointer[crew] // the running helpers; nil until a kernel needs them
 
 	mu        sync.Mutex
 	free      map[poolKey][]*Buffer
@@ -79,19 +80,35 @@ func New(dev backend.Device) *CPU {
 			t = n
 		}
 	}
-	return &CPU{dev: dev, threads: t, free: map[poolKey][]*Buffer{}}
+	c := &CPU{dev: dev, free: map[poolKey][]*Buffer{}}
+	c.threads.Store(int64(t))
+	return c
 }
 
-// Threads is the number of worker goroutines kernels use.
-func (c *CPU) Threads() int { return c.threads }
+var _ backend.ThreadBudget = (*CPU)(nil)
 
-// SetThreads changes the number of worker goroutines (at least 1). Call
-// it before the backend runs its first kernel.
+// Threads implements backend.ThreadBudget: the number of goroutines
+// kernels use (the calling one and Threads()-1 helpers).
+func (c *CPU) Threads() int { return int(c.threads.Load()) }
+
+// SetThreads implements backend.ThreadBudget: it changes the number of
+// goroutines kernels use (at least 1), before or after kernels have run.
+// It waits for parallel work of this backend in flight (other goroutines'
+// kernels) to finish, stops the old budget's helper goroutines and waits
+// for them to exit; the next kernel that splits its work starts as many as
+// the new budget needs. Results do not depend on the budget (see
+// parallelFor).
 func (c *CPU) SetThreads(n int) {
-	if n < 1 {
-		n = 1
+	n = max(n, 1)
+	c.budget.Lock()
+	defer c.budget.Unlock()
+	if int64(n) == c.threads.Load() {
+		return
 	}
-	c.threads = n
+	c.threads.Store(int64(n))
+	if w := c.crew.Swap(nil); w != nil {
+		w.stop()
+	}
 }
 
 // Device implements backend.Backend.
@@ -225,71 +242,178 @@ func runTask[T any, P interface {
 	tp.put(t)
 }
 
-// job is one parallelFor call shared with the worker goroutines.
+// runChunks is runTask with parallelForChunks.
+func runChunks[T any, P interface {
+	*T
+	ranger
+}](c *CPU, tp *taskPool[T], n, grain int, args T) {
+	t := tp.get()
+	*t = args
+	c.parallelForChunks(n, grain, P(t))
+	tp.put(t)
+}
+
+// job is one parallel call shared with the helper goroutines: n indices
+// in chunks of size (the last may be shorter), each chunk cut into per
+// pieces of piece indices (the last piece of a chunk may be shorter or
+// empty), total = chunks·per pieces in all.
 type job struct {
-	r            ranger
-	n, size, chk int
-	next         atomic.Int64
-	wg           sync.WaitGroup
+	r              ranger
+	n, size, piece int
+	per, total     int
+	next           atomic.Int64
+	wg             sync.WaitGroup
 }
 
 var jobPool pool[job]
 
-// run takes chunks until none are left.
+// run takes pieces until none are left.
 func (j *job) run() {
 	for {
 		i := int(j.next.Add(1)) - 1
-		if i >= j.chk {
+		if i >= j.total {
 			return
 		}
-		lo := i * j.size
-		j.r.do(lo, min(lo+j.size, j.n))
+		ch, k := i, 0
+		if j.per > 1 {
+			ch, k = i/j.per, i%j.per
+		}
+		lo := ch*j.size + k*j.piece
+		hi := min(lo+j.piece, (ch+1)*j.size, j.n)
+		if lo < hi {
+			j.r.do(lo, hi)
+		}
 	}
 }
 
-// startWorkers launches the backend's threads-1 helper goroutines; the
-// calling goroutine is always the last worker of its own job.
-func (c *CPU) startWorkers() {
-	c.work = make(chan *job, 64)
-	for w := 1; w < c.threads; w++ {
-		go func() {
-			for j := range c.work {
-				j.run()
-				j.wg.Done()
-			}
-		}()
+// crew is a set of helper goroutines taking jobs from one channel; the
+// goroutine that calls parallelFor is always the last worker of its own
+// job.
+type crew struct {
+	work chan *job
+	size int // helpers
+	done sync.WaitGroup
+}
+
+// helpers returns a running crew of n helpers, starting one if need be.
+// The caller holds c.budget for reading, so the crew, if any, has
+// Threads()-1 = n helpers, or is nil.
+func (c *CPU) helpers(n int) *crew {
+	if w := c.crew.Load(); w != nil && w.size == n {
+		return w
+	}
+	c.crewMu.Lock()
+	defer c.crewMu.Unlock()
+	if w := c.crew.Load(); w != nil {
+		return w
+	}
+	w := &crew{work: make(chan *job, 64), size: n}
+	w.done.Add(n)
+	for range n {
+		go w.serve()
+	}
+	c.crew.Store(w)
+	return w
+}
+
+// serve runs jobs until the crew is stopped.
+func (w *crew) serve() {
+	defer w.done.Done()
+	for j := range w.work {
+		j.run()
+		j.wg.Done()
 	}
 }
+
+// stop ends the crew's goroutines and waits for them. No job may be
+// running (every job is waited for before its parallelFor returns, so
+// none is queued either).
+func (w *crew) stop() {
+	close(w.work)
+	w.done.Wait()
+}
+
+// chunkCap is the most chunks parallelForChunks splits a range into: the
+// cap parallelFor has with 2 threads (4 per thread), so that the chunk
+// kernels give exactly what they gave with 2 threads before the split
+// stopped depending on the thread count.
+const chunkCap = 8
+
+// pieceAlign is what parallelForChunks cuts chunks at multiples of: a
+// multiple of every SIMD block (16 floats at most) and of a cache line.
+const pieceAlign = 64
 
 // parallelFor runs r over [0, n) split into chunks of at least grain
-// elements. Each index is handled by exactly one call, and the split
-// depends only on n, grain and the thread count, so kernels whose outputs
-// are written by one chunk each are deterministic. Kernels must not call
+// indices, at most 4 per thread. Each index is handled by exactly one
+// call, but the split depends on the thread count, so r must compute each
+// output from indices alone, whatever range they arrive in: a row, a tile
+// or a column of output computed whole, in a fixed order, by one call.
+// Kernels whose outputs depend on where a range starts or ends (a SIMD
+// body with a portable tail) use parallelForChunks. Kernels must not call
 // parallelFor from inside r.
 func (c *CPU) parallelFor(n, grain int, r ranger) {
 	if n <= 0 {
 		return
 	}
-	if grain < 1 {
-		grain = 1
-	}
-	chunks := (n + grain - 1) / grain
-	if chunks > 4*c.threads {
-		chunks = 4 * c.threads
-	}
-	if chunks <= 1 || c.threads == 1 {
+	grain = max(grain, 1)
+	c.budget.RLock()
+	defer c.budget.RUnlock()
+	t := c.Threads()
+	chunks := min((n+grain-1)/grain, 4*t)
+	if chunks <= 1 || t == 1 {
 		r.do(0, n)
 		return
 	}
-	c.once.Do(c.startWorkers)
 	size := (n + chunks - 1) / chunks
+	c.runJob(r, n, size, size, 1, (n+size-1)/size, t)
+}
+
+// parallelForChunks runs r over [0, n) cut into the same chunks whatever
+// the thread count: min(⌈n/grain⌉, chunkCap) of them, of equal size but
+// the last. With more threads than that keeps busy, each chunk is cut
+// further into pieces that start at multiples of pieceAlign from its
+// start. So a chunk kernel (elementwise, whose SIMD body runs over blocks
+// from the start of its range and whose portable tail does the rest)
+// computes every element the same way with any thread count: the
+// elements its tail handles are those of the chunk's tail.
+func (c *CPU) parallelForChunks(n, grain int, r ranger) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	c.budget.RLock()
+	defer c.budget.RUnlock()
+	t := c.Threads()
+	grains := (n + grain - 1) / grain
+	chunks := min(grains, chunkCap)
+	size := (n + chunks - 1) / chunks
+	chunks = (n + size - 1) / size
+	piece, per := size, 1
+	if want := min(grains, 4*t); want > chunks {
+		cuts := (want + chunks - 1) / chunks
+		piece = roundUp((size+cuts-1)/cuts, pieceAlign)
+		per = (size + piece - 1) / piece
+	}
+	if t == 1 || chunks*per == 1 {
+		for lo := 0; lo < n; lo += size {
+			r.do(lo, min(lo+size, n))
+		}
+		return
+	}
+	c.runJob(r, n, size, piece, per, chunks*per, t)
+}
+
+// runJob runs a job's pieces on the calling goroutine and up to t-1
+// helpers. The caller holds c.budget for reading.
+func (c *CPU) runJob(r ranger, n, size, piece, per, total, t int) {
+	w := c.helpers(t - 1)
 	j := jobPool.get()
-	j.r, j.n, j.size, j.chk = r, n, size, (n+size-1)/size
+	j.r, j.n, j.size, j.piece, j.per, j.total = r, n, size, piece, per, total
 	j.next.Store(0)
-	helpers := min(c.threads, j.chk) - 1
+	helpers := min(t, total) - 1
 	j.wg.Add(helpers)
 	for h := 0; h < helpers; h++ {
-		c.work <- j
+		w.work <- j
 	}
 	j.run()
 	j.wg.Wait()

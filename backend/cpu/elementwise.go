@@ -6,11 +6,15 @@ import (
 	"github.com/fleetml/fleet/backend"
 )
 
+// elemGrain is the elementwise kernels' grain. They run over
+// parallelForChunks: their SIMD bodies leave each range's tail to Go code
+// that need not round the same way (GELU's exp is a polynomial in SIMD,
+// math.Exp in Go), so where ranges end must not depend on the thread count.
 const elemGrain = 1 << 14
 
 // Binary implements backend.Backend.
 func (c *CPU) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
-	runTask(c, &binaryTasks, n, elemGrain, binaryTask{int(op), f32(dst)[:n], f32(a)[:n], f32(b)[:n]})
+	runChunks(c, &binaryTasks, n, elemGrain, binaryTask{int(op), f32(dst)[:n], f32(a)[:n], f32(b)[:n]})
 }
 
 // binaryTask is one Binary call: d = x op y.
@@ -56,7 +60,7 @@ func binaryGo(op int, d, x, y []float32) {
 
 // Axpy implements backend.Backend.
 func (c *CPU) Axpy(dst, x backend.Ref, alpha float32, n int) {
-	runTask(c, &axpyTasks, n, elemGrain, axpyTask{f32(dst)[:n], f32(x)[:n], alpha})
+	runChunks(c, &axpyTasks, n, elemGrain, axpyTask{f32(dst)[:n], f32(x)[:n], alpha})
 }
 
 // axpyTask is one Axpy call (d += alpha·s) or, as scaleTask, one Scale
@@ -88,7 +92,7 @@ func axpyGo(d, s []float32, alpha float32) {
 
 // Scale implements backend.Backend.
 func (c *CPU) Scale(dst, src backend.Ref, alpha float32, n int) {
-	runTask(c, &scaleTasks, n, elemGrain, scaleTask{f32(dst)[:n], f32(src)[:n], alpha})
+	runChunks(c, &scaleTasks, n, elemGrain, scaleTask{f32(dst)[:n], f32(src)[:n], alpha})
 }
 
 func scaleGo(d, s []float32, alpha float32) {
@@ -100,7 +104,7 @@ func scaleGo(d, s []float32, alpha float32) {
 
 // Unary implements backend.Backend.
 func (c *CPU) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
-	runTask(c, &unaryTasks, n, elemGrain, unaryTask{op, f32(dst)[:n], f32(src)[:n]})
+	runChunks(c, &unaryTasks, n, elemGrain, unaryTask{op, f32(dst)[:n], f32(src)[:n]})
 }
 
 // unaryTask is one Unary call.
@@ -238,7 +242,7 @@ func (t *sumSquaresTask) do(lo, hi int) {
 
 // GELU implements backend.Backend (tanh approximation, as GPT-2).
 func (c *CPU) GELU(dst, src backend.Ref, n int) {
-	runTask(c, &geluTasks, n, elemGrain, geluTask{f32(dst)[:n], f32(src)[:n]})
+	runChunks(c, &geluTasks, n, elemGrain, geluTask{f32(dst)[:n], f32(src)[:n]})
 }
 
 // geluTask is one GELU call.
@@ -250,7 +254,7 @@ func (t *geluTask) do(lo, hi int) { geluChunk(t.d[lo:hi], t.s[lo:hi]) }
 
 // GELUBackward implements backend.Backend.
 func (c *CPU) GELUBackward(dx, x, dy backend.Ref, n int) {
-	runTask(c, &geluBackwardTasks, n, elemGrain, geluBackwardTask{f32(dx)[:n], f32(x)[:n], f32(dy)[:n]})
+	runChunks(c, &geluBackwardTasks, n, elemGrain, geluBackwardTask{f32(dx)[:n], f32(x)[:n], f32(dy)[:n]})
 }
 
 // geluBackwardTask is one GELUBackward call.
@@ -315,7 +319,7 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 		invBC2Sqrt: float32(1 / math.Sqrt(bc2)), eps: p.Eps,
 		decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
 	}
-	runTask(c, &adamwTasks, n, elemGrain, adamwTask{f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n], hp})
+	runChunks(c, &adamwTasks, n, elemGrain, adamwTask{f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n], hp})
 }
 
 // adamwTask is one AdamW call.

@@ -338,5 +338,5 @@ func (t *embeddingBackwardTask) do(lo, hi int) {
 // tasks and each task adds the rows in token order, so repeated ids add in
 // a fixed order.
 func (c *CPU) EmbeddingBackward(dtable, dout, ids backend.Ref, n, dim int) {
-	runTask(c, &embeddingBackwardTasks, dim, 32, embeddingBackwardTask{f32(dtable), f32(dout)[:n*dim], i32(ids)[:n], dim})
+	runChunks(c, &embeddingBackwardTasks, dim, 32, embeddingBackwardTask{f32(dtable), f32(dout)[:n*dim], i32(ids)[:n], dim})
 }

@@ -66,7 +66,7 @@ func (c *CPU) Cast(dst, src backend.Ref, n int) {
 		c.Copy(dst, src, n)
 		return
 	}
-	runTask(c, &castTasks, n, 1<<14, castTask{d, s, dst.Off, src.Off})
+	runChunks(c, &castTasks, n, 1<<14, castTask{d, s, dst.Off, src.Off})
 }
 
 // castTask is one Cast call.
