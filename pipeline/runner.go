@@ -155,9 +155,9 @@ func (r *Runner) runSerial() {
 		}
 		t0 := time.Now()
 		if sl.Kind == Forward {
-			r.forward(st, sl.Micro, nil)
+			r.forward(st, sl.Micro, nil, handoff{})
 		} else {
-			r.backward(st, sl.Micro, nil)
+			r.backward(st, sl.Micro, nil, handoff{})
 		}
 		t1 := time.Now()
 		r.SlotTime[sl] = t1.Sub(t0).Seconds()
@@ -304,7 +304,16 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 	sr.actCopies, sr.actB, sr.gradCopies, sr.gradB = 0, 0, 0, 0
 	tm := tensor.DeviceTimer(r.Devices[st])
 	prog := r.Programs[st]
+	last := r.Schedule.Stages - 1
 	for _, sl := range r.Schedule.PerStage[st] {
+		// The wait for a neighbour's handoff is idle time, not the slot's.
+		var h handoff
+		switch {
+		case sl.Kind == Forward && st > 0:
+			h = r.receive(r.acts[st-1], sl.Micro, "the activation")
+		case sl.Kind == Backward && st < last:
+			h = r.receive(r.grads[st], sl.Micro, "the gradient")
+		}
 		var mk [2]backend.Mark
 		if tm != nil {
 			mk[0], _ = tm.Mark()
@@ -315,9 +324,9 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 		t0 := time.Now()
 		sc := &sr.scopes[sl.Micro]
 		if sl.Kind == Forward {
-			prog.In(sc, func() { r.forward(st, sl.Micro, sr) })
+			prog.In(sc, func() { r.forward(st, sl.Micro, sr, h) })
 		} else {
-			prog.In(sc, func() { r.backward(st, sl.Micro, sr) })
+			prog.In(sc, func() { r.backward(st, sl.Micro, sr, h) })
 			sc.Free()
 		}
 		t1 := time.Now()
@@ -349,8 +358,9 @@ func (r *Runner) receive(c chan handoff, m int, what string) handoff {
 var errAborted = &tensor.Error{Op: "pipeline", Msg: "another stage failed"}
 
 // forward runs stage st's forward pass of micro-batch m. sr is the stage's
-// concurrent run, nil on one goroutine.
-func (r *Runner) forward(st, m int, sr *stageRun) {
+// concurrent run, nil on one goroutine; h is then the activation the
+// previous stage handed over.
+func (r *Runner) forward(st, m int, sr *stageRun, h handoff) {
 	var x *tensor.Tensor
 	switch {
 	case st == 0:
@@ -360,7 +370,6 @@ func (r *Runner) forward(st, m int, sr *stageRun) {
 	default:
 		// The previous stage's detached output, copied onto this stage's
 		// device by this stage's program: a leaf of this stage's graph.
-		h := r.receive(r.acts[st-1], m, "the activation")
 		x = h.t.To(r.Devices[st])
 		sr.actCopies++
 		sr.actB += int64(x.Numel() * x.DType().Size())
@@ -392,14 +401,15 @@ func (r *Runner) forward(st, m int, sr *stageRun) {
 	r.ins[st+1][m] = in
 }
 
-// backward runs stage st's backward pass of micro-batch m.
-func (r *Runner) backward(st, m int, sr *stageRun) {
+// backward runs stage st's backward pass of micro-batch m; h is, in a
+// concurrent run, the gradient the next stage handed over.
+func (r *Runner) backward(st, m int, sr *stageRun, h handoff) {
 	out := r.outs[st][m]
 	last := st == r.Schedule.Stages-1
 	if !last && sr != nil {
 		// The next stage's input gradient, or nil where none reached it.
 		// The next stage's input gradient, now this stage's to free.
-		g := r.receive(r.grads[st], m, "the gradient").t
+		g := h.t
 		if g != nil {
 			gl := g.To(r.Devices[st])
 			g.Free()
