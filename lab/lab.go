@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/monitor/report"
 	"github.com/fleetml/fleet/train"
 )
@@ -162,7 +163,7 @@ func deviceName(be backend.Backend) string {
 	if n, ok := be.(interface{ Name() string }); ok {
 		return n.Name()
 	}
-	return cpuModel()
+	return cpu.Model()
 }
 
 // threads is the CPU backend's worker count, or GOMAXPROCS on a GPU.

@@ -8,20 +8,6 @@ import (
 	"time"
 )
 
-// cpuModel is the CPU's model name from /proc/cpuinfo.
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "cpu"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "cpu"
-}
-
 // cacheSizes reads the CPU's level-2 and last-level data cache sizes, in
 // bytes, from sysfs (0 where unknown).
 func cacheSizes() (l2, llc int64) {

@@ -2,12 +2,7 @@
 
 package lab
 
-import (
-	"runtime"
-	"time"
-)
-
-func cpuModel() string { return runtime.GOARCH + " cpu" }
+import "time"
 
 func cacheSizes() (l2, llc int64) { return 0, 0 }
 

@@ -1,19 +1,15 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
-	"github.com/fleetml/fleet/launch"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
 	fcpu "github.com/fleetml/fleet/backend/cpu"
-	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/monitor/diagnose"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
@@ -185,7 +181,7 @@ func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
 		// BF16 products count against the FMA peak too: where VDPBF16PS
 		// is slow or missing they run as widened F32 products, and where it
 		// is fast its rate is not measured here.
-		return cpuPeak() * 1e9, "measured FMA peak"
+		return fcpu.BestPeakGFLOPs() * 1e9, "measured FMA peak"
 	}
 	type peaker interface {
 		PeakTFLOPs(backend.DType) (float64, bool)
@@ -196,79 +192,6 @@ func peakFLOPs(dev tensor.Device, dt tensor.DType) (float64, string) {
 		}
 	}
 	return 0, "unknown device"
-}
-
-// cpuPeak is the CPU's FMA peak in GFLOP/s. A busy machine can only lower
-// a measurement (and so inflate MFU), so the best figure ever measured for
-// this CPU model and core count is kept in the user's cache folder: a run
-// uses it when there is one, and otherwise measures (the best of three
-// 70 ms runs on all cores, once per process) and stores the result.
-// RecordCPUPeak adds other measurements, such as fleet bench's.
-var cpuPeak = sync.OnceValue(func() float64 {
-	if g := cachedCPUPeak(); g > 0 {
-		return g
-	}
-	var best float64
-	for range 3 {
-		g, _ := fcpu.PeakGFLOPs(runtime.GOMAXPROCS(0), 70*time.Millisecond)
-		best = max(best, g)
-	}
-	return RecordCPUPeak(best)
-})
-
-func cpuPeakFile() (path, key string) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", ""
-	}
-	return filepath.Join(dir, "fleet", "cpu-peak.json"), fmt.Sprintf("%s|%d", cpuModel(), runtime.GOMAXPROCS(0))
-}
-
-// cachedPeaks reads the cache of FMA peaks (an empty map without one).
-func cachedPeaks(path string) map[string]float64 {
-	peaks := map[string]float64{}
-	if b, err := os.ReadFile(path); err == nil {
-		json.Unmarshal(b, &peaks)
-	}
-	return peaks
-}
-
-func cachedCPUPeak() float64 {
-	path, key := cpuPeakFile()
-	if path == "" {
-		return 0
-	}
-	return cachedPeaks(path)[key]
-}
-
-// RecordCPUPeak stores a measured FMA peak (GFLOP/s, on GOMAXPROCS
-// threads) in the cache if it beats the cached one, and returns the
-// better of the two.
-func RecordCPUPeak(gflops float64) float64 {
-	path, key := cpuPeakFile()
-	if path == "" {
-		return gflops
-	}
-	peaks := cachedPeaks(path)
-	if peaks[key] >= gflops {
-		return peaks[key]
-	}
-	peaks[key] = gflops
-	if b, err := json.Marshal(peaks); err == nil && os.MkdirAll(filepath.Dir(path), 0o755) == nil {
-		atomicfile.WriteFile(path, b) // best effort: a cache
-	}
-	return gflops
-}
-
-// cpuModel is the CPU's model name from /proc/cpuinfo ("" elsewhere).
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return runtime.GOARCH
 }
 
 // fmtPhases prints ms per step of each phase with its share.
@@ -444,7 +367,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 	}
 	type named interface{ Name() string }
 	if onHost(r.dev) {
-		t.DeviceName, t.Cores = cpuModel(), runtime.GOMAXPROCS(0)
+		t.DeviceName, t.Cores = fcpu.Model(), runtime.GOMAXPROCS(0)
 	} else {
 		t.TensorCores = true // every GPU fleet's CUDA backend runs on (sm_80+) has them
 		if n, ok := tensor.BackendOf(r.dev).(named); ok {

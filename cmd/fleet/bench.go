@@ -82,7 +82,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		var width int
 		peak, width = cpu.PeakGFLOPs(threads, 300*time.Millisecond)
 		if threads == runtime.GOMAXPROCS(0) {
-			train.RecordCPUPeak(peak) // the figure runs use for MFU
+			cpu.RecordPeak(peak) // the figure runs use for MFU
 		}
 		fmt.Fprintf(stdout, "\nCPU FMA peak: %.1f GFLOP/s (%d threads × 12 independent FMA chains on %d-float vectors, measured)\n", peak, threads, width)
 	}
