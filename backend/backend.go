@@ -313,3 +313,11 @@ type ThreadBudget interface {
 	Threads() int
 	SetThreads(n int)
 }
+
+// MemoryLimiter is a Backend whose memory capacity can be set below the
+// machine's (the CPU's, to behave like a smaller device): an allocation
+// past it fails with ErrOutOfMemory, and MemStats' Total reports it. 0
+// lifts the limit.
+type MemoryLimiter interface {
+	SetMemoryLimit(bytes int64)
+}

@@ -202,6 +202,8 @@ type run struct {
 	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
 	pipe                     *pipeRun         // --pipeline: the model's stages; nil: one device
 	stages                   []tensor.Device  // --pipeline: the stages' devices
+	at                       int              // the step the loop is at
+	evaluating               bool             // the loop is evaluating
 }
 
 // close releases the staging slots, stops the loader, closes the
@@ -378,8 +380,12 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
-		LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+	if err := tensor.Catch(func() { // its moments are the run's largest allocation
+		r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
+			LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+	}); err != nil {
+		return nil, fmt.Errorf("optimizer state: %w", err)
+	}
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
 	if cfg.Precision == "fp16" {
 		r.scaler = optim.NewGradScaler()
@@ -414,7 +420,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	start := 0
 	if resumeDir != "" {
-		if start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan); err != nil {
+		if cerr := tensor.Catch(func() { start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan) }); cerr != nil {
+			return nil, fmt.Errorf("resume: %w", cerr)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if start > cfg.MaxIters {
@@ -436,7 +445,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if store != nil {
 		s := store
 		store = nil // the ddp owns it from here
-		if err := r.openDDP(s); err != nil {
+		if cerr := tensor.Catch(func() { err = r.openDDP(s) }); cerr != nil {
+			return nil, cerr
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -445,8 +457,13 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		r.log = io.Discard
 	}
 	r.startSampler()
-	if err := tensor.Catch(func() { err = r.loop(&sum, start) }); err != nil {
-		return nil, err
+	if cerr := tensor.Catch(func() { err = r.loop(&sum, start) }); cerr != nil {
+		// A failed op (out of memory, a lost device): say when.
+		what := fmt.Sprintf("step %d", r.at+1)
+		if r.evaluating {
+			what = fmt.Sprintf("the evaluation at step %d", r.at)
+		}
+		return nil, fmt.Errorf("%s: %w", what, cerr)
 	}
 	if err != nil {
 		return nil, err
@@ -492,6 +509,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		}
 	}()
 	for step := first; ; step++ {
+		r.at = step
 		if step%cfg.EvalInterval == 0 || step == cfg.MaxIters { // every rank evaluates its share
 			if err := r.evaluate(step, sum); err != nil {
 				return err
@@ -807,6 +825,8 @@ func (r *run) update(lr float64, hook func()) bool {
 // global micro-batch would evaluate, and the losses are averaged, so the
 // group's estimate is that process's.
 func (r *run) evaluate(step int, sum *Summary) error {
+	r.evaluating = true
+	defer func() { r.evaluating = false }()
 	var tl, vl float64
 	loss := r.model.Loss
 	progs := programs{tensor.ProgramOf(r.dev)}

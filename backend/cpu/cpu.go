@@ -63,6 +63,7 @@ type CPU struct {
 	allocated int64
 	reserved  int64
 	peak      int64
+	limit     int64 // bytes Allocated may reach (0: the machine's memory)
 	copied    atomic.Int64
 }
 
@@ -123,6 +124,12 @@ func (c *CPU) Alloc(dt backend.DType, n int) backend.Storage {
 	}
 	bytes := int64(n * dt.Size())
 	c.mu.Lock()
+	if c.limit > 0 && c.allocated+bytes > c.limit {
+		held := c.allocated
+		c.mu.Unlock()
+		panic(&backend.DeviceError{Dev: c.dev, Op: "alloc", Err: fmt.Errorf("%w: %d bytes asked for, %d of the %d-byte limit in use",
+			backend.ErrOutOfMemory, bytes, held, c.limit)})
+	}
 	k := poolKey{dt, n}
 	if l := c.free[k]; len(l) > 0 {
 		b := l[len(l)-1]
@@ -162,6 +169,16 @@ func (c *CPU) Free(s backend.Storage) {
 	c.mu.Unlock()
 }
 
+// SetMemoryLimit implements backend.MemoryLimiter: allocations that would
+// take the memory held by tensors past bytes fail with
+// backend.ErrOutOfMemory, as on a GPU (0 lifts the limit). MemStats'
+// Total reports the limit.
+func (c *CPU) SetMemoryLimit(bytes int64) {
+	c.mu.Lock()
+	c.limit = max(bytes, 0)
+	c.mu.Unlock()
+}
+
 // ResetPeak implements backend.PeakResetter.
 func (c *CPU) ResetPeak() {
 	c.mu.Lock()
@@ -173,7 +190,11 @@ func (c *CPU) ResetPeak() {
 func (c *CPU) MemStats() backend.MemStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return backend.MemStats{Allocated: c.allocated, Reserved: c.reserved, Peak: c.peak, Copied: c.copied.Load(), Total: physicalMemory()}
+	total := physicalMemory()
+	if c.limit > 0 {
+		total = c.limit
+	}
+	return backend.MemStats{Allocated: c.allocated, Reserved: c.reserved, Peak: c.peak, Copied: c.copied.Load(), Total: total}
 }
 
 // f32 returns the float32 elements of r from its offset on.
