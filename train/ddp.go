@@ -57,14 +57,10 @@ func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
 	case "nccl":
 		return true
 	case "", "auto":
-		return ncclDevice(dev) && !pipelined
+		return isCUDA(dev) && !pipelined
 	}
 	return false
 }
-
-// ncclDevice reports whether NCCL can reduce in dev's memory: NCCL is
-// CUDA's library, so it is a question of the device's kind.
-func ncclDevice(dev tensor.Device) bool { return dev.Kind == "cuda" }
 
 // commTimeout is the run's bound on every collective.
 func (c Config) commTimeout() time.Duration {

@@ -37,7 +37,7 @@ type deviceDDP struct {
 // newDeviceGroup makes the device process group of a job: NCCL, its
 // unique id shared through the store. Tests replace it.
 var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
-	if !ncclDevice(dev) {
+	if !isCUDA(dev) {
 		return nil, fmt.Errorf("--dist-backend nccl needs CUDA devices, not %v", dev)
 	}
 	var g *nccl.Group

@@ -46,12 +46,12 @@ func (c Config) Place() (Placement, error) {
 // devices moves to the k-th set of n (cuda:0,cuda:1 is cuda:2,cuda:3 on
 // local rank 1). CPU devices, which the processes share, stay.
 func (p Placement) ForLocalRank(k int, numbered bool) Placement {
-	if p.Device.Kind == "cuda" && !numbered {
+	if isCUDA(p.Device) && !numbered {
 		p.Device.Index = k
 	}
 	cuda := len(p.Stages) > 0
 	for _, d := range p.Stages {
-		cuda = cuda && d.Kind == "cuda"
+		cuda = cuda && isCUDA(d)
 	}
 	if cuda && k > 0 {
 		stages := make([]tensor.Device, len(p.Stages))
@@ -75,6 +75,13 @@ func (p Placement) Record(c *Config) {
 		c.Pipeline = strings.Join(names, ",")
 	}
 }
+
+// isCUDA reports whether d is an NVIDIA GPU: one process's own device,
+// which NCCL can reduce in. The trainer asks backends for what they can do
+// (backend.HostMemory, backend.ThreadBudget); NCCL and the GPUs of a node's
+// local ranks are the CUDA driver's own numbering, so this is the one
+// question it asks by the device's kind.
+func isCUDA(d tensor.Device) bool { return d.Kind == "cuda" }
 
 // parseDevices reads --pipeline: distinct devices separated by commas.
 func parseDevices(s string) ([]tensor.Device, error) {
