@@ -494,14 +494,13 @@ func (r *run) scheduleStep(step int) int { return step - r.scaler.SkippedSteps()
 
 func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
 
-// loop runs the optimizer steps with evaluations, filling sum.
+// loop runs the optimizer steps with evaluations, filling sum: each step,
+// then the group's agreement on it, its statistics and log line, and its
+// checkpoint.
 func (r *run) loop(sum *Summary, first int) (err error) {
 	cfg := r.cfg
 	start := time.Now()
-	var rates, stepMs, waitMs []float64
-	var lossAcc float64
-	var lossN int
-	var windowMs, windowWait, totalStep, totalWait float64
+	var st stepStats
 	defer func() {
 		// Let a write in flight finish (a panic included) and report it.
 		if werr := r.ckpt.wait(r.log); err == nil {
@@ -531,111 +530,156 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			cfg.AfterStep(step + 1)
 		}
 		dt := time.Since(t0).Seconds()
-		wait := (r.dataWait - w0).Seconds() * 1000
 		tl := time.Now()
-		// The group agrees on a stop (a signal to any rank) and on a loss
-		// that is not finite, after every step.
-		stop := false
-		select {
-		case <-cfg.Stop:
-			stop = true
-		default:
-		}
-		bad := !finite(loss) || r.badGrads
-		nBad := 0
-		if bad {
-			nBad = 1
-		}
-		if r.ddp != nil {
-			var err error
-			if stop, nBad, err = r.ddp.agreeStep(stop, bad); err != nil {
-				return fmt.Errorf("step %d: %w", step+1, err)
-			}
-		}
-		if nBad > 0 {
-			return r.diverged(step+1, loss, nBad)
+		stop, err := r.agree(step, loss)
+		if err != nil {
+			return err
 		}
 		sum.Steps++
-		lossAcc += loss
-		lossN++
-		windowMs += dt * 1000
-		windowWait += wait
 		sum.FinalTrainLoss = loss
+		st.add(loss, dt*1000, (r.dataWait-w0).Seconds()*1000, float64(r.tokensPerStep())/dt, measured)
 		if measured {
-			rates = append(rates, float64(r.tokensPerStep())/dt)
-			stepMs = append(stepMs, dt*1000)
-			waitMs = append(waitMs, wait)
-			totalStep += dt * 1000
-			totalWait += wait
 			r.measured++
 		}
 		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
-			avg, ms, wms := lossAcc/float64(lossN), windowMs/float64(lossN), windowWait/float64(lossN)
-			if r.ddp != nil { // the loss and step time averaged over the ranks
-				vals := [...]float32{float32(avg), float32(ms), float32(wms)}
-				if err := r.ddp.average(vals[:]); err != nil {
-					r.ddp.err = err
-					return fmt.Errorf("step %d: averaging the logged loss: %w", step+1, err)
-				}
-				avg, ms, wms = float64(vals[0]), float64(vals[1]), float64(vals[2])
-			}
-			tps := float64(r.tokensPerStep()) / (ms / 1000)
-			m := Metric{Step: step + 1, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
-			fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
-				step+1, cfg.MaxIters, avg, lr, ms, tps)
-			if w := max(cfg.WorldSize, 1); w > 1 { // tps and MFU are per process
-				fmt.Fprintf(r.log, " per rank, %.0f in all", tps*float64(w))
-			}
-			if r.peakFLOPs > 0 {
-				mfu := tps * r.flopsPerToken / r.peakFLOPs
-				m.MFU = &mfu
-				fmt.Fprintf(r.log, " | MFU %.1f%%", 100*mfu)
-			}
-			fmt.Fprintf(r.log, " | data wait %.3f ms (%.2f%%)", wms, 100*wms/ms)
-			if r.scaler != nil {
-				fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.Scale, r.scaler.Skipped)
-				sc := float64(r.scaler.Scale)
-				m.LossScale = &sc
-			}
-			fmt.Fprintln(r.log)
-			gn := r.gradNorm
-			m.GradNorm = &gn
-			r.fillMetric(&m, lossN)
-			if err := r.addMetric(m); err != nil {
+			if err := r.logWindow(step+1, lr, &st); err != nil {
 				return err
 			}
-			lossAcc, lossN, windowMs, windowWait = 0, 0, 0, 0
 		}
-		if err := r.ckpt.poll(r.log); err != nil {
+		if err := r.checkpointAfter(step+1, stop, sum.BestValLoss); err != nil {
 			return err
-		}
-		done := step + 1
-		if stop {
-			if err := r.ckpt.save(r, done, sum.BestValLoss, true); err != nil {
-				return err
-			}
-			if cfg.Rank != 0 {
-				return fmt.Errorf("%w after step %d; rank 0 saved the group's checkpoint; continue with --resume", ErrInterrupted, done)
-			}
-			fmt.Fprintf(r.log, "stopped after step %d: checkpoint in %s; continue with --resume\n", done, r.ckpt.last)
-			return fmt.Errorf("%w after step %d; checkpoint %s; continue with --resume", ErrInterrupted, done, r.ckpt.last)
-		}
-		if cfg.CkptInterval > 0 && (done%cfg.CkptInterval == 0 || done == cfg.MaxIters) {
-			if err := r.ckpt.save(r, done, sum.BestValLoss, false); err != nil {
-				return err
-			}
 		}
 		r.status.update(step+1, cfg.MaxIters, loss, float64(r.tokensPerStep())/dt, dt*1000)
 		r.tel.addHost(phCkptLog, time.Since(tl), measured)
 	}
-	sum.TokensPerSec = median(rates)
-	sum.MsPerStep = median(stepMs)
-	sum.DataWaitMs = median(waitMs)
-	if totalStep > 0 {
-		sum.DataWaitShare = totalWait / totalStep
-	}
+	st.summarize(sum)
 	sum.ElapsedSec = time.Since(start).Seconds()
 	r.summarizeTelemetry(sum)
+	return nil
+}
+
+// stepStats gathers the steps' losses and times: a window since the last
+// log line, and the measured steps (after 5 warm-up steps) for the
+// summary's medians.
+type stepStats struct {
+	lossAcc, windowMs, windowWait float64
+	n                             int // steps in the window
+	rates, stepMs, waitMs         []float64
+	totalStep, totalWait          float64
+}
+
+// add records a step's loss, time and data wait (ms) and rate (tokens/s).
+func (s *stepStats) add(loss, ms, waitMs, rate float64, measured bool) {
+	s.lossAcc += loss
+	s.n++
+	s.windowMs += ms
+	s.windowWait += waitMs
+	if measured {
+		s.rates = append(s.rates, rate)
+		s.stepMs = append(s.stepMs, ms)
+		s.waitMs = append(s.waitMs, waitMs)
+		s.totalStep += ms
+		s.totalWait += waitMs
+	}
+}
+
+// summarize puts the medians of the measured steps in sum.
+func (s *stepStats) summarize(sum *Summary) {
+	sum.TokensPerSec = median(s.rates)
+	sum.MsPerStep = median(s.stepMs)
+	sum.DataWaitMs = median(s.waitMs)
+	if s.totalStep > 0 {
+		sum.DataWaitShare = s.totalWait / s.totalStep
+	}
+}
+
+// agree ends a step for the group: every rank learns whether any was
+// asked to stop (a signal) and whether any loss or gradients were not
+// finite, so the ranks stop after the same step, and a diverged rank stops
+// the group at the first bad step, before anything is saved.
+func (r *run) agree(step int, loss float64) (stop bool, err error) {
+	select {
+	case <-r.cfg.Stop:
+		stop = true
+	default:
+	}
+	bad := !finite(loss) || r.badGrads
+	nBad := 0
+	if bad {
+		nBad = 1
+	}
+	if r.ddp != nil {
+		if stop, nBad, err = r.ddp.agreeStep(stop, bad); err != nil {
+			return false, fmt.Errorf("step %d: %w", step+1, err)
+		}
+	}
+	if nBad > 0 {
+		return false, r.diverged(step+1, loss, nBad)
+	}
+	return stop, nil
+}
+
+// logWindow prints the log line of the steps since the last one (the
+// group's means in a data-parallel run) and appends their metric, then
+// empties the window.
+func (r *run) logWindow(done int, lr float64, st *stepStats) error {
+	cfg := r.cfg
+	avg, ms, wms := st.lossAcc/float64(st.n), st.windowMs/float64(st.n), st.windowWait/float64(st.n)
+	if r.ddp != nil { // the loss and step time averaged over the ranks
+		vals := [...]float32{float32(avg), float32(ms), float32(wms)}
+		if err := r.ddp.average(vals[:]); err != nil {
+			r.ddp.err = err
+			return fmt.Errorf("step %d: averaging the logged loss: %w", done, err)
+		}
+		avg, ms, wms = float64(vals[0]), float64(vals[1]), float64(vals[2])
+	}
+	tps := float64(r.tokensPerStep()) / (ms / 1000)
+	m := Metric{Step: done, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
+	fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
+		done, cfg.MaxIters, avg, lr, ms, tps)
+	if w := max(cfg.WorldSize, 1); w > 1 { // tps and MFU are per process
+		fmt.Fprintf(r.log, " per rank, %.0f in all", tps*float64(w))
+	}
+	if r.peakFLOPs > 0 {
+		mfu := tps * r.flopsPerToken / r.peakFLOPs
+		m.MFU = &mfu
+		fmt.Fprintf(r.log, " | MFU %.1f%%", 100*mfu)
+	}
+	fmt.Fprintf(r.log, " | data wait %.3f ms (%.2f%%)", wms, 100*wms/ms)
+	if r.scaler != nil {
+		fmt.Fprintf(r.log, " | loss scale %g, %d steps skipped", r.scaler.Scale, r.scaler.Skipped)
+		sc := float64(r.scaler.Scale)
+		m.LossScale = &sc
+	}
+	fmt.Fprintln(r.log)
+	gn := r.gradNorm
+	m.GradNorm = &gn
+	r.fillMetric(&m, st.n)
+	st.lossAcc, st.n, st.windowMs, st.windowWait = 0, 0, 0, 0
+	return r.addMetric(m)
+}
+
+// checkpointAfter saves what step done asks for: a checkpoint every
+// CkptInterval steps and at the end, and one before stopping when the
+// group was asked to stop (then it returns ErrInterrupted).
+func (r *run) checkpointAfter(done int, stop bool, best float64) error {
+	cfg := r.cfg
+	if err := r.ckpt.poll(r.log); err != nil {
+		return err
+	}
+	if stop {
+		if err := r.ckpt.save(r, done, best, true); err != nil {
+			return err
+		}
+		if cfg.Rank != 0 {
+			return fmt.Errorf("%w after step %d; rank 0 saved the group's checkpoint; continue with --resume", ErrInterrupted, done)
+		}
+		fmt.Fprintf(r.log, "stopped after step %d: checkpoint in %s; continue with --resume\n", done, r.ckpt.last)
+		return fmt.Errorf("%w after step %d; checkpoint %s; continue with --resume", ErrInterrupted, done, r.ckpt.last)
+	}
+	if cfg.CkptInterval > 0 && (done%cfg.CkptInterval == 0 || done == cfg.MaxIters) {
+		return r.ckpt.save(r, done, best, false)
+	}
 	return nil
 }
 
