@@ -13,10 +13,13 @@ import (
 
 // BenchmarkPipeline times training steps of the default model (batch 24)
 // split over S = 2 and 4 logical CPU devices with M = 1, 4 and 8
-// micro-batches, and reports the schedule's own bubble, the bubble and
-// each stage's utilisation measured from the slot times laid on the
-// schedule's timeline, and ms per step (the slots run one after another
-// on one goroutine; see pipeline.Runner):
+// micro-batches, and reports the schedule's own bubble, the measured
+// bubble (the stages' idle share of the wall time) and each stage's
+// utilisation, the share of the last step in which every stage was busy
+// at once, each stage's peak memory during the schedule above what it
+// holds between steps (the micro-batches' activations in flight), and the
+// wall and serial (summed slot) ms per schedule run. The stages run at the
+// same time, each on its own goroutine, splitting the machine's cores:
 //
 //	go test ./train -run '^$' -bench Pipeline -benchtime 10x
 func BenchmarkPipeline(b *testing.B) {
@@ -51,6 +54,13 @@ func BenchmarkPipeline(b *testing.B) {
 					for step := range 5 { // warm-up: the pipeline report skips these
 						r.mustStep(step, 1e-3)
 					}
+					// What each stage holds between steps (weights, gradients,
+					// optimizer state; and other benchmarks' models, in this
+					// process): the schedule's peak above it is activations.
+					var held []int64
+					for _, d := range r.pipe.devs {
+						held = append(held, tensor.MemStats(d).Allocated)
+					}
 					b.ResetTimer()
 					for i := range b.N {
 						r.mustStep(5+i, 1e-3)
@@ -62,7 +72,11 @@ func BenchmarkPipeline(b *testing.B) {
 					for st, u := range rep.Utilisation {
 						b.ReportMetric(100*u, fmt.Sprintf("util%%_s%d", st))
 					}
-					b.ReportMetric(rep.MakespanMs, "pipelined_ms")
+					b.ReportMetric(100*rep.AllBusyShare, "all_busy%")
+					for st, pk := range rep.SchedulePeakMemBytes {
+						b.ReportMetric(float64(pk-held[st])/(1<<20), fmt.Sprintf("act_MiB_s%d", st))
+					}
+					b.ReportMetric(rep.MakespanMs, "wall_ms")
 					b.ReportMetric(rep.SerialMs, "serial_ms")
 				})
 			}

@@ -747,9 +747,15 @@ func (r *run) step(step int, lr float64) (float64, error) { return r.stepWithHoo
 // stepWithHook is step with a hook run after the gradients are complete
 // and before clipping (tests inspect them there).
 func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
-	cfg := r.cfg
 	if !r.opened {
-		if err := r.staged.open(r.dev, cfg.BatchSize, cfg.BlockSize); err != nil {
+		// The batch plan, resolved (Run has done it; a Stepper or a test
+		// may not have).
+		plan, err := r.cfg.PlanBatch()
+		if err != nil {
+			return 0, err
+		}
+		r.cfg.GradAccum = plan.Accum
+		if err := r.staged.open(r.dev, r.cfg.BatchSize, r.cfg.BlockSize); err != nil {
 			return 0, fmt.Errorf("staging batches: %w", err)
 		}
 		r.opened = true
@@ -757,6 +763,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
 			return 0, err
 		}
 	}
+	cfg := r.cfg
 	if r.pipe != nil {
 		r.pipe.beginStep()
 	}

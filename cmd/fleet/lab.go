@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/fleetml/fleet/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -61,7 +62,7 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	path := filepath.Join(*out, "lab.json")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nwrote %s (%.0f s); fleet report %s plots it\n", path, res.ElapsedSec, *out)
