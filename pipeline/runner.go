@@ -16,19 +16,20 @@ import (
 // on a goroutine of its own, so micro-batches flow through the stages at
 // the same time. Stages hand each other micro-batches over channels: a
 // stage's output is detached and sent to the next stage, which copies it
-// to its device (device to device) and makes it a leaf there; that leaf's
+// to its device (tensor.To) and makes it a leaf there; that leaf's
 // gradient, after the next stage's backward pass, is sent back, copied
 // onto this stage's device and seeds this stage's backward pass
 // (tensor.BackwardWith). Every stage's work is the same, in the same
-// order, as on one goroutine, so the results are too.
+// order, as on one goroutine, so the results are too. Run opens a step of
+// every stage's program around the stages, and each stage keeps a
+// micro-batch's graph in a scope of its own (tensor.Program.In) that it
+// frees right after the micro-batch's backward pass: a stage holds only
+// the micro-batches in flight, S at most under 1F1B.
 //
 // Without Programs, every slot runs on the calling goroutine in
-// Schedule.Order (tests, and stages that share a device).
-//
-// Run must be called inside a step of every stage's program (a
-// tensor.Step of the default program when Programs is nil): every
-// micro-batch's graph stays alive until its backward pass, and the steps
-// free them all.
+// Schedule.Order (tests, and stages that share a device). Run must then
+// be called inside a tensor.Step: every micro-batch's graph stays alive
+// until its backward pass, and the step frees them all.
 type Runner struct {
 	Schedule Schedule
 	Devices  []tensor.Device

@@ -1,7 +1,9 @@
-// Package pipeline plans pipeline-parallel training: the schedules that
-// order each stage's forward and backward passes over micro-batches
-// (naive, GPipe, 1F1B), their timelines and bubble fractions, and the
-// split of a model's layers into contiguous stages.
+// Package pipeline plans and runs pipeline-parallel training: the
+// schedules that order each stage's forward and backward passes over
+// micro-batches (naive, GPipe, 1F1B), their timelines and bubble
+// fractions, the split of a model's layers into contiguous stages, and
+// the Runner that runs the stages at the same time, each on its own
+// goroutine.
 //
 // A schedule is a list of slots per stage. A slot is one stage's forward
 // or backward pass of one micro-batch. The dependencies are those of a
