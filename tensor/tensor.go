@@ -386,6 +386,13 @@ func (t *Tensor) To(dev Device) *Tensor {
 		return t
 	}
 	out := alloc("to", dev, t.dtype, t.shape)
+	if h, ok := t.be.(backend.HostMemory); ok && t.dtype == F32 {
+		// A tensor in host memory goes straight from it: one copy (between
+		// two CPU devices, pipeline stages, the only one), no staging
+		// buffer and no read back from a device.
+		out.be.Upload(out.ref(), backend.AsBytes(h.HostFloat32s(t.ref(), t.Numel())))
+		return out
+	}
 	switch t.dtype {
 	case F32:
 		out.be.Upload(out.ref(), backend.AsBytes(t.Float32s()))
