@@ -79,7 +79,10 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 		return Result{}, err
 	}
 	m.SetRecompute(cfg.Recompute)
-	r := train.NewStepper(cfg, dev, m, s)
+	var r *train.Stepper
+	if err := tensor.Catch(func() { r = train.NewStepper(cfg, dev, m, s) }); err != nil {
+		return Result{}, fmt.Errorf("optimizer state: %w", err)
+	}
 	var ms, rates []float64
 	defer r.Close()
 	var stepErr error

@@ -274,7 +274,7 @@ func compareAccum(dev tensor.Device, o Options, a *Accum, scale float32) error {
 	return tensor.Catch(func() {
 		m, err := model.New(mc, dev, c.Seed)
 		if err != nil {
-			panic(&tensor.Error{Op: "lab", Msg: err.Error()})
+			panic(&tensor.Error{Op: "lab", Err: err})
 		}
 		params := m.Parameters()
 		grads := func() [][]float32 {

@@ -38,12 +38,14 @@ func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
 		cfg.Eps = 1e-8
 	}
 	o := &AdamW{Config: cfg, Params: params}
-	tensor.Persist(func() {
-		for _, p := range params {
+	for _, p := range params {
+		// The moments live with their parameter, outside the steps of the
+		// program driving its device (a pipeline stage's, perhaps).
+		tensor.ProgramOf(p.T.Device()).Persist(func() {
 			o.M = append(o.M, tensor.ZerosLike(p.T))
 			o.V = append(o.V, tensor.ZerosLike(p.T))
-		}
-	})
+		})
+	}
 	return o
 }
 

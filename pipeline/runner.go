@@ -97,6 +97,9 @@ type handoff struct {
 
 // stageRun is one stage's part of a concurrent run.
 type stageRun struct {
+	// taken is a gradient this stage received and has yet to free (its
+	// own once received): freed on a failure too.
+	taken *tensor.Tensor
 	// scopes[m] holds micro-batch m's graph on this stage from its forward
 	// pass until its backward pass is done, when it is freed: a stage
 	// holds only the micro-batches in flight (S for 1F1B, M for GPipe).
@@ -202,6 +205,8 @@ func (r *Runner) runConcurrent() {
 			// Room for every micro-batch: a sender never waits.
 			r.acts[b], r.grads[b] = make(chan handoff, M), make(chan handoff, M)
 		}
+	}
+	if len(r.stages) != S {
 		r.stages = make([]stageRun, S)
 	}
 	for st := range r.stages {
@@ -292,7 +297,12 @@ func drain(c chan handoff, grads bool) {
 // one.
 func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 	defer wg.Done()
+	sr := &r.stages[st]
 	defer func() {
+		if sr.taken != nil { // a failure between receiving a gradient and freeing it
+			sr.taken.Free()
+			sr.taken = nil
+		}
 		if e := recover(); e != nil {
 			r.abortOnce.Do(func() {
 				r.failure = e
@@ -300,7 +310,6 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 			})
 		}
 	}()
-	sr := &r.stages[st]
 	sr.spans, sr.times, sr.marks = sr.spans[:0], sr.times[:0], sr.marks[:0]
 	sr.actCopies, sr.actB, sr.gradCopies, sr.gradB = 0, 0, 0, 0
 	tm := tensor.DeviceTimer(r.Devices[st])
@@ -314,6 +323,7 @@ func (r *Runner) stage(st int, t00 time.Time, wg *sync.WaitGroup) {
 			h = r.receive(r.acts[st-1], sl.Micro, "the activation")
 		case sl.Kind == Backward && st < last:
 			h = r.receive(r.grads[st], sl.Micro, "the gradient")
+			sr.taken = h.t
 		}
 		var mk [2]backend.Mark
 		if tm != nil {
@@ -408,12 +418,13 @@ func (r *Runner) backward(st, m int, sr *stageRun, h handoff) {
 	out := r.outs[st][m]
 	last := st == r.Schedule.Stages-1
 	if !last && sr != nil {
-		// The next stage's input gradient, or nil where none reached it.
-		// The next stage's input gradient, now this stage's to free.
+		// The next stage's input gradient (nil where none reached it):
+		// this stage's to free once copied.
 		g := h.t
 		if g != nil {
 			gl := g.To(r.Devices[st])
 			g.Free()
+			sr.taken = nil
 			sr.gradCopies++
 			sr.gradB += int64(gl.Numel() * gl.DType().Size())
 			if out.RequiresGrad() {

@@ -148,3 +148,62 @@ func TestConcurrentRunnerFailure(t *testing.T) {
 		t.Fatalf("a run after a failed one: %v", err)
 	}
 }
+
+// TestConcurrentRunnerOneStage: a pipeline of one stage (a model on one
+// device, through the runner) runs concurrently too.
+func TestConcurrentRunnerOneStage(t *testing.T) {
+	devs := []tensor.Device{{Kind: "cpu", Index: 5}}
+	sch, _ := New(OneFOneB, 1, 3)
+	c := newChain(devs, 3)
+	p, err := tensor.NewProgram(devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := c.runner(sch, []*tensor.Program{p})
+	if err := tensor.Catch(func() { tensor.Step(r.Run) }); err != nil {
+		t.Fatal(err)
+	}
+	if c.ws[0].Grad == nil || len(r.Spans) != 6 {
+		t.Fatalf("gradient %v, %d spans; want a gradient and 6 spans", c.ws[0].Grad, len(r.Spans))
+	}
+}
+
+// TestConcurrentRunnerFailureFreesGradients: a stage that fails after it
+// took a gradient from the next stage frees it: the run leaves no memory
+// behind.
+func TestConcurrentRunnerFailureFreesGradients(t *testing.T) {
+	devs := []tensor.Device{{Kind: "cpu", Index: 13}, {Kind: "cpu", Index: 14}}
+	sch, _ := New(GPipeName, 2, 3)
+	c := newChain(devs, 3)
+	var progs []*tensor.Program
+	for _, d := range devs {
+		p, err := tensor.NewProgram(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		progs = append(progs, p)
+	}
+	r := c.runner(sch, progs)
+	r.Before = func(sl Slot) {
+		if sl.Stage == 0 && sl.Kind == Backward && sl.Micro == 1 {
+			panic(&tensor.Error{Op: "test", Msg: "stage 0 fails in a backward slot"})
+		}
+	}
+	held := [2]int64{tensor.MemStats(devs[0]).Allocated, tensor.MemStats(devs[1]).Allocated}
+	if err := tensor.Catch(func() { tensor.Step(r.Run) }); err == nil {
+		t.Fatal("the run did not fail")
+	}
+	for i, d := range devs {
+		// The weights' gradients made by the backward passes that ran
+		// are the only memory a failed run may add.
+		var grads int64
+		if g := c.ws[i].Grad; g != nil {
+			grads = int64(g.Numel() * 4)
+		}
+		if got := tensor.MemStats(d).Allocated - held[i]; got != grads {
+			t.Errorf("%v: %d bytes more allocated after the failed run, want %d (the weight's gradient)", d, got, grads)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		src := "--memory-limit"
 		if res.Budget == 0 {
 			res.Budget = int64(float64(stats.Total) * autoBatchCPUShare)
-			src = fmt.Sprintf("half of the machine's %s of RAM (set --memory-limit to change it)", fmtBytes(stats.Total))
+			src = fmt.Sprintf("half of the machine's %s of RAM (set --memory-limit to change it)", units.Bytes(stats.Total))
 		}
 		if res.Budget <= 0 {
 			return res, fmt.Errorf("--batch-size auto on the CPU needs --memory-limit: the machine's memory is unknown")
@@ -105,7 +105,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			b--
 		}
 		if b < 1 || !p1.Fits {
-			return res, fmt.Errorf("--batch-size auto: even batch 1 needs %s, over the budget of %s (%s)", fmtBytes(p1.Peak), fmtBytes(res.Budget), src)
+			return res, fmt.Errorf("--batch-size auto: even batch 1 needs %s, over the budget of %s (%s)", units.Bytes(p1.Peak), units.Bytes(res.Budget), src)
 		}
 		// Check the estimate with a real step, shrinking if it was short.
 		for tries := 0; ; tries++ {
@@ -115,7 +115,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			}
 			if p.Fits || b == 1 || tries == 3 {
 				if !p.Fits {
-					return res, fmt.Errorf("--batch-size auto: batch %d needs %s, over the budget of %s", b, fmtBytes(p.Peak), fmtBytes(res.Budget))
+					return res, fmt.Errorf("--batch-size auto: batch %d needs %s, over the budget of %s", b, units.Bytes(p.Peak), units.Bytes(res.Budget))
 				}
 				res.Batch, res.Peak = b, p.Peak
 				break
@@ -126,7 +126,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			}
 		}
 		res.Reason = fmt.Sprintf("a trial step needs %s fixed + %s per sequence (measured at batch 1 and 2); the budget is %s, %s",
-			fmtBytes(fixed), fmtBytes(per), fmtBytes(res.Budget), src)
+			units.Bytes(fixed), units.Bytes(per), units.Bytes(res.Budget), src)
 		if res.Batch == maxB {
 			res.Reason += fmt.Sprintf("; capped at %d", maxB)
 		}
@@ -141,11 +141,11 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		return res, err
 	}
 	if good == 0 {
-		return res, fmt.Errorf("--batch-size auto: even batch 1 does not fit in %s on %v", fmtBytes(res.Budget), dev)
+		return res, fmt.Errorf("--batch-size auto: even batch 1 does not fit in %s on %v", units.Bytes(res.Budget), dev)
 	}
 	res.Batch, res.Peak = good, goodPeak
 	res.Reason = fmt.Sprintf("the largest batch whose trial step fit in %s (%v's %s less a %.0f%% margin)",
-		fmtBytes(res.Budget), dev, fmtBytes(stats.Total), autoBatchMargin*100)
+		units.Bytes(res.Budget), dev, units.Bytes(stats.Total), autoBatchMargin*100)
 	if bad > 0 {
 		res.Reason += fmt.Sprintf("; batch %d did not", bad)
 	} else if good == maxB {
@@ -202,9 +202,9 @@ func (p BatchProbe) describe(budget int64) string {
 	case p.OOM:
 		return "out of memory"
 	case p.Fits:
-		return fmt.Sprintf("peak %s, fits in %s", fmtBytes(p.Peak), fmtBytes(budget))
+		return fmt.Sprintf("peak %s, fits in %s", units.Bytes(p.Peak), units.Bytes(budget))
 	}
-	return fmt.Sprintf("peak %s, over %s", fmtBytes(p.Peak), fmtBytes(budget))
+	return fmt.Sprintf("peak %s, over %s", units.Bytes(p.Peak), units.Bytes(budget))
 }
 
 // probeBatch runs one full training step (forward, backward, clipping,
@@ -296,6 +296,3 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 	}
 	return nil
 }
-
-// fmtBytes prints a byte count in binary units (negative ones as 0).
-func fmtBytes(n int64) string { return units.Bytes(n) }

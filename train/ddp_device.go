@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"github.com/fleetml/fleet/internal/units"
 	"time"
 
 	"github.com/fleetml/fleet/dist"
@@ -85,7 +86,7 @@ func (d *deviceDDP) collective(name string, op func(addr, stream uintptr) error)
 		return op(addr, stream)
 	})
 	if err != nil {
-		return fmt.Errorf("%s #%d (%s): %w", name, d.ops, fmtBytes(int64(4*d.n)), err)
+		return fmt.Errorf("%s #%d (%s): %w", name, d.ops, units.Bytes(int64(4*d.n)), err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- tensor.Catch(func() { d.probe.Item() }) }() // waits for the stream
@@ -102,12 +103,12 @@ func (d *deviceDDP) collective(name string, op func(addr, stream uintptr) error)
 		case <-tick.C:
 			if err := d.grp.CheckAsync(); err != nil {
 				d.grp.Abort()
-				return fmt.Errorf("%s #%d (%s): a peer failed: %w", name, d.ops, fmtBytes(int64(4*d.n)), err)
+				return fmt.Errorf("%s #%d (%s): a peer failed: %w", name, d.ops, units.Bytes(int64(4*d.n)), err)
 			}
 		case <-deadline:
 			d.grp.Abort()
 			return fmt.Errorf("%s #%d (%s): not complete after %v (--comm-timeout): a peer is gone or stuck; the communicator was aborted",
-				name, d.ops, fmtBytes(int64(4*d.n)), d.timeout)
+				name, d.ops, units.Bytes(int64(4*d.n)), d.timeout)
 		}
 	}
 }

@@ -26,8 +26,10 @@ type pipeRun struct {
 	devs  []tensor.Device
 	progs programs // [stage]: the tensor program driving its device
 	owned []*tensor.Program
-	// threads restores the thread budgets the stages' host devices had.
+	// threads restores the thread budgets the stages' host devices had;
+	// each is the budget each has while the stages run at once.
 	threads map[backend.ThreadBudget]int
+	each    int
 	st      *model.Staged
 	run     *pipeline.Runner
 	micros  int
@@ -208,7 +210,7 @@ func (p *pipeRun) shareCores() {
 		return
 	}
 	each := max(runtime.GOMAXPROCS(0)/len(host), 1)
-	p.threads = map[backend.ThreadBudget]int{}
+	p.threads, p.each = map[backend.ThreadBudget]int{}, each
 	for _, tb := range host {
 		p.threads[tb] = tb.Threads()
 		tb.SetThreads(each)
@@ -218,6 +220,20 @@ func (p *pipeRun) shareCores() {
 		unit = "thread"
 	}
 	fmt.Fprintf(p.r.log, "pipeline: %d stages on host threads share %d cores: %d %s each\n", len(host), runtime.GOMAXPROCS(0), each, unit)
+}
+
+// allCores runs fn, which drives the stages one after another
+// (evaluation), with each host stage on all the cores it had.
+func (p *pipeRun) allCores(fn func()) {
+	for tb, n := range p.threads {
+		tb.SetThreads(n)
+	}
+	defer func() {
+		for tb := range p.threads {
+			tb.SetThreads(p.each)
+		}
+	}()
+	fn()
 }
 
 // close gives the stages' devices back to the default program and their

@@ -17,9 +17,11 @@ type Placement struct {
 }
 
 // Place resolves c.Device ("auto" picks cuda:0 when it works, else the
-// CPU) and c.Pipeline, and checks that every device opens. The command
-// calls it once and hands the result to Run in c.Placement; Run calls it
-// when nothing did.
+// CPU; the device must open) and parses c.Pipeline. The stages' devices
+// are opened by Run (Placement.Open), after a data-parallel process has
+// moved to its own (ForLocalRank), so no process opens another's GPUs.
+// The command calls Place once and hands the result to Run in
+// c.Placement; Run calls it when nothing did.
 func (c Config) Place() (Placement, error) {
 	dev, err := backend.Resolve(c.Device)
 	if err != nil {
@@ -32,12 +34,17 @@ func (c Config) Place() (Placement, error) {
 	if pl.Stages, err = parseDevices(c.Pipeline); err != nil {
 		return Placement{}, err
 	}
-	for _, d := range pl.Stages {
+	return pl, nil
+}
+
+// Open opens the stages' devices, saying which fails.
+func (p Placement) Open() error {
+	for _, d := range p.Stages {
 		if _, err := backend.Get(d); err != nil {
-			return Placement{}, fmt.Errorf("--pipeline: %w", err)
+			return fmt.Errorf("--pipeline: %w", err)
 		}
 	}
-	return pl, nil
+	return nil
 }
 
 // ForLocalRank is the placement of local rank k of a node's data-parallel

@@ -28,8 +28,9 @@ func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *S
 
 // Step runs optimizer step step at learning rate lr and returns the mean
 // micro-batch loss. Data and communication failures are returned; a
-// tensor op's failure (a device error, out of memory) panics as a
-// *tensor.Error (see tensor.Catch).
+// tensor op's failure panics, as a *tensor.Error (a programming error) or
+// a *backend.DeviceError (out of memory, a failed launch): see
+// tensor.Catch.
 func (s *Stepper) Step(step int, lr float64) (float64, error) { return s.r.step(step, lr) }
 
 // TokensPerStep is the tokens one Step trains on.

@@ -247,6 +247,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	} else if place, err = cfg.Place(); err != nil {
 		return nil, err
 	}
+	if err := place.Open(); err != nil {
+		return nil, err
+	}
 	dev := place.Device
 	// The ranks of a job join their store first: rank 0 decides the run's
 	// folder, and every rank compares its settings with rank 0's, before
@@ -886,10 +889,17 @@ func (r *run) evaluate(step int, sum *Summary) error {
 		loss, progs = r.pipe.evalLoss, r.pipe.progs
 	}
 	rank, world := r.cfg.Rank, max(r.cfg.WorldSize, 1)
-	progs.autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
-		tl = estimateLoss(r.model, progs, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
-		vl = estimateLoss(r.model, progs, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
-	})
+	eval := func() {
+		progs.autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
+			tl = estimateLoss(r.model, progs, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+			vl = estimateLoss(r.model, progs, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+		})
+	}
+	if r.pipe != nil {
+		r.pipe.allCores(eval) // the stages take turns: each may use every core
+	} else {
+		eval()
+	}
 	if r.ddp != nil {
 		vals := [...]float32{float32(tl), float32(vl)}
 		if err := r.ddp.average(vals[:]); err != nil {

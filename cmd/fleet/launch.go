@@ -171,7 +171,7 @@ func nprocPerNode(s string, getenv func(string) string, glob func(string) ([]str
 		return n, nil
 	}
 	n := 0
-	if v, ok := visibleDevices(getenv("CUDA_VISIBLE_DEVICES")); ok {
+	if v, ok := visibleDevices(getenv(launch.EnvVisibleDevices)); ok {
 		n = v
 	} else if files, err := glob("/dev/nvidia*"); err == nil {
 		for _, f := range files {

@@ -143,7 +143,7 @@ func Diagnose(t Telemetry) Diagnosis {
 		measured := share(t.PhaseMs.H2D)
 		transferShare = max(measured, share(estMs))
 		if transferShare >= TransferShareMin {
-			ev := []string{fmt.Sprintf("%s host→device and %s device→host per step", fmtBytes(t.H2DBytesPerStep), fmtBytes(t.D2HBytesPerStep))}
+			ev := []string{fmt.Sprintf("%s host→device and %s device→host per step", units.Bytes(t.H2DBytesPerStep), units.Bytes(t.D2HBytesPerStep))}
 			if t.PhaseMs.H2D > 0 {
 				ev = append(ev, fmt.Sprintf("copies held the step %.1f ms of %.1f ms (%.0f%%)", t.PhaseMs.H2D, step, 100*measured))
 			}
@@ -152,7 +152,7 @@ func Diagnose(t Telemetry) Diagnosis {
 			fix := "--prefetch 4 or more: upload the next batch on the copy stream while this step computes"
 			batchBytes := int64(2*4*t.MicroBatch*t.BlockSize) * int64(max(t.GradAccum, 1))
 			if batchBytes > 0 && bytes > 4*batchBytes {
-				ev = append(ev, fmt.Sprintf("that is %.0f× the token batches' %s (inputs and targets as int32)", float64(bytes)/float64(batchBytes), fmtBytes(batchBytes)))
+				ev = append(ev, fmt.Sprintf("that is %.0f× the token batches' %s (inputs and targets as int32)", float64(bytes)/float64(batchBytes), units.Bytes(batchBytes)))
 				fix = "keep tensors on the device: only the token batch needs to cross each step (look for copies of weights, activations or whole tensors to the host inside the step); raise --log-interval if logged values are what crosses"
 			}
 			fs = append(fs, Finding{Kind: Transfer, Title: "host-device transfers", Cost: transferShare, Evidence: ev, Fix: fix})
@@ -253,7 +253,7 @@ func Diagnose(t Telemetry) Diagnosis {
 			}
 			ev := []string{
 				fmt.Sprintf("%s %.0f%% of the time on average (peak %.0f%%; the threshold is %.0f%%)", what, t.UtilMeanPct, t.UtilPeakPct, LowUtilPct),
-				fmt.Sprintf("memory peaked at %s of %s (%.0f%%; the threshold is %.0f%%)", fmtBytes(memUsed), fmtBytes(t.MemTotalBytes), 100*memShare, 100*MemSpareShare),
+				fmt.Sprintf("memory peaked at %s of %s (%.0f%%; the threshold is %.0f%%)", units.Bytes(memUsed), units.Bytes(t.MemTotalBytes), 100*memShare, 100*MemSpareShare),
 			}
 			if t.MicroBatch > 0 {
 				ev = append(ev, fmt.Sprintf("micro-batch %d × block %d", t.MicroBatch, t.BlockSize))
@@ -347,15 +347,13 @@ func notes(t Telemetry) []string {
 		out = append(out, line)
 	}
 	if t.MemTotalBytes > 0 {
-		out = append(out, fmt.Sprintf("memory: %s used, %s peak, %s total", fmtBytes(t.MemUsedBytes), fmtBytes(t.MemPeakBytes), fmtBytes(t.MemTotalBytes)))
+		out = append(out, fmt.Sprintf("memory: %s used, %s peak, %s total", units.Bytes(t.MemUsedBytes), units.Bytes(t.MemPeakBytes), units.Bytes(t.MemTotalBytes)))
 	}
 	if t.OverheadPct > 0 {
 		out = append(out, fmt.Sprintf("telemetry overhead: %.2f%% of the step time", t.OverheadPct))
 	}
 	return out
 }
-
-func fmtBytes(n int64) string { return units.Bytes(n) }
 
 func fmtFLOPs(f float64) string {
 	switch {
