@@ -6,8 +6,8 @@ package bench
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/stats"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/fleetml/fleet/data"
@@ -104,7 +104,7 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Micro, Accum: plan.Accum, TokensPerStep: r.TokensPerStep(),
-		MsPerStep: median(ms), TokensPerSec: median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
+		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	return res, nil
@@ -153,17 +153,5 @@ func TimeMatMul(dev tensor.Device, s MatMulShape, iters int) (float64, error) {
 			})
 		})
 	})
-	return median(times), err
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return stats.Median(times), err
 }

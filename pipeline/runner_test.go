@@ -54,6 +54,22 @@ func (c *chain) runner(sch Schedule, progs []*tensor.Program) *Runner {
 	}
 }
 
+// claim gives each of devs a tensor program of its own until the test
+// ends.
+func claim(t *testing.T, devs []tensor.Device) []*tensor.Program {
+	t.Helper()
+	var progs []*tensor.Program
+	for _, d := range devs {
+		p, err := tensor.NewProgram(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		progs = append(progs, p)
+	}
+	return progs
+}
+
 // TestConcurrentRunnerMatchesSerial: stages on goroutines of their own,
 // each driving its own tensor program, leave exactly the gradients of the
 // same schedule run slot by slot on one goroutine, and their timeline has
@@ -70,14 +86,7 @@ func TestConcurrentRunnerMatchesSerial(t *testing.T) {
 				c := newChain(devs, 4)
 				var progs []*tensor.Program
 				if concurrent {
-					for _, d := range devs {
-						p, err := tensor.NewProgram(d)
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer p.Close()
-						progs = append(progs, p)
-					}
+					progs = claim(t, devs)
 				}
 				r := c.runner(sch, progs)
 				for range 2 { // gradients accumulate over two runs
@@ -122,15 +131,7 @@ func TestConcurrentRunnerFailure(t *testing.T) {
 	devs := []tensor.Device{{Kind: "cpu", Index: 5}, {Kind: "cpu", Index: 6}}
 	sch, _ := New(GPipeName, 2, 3)
 	c := newChain(devs, 3)
-	var progs []*tensor.Program
-	for _, d := range devs {
-		p, err := tensor.NewProgram(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		progs = append(progs, p)
-	}
+	progs := claim(t, devs)
 	r := c.runner(sch, progs)
 	fwd := r.Forward
 	r.Forward = func(st, m int, x *tensor.Tensor) *tensor.Tensor {
@@ -155,12 +156,7 @@ func TestConcurrentRunnerOneStage(t *testing.T) {
 	devs := []tensor.Device{{Kind: "cpu", Index: 5}}
 	sch, _ := New(OneFOneB, 1, 3)
 	c := newChain(devs, 3)
-	p, err := tensor.NewProgram(devs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	r := c.runner(sch, []*tensor.Program{p})
+	r := c.runner(sch, claim(t, devs))
 	if err := tensor.Catch(func() { tensor.Step(r.Run) }); err != nil {
 		t.Fatal(err)
 	}
@@ -176,15 +172,7 @@ func TestConcurrentRunnerFailureFreesGradients(t *testing.T) {
 	devs := []tensor.Device{{Kind: "cpu", Index: 13}, {Kind: "cpu", Index: 14}}
 	sch, _ := New(GPipeName, 2, 3)
 	c := newChain(devs, 3)
-	var progs []*tensor.Program
-	for _, d := range devs {
-		p, err := tensor.NewProgram(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		progs = append(progs, p)
-	}
+	progs := claim(t, devs)
 	r := c.runner(sch, progs)
 	r.Before = func(sl Slot) {
 		if sl.Stage == 0 && sl.Kind == Backward && sl.Micro == 1 {

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"bytes"
+	"github.com/fleetml/fleet/internal/testenv"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,23 +14,12 @@ import (
 	"github.com/fleetml/fleet/train"
 )
 
-func testText() string {
-	var b strings.Builder
-	for i := 0; b.Len() < 20000; i++ {
-		b.WriteString("the quick brown fox jumps over the lazy dog. ")
-		if i%3 == 0 {
-			b.WriteString("pack my box with five dozen liquor jugs!\n")
-		}
-	}
-	return b.String()
-}
-
 // TestLoadBack trains a tiny run, loads its folder back and evaluates it
 // sequentially: the loss agrees in scale with the trainer's estimate.
 func TestLoadBack(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "input.txt")
-	if err := os.WriteFile(path, []byte(testText()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(testenv.Text()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := train.Default()
@@ -47,7 +37,7 @@ func TestLoadBack(t *testing.T) {
 	if tr.Config.Model != res.Model.Config {
 		t.Errorf("loaded model config %+v, trained %+v", tr.Config.Model, res.Model.Config)
 	}
-	ids, _ := tr.Tokenizer.Encode(testText())
+	ids, _ := tr.Tokenizer.Encode(testenv.Text())
 	_, val := data.Split(ids)
 	loss, windows, err := SequentialLoss(tr.Model, data.Int32s(val), 16)
 	if err != nil || windows != (len(val)-1)/c.BlockSize {

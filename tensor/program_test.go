@@ -326,27 +326,30 @@ func programWorkload(p *Program, dev Device, cast DType, steps int) (run program
 	return run, nil
 }
 
+// bitDiff says where x and y (values of what) first differ bit for bit,
+// or "".
+func bitDiff(what string, x, y []float32) string {
+	if len(x) != len(y) {
+		return fmt.Sprintf("%s: %d values and %d", what, len(x), len(y))
+	}
+	for i := range x {
+		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+			return fmt.Sprintf("%s[%d]: %v and %v", what, i, x[i], y[i])
+		}
+	}
+	return ""
+}
+
 // sameBits reports where two runs first differ bit for bit, or "".
 func sameBits(a, b programRun) string {
-	diff := func(what string, x, y []float32) string {
-		if len(x) != len(y) {
-			return fmt.Sprintf("%s: %d values and %d", what, len(x), len(y))
-		}
-		for i := range x {
-			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
-				return fmt.Sprintf("%s[%d]: %v and %v", what, i, x[i], y[i])
-			}
-		}
-		return ""
-	}
-	if d := diff("loss", a.losses, b.losses); d != "" {
+	if d := bitDiff("loss", a.losses, b.losses); d != "" {
 		return d
 	}
-	if d := diff("evaluation", a.evals, b.evals); d != "" {
+	if d := bitDiff("evaluation", a.evals, b.evals); d != "" {
 		return d
 	}
 	for i := range a.params {
-		if d := diff(fmt.Sprintf("parameter %d", i), a.params[i], b.params[i]); d != "" {
+		if d := bitDiff(fmt.Sprintf("parameter %d", i), a.params[i], b.params[i]); d != "" {
 			return d
 		}
 	}

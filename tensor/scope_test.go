@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -151,27 +150,16 @@ type mbRun struct {
 }
 
 func (a mbRun) diff(b mbRun) string {
-	d := func(what string, x, y []float32) string {
-		if len(x) != len(y) {
-			return fmt.Sprintf("%s: %d values and %d", what, len(x), len(y))
-		}
-		for i := range x {
-			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
-				return fmt.Sprintf("%s[%d]: %v and %v", what, i, x[i], y[i])
-			}
-		}
-		return ""
-	}
-	if s := d("loss", a.losses, b.losses); s != "" {
+	if s := bitDiff("loss", a.losses, b.losses); s != "" {
 		return s
 	}
 	for i := range a.grads {
-		if s := d(fmt.Sprintf("gradient %d", i), a.grads[i], b.grads[i]); s != "" {
+		if s := bitDiff(fmt.Sprintf("gradient %d", i), a.grads[i], b.grads[i]); s != "" {
 			return s
 		}
 	}
 	for i := range a.params {
-		if s := d(fmt.Sprintf("parameter %d", i), a.params[i], b.params[i]); s != "" {
+		if s := bitDiff(fmt.Sprintf("parameter %d", i), a.params[i], b.params[i]); s != "" {
 			return s
 		}
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/testenv"
 	"testing"
 
 	"github.com/fleetml/fleet/data"
@@ -16,8 +17,8 @@ import (
 // kernels use pooled scratch. It covers the reference config's shape at a
 // smaller batch, with and without biases, dropout and accumulation.
 func TestStepAllocations(t *testing.T) {
-	tok := data.NewChar(testText())
-	ids, _ := tok.Encode(testText())
+	tok := data.NewChar(testenv.Text())
+	ids, _ := tok.Encode(testenv.Text())
 	for _, tc := range []struct {
 		bias      bool
 		dropout   float64

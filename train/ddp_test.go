@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fleetml/fleet/internal/stats"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -415,7 +416,7 @@ func BenchmarkDDPStepOverhead(b *testing.B) {
 		two = append(two, s.MsPerStep)
 		comm = append(comm, s.PhaseMs["comm"])
 	}
-	m1, m2, mc := median(one), median(two), median(comm)
+	m1, m2, mc := stats.Median(one), stats.Median(two), stats.Median(comm)
 	b.ReportMetric(m1, "ms/step-world1")
 	b.ReportMetric(m2, "ms/step-world2")
 	b.ReportMetric(m2/m1, "ratio")

@@ -51,8 +51,9 @@ type pipeRun struct {
 	// runs (each run restarts its devices' peaks), runPeak before each
 	// restart, so the run's own peak is not lost.
 	schedPeak, runPeak []int64
-	stepRuns           int   // schedule runs in this step so far
-	headCopies         int64 // tied-weight copies: the weight to the last stage, its gradient back
+	stepRuns           int     // schedule runs in this step so far
+	stepEnd            float64 // seconds: where the step's timeline ends so far
+	headCopies         int64   // tied-weight copies: the weight to the last stage, its gradient back
 	headBytes          int64
 	actCopies0         int64
 	gradCopies0        int64
@@ -344,7 +345,7 @@ func (p *pipeRun) endStep() {
 // micro-step micro's runs follow one another on it.
 func (p *pipeRun) record(measured bool, micro int) {
 	if micro == 0 {
-		p.stepRuns = 0
+		p.stepRuns, p.stepEnd = 0, 0
 		if measured {
 			p.timeline = p.timeline[:0]
 		}
@@ -366,13 +367,8 @@ func (p *pipeRun) record(measured bool, micro int) {
 	p.makespan += hi - lo
 	p.steps++
 	// On the step's timeline a run starts where the previous one ended.
-	var off float64
-	if n := len(p.timeline); n > 0 {
-		off = p.timeline[n-1].EndMs / 1000
-		for _, e := range p.timeline {
-			off = max(off, e.EndMs/1000)
-		}
-	}
+	off := p.stepEnd
+	p.stepEnd += hi - lo
 	for _, sp := range spans {
 		kind := "fwd"
 		if sp.Slot.Kind == pipeline.Backward {
@@ -399,35 +395,28 @@ func (p *pipeRun) evalLoss(x, y *tensor.Tensor) (loss *tensor.Tensor) {
 }
 
 // programs are the tensor programs a run drives: the default program on
-// one device, one per stage with a pipeline. Their methods nest the
-// program-level scopes over all of them, on the calling goroutine.
+// one device, one per stage with a pipeline. Their methods nest a
+// program-level scope over all of them, on the calling goroutine.
 type programs []*tensor.Program
 
-// step runs fn in a step of every program.
-func (ps programs) step(fn func()) {
+// nest runs fn inside in(p, ...) for every program p, one inside the other.
+func (ps programs) nest(in func(p *tensor.Program, fn func()), fn func()) {
 	if len(ps) == 0 {
 		fn()
 		return
 	}
-	ps[0].Step(func() { ps[1:].step(fn) })
+	in(ps[0], func() { ps[1:].nest(in, fn) })
 }
 
+// step runs fn in a step of every program.
+func (ps programs) step(fn func()) { ps.nest((*tensor.Program).Step, fn) }
+
 // noGrad runs fn with gradient recording off in every program.
-func (ps programs) noGrad(fn func()) {
-	if len(ps) == 0 {
-		fn()
-		return
-	}
-	ps[0].NoGrad(func() { ps[1:].noGrad(fn) })
-}
+func (ps programs) noGrad(fn func()) { ps.nest((*tensor.Program).NoGrad, fn) }
 
 // autocast runs fn under Autocast(dt) in every program.
 func (ps programs) autocast(dt tensor.DType, fn func()) {
-	if len(ps) == 0 {
-		fn()
-		return
-	}
-	ps[0].Autocast(dt, func() { ps[1:].autocast(dt, fn) })
+	ps.nest(func(p *tensor.Program, fn func()) { p.Autocast(dt, fn) }, fn)
 }
 
 // PipelineReport is pipeline.json: the schedule, and the stage times

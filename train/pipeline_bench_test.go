@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/fleetml/fleet/internal/testenv"
 	"io"
 	"testing"
 
@@ -23,8 +24,8 @@ import (
 //
 //	go test ./train -run '^$' -bench Pipeline -benchtime 10x
 func BenchmarkPipeline(b *testing.B) {
-	tok := data.NewChar(testText())
-	ids, _ := tok.Encode(testText())
+	tok := data.NewChar(testenv.Text())
+	ids, _ := tok.Encode(testenv.Text())
 	for _, sched := range []string{"gpipe", "1f1b"} {
 		for _, S := range []int{2, 4} {
 			for _, M := range []int{1, 4, 8} {

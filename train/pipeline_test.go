@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/fleetml/fleet/internal/testenv"
 	"io"
 	"math"
 	"os"
@@ -25,7 +26,7 @@ func pipelineData(t *testing.T) string {
 		return p
 	}
 	p := filepath.Join(t.TempDir(), "input.txt")
-	if err := os.WriteFile(p, []byte(testText()), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(testenv.Text()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -118,8 +119,8 @@ func pipeTinyConfig(t *testing.T) Config {
 // with those on one device: dropout on, gradient accumulation, GPipe and
 // 1F1B.
 func TestPipelineStepGradients(t *testing.T) {
-	tok := data.NewChar(testText())
-	ids, _ := tok.Encode(testText())
+	tok := data.NewChar(testenv.Text())
+	ids, _ := tok.Encode(testenv.Text())
 	newRun := func(c Config) *run {
 		m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 11)
 		if err != nil {

@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/fleetml/fleet/internal/testenv"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,8 +21,8 @@ import (
 // scale and grows after interval clean steps.
 func fp16Run(t *testing.T, scale float32, interval int) *run {
 	t.Helper()
-	tok := data.NewChar(testText())
-	ids, _ := tok.Encode(testText())
+	tok := data.NewChar(testenv.Text())
+	ids, _ := tok.Encode(testenv.Text())
 	c := Default()
 	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
 	c.BatchSize, c.GradAccum = 4, 2

@@ -95,7 +95,7 @@ func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 func settingsOf(rc RunConfig) []setting {
 	c, m := rc.Train, rc.Model
 	world := max(c.WorldSize, 1)
-	global := c.BatchSize * c.GradAccum * c.BlockSize * world
+	global := BatchPlan{Micro: c.BatchSize, Accum: c.GradAccum, World: world, Block: c.BlockSize}.TokensPerStep()
 	itoa := strconv.Itoa
 	s := []setting{
 		{Flag: "--n-layer", Value: itoa(m.NLayer)},

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/fleetml/fleet/internal/stats"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(median(on), "ms/step-telemetry")
-	b.ReportMetric(median(off), "ms/step-plain")
-	b.ReportMetric(100*(median(on)/median(off)-1), "overhead-%")
+	b.ReportMetric(stats.Median(on), "ms/step-telemetry")
+	b.ReportMetric(stats.Median(off), "ms/step-plain")
+	b.ReportMetric(100*(stats.Median(on)/stats.Median(off)-1), "overhead-%")
 }

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/fleetml/fleet/internal/stats"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"time"
 
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
@@ -588,9 +588,9 @@ func (s *stepStats) add(loss, ms, waitMs, rate float64, measured bool) {
 
 // summarize puts the medians of the measured steps in sum.
 func (s *stepStats) summarize(sum *Summary) {
-	sum.TokensPerSec = median(s.rates)
-	sum.MsPerStep = median(s.stepMs)
-	sum.DataWaitMs = median(s.waitMs)
+	sum.TokensPerSec = stats.Median(s.rates)
+	sum.MsPerStep = stats.Median(s.stepMs)
+	sum.DataWaitMs = stats.Median(s.waitMs)
 	if s.totalStep > 0 {
 		sum.DataWaitShare = s.totalWait / s.totalStep
 	}
@@ -1003,15 +1003,3 @@ func dropNonFinite(m *Metric) {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/fleetml/fleet/internal/testenv"
 	"math"
 	"os"
 	"os/exec"
@@ -19,21 +20,11 @@ import (
 )
 
 // testText is a small corpus with enough structure for a model to learn.
-func testText() string {
-	var b strings.Builder
-	for i := 0; b.Len() < 20000; i++ {
-		b.WriteString("the quick brown fox jumps over the lazy dog. ")
-		if i%3 == 0 {
-			b.WriteString("pack my box with five dozen liquor jugs!\n")
-		}
-	}
-	return b.String()
-}
 
 func tinyConfig(t *testing.T) Config {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "input.txt")
-	if err := os.WriteFile(path, []byte(testText()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(testenv.Text()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := Default()
@@ -140,8 +131,8 @@ func TestRunIsDeterministic(t *testing.T) {
 // TestGradAccumulation: 4 micro-batches of 8 give the same update as one
 // batch of 32, because the windows of a step do not depend on the split.
 func TestGradAccumulation(t *testing.T) {
-	tok := data.NewChar(testText())
-	ids, _ := tok.Encode(testText())
+	tok := data.NewChar(testenv.Text())
+	ids, _ := tok.Encode(testenv.Text())
 	stepOnce := func(batch, accum int) ([]float32, [][]float32) {
 		c := Default()
 		c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16

@@ -257,20 +257,30 @@ func runTask[T any, P interface {
 	*T
 	ranger
 }](c *CPU, tp *taskPool[T], n, grain int, args T) {
-	t := tp.get()
-	*t = args
-	c.parallelFor(n, grain, P(t))
-	tp.put(t)
+	runPooled[T, P](c, tp, n, grain, args, false)
 }
 
-// runChunks is runTask with parallelForChunks.
+// runChunks is runTask with parallelForChunks, for kernels whose results
+// depend on where a range starts.
 func runChunks[T any, P interface {
 	*T
 	ranger
 }](c *CPU, tp *taskPool[T], n, grain int, args T) {
+	runPooled[T, P](c, tp, n, grain, args, true)
+}
+
+// runPooled is runTask (chunks false) and runChunks (chunks true).
+func runPooled[T any, P interface {
+	*T
+	ranger
+}](c *CPU, tp *taskPool[T], n, grain int, args T, chunks bool) {
 	t := tp.get()
 	*t = args
-	c.parallelForChunks(n, grain, P(t))
+	if chunks {
+		c.parallelForChunks(n, grain, P(t))
+	} else {
+		c.parallelFor(n, grain, P(t))
+	}
 	tp.put(t)
 }
 

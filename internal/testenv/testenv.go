@@ -1,5 +1,5 @@
-// Package testenv holds checks that tests share about the environment
-// they run in.
+// Package testenv holds what tests share: checks about the environment
+// they run in, a snapshot of a folder tree, and a small training text.
 package testenv
 
 import (
