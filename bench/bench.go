@@ -6,13 +6,14 @@ package bench
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/stats"
 	"io"
 	"time"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/stats"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
 )
@@ -39,7 +40,7 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 		return Result{}, err
 	}
 	if steps <= 0 || warmup < 0 {
-		return Result{}, fmt.Errorf("--steps must be positive and --warmup not negative")
+		return Result{}, setting.Errorf("{Steps} must be positive and {Warmup} not negative")
 	}
 	var place train.Placement
 	var err error

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/setting"
 )
 
 // Tokenizer turns text into token ids and back. It is fleet's one
@@ -172,12 +173,12 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 		}
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("prepare: --out %s: %w", cfg.Out, err)
+		return nil, setting.Errorf("prepare: {Out} %s: %w", cfg.Out, err)
 	}
 	// A crash from here on must not leave a manifest naming shards that
 	// are being replaced.
 	if err := os.Remove(filepath.Join(cfg.Out, ManifestFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("prepare: --out %s: %w", cfg.Out, err)
+		return nil, setting.Errorf("prepare: {Out} %s: %w", cfg.Out, err)
 	}
 
 	man = &Manifest{Format: ManifestFormat, Version: ManifestVersion, Tokenizer: cfg.Tokenizer.Spec(),

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/monitor/report"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/train"
 )
 
@@ -106,7 +107,7 @@ func Run(opts Options) (*Result, error) {
 	}
 	dev, err := backend.Resolve(opts.Device)
 	if err != nil {
-		return nil, fmt.Errorf("--device %s: %w", opts.Device, err)
+		return nil, setting.Errorf("{Device} %s: %w", opts.Device, err)
 	}
 	be, err := backend.Get(dev)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetml/fleet/setting"
 )
 
 // DefaultGrace is how long Run waits, after SIGTERM (or a forwarded signal),
@@ -180,19 +182,19 @@ func (o *Options) fill() error {
 	}
 	switch {
 	case o.NProcPerNode < 1:
-		return fmt.Errorf("--nproc-per-node %d: must be at least 1", o.NProcPerNode)
+		return setting.Errorf("{NProcPerNode} %d: must be at least 1", o.NProcPerNode)
 	case o.NNodes < 1:
-		return fmt.Errorf("--nnodes %d: must be at least 1", o.NNodes)
+		return setting.Errorf("{NNodes} %d: must be at least 1", o.NNodes)
 	case o.NodeRank < 0 || o.NodeRank >= o.NNodes:
-		return fmt.Errorf("--node-rank %d: must be in [0, %d) for --nnodes %d", o.NodeRank, o.NNodes, o.NNodes)
+		return setting.Errorf("{NodeRank} %d: must be in [0, %d) for {NNodes} %d", o.NodeRank, o.NNodes, o.NNodes)
 	case o.MasterPort < 0 || o.MasterPort > 65535:
-		return fmt.Errorf("--master-port %d is not a TCP port", o.MasterPort)
+		return setting.Errorf("{MasterPort} %d is not a TCP port", o.MasterPort)
 	case o.MaxRestarts < 0:
-		return fmt.Errorf("--max-restarts %d: must be at least 0", o.MaxRestarts)
+		return setting.Errorf("{MaxRestarts} %d: must be at least 0", o.MaxRestarts)
 	}
 	if o.NNodes > 1 {
 		if o.MasterAddr == "" {
-			return fmt.Errorf("--master-addr is required with --nnodes %d (the host of node 0)", o.NNodes)
+			return setting.Errorf("{MasterAddr} is required with {NNodes} %d (the host of node 0)", o.NNodes)
 		}
 		if o.Secret == "" {
 			return fmt.Errorf("%s must be set, the same on every node, for a job of %d nodes (for example from `openssl rand -hex 32`)", EnvSecret, o.NNodes)

@@ -417,12 +417,12 @@ func TestRunOptionErrors(t *testing.T) {
 		want string
 	}{
 		{Options{NProcPerNode: 1}, "no command"},
-		{Options{NProcPerNode: 0, Command: []string{"true"}}, "--nproc-per-node 0"},
+		{Options{NProcPerNode: 0, Command: []string{"true"}}, "NProcPerNode 0"},
 		{Options{NProcPerNode: 1, NNodes: 2, MasterAddr: "h", Command: []string{"true"}}, EnvSecret + " must be set"},
-		{Options{NProcPerNode: 1, NNodes: 2, Secret: "s", Command: []string{"true"}}, "--master-addr is required"},
-		{Options{NProcPerNode: 1, NNodes: 2, NodeRank: 2, Command: []string{"true"}}, "--node-rank 2"},
-		{Options{NProcPerNode: 1, MaxRestarts: -1, Command: []string{"true"}}, "--max-restarts -1"},
-		{Options{NProcPerNode: 1, MasterPort: 65536, Command: []string{"true"}}, "--master-port 65536"},
+		{Options{NProcPerNode: 1, NNodes: 2, Secret: "s", Command: []string{"true"}}, "MasterAddr is required"},
+		{Options{NProcPerNode: 1, NNodes: 2, NodeRank: 2, Command: []string{"true"}}, "NodeRank 2"},
+		{Options{NProcPerNode: 1, MaxRestarts: -1, Command: []string{"true"}}, "MaxRestarts -1"},
+		{Options{NProcPerNode: 1, MasterPort: 65536, Command: []string{"true"}}, "MasterPort 65536"},
 		{Options{NProcPerNode: 1, Command: []string{"/no/such/program-xyz"}}, "/no/such/program-xyz"},
 	} {
 		c.o.Stdout, c.o.Stderr = io.Discard, io.Discard

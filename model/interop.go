@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -77,7 +78,7 @@ func InferConfig(f *checkpoint.File, nHead int) (Config, error) {
 	c.NHead = nHead
 	if c.NHead <= 0 {
 		if c.NHead = gpt2Heads[c.NEmbd]; c.NHead == 0 {
-			return c, fmt.Errorf("n_embd %d is not a GPT-2 width, so the number of heads cannot be inferred; give --n-head", c.NEmbd)
+			return c, setting.Errorf("n_embd %d is not a GPT-2 width, so the number of heads cannot be inferred; give {NHead}", c.NEmbd)
 		}
 	}
 	return c, c.Validate()

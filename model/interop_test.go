@@ -1,12 +1,14 @@
 package model
 
 import (
+	"errors"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -17,8 +19,9 @@ const hfTiny = "../testdata/hf_gpt2_tiny.safetensors"
 // buffers, lm_head.weight), and the same weights under the prefixed names
 // save_pretrained writes, and compares the logits with PyTorch's.
 func TestHFGPT2Logits(t *testing.T) {
-	if _, err := LoadGPT2(hfTiny, 0, tensor.CPU); err == nil || !strings.Contains(err.Error(), "--n-head") {
-		t.Fatalf("loading without --n-head: err = %v, want one asking for --n-head", err)
+	var se *setting.Error
+	if _, err := LoadGPT2(hfTiny, 0, tensor.CPU); !errors.As(err, &se) || se.Name != "NHead" {
+		t.Fatalf("loading without the number of heads: err = %v, want a setting.Error asking for NHead", err)
 	}
 	ref, err := checkpoint.Load("../testdata/hf_gpt2_tiny_logits.safetensors")
 	if err != nil {

@@ -64,25 +64,25 @@ func Balance(layers []float64, stages int, first, last float64) []int {
 	return counts
 }
 
-// ParseSplit reads a --pipeline-split value: the number of layers on each
+// ParseSplit reads a split of layers over stages: the number of layers on each
 // stage, comma-separated ("3,5"), which must add up to layers.
 func ParseSplit(s string, stages, layers int) ([]int, error) {
 	parts := strings.Split(s, ",")
 	if len(parts) != stages {
-		return nil, fmt.Errorf("--pipeline-split %q gives %d stages, --pipeline has %d devices", s, len(parts), stages)
+		return nil, fmt.Errorf("split %q gives %d stages, for %d devices", s, len(parts), stages)
 	}
 	counts := make([]int, stages)
 	sum := 0
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("--pipeline-split %q: %q is not a layer count", s, p)
+			return nil, fmt.Errorf("split %q: %q is not a layer count", s, p)
 		}
 		counts[i] = n
 		sum += n
 	}
 	if sum != layers {
-		return nil, fmt.Errorf("--pipeline-split %q places %d layers, the model has %d", s, sum, layers)
+		return nil, fmt.Errorf("split %q places %d layers, the model has %d", s, sum, layers)
 	}
 	return counts, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/tokenizer"
 	"github.com/fleetml/fleet/train"
@@ -148,7 +149,7 @@ func EvalTokens(tr *Trained, path string) (val data.Tokens, close func(), err er
 	}
 	ids, err := tr.Tokenizer.Encode(text)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--data %s: %w", c.Data, err)
+		return nil, nil, setting.Errorf("{Data} %s: %w", c.Data, err)
 	}
 	_, v := data.Split(ids)
 	return data.Int32s(v), func() {}, nil
@@ -167,7 +168,7 @@ func missingWeights(dir, weights string) error {
 	if err != nil {
 		rel = filepath.Join(ck, train.ModelFile)
 	}
-	return fmt.Errorf("%s; its newest checkpoint is %s: give --weights %s to use its weights, "+
+	return setting.Errorf("%s; its newest checkpoint is %s: give {Weights} %s to use its weights, "+
 		"or finish the run with fleet train --out %s --resume", msg, ck, rel, dir)
 }
 
@@ -203,7 +204,7 @@ func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath strin
 		}
 	}
 	if tr.Tokenizer, err = tokenizer.Open(tokSpec, o); err != nil {
-		return nil, fmt.Errorf("--tokenizer %s: %w", tokSpec, err)
+		return nil, setting.Errorf("{Tokenizer} %s: %w", tokSpec, err)
 	}
 	if n := tr.Tokenizer.Size(); n > m.Config.VocabSize {
 		return nil, fmt.Errorf("%s: the tokenizer (%s) has %d symbols but the model only %d", path, tokSpec, n, m.Config.VocabSize)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/setting"
 )
 
 // Keys of the job's store through which the ranks agree before step 1.
@@ -52,16 +53,16 @@ func shareOut(store *dist.Store, cfg Config) (outPlan, error) {
 // rankSettings is what a rank posts: its settings, or why it failed
 // before it had them.
 type rankSettings struct {
-	Settings []setting `json:"settings,omitempty"`
-	Err      string    `json:"err,omitempty"`
+	Settings []recorded `json:"settings,omitempty"`
+	Err      string     `json:"err,omitempty"`
 }
 
 // agreeSettings posts this rank's settings and compares every rank's with
 // rank 0's. Any difference, or any rank that failed before it could post,
-// fails every rank with the same message, naming each setting by its flag:
+// fails every rank with the same message, naming each setting:
 // ranks started by hand with different flags would otherwise train apart
 // (or wait forever in collectives that do not line up) and exit 0.
-func agreeSettings(store *dist.Store, rank int, mine []setting) error {
+func agreeSettings(store *dist.Store, rank int, mine []recorded) error {
 	b, _ := json.Marshal(rankSettings{Settings: mine})
 	if err := store.Set(keySettings+strconv.Itoa(rank), b); err != nil {
 		return fmt.Errorf("dist: posting this rank's settings: %w", err)
@@ -91,9 +92,9 @@ func agreeSettings(store *dist.Store, rank int, mine []setting) error {
 			diff = append(diff, settingsDiff(all[0].Settings, all[q].Settings, q)...)
 		}
 		if len(diff) > 0 {
-			err = fmt.Errorf("the ranks' settings differ, so their weights would drift apart:\n  - %s\n"+
-				"start every rank with the same flags (fleet run, torchrun and srun pass each process the same command)",
-				strings.Join(diff, "\n  - "))
+			err = setting.Errorf("the ranks' settings differ, so their weights would drift apart:\n  - " +
+				strings.Join(diff, "\n  - ") + "\n" +
+				"start every rank with the same settings (fleet run, torchrun and srun pass each process the same command)")
 		}
 	}
 	if rank == 0 {

@@ -2,18 +2,18 @@ package train
 
 import (
 	"encoding/json"
-	"github.com/fleetml/fleet/internal/units"
-
 	"errors"
 	"fmt"
-	"github.com/fleetml/fleet/checkpoint"
 	"io"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -72,7 +72,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		case errors.Is(err, backend.ErrOutOfMemory):
 			p.OOM = true
 		case err != nil:
-			return p, fmt.Errorf("--batch-size auto: a trial step at batch %d: %w", b, err)
+			return p, setting.Errorf("{BatchSize} auto: a trial step at batch %d: %w", b, err)
 		default:
 			p.Fits = peak <= res.Budget
 		}
@@ -88,7 +88,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			src = fmt.Sprintf("half of the machine's %s of RAM (set --memory-limit to change it)", units.Bytes(stats.Total))
 		}
 		if res.Budget <= 0 {
-			return res, fmt.Errorf("--batch-size auto on the CPU needs --memory-limit: the machine's memory is unknown")
+			return res, setting.Errorf("{BatchSize} auto on the CPU needs {MemoryLimit}: the machine's memory is unknown")
 		}
 		p1, err := probe(1)
 		if err != nil {
@@ -105,7 +105,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			b--
 		}
 		if b < 1 || !p1.Fits {
-			return res, fmt.Errorf("--batch-size auto: even batch 1 needs %s, over the budget of %s (%s)", units.Bytes(p1.Peak), units.Bytes(res.Budget), src)
+			return res, setting.Errorf("{BatchSize} auto: even batch 1 needs %s, over the budget of %s (%s)", units.Bytes(p1.Peak), units.Bytes(res.Budget), src)
 		}
 		// Check the estimate with a real step, shrinking if it was short.
 		for tries := 0; ; tries++ {
@@ -115,7 +115,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 			}
 			if p.Fits || b == 1 || tries == 3 {
 				if !p.Fits {
-					return res, fmt.Errorf("--batch-size auto: batch %d needs %s, over the budget of %s", b, units.Bytes(p.Peak), units.Bytes(res.Budget))
+					return res, setting.Errorf("{BatchSize} auto: batch %d needs %s, over the budget of %s", b, units.Bytes(p.Peak), units.Bytes(res.Budget))
 				}
 				res.Batch, res.Peak = b, p.Peak
 				break
@@ -133,7 +133,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		return res, nil
 	}
 	if stats.Total <= 0 {
-		return res, fmt.Errorf("--batch-size auto: %v does not report its memory size", dev)
+		return res, setting.Errorf("{BatchSize} auto: %v does not report its memory size", dev)
 	}
 	res.Budget = int64(float64(stats.Total)*(1-autoBatchMargin)) - stats.Allocated
 	good, bad, goodPeak, err := searchBatch(maxB, ok, probe)
@@ -141,7 +141,7 @@ func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoB
 		return res, err
 	}
 	if good == 0 {
-		return res, fmt.Errorf("--batch-size auto: even batch 1 does not fit in %s on %v", units.Bytes(res.Budget), dev)
+		return res, setting.Errorf("{BatchSize} auto: even batch 1 does not fit in %s on %v", units.Bytes(res.Budget), dev)
 	}
 	res.Batch, res.Peak = good, goodPeak
 	res.Reason = fmt.Sprintf("the largest batch whose trial step fit in %s (%v's %s less a %.0f%% margin)",
@@ -273,7 +273,7 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 	if resume != nil {
 		var rc RunConfig
 		if err := json.Unmarshal(resume.Config, &rc); err != nil || rc.Train.BatchSize <= 0 {
-			return fmt.Errorf("resume: the checkpoint's config does not say its batch size, which --batch-size auto needs")
+			return setting.Errorf("resume: the checkpoint's config does not say its batch size, which {BatchSize} auto needs")
 		}
 		cfg.BatchSize = rc.Train.BatchSize
 		fmt.Fprintf(log, "batch auto: micro-batch %d, the checkpoint's\n", cfg.BatchSize)

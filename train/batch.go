@@ -1,6 +1,6 @@
 package train
 
-import "fmt"
+import "github.com/fleetml/fleet/setting"
 
 // BatchPlan is how an optimizer step's batch is made: Micro sequences of
 // Block tokens per micro-batch in each of World processes, Accum
@@ -23,25 +23,25 @@ func (c Config) PlanBatch() (BatchPlan, error) {
 	p := BatchPlan{Micro: c.BatchSize, Accum: c.GradAccum, World: max(c.WorldSize, 1), Block: c.BlockSize}
 	switch {
 	case p.Micro <= 0:
-		return p, fmt.Errorf("--batch-size must be positive, got %d", c.BatchSize)
+		return p, setting.Errorf("{BatchSize} must be positive, got %d", c.BatchSize)
 	case p.Block <= 0:
-		return p, fmt.Errorf("--block-size must be positive, got %d", c.BlockSize)
+		return p, setting.Errorf("{BlockSize} must be positive, got %d", c.BlockSize)
 	case c.GradAccum < 0:
-		return p, fmt.Errorf("--grad-accum must be positive, got %d", c.GradAccum)
+		return p, setting.Errorf("{GradAccum} must be positive, got %d", c.GradAccum)
 	case c.TokensPerStep < 0:
-		return p, fmt.Errorf("--tokens-per-step must be positive, got %d", c.TokensPerStep)
+		return p, setting.Errorf("{TokensPerStep} must be positive, got %d", c.TokensPerStep)
 	case c.TokensPerStep == 0:
 		p.Accum = max(c.GradAccum, 1)
 		return p, nil
 	}
 	perMicro := p.Micro * p.Block * p.World
 	if c.TokensPerStep%perMicro != 0 {
-		return p, fmt.Errorf("--tokens-per-step %d is not a multiple of batch size %d × block size %d × world size %d = %d tokens per micro-step",
+		return p, setting.Errorf("{TokensPerStep} %d is not a multiple of batch size %d × block size %d × world size %d = %d tokens per micro-step",
 			c.TokensPerStep, p.Micro, p.Block, p.World, perMicro)
 	}
 	p.Accum = c.TokensPerStep / perMicro
 	if c.GradAccum > 0 && c.GradAccum != p.Accum {
-		return p, fmt.Errorf("--tokens-per-step %d cannot be combined with --grad-accum %d: it sets the accumulation itself (to %d)",
+		return p, setting.Errorf("{TokensPerStep} %d cannot be combined with {GradAccum} %d: it sets the accumulation itself (to %d)",
 			c.TokensPerStep, c.GradAccum, p.Accum)
 	}
 	return p, nil
@@ -56,7 +56,7 @@ func (c Config) maxMicro() (int, error) {
 	}
 	world := max(c.WorldSize, 1)
 	if c.BlockSize <= 0 || c.TokensPerStep%(c.BlockSize*world) != 0 {
-		return 0, fmt.Errorf("--tokens-per-step %d is not a multiple of block size %d × world size %d", c.TokensPerStep, c.BlockSize, world)
+		return 0, setting.Errorf("{TokensPerStep} %d is not a multiple of block size %d × world size %d", c.TokensPerStep, c.BlockSize, world)
 	}
 	return c.TokensPerStep / (c.BlockSize * world), nil
 }

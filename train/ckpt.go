@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/setting"
 )
 
 // Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (see package
@@ -243,7 +244,7 @@ func checkResume(rc *RunConfig, dir string, man *checkpoint.Manifest, log io.Wri
 	changes, warn, err := resumeCheck(was, *rc, rc.Train.AllowChanges)
 	fmt.Fprint(log, warn)
 	if err != nil {
-		return fmt.Errorf("--resume: checkpoint %s does not fit this run: %w", dir, err)
+		return setting.Errorf("{Resume}: checkpoint %s does not fit this run: %w", dir, err)
 	}
 	rc.History = was.History
 	if len(changes) > 0 {

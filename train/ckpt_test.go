@@ -51,8 +51,8 @@ func TestResumeIsExact(t *testing.T) {
 	wantStep30 := mustRead(t, filepath.Join(root, checkpoint.DirName(30), StateFile))
 
 	// Without --resume the folder is refused.
-	if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), "--resume") {
-		t.Fatalf("a second run into the same --out: err = %v, want a refusal naming --resume", err)
+	if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), "add Resume") {
+		t.Fatalf("a second run into the same Out: err = %v, want a refusal naming Resume", err)
 	}
 
 	for _, from := range []int{10, 15, 25} {

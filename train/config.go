@@ -2,11 +2,12 @@ package train
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/dist"
 	"math"
 	"time"
 
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -200,12 +201,12 @@ func Default() Config {
 // Validate checks everything that does not need the data.
 func (c Config) Validate() error {
 	for _, f := range []struct {
-		flag string
-		v    float64
-	}{{"--lr", c.LR}, {"--min-lr", c.MinLR}, {"--beta1", c.Beta1}, {"--beta2", c.Beta2},
-		{"--weight-decay", c.WeightDecay}, {"--grad-clip", c.GradClip}, {"--dropout", c.Dropout}} {
+		field string
+		v     float64
+	}{{"LR", c.LR}, {"MinLR", c.MinLR}, {"Beta1", c.Beta1}, {"Beta2", c.Beta2},
+		{"WeightDecay", c.WeightDecay}, {"GradClip", c.GradClip}, {"Dropout", c.Dropout}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return fmt.Errorf("%s %v: want a finite number", f.flag, f.v)
+			return setting.Errorf("{"+f.field+"} %v: want a finite number", f.v)
 		}
 	}
 	mc := c.ModelConfig(1)
@@ -214,39 +215,39 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.MaxIters < 0:
-		return fmt.Errorf("--max-iters must not be negative, got %d", c.MaxIters)
+		return setting.Errorf("{MaxIters} must not be negative, got %d", c.MaxIters)
 	case c.LR <= 0:
-		return fmt.Errorf("--lr must be positive, got %v", c.LR)
+		return setting.Errorf("{LR} must be positive, got %v", c.LR)
 	case c.MinLR < 0 || c.MinLR > c.LR:
-		return fmt.Errorf("--min-lr must be in [0, lr], got %v", c.MinLR)
+		return setting.Errorf("{MinLR} must be in [0, {LR}], got %v", c.MinLR)
 	case c.WarmupIters < 0 || c.LRDecayIters < 0:
-		return fmt.Errorf("--warmup-iters and --lr-decay-iters must not be negative")
+		return setting.Errorf("{WarmupIters} and {LRDecayIters} must not be negative")
 	case c.Beta1 < 0 || c.Beta1 >= 1 || c.Beta2 < 0 || c.Beta2 >= 1:
-		return fmt.Errorf("--beta1 and --beta2 must be in [0, 1)")
+		return setting.Errorf("{Beta1} and {Beta2} must be in [0, 1)")
 	case c.WeightDecay < 0 || c.GradClip < 0:
-		return fmt.Errorf("--weight-decay and --grad-clip must not be negative")
+		return setting.Errorf("{WeightDecay} and {GradClip} must not be negative")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
-		return fmt.Errorf("--eval-interval, --eval-iters and --log-interval must be positive")
+		return setting.Errorf("{EvalInterval}, {EvalIters} and {LogInterval} must be positive")
 	case c.VocabSize < 0:
-		return fmt.Errorf("--vocab-size must not be negative, got %d", c.VocabSize)
+		return setting.Errorf("{VocabSize} must not be negative, got %d", c.VocabSize)
 	case c.CkptInterval < 0 || c.Keep < 0:
-		return fmt.Errorf("--ckpt-interval and --keep must not be negative")
+		return setting.Errorf("{CkptInterval} and {Keep} must not be negative")
 	case c.DataWorkers < 0 || c.Prefetch < 0:
-		return fmt.Errorf("--data-workers and --prefetch must not be negative")
+		return setting.Errorf("{DataWorkers} and {Prefetch} must not be negative")
 	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
-		return fmt.Errorf("--precision must be fp32, bf16 or fp16, got %q", c.Precision)
+		return setting.Errorf("{Precision} must be fp32, bf16 or fp16, got %q", c.Precision)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
-		return fmt.Errorf("--bucket-mb must be positive")
+		return setting.Errorf("{BucketMB} must be positive")
 	case c.DistBackend != "" && c.DistBackend != "auto" && c.DistBackend != "tcp" && c.DistBackend != "nccl":
-		return fmt.Errorf("--dist-backend must be auto, tcp or nccl, got %q", c.DistBackend)
+		return setting.Errorf("{DistBackend} must be auto, tcp or nccl, got %q", c.DistBackend)
 	case c.CommTimeout < 0:
-		return fmt.Errorf("--comm-timeout must not be negative")
+		return setting.Errorf("{CommTimeout} must not be negative")
 	case c.BatchAuto && c.WorldSize > 1:
-		return fmt.Errorf("--batch-size auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give --batch-size N")
+		return setting.Errorf("{BatchSize} auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give {BatchSize} N")
 	case c.MemoryLimit < 0:
-		return fmt.Errorf("--memory-limit must not be negative")
+		return setting.Errorf("{MemoryLimit} must not be negative")
 	}
 	if c.BatchAuto {
 		if _, err := c.maxMicro(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tokenizer"
 )
 
@@ -43,8 +44,8 @@ func openData(cfg Config) (d *dataset, err error) {
 		d, err = openTokenFiles(cfg)
 	default:
 		if cfg.Tokenizer != "" {
-			return nil, fmt.Errorf("--tokenizer %s: text is tokenized by character; to train on text with another tokenizer, "+
-				"run fleet prepare --tokenizer %s --out DIR %s first and train on DIR", cfg.Tokenizer, cfg.Tokenizer, cfg.Data)
+			return nil, setting.Errorf("{Tokenizer} %s: text is tokenized by character; to train on text with another tokenizer, "+
+				"tokenize it first (fleet prepare --tokenizer %s --out DIR %s) and train on that folder (its {Data})", cfg.Tokenizer, cfg.Tokenizer, cfg.Data)
 		}
 		d, err = openText(cfg)
 	}
@@ -54,7 +55,7 @@ func openData(cfg Config) (d *dataset, err error) {
 	if cfg.VocabSize > 0 {
 		if cfg.VocabSize < d.vocab {
 			d.close()
-			return nil, fmt.Errorf("--vocab-size %d is smaller than the data's vocabulary of %d", cfg.VocabSize, d.vocab)
+			return nil, setting.Errorf("{VocabSize} %d is smaller than the data's vocabulary of %d", cfg.VocabSize, d.vocab)
 		}
 		d.vocab = cfg.VocabSize
 	}
@@ -85,7 +86,7 @@ func openText(cfg Config) (*dataset, error) {
 
 func openPrepared(cfg Config) (*dataset, error) {
 	if cfg.Tokenizer != "" {
-		return nil, fmt.Errorf("--tokenizer %s: the prepared data in %s names its own tokenizer", cfg.Tokenizer, cfg.Data)
+		return nil, setting.Errorf("{Tokenizer} %s: the prepared data in %s names its own tokenizer", cfg.Tokenizer, cfg.Data)
 	}
 	p, err := data.OpenPrepared(cfg.Data)
 	if err != nil {
@@ -140,7 +141,7 @@ func openTokenFiles(cfg Config) (_ *dataset, err error) {
 	d.spec = "none"
 	if cfg.Tokenizer != "" {
 		if d.tok, err = tokenizer.Open(cfg.Tokenizer, tokenizer.Options{VocabSize: cfg.VocabSize}); err != nil {
-			return nil, fmt.Errorf("--tokenizer: %w", err)
+			return nil, setting.Errorf("{Tokenizer}: %w", err)
 		}
 		if vocab == 0 {
 			vocab, what = d.tok.Size(), "the vocabulary of "+cfg.Tokenizer
@@ -153,8 +154,8 @@ func openTokenFiles(cfg Config) (_ *dataset, err error) {
 		}
 	}
 	if vocab == 0 {
-		return nil, fmt.Errorf("%s holds token ids with no vocabulary size: pass --vocab-size N (more than %d, its largest id) "+
-			"or --tokenizer SPEC (the tokenizer that made them)", cfg.Data, largest)
+		return nil, setting.Errorf("%s holds token ids with no vocabulary size: pass {VocabSize} N (more than %d, its largest id) "+
+			"or {Tokenizer} SPEC (the tokenizer that made them)", cfg.Data, largest)
 	}
 	if int(largest) >= vocab {
 		return nil, fmt.Errorf("%s holds token id %d, not below %s (%d)", where, largest, what, vocab)

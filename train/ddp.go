@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -121,7 +122,7 @@ func (r *run) openDDP(store *dist.Store) error {
 			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, timeout)
 		}
 		if err != nil {
-			return fmt.Errorf("dist: --dist-backend %s: %w", cfg.DistBackend, err)
+			return setting.Errorf("dist: {DistBackend} %s: %w", cfg.DistBackend, err)
 		}
 		backendName = "nccl"
 		if err := d.devGrad.broadcast(); err != nil {
@@ -183,8 +184,8 @@ func (d *ddp) sameStart(steps int) error {
 	if len(odd) == 0 {
 		return nil
 	}
-	return fmt.Errorf("dist: the ranks resumed from different checkpoints: rank 0 after %d optimizer steps, %s; "+
-		"every rank must see rank 0's checkpoints in --out (on several nodes, storage they share)", at(0), strings.Join(odd, ", "))
+	return setting.Errorf("dist: the ranks resumed from different checkpoints: rank 0 after %d optimizer steps, %s; "+
+		"every rank must see rank 0's checkpoints in {Out} (on several nodes, storage they share)", at(0), strings.Join(odd, ", "))
 }
 
 // hook is the gradient-ready hook of a synchronizing backward pass.

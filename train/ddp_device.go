@@ -3,12 +3,13 @@ package train
 import (
 	"errors"
 	"fmt"
-	"github.com/fleetml/fleet/internal/units"
 	"time"
 
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/dist/nccl"
+	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -39,7 +40,7 @@ type deviceDDP struct {
 // unique id shared through the store. Tests replace it.
 var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
 	if !isCUDA(dev) {
-		return nil, fmt.Errorf("--dist-backend nccl needs CUDA devices, not %v", dev)
+		return nil, setting.Errorf("{DistBackend} nccl needs CUDA devices, not %v", dev)
 	}
 	var g *nccl.Group
 	// ncclCommInitRank must run where the device's context is current.
@@ -54,7 +55,7 @@ func newDeviceDDP(grp dist.DeviceGroup, dev tensor.Device, params []*nn.Paramete
 	d := &deviceDDP{grp: grp, dev: dev, params: params, timeout: timeout}
 	for _, p := range params {
 		if p.T.Device() != dev {
-			return nil, fmt.Errorf("--dist-backend nccl: parameter %s is on %v, not %v (pipelines use --dist-backend tcp)", p.Name, p.T.Device(), dev)
+			return nil, setting.Errorf("{DistBackend} nccl: parameter %s is on %v, not %v (pipelines use {DistBackend} tcp)", p.Name, p.T.Device(), dev)
 		}
 		d.n += p.T.Numel()
 	}
@@ -107,7 +108,7 @@ func (d *deviceDDP) collective(name string, op func(addr, stream uintptr) error)
 			}
 		case <-deadline:
 			d.grp.Abort()
-			return fmt.Errorf("%s #%d (%s): not complete after %v (--comm-timeout): a peer is gone or stuck; the communicator was aborted",
+			return setting.Errorf("%s #%d (%s): not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted",
 				name, d.ops, units.Bytes(int64(4*d.n)), d.timeout)
 		}
 	}

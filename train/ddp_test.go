@@ -441,7 +441,7 @@ func TestDDPRanksAgree(t *testing.T) {
 	t0 := time.Now()
 	_, errs, outs := startGroup(t, []Config{cfg, other})
 	for r, err := range errs {
-		for _, want := range []string{"settings differ", "--lr: rank 0 has 0.001, rank 1 has 0.002", "--grad-clip: rank 0 has 1, rank 1 has 0.5"} {
+		for _, want := range []string{"settings differ", "LR: rank 0 has 0.001, rank 1 has 0.002", "GradClip: rank 0 has 1, rank 1 has 0.5"} {
 			if err == nil || !strings.Contains(outs[r], want) {
 				t.Errorf("rank %d (%v) does not fail saying %q:\n%s", r, err, want, outs[r])
 			}

@@ -1,10 +1,9 @@
 package train
 
 import (
-	"fmt"
-
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/setting"
 )
 
 // initFrom applies --init-from: the file's shape replaces the model flags
@@ -12,15 +11,15 @@ import (
 func initFrom(cfg *Config) (*checkpoint.File, error) {
 	f, err := checkpoint.Load(cfg.InitFrom)
 	if err != nil {
-		return nil, fmt.Errorf("--init-from: %w", err)
+		return nil, setting.Errorf("{InitFrom}: %w", err)
 	}
 	mc, err := model.InferConfig(f, cfg.NHead)
 	if err != nil {
-		return nil, fmt.Errorf("--init-from %s: %w", cfg.InitFrom, err)
+		return nil, setting.Errorf("{InitFrom} %s: %w", cfg.InitFrom, err)
 	}
 	cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.Bias = mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, mc.Bias
 	if cfg.VocabSize != 0 && cfg.VocabSize != mc.VocabSize {
-		return nil, fmt.Errorf("--init-from %s has a vocabulary of %d, --vocab-size is %d", cfg.InitFrom, mc.VocabSize, cfg.VocabSize)
+		return nil, setting.Errorf("{InitFrom} %s has a vocabulary of %d, {VocabSize} is %d", cfg.InitFrom, mc.VocabSize, cfg.VocabSize)
 	}
 	cfg.VocabSize = mc.VocabSize
 	return f, nil

@@ -2,16 +2,17 @@ package train
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/backend"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/pipeline"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -63,7 +64,7 @@ type pipeRun struct {
 func (c Config) validatePipeline() error {
 	if c.Pipeline == "" {
 		if c.MicroBatches > 1 || c.PipelineSplit != "" || c.PipelineSchedule != "" {
-			return fmt.Errorf("--micro-batches, --pipeline-split and --pipeline-schedule need --pipeline")
+			return setting.Errorf("{MicroBatches}, {PipelineSplit} and {PipelineSchedule} need {Pipeline}")
 		}
 		return nil
 	}
@@ -74,20 +75,20 @@ func (c Config) validatePipeline() error {
 	m := max(c.MicroBatches, 1)
 	switch {
 	case c.MicroBatches < 0:
-		return fmt.Errorf("--micro-batches must be positive, got %d", c.MicroBatches)
+		return setting.Errorf("{MicroBatches} must be positive, got %d", c.MicroBatches)
 	case c.BatchAuto:
-		return fmt.Errorf("--batch-size auto cannot be combined with --pipeline yet; give a batch size")
+		return setting.Errorf("{BatchSize} auto cannot be combined with {Pipeline} yet; give a batch size")
 	case c.BatchSize%m != 0:
-		return fmt.Errorf("--batch-size %d is not a multiple of --micro-batches %d", c.BatchSize, m)
+		return setting.Errorf("{BatchSize} %d is not a multiple of {MicroBatches} %d", c.BatchSize, m)
 	case c.TensorBoard != "":
-		return fmt.Errorf("--pipeline with --tensorboard is not supported yet (its samples run the model on one device)")
+		return setting.Errorf("{Pipeline} with {TensorBoard} is not supported yet (its samples run the model on one device)")
 	}
 	if _, err := pipeline.New(c.PipelineSchedule, len(devs), m); err != nil {
-		return err
+		return setting.Errorf("{PipelineSchedule}: %w", err)
 	}
 	if c.PipelineSplit != "" {
 		if _, err := pipeline.ParseSplit(c.PipelineSplit, len(devs), c.NLayer); err != nil {
-			return err
+			return setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
 		}
 	}
 	return nil
@@ -98,7 +99,11 @@ func (c Config) validatePipeline() error {
 // last the final LayerNorm and the copy of the tied head).
 func stageCounts(cfg Config, m *model.GPT, stages int) ([]int, error) {
 	if cfg.PipelineSplit != "" {
-		return pipeline.ParseSplit(cfg.PipelineSplit, stages, len(m.Blocks))
+		counts, err := pipeline.ParseSplit(cfg.PipelineSplit, stages, len(m.Blocks))
+		if err != nil {
+			return nil, setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
+		}
+		return counts, nil
 	}
 	count := func(ps []*nn.Parameter) float64 {
 		n := 0
@@ -146,7 +151,7 @@ func newPipeRun(r *run) (*pipeRun, error) {
 		if d != r.dev {
 			if prog, err = tensor.NewProgram(d); err != nil {
 				p.close()
-				return nil, fmt.Errorf("--pipeline: %w", err)
+				return nil, setting.Errorf("{Pipeline}: %w", err)
 			}
 			p.owned = append(p.owned, prog)
 		}

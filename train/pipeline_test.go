@@ -254,7 +254,7 @@ func TestPipelineConfigErrors(t *testing.T) {
 		set  func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.MicroBatches = 2 }, "need --pipeline"},
+		{func(c *Config) { c.MicroBatches = 2 }, "need Pipeline"},
 		{func(c *Config) { c.Pipeline, c.MicroBatches = "cpu:0,cpu:1", 3 }, "not a multiple"},
 		{func(c *Config) { c.Pipeline = "cpu:0,cpu:0" }, "twice"},
 		{func(c *Config) { c.Pipeline = "cpu:0,tpu:1" }, "unknown device"},

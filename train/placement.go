@@ -1,10 +1,10 @@
 package train
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -25,7 +25,7 @@ type Placement struct {
 func (c Config) Place() (Placement, error) {
 	dev, err := backend.Resolve(c.Device)
 	if err != nil {
-		return Placement{}, fmt.Errorf("--device %s: %w", c.Device, err)
+		return Placement{}, setting.Errorf("{Device} %s: %w", c.Device, err)
 	}
 	pl := Placement{Device: dev}
 	if c.Pipeline == "" {
@@ -41,7 +41,7 @@ func (c Config) Place() (Placement, error) {
 func (p Placement) Open() error {
 	for _, d := range p.Stages {
 		if _, err := backend.Get(d); err != nil {
-			return fmt.Errorf("--pipeline: %w", err)
+			return setting.Errorf("{Pipeline}: %w", err)
 		}
 	}
 	return nil
@@ -97,10 +97,10 @@ func parseDevices(s string) ([]tensor.Device, error) {
 	for _, name := range strings.Split(s, ",") {
 		d, err := backend.ParseDevice(strings.TrimSpace(name))
 		if err != nil {
-			return nil, fmt.Errorf("--pipeline %s: %w", s, err)
+			return nil, setting.Errorf("{Pipeline} %s: %w", s, err)
 		}
 		if seen[d] {
-			return nil, fmt.Errorf("--pipeline %s names %v twice", s, d)
+			return nil, setting.Errorf("{Pipeline} %s names %v twice", s, d)
 		}
 		seen[d] = true
 		devs = append(devs, d)

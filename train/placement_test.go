@@ -20,9 +20,9 @@ func TestPlace(t *testing.T) {
 		t.Fatalf("Place = %+v, want %+v", pl, want)
 	}
 	for _, tc := range []struct{ dev, pipe, want string }{
-		{"tpu", "", "--device tpu"},
+		{"tpu", "", "Device tpu"},
 		{"cpu", "cpu:1,cpu:1", "names cpu:1 twice"},
-		{"cpu", "cpu:1,gpu:2", "--pipeline cpu:1,gpu:2"},
+		{"cpu", "cpu:1,gpu:2", "Pipeline cpu:1,gpu:2"},
 	} {
 		c.Device, c.Pipeline = tc.dev, tc.pipe
 		if _, err := c.Place(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/monitor/diagnose"
+	"github.com/fleetml/fleet/setting"
 )
 
 // DefaultRunsDir is the folder under which a run without --out gets a new
@@ -74,9 +75,9 @@ func NewestRun(root string) (string, error) {
 		return root, nil
 	}
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("no run in %s: it does not exist (train one with fleet train, or name a run folder with --out)", root)
+		return "", setting.Errorf("no run in %s: it does not exist (train one with fleet train, or name a run folder with {Out})", root)
 	}
-	return "", fmt.Errorf("no run in %s: it holds no %sNNN folder and no run's files (train one with fleet train, or name a run folder with --out)", root, runPrefix)
+	return "", setting.Errorf("no run in %s: it holds no %sNNN folder and no run's files (train one with fleet train, or name a run folder with {Out})", root, runPrefix)
 }
 
 // finishedRun reports whether a run folder's files say the run finished:
@@ -141,13 +142,13 @@ func decideOut(cfg Config) (outPlan, error) {
 		return p, nil
 	}
 	if !cfg.Resume {
-		return p, fmt.Errorf("--out %s already holds a run (%s): add --resume to continue it, or give another --out "+
-			"(without --out, each run gets a new folder under %s)", p.Dir, strings.Join(have, ", "), DefaultRunsDir)
+		return p, setting.Errorf("{Out} %s already holds a run (%s): add {Resume} to continue it, or give another {Out} "+
+			"(without {Out}, each run gets a new folder under %s)", p.Dir, strings.Join(have, ", "), DefaultRunsDir)
 	}
 	if finishedRun(have) && !checkpoint.Exists(filepath.Join(p.Dir, CheckpointDir)) {
-		return p, fmt.Errorf("--resume: %s holds a finished run (%s) that left no checkpoint to continue from "+
-			"(it ran with --ckpt-interval 0, or they were removed); starting over would write over it. To train its weights further, "+
-			"give --init-from %s and another --out",
+		return p, setting.Errorf("{Resume}: %s holds a finished run (%s) that left no checkpoint to continue from "+
+			"(it ran with {CkptInterval} 0, or they were removed); starting over would write over it. To train its weights further, "+
+			"give {InitFrom} %s and another {Out}",
 			p.Dir, strings.Join(have, ", "), filepath.Join(p.Dir, ModelFile))
 	}
 	return p, nil
@@ -194,13 +195,13 @@ func makeOut(p outPlan) (dir string, created bool, err error) {
 	} else {
 		_, statErr := os.Stat(p.Dir)
 		if err := os.MkdirAll(p.Dir, 0o755); err != nil {
-			return "", false, fmt.Errorf("--out %s: %w", p.Dir, err)
+			return "", false, setting.Errorf("{Out} %s: %w", p.Dir, err)
 		}
 		created = errors.Is(statErr, fs.ErrNotExist)
 	}
 	f, err := os.CreateTemp(p.Dir, ".write-check-*")
 	if err != nil {
-		return p.Dir, created, fmt.Errorf("--out %s is not writable: %w", p.Dir, err)
+		return p.Dir, created, setting.Errorf("{Out} %s is not writable: %w", p.Dir, err)
 	}
 	f.Close()
 	return p.Dir, created, os.Remove(f.Name())
@@ -222,8 +223,8 @@ func newestCheckpoint(root string) (dir string, m *checkpoint.Manifest, skipped 
 		for _, e := range skipped {
 			fmt.Fprintf(&b, "\n  - %v", e)
 		}
-		return "", nil, nil, fmt.Errorf("--resume: %s holds checkpoints, but none verifies:%s\n"+
-			"nothing was written; repair or remove them, or give another --out to start over", root, b.String())
+		return "", nil, nil, setting.Errorf("{Resume}: %s holds checkpoints, but none verifies:%s\n"+
+			"nothing was written; repair or remove them, or give another {Out} to start over", root, b.String())
 	}
 	return dir, m, skipped, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/testenv"
+	"github.com/fleetml/fleet/setting"
 )
 
 // sameFiles fails the test where dir's files are not those of before,
@@ -55,7 +56,7 @@ func TestRunFolderNeverOverwritten(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second run into the same --out was not refused")
 	}
-	for _, want := range []string{"already holds a run", ModelFile, "--resume", "another --out"} {
+	for _, want := range []string{"already holds a run", ModelFile, "add Resume", "another Out"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
 		}
@@ -195,34 +196,34 @@ func TestResumeFitsTheRun(t *testing.T) {
 	c = base
 	c.Data = filepath.Join(t.TempDir(), "swapped.txt")
 	os.WriteFile(c.Data, swapped, 0o644)
-	refused("other text", c, "--data:")
+	refused("other text", c, "Data:")
 
 	c = base
 	c.NEmbd = 48
-	refused("another model", c, "--n-embd: the checkpoint's is 32, this run's is 48")
+	refused("another model", c, "NEmbd: the checkpoint's is 32, this run's is 48")
 
 	for _, tc := range []struct {
 		flag string
 		set  func(*Config)
 	}{
-		{"--lr", func(c *Config) { c.LR *= 2 }},
-		{"--batch-size", func(c *Config) { c.BatchSize = 4 }}, // the global batch: --tokens-per-step
-		{"--grad-clip", func(c *Config) { c.GradClip = 0.5 }},
-		{"--seed", func(c *Config) { c.Seed++ }},
-		{"--dropout", func(c *Config) { c.Dropout = 0.2 }},
-		{"--lr-decay-iters", func(c *Config) { c.MaxIters = 9 }}, // the horizon follows --max-iters
-		{"--precision", func(c *Config) { c.Precision = "bf16" }},
+		{"LR", func(c *Config) { c.LR *= 2 }},
+		{"BatchSize", func(c *Config) { c.BatchSize = 4 }}, // the global batch: TokensPerStep
+		{"GradClip", func(c *Config) { c.GradClip = 0.5 }},
+		{"Seed", func(c *Config) { c.Seed++ }},
+		{"Dropout", func(c *Config) { c.Dropout = 0.2 }},
+		{"LRDecayIters", func(c *Config) { c.MaxIters = 9 }}, // the horizon follows MaxIters
+		{"Precision", func(c *Config) { c.Precision = "bf16" }},
 	} {
 		c := base
 		tc.set(&c)
 		flag := tc.flag + ": the checkpoint's is"
 		switch tc.flag {
-		case "--batch-size":
-			flag = "--tokens-per-step (the global batch"
-		case "--lr-decay-iters":
-			flag = "--lr-decay-iters (the decay horizon"
+		case "BatchSize":
+			flag = "TokensPerStep (the global batch"
+		case "LRDecayIters":
+			flag = "LRDecayIters (the decay horizon"
 		}
-		refused(tc.flag, c, flag, "--allow-changes")
+		refused(tc.flag, c, flag, "AllowChanges")
 	}
 
 	// --allow-changes lets the learning rate change, logged and recorded.
@@ -285,7 +286,7 @@ func TestResumeRefusesDamagedCheckpoints(t *testing.T) {
 	if err == nil {
 		t.Fatalf("resumed from damaged checkpoints:\n%s", log.String())
 	}
-	for _, want := range []string{"none verifies", checkpoint.DirName(3), checkpoint.DirName(6), "another --out"} {
+	for _, want := range []string{"none verifies", checkpoint.DirName(3), checkpoint.DirName(6), "another Out"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not say %q:\n%v", want, err)
 		}
@@ -309,19 +310,20 @@ func TestFloatSettingsFinite(t *testing.T) {
 		flag string
 		set  func(*Config, float64)
 	}{
-		{"--lr", func(c *Config, v float64) { c.LR = v }},
-		{"--min-lr", func(c *Config, v float64) { c.MinLR = v }},
-		{"--beta2", func(c *Config, v float64) { c.Beta2 = v }},
-		{"--grad-clip", func(c *Config, v float64) { c.GradClip = v }},
-		{"--dropout", func(c *Config, v float64) { c.Dropout = v }},
-		{"--weight-decay", func(c *Config, v float64) { c.WeightDecay = v }},
+		{"LR", func(c *Config, v float64) { c.LR = v }},
+		{"MinLR", func(c *Config, v float64) { c.MinLR = v }},
+		{"Beta2", func(c *Config, v float64) { c.Beta2 = v }},
+		{"GradClip", func(c *Config, v float64) { c.GradClip = v }},
+		{"Dropout", func(c *Config, v float64) { c.Dropout = v }},
+		{"WeightDecay", func(c *Config, v float64) { c.WeightDecay = v }},
 	} {
 		for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
 			c := tinyConfig(t)
 			tc.set(&c, v)
 			_, err := Run(c, &bytes.Buffer{})
-			if err == nil || !strings.Contains(err.Error(), tc.flag) {
-				t.Errorf("%s %v: err = %v, want one naming %s", tc.flag, v, err, tc.flag)
+			var se *setting.Error
+			if !errors.As(err, &se) || se.Name != tc.flag {
+				t.Errorf("%s %v: err = %v, want a setting.Error naming %s", tc.flag, v, err, tc.flag)
 			}
 			if _, err := os.Stat(c.Out); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("%s %v: the run folder was made", tc.flag, v)
@@ -354,7 +356,7 @@ func TestDivergenceNamesFirstStep(t *testing.T) {
 	if _, serr := fmt.Sscanf(msg, "step %d:", &bad); serr != nil || bad < 2 || bad > 10 {
 		t.Fatalf("the error does not start with the step (2 or later): %s", msg)
 	}
-	for _, want := range []string{"the first whose loss or gradients are not finite", "lower --lr", "smaller --grad-clip",
+	for _, want := range []string{"the first whose loss or gradients are not finite", "lower LR", "smaller GradClip",
 		checkpoint.DirName(bad-1) + " (step " + fmt.Sprint(bad-1) + "), holds the weights that gave it", "move it out of"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the error does not say %q:\n%s", want, msg)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/setting"
 )
 
 // Identity names data or a tokenizer by content: a SHA-256 sum and a
@@ -43,27 +44,35 @@ type Resumption struct {
 	Changes []Change `json:"changes"`
 }
 
-// setting is one resolved setting that a resumed run or the ranks of a
-// job compare, named by its flag.
-type setting struct {
+// recorded is one resolved setting that a resumed run or the ranks of a
+// job compare. Files and the ranks' exchange name it by its flag (Flag, a
+// format kept as it is); messages name it by its Config field.
+type recorded struct {
 	Flag  string `json:"flag"`
 	Value string `json:"value"`
 	// Show is the value for messages where it is not Value itself, and
-	// Note says what the setting is where its flag alone does not.
-	Show string `json:"show,omitempty"`
-	Note string `json:"note,omitempty"`
-	kind settingKind
+	// Note says what the setting is where its name alone does not (a
+	// setting.Errorf fragment).
+	Show  string `json:"show,omitempty"`
+	Note  string `json:"note,omitempty"`
+	kind  settingKind
+	field string // the Config field; "" for one no field sets (the tokenizer)
 }
 
-// name is the setting's flag for messages, with its note.
-func (s setting) name() string {
-	if s.Note != "" {
-		return s.Flag + " (" + s.Note + ")"
+// name is the setting for a setting.Errorf format: its field in braces,
+// with its note.
+func (s recorded) name() string {
+	n := s.Flag
+	if s.field != "" {
+		n = "{" + s.field + "}"
 	}
-	return s.Flag
+	if s.Note != "" {
+		return n + " (" + s.Note + ")"
+	}
+	return n
 }
 
-func (s setting) shown() string {
+func (s recorded) shown() string {
 	if s.Show != "" {
 		return s.Show
 	}
@@ -92,50 +101,50 @@ func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // settingsOf lists the settings of a run that its resumes and its ranks
 // compare. Per-process values (the device, a pipeline's device offset,
 // the rank, intervals only rank 0 acts on) are not in it.
-func settingsOf(rc RunConfig) []setting {
+func settingsOf(rc RunConfig) []recorded {
 	c, m := rc.Train, rc.Model
 	world := max(c.WorldSize, 1)
 	global := BatchPlan{Micro: c.BatchSize, Accum: c.GradAccum, World: world, Block: c.BlockSize}.TokensPerStep()
 	itoa := strconv.Itoa
-	s := []setting{
-		{Flag: "--n-layer", Value: itoa(m.NLayer)},
-		{Flag: "--n-head", Value: itoa(m.NHead)},
-		{Flag: "--n-embd", Value: itoa(m.NEmbd)},
-		{Flag: "--block-size", Value: itoa(m.BlockSize)},
-		{Flag: "--bias", Value: strconv.FormatBool(m.Bias)},
-		{Flag: "--vocab-size", Value: itoa(m.VocabSize)},
+	s := []recorded{
+		{Flag: "--n-layer", field: "NLayer", Value: itoa(m.NLayer)},
+		{Flag: "--n-head", field: "NHead", Value: itoa(m.NHead)},
+		{Flag: "--n-embd", field: "NEmbd", Value: itoa(m.NEmbd)},
+		{Flag: "--block-size", field: "BlockSize", Value: itoa(m.BlockSize)},
+		{Flag: "--bias", field: "Bias", Value: strconv.FormatBool(m.Bias)},
+		{Flag: "--vocab-size", field: "VocabSize", Value: itoa(m.VocabSize)},
 		{Flag: "tokenizer", Value: rc.TokenizerID.SHA256, Show: rc.TokenizerID.String()},
-		{Flag: "--data", Value: rc.DataID.SHA256, Show: rc.DataID.String()},
+		{Flag: "--data", field: "Data", Value: rc.DataID.SHA256, Show: rc.DataID.String()},
 
-		{Flag: "--seed", Value: strconv.FormatUint(c.Seed, 10), kind: tunable},
-		{Flag: "--lr", Value: fmtFloat(c.LR), kind: tunable},
-		{Flag: "--min-lr", Value: fmtFloat(c.MinLR), kind: tunable},
-		{Flag: "--warmup-iters", Value: itoa(c.WarmupIters), kind: tunable},
-		{Flag: "--lr-decay-iters", Value: itoa(c.decayIters()), kind: tunable,
-			Note: "the decay horizon, which --max-iters sets where --lr-decay-iters is 0"},
-		{Flag: "--beta1", Value: fmtFloat(c.Beta1), kind: tunable},
-		{Flag: "--beta2", Value: fmtFloat(c.Beta2), kind: tunable},
-		{Flag: "--weight-decay", Value: fmtFloat(c.WeightDecay), kind: tunable},
-		{Flag: "--grad-clip", Value: fmtFloat(c.GradClip), kind: tunable},
-		{Flag: "--dropout", Value: fmtFloat(c.Dropout), kind: tunable},
-		{Flag: "--precision", Value: precisionName(c.Precision), kind: tunable},
-		{Flag: "--tokens-per-step", Value: itoa(global), kind: tunable,
+		{Flag: "--seed", field: "Seed", Value: strconv.FormatUint(c.Seed, 10), kind: tunable},
+		{Flag: "--lr", field: "LR", Value: fmtFloat(c.LR), kind: tunable},
+		{Flag: "--min-lr", field: "MinLR", Value: fmtFloat(c.MinLR), kind: tunable},
+		{Flag: "--warmup-iters", field: "WarmupIters", Value: itoa(c.WarmupIters), kind: tunable},
+		{Flag: "--lr-decay-iters", field: "LRDecayIters", Value: itoa(c.decayIters()), kind: tunable,
+			Note: "the decay horizon, which {MaxIters} sets where {LRDecayIters} is 0"},
+		{Flag: "--beta1", field: "Beta1", Value: fmtFloat(c.Beta1), kind: tunable},
+		{Flag: "--beta2", field: "Beta2", Value: fmtFloat(c.Beta2), kind: tunable},
+		{Flag: "--weight-decay", field: "WeightDecay", Value: fmtFloat(c.WeightDecay), kind: tunable},
+		{Flag: "--grad-clip", field: "GradClip", Value: fmtFloat(c.GradClip), kind: tunable},
+		{Flag: "--dropout", field: "Dropout", Value: fmtFloat(c.Dropout), kind: tunable},
+		{Flag: "--precision", field: "Precision", Value: precisionName(c.Precision), kind: tunable},
+		{Flag: "--tokens-per-step", field: "TokensPerStep", Value: itoa(global), kind: tunable,
 			Show: fmt.Sprintf("%d (%d × %d × %d × %d)", global, c.BatchSize, c.GradAccum, c.BlockSize, world),
-			Note: "the global batch: --batch-size × --grad-accum × --block-size × processes"},
+			Note: "the global batch: {BatchSize} × {GradAccum} × {BlockSize} × processes"},
 
-		{Flag: "--batch-size", Value: itoa(c.BatchSize), kind: perRank},
-		{Flag: "--grad-accum", Value: itoa(c.GradAccum), kind: perRank},
-		{Flag: "--max-iters", Value: itoa(c.MaxIters), kind: perRank},
-		{Flag: "--eval-interval", Value: itoa(c.EvalInterval), kind: perRank},
-		{Flag: "--eval-iters", Value: itoa(c.EvalIters), kind: perRank},
-		{Flag: "--log-interval", Value: itoa(c.LogInterval), kind: perRank},
-		{Flag: "--bucket-mb", Value: itoa(c.BucketMB), kind: perRank},
-		{Flag: "--dist-backend", Value: orDefault(c.DistBackend, "auto"), kind: perRank},
-		{Flag: "--pipeline", Value: itoa(pipelineStages(c.Pipeline)), kind: perRank,
+		{Flag: "--batch-size", field: "BatchSize", Value: itoa(c.BatchSize), kind: perRank},
+		{Flag: "--grad-accum", field: "GradAccum", Value: itoa(c.GradAccum), kind: perRank},
+		{Flag: "--max-iters", field: "MaxIters", Value: itoa(c.MaxIters), kind: perRank},
+		{Flag: "--eval-interval", field: "EvalInterval", Value: itoa(c.EvalInterval), kind: perRank},
+		{Flag: "--eval-iters", field: "EvalIters", Value: itoa(c.EvalIters), kind: perRank},
+		{Flag: "--log-interval", field: "LogInterval", Value: itoa(c.LogInterval), kind: perRank},
+		{Flag: "--bucket-mb", field: "BucketMB", Value: itoa(c.BucketMB), kind: perRank},
+		{Flag: "--dist-backend", field: "DistBackend", Value: orDefault(c.DistBackend, "auto"), kind: perRank},
+		{Flag: "--pipeline", field: "Pipeline", Value: itoa(pipelineStages(c.Pipeline)), kind: perRank,
 			Show: itoa(pipelineStages(c.Pipeline)) + " stages"},
-		{Flag: "--micro-batches", Value: itoa(max(c.MicroBatches, 1)), kind: perRank},
-		{Flag: "--pipeline-split", Value: c.PipelineSplit, kind: perRank},
-		{Flag: "--pipeline-schedule", Value: orDefault(c.PipelineSchedule, "gpipe"), kind: perRank},
+		{Flag: "--micro-batches", field: "MicroBatches", Value: itoa(max(c.MicroBatches, 1)), kind: perRank},
+		{Flag: "--pipeline-split", field: "PipelineSplit", Value: c.PipelineSplit, kind: perRank},
+		{Flag: "--pipeline-schedule", field: "PipelineSchedule", Value: orDefault(c.PipelineSchedule, "gpipe"), kind: perRank},
 	}
 	return s
 }
@@ -176,7 +185,7 @@ func resumeCheck(was, now RunConfig, allow bool) (changes []Change, warn string,
 				strings.TrimPrefix(o.Flag, "--"))
 			continue
 		}
-		line := fmt.Sprintf("%s: the checkpoint's is %s, this run's is %s", o.name(), o.shown(), n.shown())
+		line := o.name() + ": the checkpoint's is " + setting.Literal(o.shown()) + ", this run's is " + setting.Literal(n.shown())
 		if o.kind == identity {
 			refused = append(refused, line)
 			continue
@@ -185,31 +194,43 @@ func resumeCheck(was, now RunConfig, allow bool) (changes []Change, warn string,
 		changes = append(changes, Change{Flag: o.Flag, From: o.Value, To: n.Value})
 	}
 	if len(refused) > 0 {
-		return nil, warn, fmt.Errorf("it is another run's: its model, tokenizer or data differ from this run's:\n  - %s\n"+
-			"resume with the run's own data and model flags, or give another --out to start a new run",
-			strings.Join(refused, "\n  - "))
+		return nil, warn, setting.Errorf("it is another run's: its model, tokenizer or data differ from this run's:\n  - " +
+			strings.Join(refused, "\n  - ") + "\n" +
+			"resume with the run's own data and model settings, or give another {Out} to start a new run")
 	}
 	if len(tuned) > 0 && !allow {
-		return nil, warn, fmt.Errorf("these settings differ from the checkpoint's, so the run would not continue as it began:\n  - %s\n"+
-			"resume with the checkpoint's settings, or add --allow-changes to change them from here on (config.json then records the change)",
-			strings.Join(tuned, "\n  - "))
+		return nil, warn, setting.Errorf("these settings differ from the checkpoint's, so the run would not continue as it began:\n  - " +
+			strings.Join(tuned, "\n  - ") + "\n" +
+			"resume with the checkpoint's settings, or add {AllowChanges} to change them from here on (config.json then records the change)")
 	}
 	return changes, warn, nil
 }
 
 // settingsDiff compares rank r's settings (mine) with rank 0's, naming
-// every setting that differs.
-func settingsDiff(rank0, mine []setting, r int) []string {
+// every setting that differs in a setting.Errorf fragment.
+func settingsDiff(rank0, mine []recorded, r int) []string {
 	var diff []string
 	for i := range rank0 {
 		if i >= len(mine) || rank0[i].Flag != mine[i].Flag {
 			return append(diff, fmt.Sprintf("rank %d runs another fleet (its settings do not line up with rank 0's)", r))
 		}
 		if rank0[i].Value != mine[i].Value {
-			diff = append(diff, fmt.Sprintf("%s: rank 0 has %s, rank %d has %s", rank0[i].name(), rank0[i].shown(), r, mine[i].shown()))
+			s := rank0[i]
+			s.field = fieldOf(s.Flag) // the exchange carries flags
+			diff = append(diff, fmt.Sprintf("%s: rank 0 has %s, rank %d has %s", s.name(), setting.Literal(s.shown()), r, setting.Literal(mine[i].shown())))
 		}
 	}
 	return diff
+}
+
+// fieldOf is the Config field of a recorded setting's flag ("" for none).
+func fieldOf(flag string) string {
+	for _, s := range settingsOf(RunConfig{}) {
+		if s.Flag == flag {
+			return s.field
+		}
+	}
+	return ""
 }
 
 // hashTokens adds a token sequence to h: its length, then every id as 4

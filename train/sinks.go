@@ -10,6 +10,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/prom"
 	"github.com/fleetml/fleet/monitor/tfevents"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -34,7 +35,7 @@ func (r *run) openSinks(tok Tokenizer) error {
 	if cfg.TensorBoard != "" {
 		w, err := tfevents.NewWriter(cfg.TensorBoard)
 		if err != nil {
-			return fmt.Errorf("--tensorboard: %w", err)
+			return setting.Errorf("{TensorBoard}: %w", err)
 		}
 		s.tb = w
 		fmt.Fprintf(r.log, "tensorboard: writing %s (view with tensorboard --logdir %s)\n", w.Path(), cfg.TensorBoard)
@@ -45,7 +46,7 @@ func (r *run) openSinks(tok Tokenizer) error {
 		addr, stop, err := prom.Serve(cfg.MetricsAddr, s.reg)
 		if err != nil {
 			s.close(io.Discard)
-			return fmt.Errorf("--metrics-addr: %w", err)
+			return setting.Errorf("{MetricsAddr}: %w", err)
 		}
 		s.stop = stop
 		fmt.Fprintf(r.log, "metrics: serving Prometheus metrics at http://%s/metrics\n", addr)
@@ -77,7 +78,7 @@ func (s *sinks) emit(m Metric) error {
 		v := fields[k]
 		if s.tb != nil {
 			if err := s.tb.Scalar(k, int64(m.Step), v, now); err != nil {
-				return fmt.Errorf("--tensorboard: %w", err)
+				return setting.Errorf("{TensorBoard}: %w", err)
 			}
 		}
 		if s.reg != nil {
@@ -114,7 +115,7 @@ func (s *sinks) sample(m *model.GPT, step int, seed uint64) error {
 		return err
 	}
 	if err := s.tb.Text("samples", int64(step), s.tok.Decode(out), time.Now()); err != nil {
-		return fmt.Errorf("--tensorboard: %w", err)
+		return setting.Errorf("{TensorBoard}: %w", err)
 	}
 	return s.tb.Flush()
 }
@@ -127,7 +128,7 @@ func (s *sinks) close(log io.Writer) error {
 	var err error
 	if s.tb != nil {
 		if err = s.tb.Close(); err != nil {
-			err = fmt.Errorf("--tensorboard: %w", err)
+			err = setting.Errorf("{TensorBoard}: %w", err)
 		}
 	}
 	if s.stop != nil {

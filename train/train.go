@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/fleetml/fleet/internal/stats"
 	"io"
 	"math"
 	"os"
@@ -17,9 +16,11 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/internal/stats"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -365,7 +366,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	r.model.SetRecompute(cfg.Recompute)
 	if initFile != nil {
 		if err := r.model.SetWeights(initFile); err != nil {
-			return nil, fmt.Errorf("--init-from %s: %w", cfg.InitFrom, err)
+			return nil, setting.Errorf("{InitFrom} %s: %w", cfg.InitFrom, err)
 		}
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
@@ -430,7 +431,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, err
 		}
 		if start > cfg.MaxIters {
-			return nil, fmt.Errorf("resume: checkpoint %s is at step %d, past --max-iters %d", resumeDir, start, cfg.MaxIters)
+			return nil, setting.Errorf("resume: checkpoint %s is at step %d, past {MaxIters} %d", resumeDir, start, cfg.MaxIters)
 		}
 		r.keepMetrics(start)
 		r.ckpt.last, r.ckpt.lastStep = resumeDir, start
@@ -675,10 +676,10 @@ func (r *run) checkpointAfter(done int, stop bool, best float64) error {
 			return err
 		}
 		if cfg.Rank != 0 {
-			return fmt.Errorf("%w after step %d; rank 0 saved the group's checkpoint; continue with --resume", ErrInterrupted, done)
+			return setting.Errorf("%w after step %d; rank 0 saved the group's checkpoint; continue with {Resume}", ErrInterrupted, done)
 		}
 		fmt.Fprintf(r.log, "stopped after step %d: checkpoint in %s; continue with --resume\n", done, r.ckpt.last)
-		return fmt.Errorf("%w after step %d; checkpoint %s; continue with --resume", ErrInterrupted, done, r.ckpt.last)
+		return setting.Errorf("%w after step %d; checkpoint %s; continue with {Resume}", ErrInterrupted, done, r.ckpt.last)
 	}
 	if cfg.CkptInterval > 0 && (done%cfg.CkptInterval == 0 || done == cfg.MaxIters) {
 		return r.ckpt.save(r, done, best, false)
@@ -699,41 +700,44 @@ func (r *run) diverged(step int, loss float64, nBad int) error {
 	if w := max(r.cfg.WorldSize, 1); w > 1 {
 		what = fmt.Sprintf("%d of the %d ranks' losses or gradients are not finite (this rank's: %s)", nBad, w, what)
 	}
-	return fmt.Errorf("step %d: %s: the run diverged at this step, the first whose loss or gradients are not finite; %s",
-		step, what, r.divergedAdvice(step-1)) // the weights after step-1 gave them
+	advice, args := r.divergedAdvice(step - 1) // the weights after step-1 gave them
+	return setting.Errorf("step %d: %s: the run diverged at this step, the first whose loss or gradients are not finite; "+advice,
+		append([]any{step, what}, args...)...)
 
 }
 
 // divergedAdvice says what of a diverged run was saved, and how to train
-// on. The weights after step bad gave a loss or gradients that are not
-// finite: a checkpoint of that step holds them, and --resume would take
+// on: a setting.Errorf format, naming settings by field, and its
+// arguments. The weights after step bad gave a loss or gradients that are
+// not finite: a checkpoint of that step holds them, and Resume would take
 // it; earlier ones hold weights that gave finite values.
-func (r *run) divergedAdvice(bad int) string {
+func (r *run) divergedAdvice(bad int) (format string, args []any) {
 	cfg := r.cfg
 	if r.ckpt != nil {
 		r.ckpt.wait(io.Discard) // the newest checkpoint, not one still being written
 	}
-	saved := "the run has no checkpoint to go back to"
+	format = "the run has no checkpoint to go back to"
 	switch {
 	case r.ckpt == nil || r.ckpt.lastStep < 0:
 	case r.ckpt.lastStep < bad:
-		saved = fmt.Sprintf("the newest checkpoint, %s (step %d), holds weights from before it: --resume --allow-changes with the changes below continues from there",
-			r.ckpt.last, r.ckpt.lastStep)
+		format = "the newest checkpoint, %s (step %d), holds weights from before it: {Resume} {AllowChanges} with the changes below continues from there"
+		args = append(args, r.ckpt.last, r.ckpt.lastStep)
 	default:
-		saved = fmt.Sprintf("the newest checkpoint, %s (step %d), holds the weights that gave it, and --resume takes the newest: "+
-			"move it out of %s to resume from an earlier one with the changes below (--resume --allow-changes)",
-			r.ckpt.last, r.ckpt.lastStep, filepath.Dir(r.ckpt.last))
+		format = "the newest checkpoint, %s (step %d), holds the weights that gave it, and {Resume} takes the newest: " +
+			"move it out of %s to resume from an earlier one with the changes below ({Resume} {AllowChanges})"
+		args = append(args, r.ckpt.last, r.ckpt.lastStep, filepath.Dir(r.ckpt.last))
 	}
-	advice := fmt.Sprintf("lower --lr (now %g), lengthen --warmup-iters (now %d), or clip harder with a smaller --grad-clip", cfg.LR, cfg.WarmupIters)
+	format += ". To train on, lower {LR} (now %g), lengthen {WarmupIters} (now %d), or clip harder with a smaller {GradClip}"
+	args = append(args, cfg.LR, cfg.WarmupIters)
 	if cfg.GradClip > 0 {
-		advice += fmt.Sprintf(" (now %g)", cfg.GradClip)
+		format += fmt.Sprintf(" (now %g)", cfg.GradClip)
 	} else {
-		advice += " (now 0: off; 1 is usual)"
+		format += " (now 0: off; 1 is usual)"
 	}
 	if cfg.Precision == "fp16" {
-		advice += "; or train in --precision bf16, whose range is fp32's: fp16's overflows"
+		format += "; or train in {Precision} bf16, whose range is fp32's: fp16's overflows"
 	}
-	return fmt.Sprintf("%s. To train on, %s", saved, advice)
+	return format, args
 }
 
 // step runs one optimizer step: GradAccum micro-steps of forward and
@@ -911,8 +915,9 @@ func (r *run) evaluate(step int, sum *Summary) error {
 	if !finite(tl) || !finite(vl) {
 		// The weights the step left are not finite: no metric, no
 		// best.safetensors, and no JSON could even hold the loss.
-		return fmt.Errorf("step %d: the evaluation loss is not finite (train %v, val %v): the run diverged at or before this step; %s",
-			step, tl, vl, r.divergedAdvice(step))
+		advice, args := r.divergedAdvice(step)
+		return setting.Errorf("step %d: the evaluation loss is not finite (train %v, val %v): the run diverged at or before this step; "+advice,
+			append([]any{step, tl, vl}, args...)...)
 	}
 	if r.cfg.Rank != 0 {
 		return nil // rank 0 logs and saves

@@ -203,8 +203,8 @@ func TestTokensPerStep(t *testing.T) {
 		{tokens: 4 * 16 * 2 * 3, accum: 0},
 		{tokens: 4 * 16 * 2 * 3, accum: 3}, // the accumulation it makes: a resolved plan
 		{tokens: 100, accum: 0, want: "not a multiple of batch size 4 × block size 16 × world size 2 = 128"},
-		{tokens: 512, accum: 2, want: "cannot be combined with --grad-accum 2"},
-		{tokens: 384, accum: 1, want: "cannot be combined with --grad-accum 1"},
+		{tokens: 512, accum: 2, want: "cannot be combined with GradAccum 2"},
+		{tokens: 384, accum: 1, want: "cannot be combined with GradAccum 1"},
 		{tokens: -128, accum: 0, want: "must be positive"},
 	} {
 		c.TokensPerStep, c.GradAccum = tc.tokens, tc.accum

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/launch"
+	"github.com/fleetml/fleet/setting"
 )
 
 func TestRunCmd(t *testing.T) {
@@ -82,7 +83,7 @@ func TestRunCmdUsage(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		if err == nil || !strings.Contains(setting.Message(err, flagName), c.want) {
 			t.Errorf("%q: err = %v, want %q", c.args, err, c.want)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/fleetml/fleet/setting"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -88,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return 2
 	}
-	fmt.Fprintf(stderr, "fleet %s: %v\n", args[0], err)
+	fmt.Fprintf(stderr, "fleet %s: %s\n", args[0], setting.Message(err, flagName))
 	var ec interface{ ExitCode() int } // fleet run: the failing process's status
 	if errors.As(err, &ec) && ec.ExitCode() > 0 {
 		return ec.ExitCode()
