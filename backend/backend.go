@@ -292,6 +292,18 @@ type HostMemory interface {
 	HostFloat32s(r Ref, n int) []float32
 }
 
+// PeerCopier is a Backend that copies from another device's storage
+// device to device, with no trip through the host (between GPUs of one
+// machine). CopyFrom copies n elements of src, storage of backend from,
+// into dst (both of one dtype), in order after the work queued so far on
+// both devices and before the work queued later on either, so that src
+// may be freed and dst read at once. It reports false, having done
+// nothing, where from is not a device it can copy from; the caller then
+// copies through the host.
+type PeerCopier interface {
+	CopyFrom(dst Ref, from Backend, src Ref, n int) bool
+}
+
 // Queue is a Backend whose work can be joined by libraries that take raw
 // device addresses and a stream (NCCL): Address is the device address of
 // r's element, and OnQueue runs fn where the device's context is current,

@@ -379,13 +379,19 @@ func PinnedAlloc(dev Device, n int) ([]byte, func() error, error) {
 
 // To returns the tensor on dev: t itself if it is already there, else a
 // copy (outside autograd), made in dev's program: the way a program takes
-// a tensor another program hands it (see Program). Host<->device bytes
-// are counted by the backend.
+// a tensor another program hands it (see Program). Between devices that
+// copy from each other (backend.PeerCopier: GPUs of one machine) the
+// copy goes device to device; from host memory it goes straight from it;
+// otherwise through the host. Host<->device bytes are counted by the
+// backend.
 func (t *Tensor) To(dev Device) *Tensor {
 	if t.dev == dev {
 		return t
 	}
 	out := alloc("to", dev, t.dtype, t.shape)
+	if p, ok := out.be.(backend.PeerCopier); ok && p.CopyFrom(out.ref(), t.be, t.ref(), t.Numel()) {
+		return out // device to device (GPUs of one machine)
+	}
 	if h, ok := t.be.(backend.HostMemory); ok && t.dtype == F32 {
 		// A tensor in host memory goes straight from it: one copy (between
 		// two CPU devices, pipeline stages, the only one), no staging

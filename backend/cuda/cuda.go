@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -173,6 +174,26 @@ func (c *CUDA) Upload(dst backend.Ref, src []byte) {
 	}
 	c.check("upload", c.g.htod(c.ptr(dst).(devPtr), src))
 	c.copied.Add(int64(len(src)))
+}
+
+// CopyFrom implements backend.PeerCopier: from another CUDA device, the
+// elements go device to device (MemStats.Copied counts host<->device
+// bytes only, so it does not count them).
+func (c *CUDA) CopyFrom(dst backend.Ref, from backend.Backend, src backend.Ref, n int) bool {
+	f, ok := from.(*CUDA)
+	if !ok || f == c {
+		return false
+	}
+	d, s := c.buf(dst.S), f.buf(src.S)
+	if d.dt != s.dt || n < 0 || dst.Off+n > d.n || src.Off+n > s.n {
+		c.fail("copy_from", fmt.Errorf("%d elements from %v %v at %d of %d into %v at %d of %d", n, f.dev, s.dt, src.Off, s.n, d.dt, dst.Off, d.n))
+	}
+	err := c.g.peerCopy(c.ptr(dst).(devPtr), f.g, f.ptr(src).(devPtr), n*d.dt.Size())
+	if errors.Is(err, errNoPeer) {
+		return false
+	}
+	c.check("copy_from", err)
+	return true
 }
 
 // PinnedAlloc returns n bytes of page-locked host memory for UploadAsync.

@@ -357,6 +357,41 @@ func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {
 	})
 }
 
+// peerCopy queues the copy on this device's compute stream, ordered
+// against from's compute stream by events and no host wait: this stream
+// waits for an event recorded on from's after its work so far (src is
+// written), and from's stream waits for one recorded here after the copy
+// (src's block may be recycled by from's pool and written at once).
+func (g *driverGPU) peerCopy(dst devPtr, from gpu, src devPtr, bytes int) error {
+	f, ok := from.(*driverGPU)
+	if !ok {
+		return errNoPeer
+	}
+	if bytes == 0 {
+		return nil
+	}
+	written, err := f.mark()
+	if err != nil {
+		return err
+	}
+	defer f.releaseMark(written)
+	err = g.do(func() error {
+		if err := g.d.StreamWaitEvent(g.compute, driver.Event(written)); err != nil {
+			return err
+		}
+		return g.d.MemcpyPeerAsync(driver.DevicePtr(dst), g.ctx, driver.DevicePtr(src), f.ctx, uint64(bytes), g.compute)
+	})
+	if err != nil {
+		return err
+	}
+	copied, err := g.mark()
+	if err != nil {
+		return err
+	}
+	defer g.releaseMark(copied)
+	return f.do(func() error { return f.d.StreamWaitEvent(f.compute, driver.Event(copied)) })
+}
+
 func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {
 	return g.do(func() error {
 		fn, err := g.function(kernel)

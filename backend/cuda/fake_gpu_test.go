@@ -28,7 +28,10 @@ type fakeGPU struct {
 	launchFn func(kernel string, grid, block [3]int, shared int, args []any) error
 	launches []string
 	allocs   int
-	marks    []time.Time
+	// hostCopies counts copies between the host and the device, and
+	// peerCopies copies into it from another device.
+	hostCopies, peerCopies int
+	marks                  []time.Time
 }
 
 func newFakeGPU(limit int) *fakeGPU {
@@ -124,6 +127,7 @@ func (f *fakeGPU) withEmulator(t testing.TB) *fakeGPU {
 }
 
 func (f *fakeGPU) htod(dst devPtr, src []byte) error {
+	f.hostCopies++
 	m, err := f.mem(dst, len(src))
 	if err == nil {
 		copy(m, src)
@@ -132,6 +136,7 @@ func (f *fakeGPU) htod(dst devPtr, src []byte) error {
 }
 
 func (f *fakeGPU) dtoh(dst []byte, src devPtr) error {
+	f.hostCopies++
 	m, err := f.mem(src, len(dst))
 	if err == nil {
 		copy(dst, m)
@@ -149,6 +154,26 @@ func (f *fakeGPU) dtod(dst, src devPtr, n int) error {
 		copy(d, s)
 	}
 	return err
+}
+
+// peerCopy copies at once from another fake device: the fake devices run
+// everything as it is queued, so stream order holds.
+func (f *fakeGPU) peerCopy(dst devPtr, from gpu, src devPtr, n int) error {
+	o, ok := from.(*fakeGPU)
+	if !ok {
+		return errNoPeer
+	}
+	d, err := f.mem(dst, n)
+	if err != nil {
+		return err
+	}
+	s, err := o.mem(src, n)
+	if err != nil {
+		return fmt.Errorf("the source device: %w", err)
+	}
+	copy(d, s)
+	f.peerCopies++
+	return nil
 }
 
 func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {

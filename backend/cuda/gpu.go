@@ -1,17 +1,24 @@
 package cuda
 
 import (
+	"errors"
+
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
 )
+
+// errNoPeer is peerCopy's error where it cannot copy from the other device.
+var errNoPeer = errors.New("cuda: no device-to-device copy between these devices")
 
 // devPtr is a device address. Kernel launches take device buffers as devPtr
 // arguments (nil for an optional operand left out).
 type devPtr uint64
 
 // gpu is what the backend needs from a device. Methods are called from one
-// goroutine at a time; an implementation that needs a particular OS thread
-// arranges that itself.
+// goroutine at a time, except that another device's peerCopy, on its own
+// goroutine, may reach into this one (the driver's device runs every call
+// on its worker, so it allows that); an implementation that needs a
+// particular OS thread arranges that itself.
 type gpu interface {
 	// memAlloc returns a new device block of bytes, or an error wrapping
 	// backend.ErrOutOfMemory when the device has no room.
@@ -23,6 +30,12 @@ type gpu interface {
 	htod(dst devPtr, src []byte) error
 	dtoh(dst []byte, src devPtr) error
 	dtod(dst, src devPtr, bytes int) error
+	// peerCopy copies bytes from src, a block of device from, into dst,
+	// device to device, in stream order on both devices: after the work
+	// queued so far on either, before the work queued later on either. It
+	// returns errNoPeer, having done nothing, where from is not a device
+	// it can copy from.
+	peerCopy(dst devPtr, from gpu, src devPtr, bytes int) error
 	// hostAlloc returns page-locked host memory, which the copy engine
 	// reads while the host goes on; hostFree releases it.
 	hostAlloc(bytes int) ([]byte, error)

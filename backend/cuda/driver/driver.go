@@ -92,6 +92,7 @@ type Driver struct {
 	cuMemAlloc, cuMemFree, cuMemGetInfo, cuMemHostAlloc, cuMemFreeHost        libs.Func
 	cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyDtoD                                  libs.Func
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                   libs.Func
+	cuMemcpyPeerAsync                                                         libs.Func
 	cuMemsetD32, cuMemsetD8, cuMemsetD32Async, cuMemsetD8Async                libs.Func
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent   libs.Func
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventQuery            libs.Func
@@ -161,6 +162,7 @@ func Load(lib *libs.Lib) *Driver {
 	bind(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
 	bind(&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 	bind(&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")
+	bind(&d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync")
 	bind(&d.cuMemsetD32, "cuMemsetD32_v2")
 	bind(&d.cuMemsetD8, "cuMemsetD8_v2")
 	bind(&d.cuMemsetD32Async, "cuMemsetD32Async")
@@ -433,6 +435,15 @@ func (d *Driver) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, bytes uint64
 func (d *Driver) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, bytes uint64, s Stream) error {
 	r, err := call4(d.cuMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(bytes), uintptr(s))
 	return d.result("cuMemcpyDtoHAsync_v2", r, err)
+}
+
+// MemcpyPeerAsync queues on s a copy of bytes from src, memory of context
+// srcCtx, to dst, memory of context dstCtx: between two devices, device
+// to device (over NVLink or PCIe; the driver stages it where the devices
+// cannot reach each other).
+func (d *Driver) MemcpyPeerAsync(dst DevicePtr, dstCtx Context, src DevicePtr, srcCtx Context, bytes uint64, s Stream) error {
+	r, err := d.cuMemcpyPeerAsync.Fast(uintptr(dst), uintptr(dstCtx), uintptr(src), uintptr(srcCtx), uintptr(bytes), uintptr(s))
+	return d.result("cuMemcpyPeerAsync", r, err)
 }
 
 // MemcpyDtoDAsync queues a device-to-device copy on s.

@@ -181,6 +181,13 @@ func TestFakeDriver(t *testing.T) {
 	if ph[5] != -5 || fakeGet(t, d, 2) != int64(s) {
 		t.Errorf("async copies: %v, stream %#x", ph[:6], fakeGet(t, d, 2))
 	}
+	// A copy between contexts names both, and the stream.
+	must(t, d.MemcpyHtoD(dev, unsafe.Pointer(&host[0]), 4*n))
+	must(t, d.MemcpyPeerAsync(dev2, Context(0x1234), dev, Context(0x5678), 4*n, s))
+	must(t, d.MemcpyDtoH(unsafe.Pointer(&back[0]), dev2, 4*n))
+	if back[7] != 7 || back[999] != 999 || fakeGet(t, d, 2) != int64(s) || fakeGet(t, d, 3) != 0x1234 || fakeGet(t, d, 4) != 0x5678 {
+		t.Errorf("MemcpyPeerAsync: %v, stream %#x, contexts %#x %#x", back[:4], fakeGet(t, d, 2), fakeGet(t, d, 3), fakeGet(t, d, 4))
+	}
 	must(t, d.MemsetD32Async(dev, 0, n, s))
 	if err := d.MemsetD8Async(dev, 0, n, s); err == nil || !strings.Contains(err.Error(), "cuMemsetD8Async") {
 		t.Errorf("missing cuMemsetD8Async: %v", err)
@@ -254,6 +261,7 @@ func TestFakeDriver(t *testing.T) {
 		"MemcpyHtoDAsync": func() { d.MemcpyHtoDAsync(dev, pinned, 16, s) },
 		"MemcpyDtoHAsync": func() { d.MemcpyDtoHAsync(pinned, dev, 16, s) },
 		"MemcpyDtoDAsync": func() { d.MemcpyDtoDAsync(dev2, dev, 16, s) },
+		"MemcpyPeerAsync": func() { d.MemcpyPeerAsync(dev2, 0, dev, 0, 16, s) },
 	} {
 		if a := testing.AllocsPerRun(100, fn); a != 0 {
 			t.Errorf("%s allocates %v times a call", name, a)

@@ -67,6 +67,7 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { memcpy((void 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { last[2] = (long long)st; memcpy((void *)d, s, n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { last[2] = (long long)st; memcpy(d, (void *)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) { last[2] = (long long)st; memcpy((void *)d, (void *)s, n); return 0; }
+CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dc, CUdeviceptr s, void *sc, size_t n, void *st) { last[2] = (long long)st; last[3] = (long long)dc; last[4] = (long long)sc; memcpy((void *)d, (void *)s, n); return 0; }
 CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) { for (size_t i = 0; i < n; i++) ((unsigned *)d)[i] = v; return 0; }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)d, v, n); return 0; }
 CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, void *st) { last[2] = (long long)st; return cuMemsetD32_v2(d, v, n); }
