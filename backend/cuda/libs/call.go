@@ -18,6 +18,9 @@ import (
 //
 //go:uintptrescapes
 func (f Func) Call(args ...uintptr) (uintptr, error) {
+	if f.Go != nil {
+		return f.Go(args), nil
+	}
 	if f.Addr == 0 {
 		return 0, f.Err()
 	}
@@ -36,11 +39,16 @@ var argBufs = sync.Pool{New: func() any { return new([32]uintptr) }}
 // runtime.KeepAlive after the call). Never pass the address of a local
 // variable here; use Call for that.
 func (f Func) Fast(args ...uintptr) (uintptr, error) {
-	if f.Addr == 0 {
+	if f.Addr == 0 && f.Go == nil {
 		return 0, f.Err()
 	}
 	b := argBufs.Get().(*[32]uintptr)
 	n := copy(b[:], args)
+	if f.Go != nil {
+		r := f.Go(b[:n])
+		argBufs.Put(b)
+		return r, nil
+	}
 	r, _, _ := purego.SyscallN(f.Addr, b[:n]...)
 	argBufs.Put(b)
 	return r, nil

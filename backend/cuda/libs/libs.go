@@ -100,6 +100,22 @@ type Lib struct {
 
 	mu      sync.Mutex
 	version string
+	// virtual holds the functions of a library written in Go (Virtual);
+	// nil for one opened from a file.
+	virtual map[string]GoFunc
+}
+
+// GoFunc is a library function written in Go: it takes the C call's
+// arguments as integers (addresses among them) and returns its integer
+// result. It must not keep args, which may be reused after it returns.
+type GoFunc func(args []uintptr) uintptr
+
+// Virtual returns a library whose functions are Go functions, by symbol
+// name: a stand-in for a C library that bindings load like the real one
+// (the simulated GPU's driver, NVRTC and cuBLAS). Its Path and Where say
+// it is built in.
+func Virtual(name, soname string, funcs map[string]GoFunc) *Lib {
+	return &Lib{Name: name, Soname: soname, Path: soname, Where: "built in", virtual: funcs}
 }
 
 // Version is the library's version as its binding reported it with
@@ -133,11 +149,13 @@ func fileVersion(path string) string {
 	return v
 }
 
-// Func is one function of a library. Addr is 0 when the library lacks it.
+// Func is one function of a library. Addr is 0 when the library lacks it,
+// or when it is a virtual library's Go function (Go).
 type Func struct {
 	Name string
 	Addr uintptr
 	Lib  string // the library's soname, for errors
+	Go   GoFunc
 }
 
 // Func looks name up. A missing symbol is not an error here: the Func's
@@ -146,6 +164,14 @@ func (l *Lib) Func(name string) Func { return l.FuncAny(name) }
 
 // FuncAny returns the first of names that the library has (names[0] if none).
 func (l *Lib) FuncAny(names ...string) Func {
+	if l.virtual != nil {
+		for _, n := range names {
+			if f := l.virtual[n]; f != nil {
+				return Func{Name: n, Lib: l.Soname, Go: f}
+			}
+		}
+		return Func{Name: names[0], Lib: l.Soname}
+	}
 	for _, n := range names {
 		if a, err := dlsym(l.Handle, n); err == nil && a != 0 {
 			return Func{Name: n, Addr: a, Lib: l.Soname}
@@ -156,7 +182,7 @@ func (l *Lib) FuncAny(names ...string) Func {
 
 // Err is nil if the function exists, else a *MissingSymbolError.
 func (f Func) Err() error {
-	if f.Addr != 0 {
+	if f.Addr != 0 || f.Go != nil {
 		return nil
 	}
 	return &MissingSymbolError{Lib: f.Lib, Symbol: f.Name}

@@ -263,3 +263,33 @@ func BenchmarkFast(b *testing.B) {
 		labs.Fast(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 	}
 }
+
+// TestVirtual calls Go functions through a virtual library, as the
+// bindings call a C library's: arguments in order, the result back, and a
+// missing symbol reported as one.
+func TestVirtual(t *testing.T) {
+	var seen []uintptr
+	lib := Virtual("demo", "libdemo.so.1", map[string]GoFunc{
+		"add": func(a []uintptr) uintptr { seen = append(seen[:0], a...); return a[0] + a[1] },
+	})
+	add := lib.FuncAny("add_v2", "add")
+	if add.Err() != nil || add.Name != "add" {
+		t.Fatalf("FuncAny: %+v, %v", add, add.Err())
+	}
+	if r, err := add.Call(2, 3); err != nil || r != 5 {
+		t.Errorf("Call: %d, %v", r, err)
+	}
+	if r, err := add.Fast(40, 2); err != nil || r != 42 || len(seen) != 2 || seen[0] != 40 {
+		t.Errorf("Fast: %d, %v, saw %v", r, err, seen)
+	}
+	if a := testing.AllocsPerRun(100, func() { add.Fast(1, 2) }); a != 0 {
+		t.Errorf("Fast allocates %v times a call", a)
+	}
+	var missing *MissingSymbolError
+	if _, err := lib.Func("sub").Call(1); !errors.As(err, &missing) || missing.Symbol != "sub" {
+		t.Errorf("a missing function: %v", err)
+	}
+	if lib.Where != "built in" {
+		t.Errorf("Where = %q", lib.Where)
+	}
+}
