@@ -192,6 +192,11 @@ var (
 	openers = map[string]Opener{}
 	opened  = map[Device]Backend{}
 	failed  = map[Device]error{}
+	// named maps a kind to its devices' names, by index. It has its own
+	// lock: Device.String reads it, and messages made under mu print
+	// devices.
+	namedMu sync.Mutex
+	named   = map[string][]string{}
 )
 
 // Register makes a device kind available. It panics if kind is registered twice.
@@ -202,6 +207,24 @@ func Register(kind string, open Opener) {
 		panic("backend: Register called twice for " + kind)
 	}
 	openers[kind] = open
+}
+
+// RegisterNamed registers a kind whose devices are named rather than
+// numbered ("sim:h200"): names[i] is the device of index i, and Device's
+// String and ParseDevice use the names.
+func RegisterNamed(kind string, names []string, open Opener) {
+	Register(kind, open)
+	namedMu.Lock()
+	named[kind] = append([]string(nil), names...)
+	namedMu.Unlock()
+}
+
+// deviceNames returns the names of a kind's devices (nil for a numbered
+// kind).
+func deviceNames(kind string) []string {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	return named[kind]
 }
 
 // Kinds lists the registered device kinds.
@@ -290,6 +313,14 @@ type Mark uintptr
 // gradients in place.
 type HostMemory interface {
 	HostFloat32s(r Ref, n int) []float32
+}
+
+// Simulated is a Backend whose device executes nothing (a simulated GPU):
+// its memory accounts are real, but tensors hold no data and what is read
+// back is zeros, so losses mean nothing. Trainers report them as n/a,
+// skip their non-finite checks and write no weights.
+type Simulated interface {
+	Simulated() bool
 }
 
 // PeerCopier is a Backend that copies from another device's storage

@@ -118,3 +118,21 @@ func TestRegistry(t *testing.T) {
 	}
 	Register("fake-test", nil)
 }
+
+// TestNamedDevices parses and prints devices of a kind registered with
+// names (as the simulated GPUs are: sim:h200).
+func TestNamedDevices(t *testing.T) {
+	RegisterNamed("testnamed", []string{"alpha", "beta"}, func(int) (Backend, error) { return nil, nil })
+	d, err := ParseDevice("testnamed:Beta")
+	if err != nil || d != (Device{Kind: "testnamed", Index: 1}) || d.String() != "testnamed:beta" {
+		t.Errorf("ParseDevice(testnamed:Beta) = %v (%+v), %v", d, d, err)
+	}
+	for _, bad := range []string{"testnamed:gamma", "testnamed", "testnamed:1"} {
+		if _, err := ParseDevice(bad); err == nil || !strings.Contains(err.Error(), "alpha, beta") {
+			t.Errorf("ParseDevice(%q): %v, want an error listing the names", bad, err)
+		}
+	}
+	if _, err := ParseDevice("tpu"); err == nil || !strings.Contains(err.Error(), "testnamed:alpha|beta") {
+		t.Errorf("an unknown kind: %v, want the named kinds listed", err)
+	}
+}

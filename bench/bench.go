@@ -9,6 +9,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/sim"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/internal/stats"
@@ -21,15 +23,18 @@ import (
 // Result is the timing of full training steps (forward, backward,
 // clipping and AdamW) on random tokens.
 type Result struct {
-	Device        string
-	NumParams     int
-	Batch, Accum  int // the micro-batch and the accumulation steps
-	TokensPerStep int
-	MsPerStep     float64 // median
-	TokensPerSec  float64 // median of per-step rates
-	FLOPsPerToken float64
-	GFLOPs        float64 // achieved model FLOP/s at the median rate, in 1e9
-	PeakBytes     int64   // the device pool's peak allocation during the benchmark
+	Device        string  `json:"device"`
+	NumParams     int     `json:"num_params"`
+	Batch         int     `json:"batch"` // the micro-batch
+	Accum         int     `json:"accum"` // accumulation steps
+	TokensPerStep int     `json:"tokens_per_step"`
+	MsPerStep     float64 `json:"ms_per_step"`    // median
+	TokensPerSec  float64 `json:"tokens_per_sec"` // median of per-step rates
+	FLOPsPerToken float64 `json:"flops_per_token"`
+	GFLOPs        float64 `json:"gflops"`     // achieved model FLOP/s at the median rate, in 1e9
+	PeakBytes     int64   `json:"peak_bytes"` // the device pool's peak allocation during the benchmark
+	// Sim is what a simulated GPU recorded, per step; nil on a real device.
+	*SimReport `json:",omitempty"`
 }
 
 // Steps times steps training steps of the model cfg describes after
@@ -86,9 +91,15 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	}
 	var ms, rates []float64
 	defer r.Close()
+	simDev := simOf(dev)
+	var before, after sim.Counters
+	var finalSyncs int64
 	var stepErr error
 	err = tensor.Catch(func() {
 		for s := 0; s < warmup+steps && stepErr == nil; s++ {
+			if simDev != nil && s == warmup {
+				before = simDev.Counters()
+			}
 			t0 := time.Now()
 			_, stepErr = r.Step(s, cfg.LR)
 			dt := time.Since(t0).Seconds()
@@ -96,6 +107,15 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 				ms = append(ms, dt*1000)
 				rates = append(rates, float64(r.TokensPerStep())/dt)
 			}
+		}
+		if simDev != nil && stepErr == nil {
+			// One synchronisation after the window, counted apart.
+			after = simDev.Counters()
+			b, _ := backend.Get(dev)
+			if s, ok := b.(interface{ Synchronize() error }); ok {
+				stepErr = s.Synchronize()
+			}
+			finalSyncs = simDev.Counters().HostSyncs - after.HostSyncs
 		}
 	})
 	if err == nil {
@@ -108,6 +128,9 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
+	if simDev != nil {
+		res.SimReport = simReport(simDev.Spec, after.Sub(before), finalSyncs, steps, res.MsPerStep, res.PeakBytes, res.TokensPerStep, res.FLOPsPerToken)
+	}
 	return res, nil
 }
 

@@ -40,7 +40,7 @@ func (s *statusLine) Write(p []byte) (int, error) {
 }
 
 // update redraws the line for a finished step.
-func (s *statusLine) update(step, total int, loss, tokPerSec, msPerStep float64) {
+func (s *statusLine) update(step, total int, loss string, tokPerSec, msPerStep float64) {
 	if s == nil || time.Since(s.last) < 100*time.Millisecond && step < total {
 		return
 	}
@@ -51,7 +51,7 @@ func (s *statusLine) update(step, total int, loss, tokPerSec, msPerStep float64)
 	frac := float64(step) / float64(max(total, 1))
 	bar := strings.Repeat("█", int(frac*width)) + strings.Repeat("·", width-int(frac*width))
 	eta := time.Duration(float64(total-step) * msPerStep * float64(time.Millisecond)).Round(time.Second)
-	line := fmt.Sprintf("\r\033[K%s %d/%d %3.0f%% | loss %.4f | %.0f tok/s | ETA %v", bar, step, total, 100*frac, loss, tokPerSec, eta)
+	line := fmt.Sprintf("\r\033[K%s %d/%d %3.0f%% | loss %s | %.0f tok/s | ETA %v", bar, step, total, 100*frac, loss, tokPerSec, eta)
 	io.WriteString(s.w, line)
 	s.shown = true
 }

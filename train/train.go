@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
@@ -50,6 +51,10 @@ type RunConfig struct {
 
 // Summary is summary.json.
 type Summary struct {
+	// Simulated says the run was on a simulated GPU (--device sim:NAME):
+	// its times are the host's, its losses mean nothing (0 here), and it
+	// wrote no weights.
+	Simulated      bool    `json:"simulated,omitempty"`
 	BestValLoss    float64 `json:"best_val_loss"`
 	FinalValLoss   float64 `json:"final_val_loss"`
 	FinalTrainLoss float64 `json:"final_train_loss"`
@@ -164,13 +169,17 @@ type Result struct {
 
 // run holds one training run's state.
 type run struct {
-	cfg   Config
-	log   io.Writer
-	dev   tensor.Device
-	model *model.GPT
-	opt   *optim.AdamW
-	sched optim.Schedule
-	train *data.Sampler
+	// simulated: the device executes nothing (a simulated GPU): losses
+	// are n/a, nothing is checked for being finite, and no weights are
+	// written.
+	simulated bool
+	cfg       Config
+	log       io.Writer
+	dev       tensor.Device
+	model     *model.GPT
+	opt       *optim.AdamW
+	sched     optim.Schedule
+	train     *data.Sampler
 	// batch fills x and y with micro-batch micro of a step; it defaults to
 	// the loader's, which deals out the train sampler's windows (tests
 	// replay fixed batches). It is also asked for the micro-batch after
@@ -252,6 +261,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	dev := place.Device
+	if cfg.Resume && simulated(dev) {
+		return nil, setting.Errorf("{Resume}: a run on a simulated GPU (%v) saves no checkpoints to resume", dev)
+	}
 	// The ranks of a job join their store first: rank 0 decides the run's
 	// folder, and every rank compares its settings with rank 0's, before
 	// any rank writes.
@@ -342,7 +354,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, merr
 		}
 	}
-	r := &run{cfg: cfg, log: log, dev: dev, stages: place.Stages, checkIDs: ds.checkIDs}
+	r := &run{cfg: cfg, log: log, dev: dev, stages: place.Stages, checkIDs: ds.checkIDs, simulated: simulated(dev)}
+	if r.simulated && cfg.Rank == 0 {
+		fmt.Fprintf(log, "simulated GPU: %v executes nothing; losses are n/a, times are the host's, and no weights are written\n", dev)
+	}
 	if cfg.Rank == 0 {
 		r.status = newStatusLine(log) // one live line for the group
 	}
@@ -418,7 +433,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 
 	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
 		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1),
-		FLOPsPerToken: r.flopsPerToken, PeakFLOPs: r.peakFLOPs, PeakSource: peakSrc}
+		FLOPsPerToken: r.flopsPerToken, PeakFLOPs: r.peakFLOPs, PeakSource: peakSrc, Simulated: r.simulated}
+	if r.simulated {
+		sum.BestValLoss = 0 // no loss: see Summary.Simulated
+	}
 	if r.ckpt, err = newCheckpointer(r, rc); err != nil {
 		return nil, err
 	}
@@ -480,8 +498,10 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if cfg.Rank != 0 {
 		return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil
 	}
-	if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
-		return nil, err
+	if !r.simulated {
+		if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeJSON(filepath.Join(cfg.Out, SummaryFile), sum); err != nil {
 		return nil, err
@@ -553,7 +573,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		if err := r.checkpointAfter(step+1, stop, sum.BestValLoss); err != nil {
 			return err
 		}
-		r.status.update(step+1, cfg.MaxIters, loss, float64(r.tokensPerStep())/dt, dt*1000)
+		r.status.update(step+1, cfg.MaxIters, r.lossText(loss), float64(r.tokensPerStep())/dt, dt*1000)
 		r.tel.addHost(phCkptLog, time.Since(tl), measured)
 	}
 	st.summarize(sum)
@@ -607,7 +627,7 @@ func (r *run) agree(step int, loss float64) (stop bool, err error) {
 		stop = true
 	default:
 	}
-	bad := !finite(loss) || r.badGrads
+	bad := (!finite(loss) || r.badGrads) && !r.simulated
 	nBad := 0
 	if bad {
 		nBad = 1
@@ -639,8 +659,11 @@ func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 	}
 	tps := float64(r.tokensPerStep()) / (ms / 1000)
 	m := Metric{Step: done, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
-	fmt.Fprintf(r.log, "step %d/%d | loss %.4f | lr %.3e | %.1f ms/step | %.0f tok/s",
-		done, cfg.MaxIters, avg, lr, ms, tps)
+	fmt.Fprintf(r.log, "step %d/%d | loss %s | lr %.3e | %.1f ms/step | %.0f tok/s",
+		done, cfg.MaxIters, r.lossText(avg), lr, ms, tps)
+	if r.simulated {
+		m.TrainLoss = nil
+	}
 	if w := max(cfg.WorldSize, 1); w > 1 { // tps and MFU are per process
 		fmt.Fprintf(r.log, " per rank, %.0f in all", tps*float64(w))
 	}
@@ -668,6 +691,12 @@ func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 // group was asked to stop (then it returns ErrInterrupted).
 func (r *run) checkpointAfter(done int, stop bool, best float64) error {
 	cfg := r.cfg
+	if r.simulated {
+		if stop {
+			return fmt.Errorf("%w after step %d (a run on a simulated GPU saves nothing)", ErrInterrupted, done)
+		}
+		return nil
+	}
 	if err := r.ckpt.poll(r.log); err != nil {
 		return err
 	}
@@ -912,6 +941,12 @@ func (r *run) evaluate(step int, sum *Summary) error {
 		}
 		tl, vl = float64(vals[0]), float64(vals[1])
 	}
+	if r.simulated {
+		if r.cfg.Rank == 0 {
+			fmt.Fprintf(r.log, "eval step %d: train loss n/a, val loss n/a (simulated GPU)\n", step)
+		}
+		return nil
+	}
 	if !finite(tl) || !finite(vl) {
 		// The weights the step left are not finite: no metric, no
 		// best.safetensors, and no JSON could even hold the loss.
@@ -1008,3 +1043,21 @@ func dropNonFinite(m *Metric) {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// simulated reports whether dev is a simulated GPU (backend.Simulated).
+func simulated(dev tensor.Device) bool {
+	b, err := backend.Get(dev)
+	if err != nil {
+		return false
+	}
+	s, ok := b.(backend.Simulated)
+	return ok && s.Simulated()
+}
+
+// lossText formats a loss for the log: n/a on a simulated GPU.
+func (r *run) lossText(v float64) string {
+	if r.simulated {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.4f", v)
+}

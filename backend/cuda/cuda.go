@@ -10,6 +10,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/backend/cuda/sim"
 )
 
 func init() {
@@ -53,6 +54,7 @@ type CUDA struct {
 
 	copied atomic.Int64
 	total  atomic.Int64 // the device's memory size, once read
+	sim    *sim.Device  // the simulated device behind g; nil for a GPU
 }
 
 func newCUDA(dev backend.Device, g gpu) *CUDA {

@@ -182,11 +182,11 @@ func closeTo(got, want []float32, tol float64) error {
 }
 
 func TestPeakTable(t *testing.T) {
-	c := newCUDA(testDev, newFakeGPU(1<<20)) // named as an H200
-	if p, ok := c.PeakTFLOPs(backend.BF16); !ok || p != 989.4 {
+	c := newCUDA(testDev, newFakeGPU(1<<20))                  // named as an H200
+	if p, ok := c.PeakTFLOPs(backend.BF16); !ok || p != 989 { // the data sheets' table, in sim
 		t.Errorf("H200 bf16 peak %v %v", p, ok)
 	}
-	if p, ok := c.PeakTFLOPs(backend.F32); !ok || p != 66.9 {
+	if p, ok := c.PeakTFLOPs(backend.F32); !ok || p != 67 {
 		t.Errorf("H200 fp32 peak %v %v", p, ok)
 	}
 }

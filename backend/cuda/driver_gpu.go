@@ -57,10 +57,6 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 	if ordinal >= n {
 		return nil, fmt.Errorf("cuda: no device %d (%d found)", ordinal, n)
 	}
-	info, err := d.DeviceInfo(ordinal)
-	if err != nil {
-		return nil, err
-	}
 	nv, err := nvrtc.Open()
 	if err != nil {
 		return nil, fmt.Errorf("cuda: kernels need NVRTC: %w", err)
@@ -69,7 +65,21 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: matrix products need cuBLAS: %w", err)
 	}
-	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(),
+	cache, err := kcache.Open("")
+	if err != nil {
+		cache = nil // compile in every process
+	}
+	return startDriverGPU(d, nv, blas, ordinal, cache)
+}
+
+// startDriverGPU sets up device ordinal of an initialised driver, with
+// NVRTC, cuBLAS and a kernel cache (nil: none), and starts its worker.
+func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordinal int, cache *kcache.Cache) (*driverGPU, error) {
+	info, err := d.DeviceInfo(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(), cache: cache,
 		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]kernels.File{},
 		args: driver.NewArgs(), pinned: map[uintptr]int{}, calls: make(chan func())}
 	g.target, err = nvrtcTarget(nv, info.Major*10+info.Minor)
@@ -80,9 +90,6 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 		for _, k := range kernels.Kernels(f.Source) {
 			g.file[k] = f
 		}
-	}
-	if c, err := kcache.Open(""); err == nil {
-		g.cache = c
 	}
 	ready := make(chan error)
 	go g.worker(ordinal, blas, ready)

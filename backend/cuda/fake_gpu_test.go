@@ -31,6 +31,7 @@ type fakeGPU struct {
 	// hostCopies counts copies between the host and the device, and
 	// peerCopies copies into it from another device.
 	hostCopies, peerCopies int
+	gemms                  int // cuBLAS products
 	marks                  []time.Time
 }
 
@@ -188,6 +189,7 @@ func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args []a
 // C[i + j·ldc] = α·Σ_l op(A)(i,l)·op(B)(l,j) + β·C[i + j·ldc] (C unread
 // when β = 0), for each matrix of the batch.
 func (f *fakeGPU) gemm(g *cublas.Gemm) error {
+	f.gemms++
 	if g.Compute != cublas.Compute32F && g.Compute != cublas.Compute32FFastTF32 {
 		return fmt.Errorf("fake device: compute type %d", g.Compute)
 	}

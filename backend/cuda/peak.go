@@ -4,24 +4,34 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/sim"
 )
 
 // peaks are dense (no sparsity) tensor-core BF16 and plain FP32 peaks, in
 // TFLOP/s, from NVIDIA's data sheets, matched by a piece of the device
 // name. More specific names come first.
+// The models the simulator knows take their figures from its table.
 var peaks = []struct {
 	match      string
 	bf16, fp32 float64
 }{
-	{"H200", 989.4, 66.9},
+	{"H200", simPeak("h200").BF16, simPeak("h200").FP32},
 	{"H100 PCIe", 756.0, 51.2},
-	{"H100", 989.4, 66.9},
-	{"A100", 312.0, 19.5},
+	{"H100", simPeak("h100").BF16, simPeak("h100").FP32},
+	{"A100", simPeak("a100").BF16, simPeak("a100").FP32},
 	{"L40S", 362.1, 91.6},
 	{"A10G", 70.0, 31.2},
 	{"A10", 125.0, 31.2},
 	{"RTX 4090", 165.2, 82.6},
 	{"L4", 121.0, 30.3},
+}
+
+func simPeak(name string) sim.Spec {
+	s, err := sim.Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // Name is the device's name, e.g. "NVIDIA H200".

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +11,8 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/bench"
-
+	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/train"
 )
 
@@ -28,6 +30,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	steps := fs.Int("steps", 30, "timed training steps")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
+	jsonOut := fs.String("json", "", "also write the results to this file as JSON (an object; a list for --precision all); on a simulated GPU (--device sim:h200) with what it counted per step")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -64,8 +67,25 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		if len(precisions) > 1 {
 			label = fmt.Sprintf("%-5s ", p)
 		}
+		if r.SimReport != nil {
+			printSim(stdout, label, r)
+			continue
+		}
 		fmt.Fprintf(stdout, "%s%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps) | peak memory %.1f MiB\n",
 			label, r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, float64(r.PeakBytes)/(1<<20))
+	}
+	if *jsonOut != "" {
+		var v any = results
+		if len(results) == 1 {
+			v = results[0]
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(*jsonOut, append(b, '\n')); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
 	}
 	for i := 1; i < len(results); i++ {
 		fmt.Fprintf(stdout, "%s/fp32: %.2f× the tokens/s, %.2f× the peak memory\n", precisions[i],
@@ -73,6 +93,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	c.Precision = precisions[0]
 	if !*matmuls {
+		return nil
+	}
+	if results[0].SimReport != nil {
+		fmt.Fprintln(stdout, "(matrix products are not timed on a simulated GPU: their cost is in the model above)")
 		return nil
 	}
 	var peak float64
@@ -100,4 +124,15 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%-12s %18s %10.3f %10.1f %8s\n", s.Name, fmt.Sprintf("%d×%d×%d", s.M, s.K, s.N), sec*1e3, g, pct)
 	}
 	return nil
+}
+
+// printSim reports what a simulated GPU counted in a benchmark.
+func printSim(w io.Writer, label string, r bench.Result) {
+	s := r.SimReport
+	fmt.Fprintf(w, "%ssimulated %s, per step: %.0f launches, %.0f host syncs (+%d for the final sync), %s host->device, %s device->host, %.0f driver allocations\n",
+		label, s.GPU, s.LaunchesPerStep, s.HostSyncsPerStep, s.FinalSyncHostSyncs, units.Bytes(int64(s.H2DBytesPerStep)), units.Bytes(int64(s.D2HBytesPerStep)), s.DriverAllocsPerStep)
+	fmt.Fprintf(w, "%s  %.1f GB touched, %.1f TFLOP | peak memory %s (reserved %s)\n",
+		label, s.BytesTouchedPerStep/1e9, s.FLOPsPerStep/1e12, units.Bytes(s.PeakMemoryBytes), units.Bytes(s.PeakReservedBytes))
+	fmt.Fprintf(w, "%s  host %.2f ms (measured) | device %.2f ms (estimate) | predicted %.2f ms/step, %.0f tokens/s, MFU %.1f%% (estimate)\n",
+		label, s.HostMsPerStep, s.DeviceMsPerStep, s.PredictedMsPerStep, s.PredictedTokensPerSec, 100*s.PredictedMFU)
 }

@@ -166,6 +166,12 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if c.Rank != 0 {
 		return nil // rank 0 reports for the group
 	}
+	if s.Simulated {
+		fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (the host's, on a simulated GPU; losses n/a)\n",
+			s.Steps, s.ElapsedSec, s.TokensPerSec)
+		fmt.Fprintf(stdout, "wrote %s (logs, telemetry and summary; no weights)\n", res.Dir)
+		return nil
+	}
 	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
 		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
 	fmt.Fprintf(stdout, "wrote %s\n", res.Dir)

@@ -1,0 +1,76 @@
+package kernels
+
+import "strings"
+
+// DataMovers are the kernels that do no floating-point work: they only
+// copy, convert, fill or gather (by kernel name, without its dtype).
+var DataMovers = []string{"cast", "fill", "embedding"}
+
+// FLOPs is the floating-point work of one launch of kernel, from its
+// scalar arguments by parameter name (arg("n")), counted as the kernel's
+// source does it: a multiply-add is 2, an exp, tanh or sqrt 1. Kernels that
+// only move or gather data (casts, fills, embeddings) do none. The
+// simulated GPU prices each launch with it; 0 for a kernel it does not
+// know, which then costs only its memory traffic.
+func FLOPs(kernel string, arg func(param string) float64) float64 {
+	name := strings.TrimPrefix(kernel, "fleet_")
+	for _, dt := range []string{"_f32", "_bf16", "_f16"} {
+		if i := strings.LastIndex(name, dt); i >= 0 && i+len(dt) == len(name) {
+			name = name[:i]
+			break
+		}
+	}
+	// causal is the number of (query, key) pairs causal attention scores:
+	// T(T+1)/2 per sequence and head.
+	causal := func() float64 { t := arg("T"); return arg("B") * arg("H") * t * (t + 1) / 2 }
+	hd := func() float64 { return arg("C") / arg("H") }
+	switch name {
+	case "binary", "scale", "unary", "sumsquares_partial":
+		return arg("n")
+	case "axpy":
+		return 2 * arg("n")
+	case "gelu":
+		return 10 * arg("n") // x³, a multiply-add chain and tanh
+	case "gelu_backward":
+		return 20 * arg("n")
+	case "softmax":
+		return 5 * arg("rows") * arg("cols") // max, subtract, exp, sum, divide
+	case "softmax_backward":
+		return 4 * arg("rows") * arg("cols")
+	case "layernorm":
+		return 8 * arg("rows") * arg("cols")
+	case "layernorm_backward_dx":
+		return 10 * arg("rows") * arg("cols")
+	case "layernorm_backward_dwdb":
+		return 4 * arg("rows") * arg("cols")
+	case "layernorm_backward_finish":
+		return 2 * arg("nparts") * arg("cols")
+	case "sumrows_partial", "sumcols", "bias_rows":
+		return arg("rows") * arg("cols")
+	case "colsum":
+		return arg("nparts") * arg("cols")
+	case "sumsquares_finish":
+		return arg("nparts")
+	case "crossentropy", "crossentropy_backward":
+		return 4 * arg("n") * arg("V") // max, exp, sum; or softmax minus one-hot, scaled
+	case "embedding_backward":
+		return arg("n") * arg("dim") // one add per token and column
+	case "adamw":
+		return 14 * arg("n")
+	case "attention_fwd":
+		// Per pair: a head-wide dot product for the score, an online
+		// softmax update, and a head-wide multiply-add into the output.
+		return causal() * (4*hd() + 5)
+	case "attention_bwd_dq":
+		// The score again, dP = dO·V, and dQ += dS·K.
+		return causal() * (6*hd() + 5)
+	case "attention_bwd_dkdv":
+		// The score again, dP, dV += P·dO and dK += dS·Q.
+		return causal() * (8*hd() + 5)
+	case "attention_kv":
+		// T new positions against Pos+T cached ones (causally).
+		t, pos := arg("T"), arg("Pos")
+		return arg("B") * arg("H") * t * (pos + (t+1)/2) * (4*hd() + 5)
+	}
+	return 0
+}

@@ -1,0 +1,279 @@
+package sim
+
+import (
+	"math"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+)
+
+// Counters is what a simulated device has recorded since it opened. Every
+// field but Peak only grows: Sub gives a window's.
+type Counters struct {
+	// Launches counts every unit of work enqueued: kernels, cuBLAS calls,
+	// copies and memsets; ByKernel splits it by kernel (cuBLAS calls and
+	// copies by their function's name).
+	Launches int64
+	ByKernel map[string]int64
+	// HostSyncs counts the calls that make the host wait for the device:
+	// stream, event and context synchronisations, synchronous copies,
+	// device-to-host copies into pageable memory, and cuMemFree (which
+	// waits for the device to go idle).
+	HostSyncs int64
+	// SyncsBy splits HostSyncs by the call that waited.
+	SyncsBy            map[string]int64
+	H2DBytes, D2HBytes int64
+	// DriverAllocs counts cuMemAlloc and cuMemHostAlloc calls.
+	DriverAllocs int64
+	// BytesTouched sums, over launches, the bytes each one reads and
+	// writes: for a kernel, from each pointer argument to the end of the
+	// allocation it points into; for a GEMM, its three matrices.
+	BytesTouched float64
+	// FLOPs sums the launches' floating-point work: 2·M·N·K per GEMM, and
+	// kernels.FLOPs for kernels.
+	FLOPs float64
+	// DeviceSeconds is the cost model's estimate of the device's busy
+	// time: each launch takes max(bytes / (0.85 × bandwidth), FLOPs /
+	// (efficiency × peak)) plus 1 µs. An estimate, not a measurement.
+	DeviceSeconds float64
+	// Peak is the most device memory the driver has had allocated at
+	// once, in bytes.
+	Peak int64
+}
+
+// Sub is the window from o (earlier) to c; Peak stays c's.
+func (c Counters) Sub(o Counters) Counters {
+	w := Counters{
+		Launches: c.Launches - o.Launches, HostSyncs: c.HostSyncs - o.HostSyncs,
+		H2DBytes: c.H2DBytes - o.H2DBytes, D2HBytes: c.D2HBytes - o.D2HBytes,
+		DriverAllocs: c.DriverAllocs - o.DriverAllocs, BytesTouched: c.BytesTouched - o.BytesTouched,
+		FLOPs: c.FLOPs - o.FLOPs, DeviceSeconds: c.DeviceSeconds - o.DeviceSeconds, Peak: c.Peak,
+		ByKernel: map[string]int64{}, SyncsBy: map[string]int64{},
+	}
+	for k, v := range c.ByKernel {
+		if d := v - o.ByKernel[k]; d != 0 {
+			w.ByKernel[k] = d
+		}
+	}
+	for k, v := range c.SyncsBy {
+		if d := v - o.SyncsBy[k]; d != 0 {
+			w.SyncsBy[k] = d
+		}
+	}
+	return w
+}
+
+// Device is one simulated GPU: its memory accounts, its handles and what
+// it has recorded. Its libraries (Driver, NVRTC, CUBLAS) call into it; it
+// is safe for use by several goroutines.
+type Device struct {
+	Spec Spec
+
+	mu    sync.Mutex
+	c     Counters
+	next  uint64
+	bases []uint64          // live device blocks, sorted
+	sizes map[uint64]uint64 // block -> bytes
+	used  int64
+	// pinned holds the page-locked host blocks it handed out, by
+	// address, keeping them alive.
+	pinned map[uintptr][]byte
+
+	handle   uintptr            // the last handle given out
+	programs map[uintptr]string // NVRTC program -> source
+	images   map[uintptr]string // compiled image id -> source
+	modules  map[uintptr][]kernels.Signature
+	funcs    map[uintptr]*function
+	events   map[uintptr]float64 // event -> device clock when recorded
+	strings  [][]byte            // C strings handed out, kept alive
+}
+
+// function is a kernel a module holds: its parameters, and where in them
+// the FLOPs formula finds its scalars.
+type function struct {
+	name   string
+	params []kernels.Param
+	index  map[string]int
+}
+
+// New returns a simulated device of the given model, with nothing
+// allocated and nothing recorded.
+func New(spec Spec) *Device {
+	return &Device{Spec: spec, next: 1 << 32, sizes: map[uint64]uint64{}, pinned: map[uintptr][]byte{},
+		programs: map[uintptr]string{}, images: map[uintptr]string{}, modules: map[uintptr][]kernels.Signature{},
+		funcs: map[uintptr]*function{}, events: map[uintptr]float64{},
+		c: Counters{ByKernel: map[string]int64{}, SyncsBy: map[string]int64{}}}
+}
+
+// Counters returns a copy of what the device has recorded so far.
+func (d *Device) Counters() Counters {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.c
+	c.ByKernel = make(map[string]int64, len(d.c.ByKernel))
+	for k, v := range d.c.ByKernel {
+		c.ByKernel[k] = v
+	}
+	c.SyncsBy = make(map[string]int64, len(d.c.SyncsBy))
+	for k, v := range d.c.SyncsBy {
+		c.SyncsBy[k] = v
+	}
+	return c
+}
+
+// Used is the device memory allocated now, in bytes.
+func (d *Device) Used() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.used
+}
+
+func (d *Device) newHandle() uintptr {
+	d.handle++
+	return d.handle
+}
+
+// alloc reserves bytes of device memory; ok is false when the device
+// has no room.
+func (d *Device) alloc(bytes uint64) (p uint64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.used+int64(bytes) > d.Spec.Memory {
+		return 0, false
+	}
+	p = d.next
+	d.next += (max(bytes, 1)+511)&^511 + 512 // a gap: no block touches the next
+	d.sizes[p] = bytes
+	i := sort.Search(len(d.bases), func(i int) bool { return d.bases[i] >= p })
+	d.bases = append(d.bases, 0)
+	copy(d.bases[i+1:], d.bases[i:])
+	d.bases[i] = p
+	d.used += int64(bytes)
+	d.c.Peak = max(d.c.Peak, d.used)
+	d.c.DriverAllocs++
+	return p, true
+}
+
+func (d *Device) free(p uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, ok := d.sizes[p]
+	if !ok {
+		return false
+	}
+	delete(d.sizes, p)
+	i := sort.Search(len(d.bases), func(i int) bool { return d.bases[i] >= p })
+	d.bases = append(d.bases[:i], d.bases[i+1:]...)
+	d.used -= int64(n)
+	d.hostSync("cuMemFree") // it waits for the device to go idle
+	return true
+}
+
+// extent is the bytes from p to the end of the live block it points into,
+// or 0 for an address in none. Called with mu held.
+func (d *Device) extent(p uint64) float64 {
+	i := sort.Search(len(d.bases), func(i int) bool { return d.bases[i] > p }) - 1
+	if i < 0 {
+		return 0
+	}
+	base := d.bases[i]
+	if end := base + d.sizes[base]; p < end {
+		return float64(end - p)
+	}
+	return 0
+}
+
+// work records one unit of work. Called with mu held.
+func (d *Device) work(name string, bytes, flops, peakTFLOPs, efficiency float64) {
+	t := bytes / (BandwidthEfficiency * d.Spec.HBM)
+	if flops > 0 && peakTFLOPs > 0 {
+		t = max(t, flops/(efficiency*peakTFLOPs*1e12))
+	}
+	d.c.Launches++
+	d.c.ByKernel[name]++
+	d.c.BytesTouched += bytes
+	d.c.FLOPs += flops
+	d.c.DeviceSeconds += t + LaunchSeconds
+}
+
+// copyWork records a copy between host and device: over PCIe, not HBM.
+// Called with mu held.
+func (d *Device) copyWork(name string, bytes float64) {
+	d.c.Launches++
+	d.c.ByKernel[name]++
+	d.c.DeviceSeconds += bytes/(BandwidthEfficiency*d.Spec.PCIe) + LaunchSeconds
+}
+
+// launch records a kernel launch: params is cuLaunchKernel's
+// kernelParams, one pointer per parameter to its value.
+func (d *Device) launch(f *function, params uintptr) {
+	var vals [64]float64
+	var bytes float64
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, p := range f.params {
+		slot := *(*uintptr)(ptr(params + uintptr(i)*unsafe.Sizeof(uintptr(0))))
+		raw := *(*uint64)(ptr(slot))
+		if p.Elem != "" {
+			bytes += d.extent(raw)
+			continue
+		}
+		if i >= len(vals) {
+			continue
+		}
+		switch p.Type {
+		case "int":
+			vals[i] = float64(int32(uint32(raw)))
+		case "unsigned int":
+			vals[i] = float64(uint32(raw))
+		case "long long":
+			vals[i] = float64(int64(raw))
+		case "unsigned long long":
+			vals[i] = float64(raw)
+		case "float":
+			vals[i] = float64(math.Float32frombits(uint32(raw)))
+		case "double":
+			vals[i] = math.Float64frombits(raw)
+		}
+	}
+	flops := kernels.FLOPs(f.name, func(name string) float64 {
+		if i, ok := f.index[name]; ok && i < len(vals) {
+			return vals[i]
+		}
+		return 0
+	})
+	d.work(f.name, bytes, flops, d.Spec.FP32, CUDACoreEfficiency)
+}
+
+// cstring keeps a NUL-terminated copy of s alive and returns its address.
+// Called with mu held.
+func (d *Device) cstring(s string) uintptr {
+	b := append([]byte(s), 0)
+	d.strings = append(d.strings, b)
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// ptr turns an address a C caller passed into a pointer (through memory,
+// so that vet's unsafeptr check, which guards Go memory, accepts it: the
+// address is the caller's, which keeps what it points to alive).
+func ptr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// goString reads a NUL-terminated string at p.
+func goString(p uintptr) string {
+	if p == 0 {
+		return ""
+	}
+	n := 0
+	for *(*byte)(ptr(p + uintptr(n))) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(ptr(p)), n))
+}
+
+// hostSync records a call that made the host wait. Called with mu held.
+func (d *Device) hostSync(call string) {
+	d.c.HostSyncs++
+	d.c.SyncsBy[call]++
+}

@@ -1,0 +1,68 @@
+// Package sim is a simulated NVIDIA GPU: stand-ins, written in Go, for the
+// CUDA driver, NVRTC and cuBLAS, which the CUDA backend loads as it loads
+// the real libraries and drives with its own code (its allocator, its
+// launcher, its cuBLAS calls, copies and events). They execute nothing and
+// hold no data: device memory is address ranges, and what a copy brings
+// back to the host is zeros. They keep the device's memory accounts
+// (allocations against the model's capacity, so that out of memory comes
+// where it would) and record every unit of work, every host wait and
+// every copy, so that what a training step asks of a GPU is counted
+// exactly, and its time estimated, on a machine without one. PyTorch's
+// meta device and FakeTensor mode rest on the same idea.
+package sim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Spec is one GPU model's data-sheet figures.
+type Spec struct {
+	Name string // as --device sim:NAME names it: "h200"
+	Desc string // the device name the driver reports: "NVIDIA H200"
+	// Dense (no sparsity) peaks in TFLOP/s: BF16 (and F16) and TF32 on
+	// tensor cores, FP32 on CUDA cores.
+	BF16, TF32, FP32 float64
+	HBM              float64 // memory bandwidth, bytes/s
+	PCIe             float64 // host link bandwidth each way, bytes/s
+	Memory           int64   // bytes
+	SMs              int
+	Major, Minor     int // compute capability
+}
+
+// Specs is the one table of data-sheet figures: the simulated devices, in
+// the order of their --device index (sim:h200 is sim:0), and the peaks the
+// CUDA backend quotes MFU against for real devices of these models.
+var Specs = []Spec{
+	{Name: "h200", Desc: "NVIDIA H200", BF16: 989, TF32: 494, FP32: 67, HBM: 4.8e12, PCIe: 64e9, Memory: 141e9, SMs: 132, Major: 9, Minor: 0},
+	{Name: "h100", Desc: "NVIDIA H100 80GB HBM3", BF16: 989, TF32: 494, FP32: 67, HBM: 3.35e12, PCIe: 64e9, Memory: 80e9, SMs: 132, Major: 9, Minor: 0},
+	{Name: "a100", Desc: "NVIDIA A100-SXM4-80GB", BF16: 312, TF32: 156, FP32: 19.5, HBM: 2.039e12, PCIe: 32e9, Memory: 80e9, SMs: 108, Major: 8, Minor: 0},
+}
+
+// Names lists the simulated models, in index order.
+func Names() []string {
+	n := make([]string, len(Specs))
+	for i, s := range Specs {
+		n[i] = s.Name
+	}
+	return n
+}
+
+// Lookup returns the spec of a model by name ("h200", any case).
+func Lookup(name string) (Spec, error) {
+	for _, s := range Specs {
+		if strings.EqualFold(s.Name, name) {
+			return s, nil
+		}
+	}
+	return Spec{}, fmt.Errorf("sim: no GPU model %q (want %s)", name, strings.Join(Names(), ", "))
+}
+
+// The cost model's constants: the share of peak bandwidth and of peak
+// FLOP/s a launch reaches, and what each launch costs on its own.
+const (
+	BandwidthEfficiency  = 0.85
+	TensorCoreEfficiency = 0.75 // GEMMs and tensor-core kernels
+	CUDACoreEfficiency   = 0.5  // other kernels, of the FP32 peak
+	LaunchSeconds        = 1e-6
+)

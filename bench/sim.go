@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/sim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// SimReport is what a simulated GPU (--device sim:NAME) recorded over a
+// benchmark's timed steps, each figure per training step. The host side is
+// real: host_ms_per_step is the wall time this machine spent issuing a
+// step, through the CUDA backend's own code. The device side is counted
+// exactly, but its time is the cost model's estimate (see package sim),
+// and so are the predictions built on it.
+type SimReport struct {
+	GPU              string             `json:"gpu"`
+	Note             string             `json:"note"`
+	LaunchesPerStep  float64            `json:"launches_per_step"`
+	LaunchesByKernel map[string]float64 `json:"launches_by_kernel"`
+	HostSyncsPerStep float64            `json:"host_syncs_per_step"`
+	// HostSyncsByCall splits them by the call that waited.
+	HostSyncsByCall map[string]float64 `json:"host_syncs_by_call"`
+	// FinalSyncHostSyncs are the host waits of the one synchronisation
+	// after the timed window, which the per-step figures leave out.
+	FinalSyncHostSyncs    int64   `json:"final_sync_host_syncs"`
+	H2DBytesPerStep       float64 `json:"h2d_bytes_per_step"`
+	D2HBytesPerStep       float64 `json:"d2h_bytes_per_step"`
+	DriverAllocsPerStep   float64 `json:"driver_allocs_per_step"`
+	PeakMemoryBytes       int64   `json:"peak_memory_bytes"`   // the pool's peak allocation
+	PeakReservedBytes     int64   `json:"peak_reserved_bytes"` // the driver's: what the pool held at most
+	BytesTouchedPerStep   float64 `json:"bytes_touched_per_step"`
+	FLOPsPerStep          float64 `json:"flops_per_step"`
+	HostMsPerStep         float64 `json:"host_ms_per_step"`
+	DeviceMsPerStep       float64 `json:"device_ms_per_step"`
+	PredictedMsPerStep    float64 `json:"predicted_ms_per_step"`
+	PredictedTokensPerSec float64 `json:"predicted_tokens_per_sec"`
+	PredictedMFU          float64 `json:"predicted_mfu"`
+}
+
+// simOf returns the simulated device behind dev, or nil.
+func simOf(dev tensor.Device) *sim.Device {
+	b, err := backend.Get(dev)
+	if err != nil {
+		return nil
+	}
+	if s, ok := b.(interface{ Sim() *sim.Device }); ok {
+		return s.Sim()
+	}
+	return nil
+}
+
+// simReport turns a timed window's counters (steps steps; then the final
+// synchronisation's) into per-step figures and the cost model's
+// prediction.
+func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, hostMs float64, peakAlloc int64, tokensPerStep int, flopsPerToken float64) *SimReport {
+	n := float64(steps)
+	r := &SimReport{
+		GPU:             spec.Name,
+		Note:            "simulated: counts are exact; device_ms_per_step and the predicted figures are the cost model's estimates",
+		LaunchesPerStep: float64(w.Launches) / n, LaunchesByKernel: map[string]float64{},
+		HostSyncsPerStep: float64(w.HostSyncs) / n, FinalSyncHostSyncs: finalSyncs,
+		H2DBytesPerStep: float64(w.H2DBytes) / n, D2HBytesPerStep: float64(w.D2HBytes) / n,
+		DriverAllocsPerStep: float64(w.DriverAllocs) / n, PeakMemoryBytes: peakAlloc, PeakReservedBytes: w.Peak,
+		BytesTouchedPerStep: w.BytesTouched / n, FLOPsPerStep: w.FLOPs / n,
+		HostMsPerStep: hostMs, DeviceMsPerStep: w.DeviceSeconds / n * 1e3,
+	}
+	for k, v := range w.ByKernel {
+		r.LaunchesByKernel[k] = float64(v) / n
+	}
+	r.HostSyncsByCall = map[string]float64{}
+	for k, v := range w.SyncsBy {
+		r.HostSyncsByCall[k] = float64(v) / n
+	}
+	// The host issues while the device runs: a step takes the longer.
+	r.PredictedMsPerStep = max(r.HostMsPerStep, r.DeviceMsPerStep)
+	if r.PredictedMsPerStep > 0 {
+		r.PredictedTokensPerSec = float64(tokensPerStep) / (r.PredictedMsPerStep / 1e3)
+		r.PredictedMFU = flopsPerToken * r.PredictedTokensPerSec / (spec.BF16 * 1e12)
+	}
+	return r
+}

@@ -1,0 +1,50 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/monitor/diagnose"
+)
+
+// TestRunOnSimulatedGPU trains on sim:h200: the run goes through the CUDA
+// backend's own code against the simulator, writes its logs, metrics,
+// telemetry and summary, reports losses as n/a, and writes no weights
+// and no checkpoints; resuming such a run is refused.
+func TestRunOnSimulatedGPU(t *testing.T) {
+	c := tinyConfig(t)
+	c.Device = "sim:h200"
+	c.MaxIters, c.EvalInterval, c.LogInterval, c.CkptInterval = 6, 3, 3, 2
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	for _, want := range []string{"simulated GPU", "loss n/a", "val loss n/a"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, log.String())
+		}
+	}
+	for _, f := range []string{ConfigFile, SummaryFile, MetricsFile, diagnose.TelemetryFile} {
+		if _, err := os.Stat(filepath.Join(c.Out, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for _, f := range []string{ModelFile, BestFile, CheckpointDir} {
+		if _, err := os.Stat(filepath.Join(c.Out, f)); err == nil {
+			t.Errorf("a simulated run wrote %s", f)
+		}
+	}
+	var sum Summary
+	b, _ := os.ReadFile(filepath.Join(c.Out, SummaryFile))
+	if err := json.Unmarshal(b, &sum); err != nil || !sum.Simulated || sum.Steps != 6 {
+		t.Errorf("summary: %+v, %v; want simulated, 6 steps", sum, err)
+	}
+	c.Resume = true
+	if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), "simulated") {
+		t.Errorf("resuming a simulated run: %v, want a refusal", err)
+	}
+}
