@@ -127,6 +127,19 @@ type Backend interface {
 
 	// AdamW updates params in place (decoupled weight decay).
 	AdamW(p AdamW, param, grad, m, v Ref, n int)
+	// TrackLoss and ClipCoef keep a trainer's per-step bookkeeping on the
+	// device, so that a step reads nothing back. stats is F32 [4]: the
+	// loss summed since last read, the first step whose loss was not
+	// finite (-1: none), the last gradient norm, the first step whose
+	// gradients were not finite (-1: none). TrackLoss adds x[0]*scale to
+	// stats[0] and records step in stats[1] the first time x[0] is not
+	// finite. ClipCoef computes the norm sqrt(sumsq[0]) in float64 into
+	// stats[2], and into coef[0] the factor that clips it to maxNorm:
+	// maxNorm/(norm+1e-6) where maxNorm > 0 and norm > maxNorm, else 1;
+	// where the norm is not finite, coef[0] is the norm (AdamW then
+	// skips) and step goes into stats[3] the first time.
+	TrackLoss(stats, x Ref, scale float32, step int)
+	ClipCoef(coef, stats, sumsq Ref, maxNorm float64, step int)
 }
 
 // MatMul describes a (batched) matrix product. op(A) is M×K, op(B) is K×N,
@@ -182,6 +195,10 @@ type AttentionKV struct {
 type AdamW struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	Step                               int
+	// GradScale, where not Nil, is an F32 scalar on the device that the
+	// gradients are multiplied by first (a clip coefficient); one that
+	// is not finite skips the step (param, m and v stay as they are).
+	GradScale Ref
 }
 
 // Opener opens device number index of a kind.

@@ -101,7 +101,7 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 				before = simDev.Counters()
 			}
 			t0 := time.Now()
-			_, stepErr = r.Step(s, cfg.LR)
+			stepErr = r.Step(s, cfg.LR)
 			dt := time.Since(t0).Seconds()
 			if s >= warmup {
 				ms = append(ms, dt*1000)

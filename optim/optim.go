@@ -53,7 +53,13 @@ func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
 func (o *AdamW) SetLR(lr float32) { o.Config.LR = lr }
 
 // Step updates every parameter that has a gradient.
-func (o *AdamW) Step() {
+func (o *AdamW) Step() { o.StepScaled(nil) }
+
+// StepScaled is Step with every gradient multiplied by gradScale first, a
+// one-element F32 tensor on the parameters' device (ClipCoef's
+// coefficient), read there: where it is not finite, the weights and
+// moments stay as they are (the step count still advances).
+func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 	o.Steps++
 	for i, p := range o.Params {
 		if p.T.Grad == nil {
@@ -63,7 +69,7 @@ func (o *AdamW) Step() {
 		if p.Decay {
 			hp.WeightDecay = o.Config.WeightDecay
 		}
-		tensor.AdamWStep(p.T, o.M[i], o.V[i], hp)
+		tensor.AdamWStep(p.T, o.M[i], o.V[i], hp, gradScale)
 	}
 }
 
@@ -97,6 +103,23 @@ func (s Schedule) At(it int) float64 {
 	ratio := float64(it-s.WarmupIters) / float64(span)
 	coeff := 0.5 * (1 + math.Cos(math.Pi*ratio))
 	return s.MinLR + coeff*(s.LR-s.MinLR)
+}
+
+// ClipCoef is ClipGradNorm without reading anything back, for parameters
+// on one device: the sum of the gradients' squares goes into acc, and
+// tensor.ClipCoef turns it into the norm (kept in stats) and the clip
+// coefficient, written into coef, which StepScaled applies. acc, coef and
+// stats live on the parameters' device; step is recorded in stats if the
+// norm is not finite. With the coefficient applied, the update is
+// bitwise the one ClipGradNorm and Step make.
+func ClipCoef(params []*nn.Parameter, maxNorm float64, acc, coef, stats *tensor.Tensor, step int) {
+	tensor.Fill(acc, 0)
+	for _, p := range params {
+		if g := p.T.Grad; g != nil {
+			tensor.AddSumSquares(acc, g)
+		}
+	}
+	tensor.ClipCoef(coef, stats, acc, maxNorm, step)
 }
 
 // ClipGradNorm scales all gradients so their global L2 norm is at most

@@ -101,3 +101,74 @@ func TestClipGradNorm(t *testing.T) {
 		t.Fatalf("clipped grads %v %v, want [0.6 0] [0.8]", ga, gb)
 	}
 }
+
+// TestClipCoefIsClipGradNorm holds the device path (ClipCoef, then
+// StepScaled, reading nothing back) to the host path (ClipGradNorm, then
+// Step), bit for bit, with the clip active and not, and checks that
+// gradients that are not finite leave the weights and moments as they are
+// and record their step.
+func TestClipCoefIsClipGradNorm(t *testing.T) {
+	rng := tensor.NewRNG(3)
+	newParams := func() []*nn.Parameter {
+		r := tensor.NewRNG(5)
+		var ps []*nn.Parameter
+		for i, shape := range [][]int{{7, 5}, {5}, {3, 4}} {
+			p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
+			p.Decay = len(shape) == 2
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	cfg := AdamWConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}
+	for _, maxNorm := range []float64{0, 100, 0.3} {
+		host, dev := newParams(), newParams()
+		ho, do := NewAdamW(host, cfg), NewAdamW(dev, cfg)
+		acc, coef, stats := tensor.Zeros(tensor.CPU), tensor.Zeros(tensor.CPU), tensor.NewStats(tensor.CPU)
+		for step := 1; step <= 3; step++ {
+			for i := range host {
+				g := tensor.Randn(tensor.CPU, rng, 2, host[i].T.Shape()...)
+				host[i].T.Grad, dev[i].T.Grad = g, g.Clone()
+			}
+			norm := ClipGradNorm(host, maxNorm)
+			ho.Step()
+			ClipCoef(dev, maxNorm, acc, coef, stats, step)
+			do.StepScaled(coef)
+			if got := stats.Float32s()[2]; got != float32(norm) {
+				t.Errorf("max %v step %d: norm %v on the device, %v on the host", maxNorm, step, got, norm)
+			}
+		}
+		for i := range host {
+			if !bitsEqual(host[i].T.Float32s(), dev[i].T.Float32s()) || !bitsEqual(ho.M[i].Float32s(), do.M[i].Float32s()) {
+				t.Errorf("max %v: %s differs between the host and device paths", maxNorm, host[i].Name)
+			}
+		}
+	}
+	// Gradients that are not finite: no update, and the step recorded.
+	ps := newParams()
+	o := NewAdamW(ps, cfg)
+	before := ps[0].T.Float32s()
+	for _, p := range ps {
+		p.T.Grad = tensor.Randn(tensor.CPU, rng, 1, p.T.Shape()...)
+	}
+	g := ps[1].T.Grad.Float32s()
+	g[2] = float32(math.Inf(1))
+	ps[1].T.Grad.SetFloat32s(g)
+	acc, coef, stats := tensor.Zeros(tensor.CPU), tensor.Zeros(tensor.CPU), tensor.NewStats(tensor.CPU)
+	ClipCoef(ps, 1, acc, coef, stats, 4)
+	o.StepScaled(coef)
+	if !bitsEqual(ps[0].T.Float32s(), before) || stats.Float32s()[3] != 4 {
+		t.Errorf("an inf gradient: weights moved (%v) or step not recorded (%v)", !bitsEqual(ps[0].T.Float32s(), before), stats.Float32s())
+	}
+}
+
+func bitsEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}

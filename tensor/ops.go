@@ -550,11 +550,73 @@ func AddSumSquares(acc, t *Tensor) {
 }
 
 // AdamWStep applies one AdamW update to param in place from its Grad and
-// the moment tensors m and v, outside autograd.
-func AdamWStep(param, m, v *Tensor, hp backend.AdamW) {
+// the moment tensors m and v, outside autograd. gradScale, where not nil,
+// is a one-element F32 tensor on param's device that the gradient is
+// multiplied by first (a clip coefficient computed there, see ClipCoef);
+// where it is not finite, the step leaves param, m and v as they are. The
+// gradient may be left scaled.
+func AdamWStep(param, m, v *Tensor, hp backend.AdamW, gradScale *Tensor) {
 	check("adamw", param, param.Grad, m, v)
 	sameShape("adamw", param, param.Grad)
+	if gradScale != nil {
+		check("adamw", param, gradScale)
+		wantDType("adamw", F32, gradScale)
+		wantScalar("adamw", gradScale)
+		hp.GradScale = gradScale.ref()
+	}
 	param.be.AdamW(hp, param.ref(), param.Grad.ref(), m.ref(), v.ref(), param.Numel())
+}
+
+// StatsLen is the size of a trainer's step statistics (see TrackLoss).
+const StatsLen = 4
+
+// NewStats returns a trainer's step statistics on dev, F32 [StatsLen]:
+// the loss summed since last read (0), the first step whose loss was not
+// finite (-1: none), the last gradient norm (0), the first step whose
+// gradients were not finite (-1: none). TrackLoss and ClipCoef update
+// them on the device, so that a training step reads nothing back.
+func NewStats(dev Device) *Tensor {
+	return FromFloat32s(dev, []float32{0, -1, 0, -1}, StatsLen)
+}
+
+// TrackLoss adds loss*scale (loss a one-element F32 tensor) into stats[0]
+// and records step in stats[1] the first time the loss is not finite, on
+// the device, outside autograd.
+func TrackLoss(stats, loss *Tensor, scale float32, step int) {
+	const op = "track_loss"
+	check(op, stats, loss)
+	wantDType(op, F32, stats, loss)
+	wantStats(op, stats)
+	wantScalar(op, loss)
+	stats.be.TrackLoss(stats.ref(), loss.ref(), scale, step)
+}
+
+// ClipCoef turns a sum of squared gradients (one F32 element) into the
+// gradient norm, kept in stats[2], and the coefficient that clips it to
+// maxNorm, written into coef (one F32 element): maxNorm/(norm+1e-6) where
+// maxNorm > 0 and norm > maxNorm, else 1. Where the norm is not finite,
+// coef holds it (AdamWStep then skips) and stats[3] records step the first
+// time. All on the device.
+func ClipCoef(coef, stats, sumsq *Tensor, maxNorm float64, step int) {
+	const op = "clip_coef"
+	check(op, coef, stats, sumsq)
+	wantDType(op, F32, coef, stats, sumsq)
+	wantStats(op, stats)
+	wantScalar(op, coef)
+	wantScalar(op, sumsq)
+	stats.be.ClipCoef(coef.ref(), stats.ref(), sumsq.ref(), maxNorm, step)
+}
+
+func wantScalar(op string, t *Tensor) {
+	if t.Numel() != 1 {
+		panic(&Error{Op: op, Msg: "want a one-element tensor", Operands: []*Tensor{t}})
+	}
+}
+
+func wantStats(op string, t *Tensor) {
+	if t.Numel() != StatsLen {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("want step statistics of %d elements (NewStats)", StatsLen), Operands: []*Tensor{t}})
+	}
 }
 
 // AttentionKV is causal attention for inference with a key/value cache.

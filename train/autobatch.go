@@ -237,7 +237,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 		r.model = m
 		m.SetRecompute(cfg.Recompute)
 		r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
-		_, stepErr = r.step(0, cfg.LR)
+		stepErr = r.step(0, cfg.LR)
 	})
 	if err == nil {
 		err = stepErr
@@ -250,6 +250,12 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 
 // free returns the model's and optimizer's memory to the device pool.
 func (r *run) free() {
+	for _, t := range []*tensor.Tensor{r.stats, r.clipAcc, r.clipCoef} {
+		if t != nil {
+			t.Free()
+		}
+	}
+	r.stats, r.lossSum, r.clipAcc, r.clipCoef = nil, nil, nil, nil
 	if r.opt != nil {
 		for i := range r.opt.M {
 			r.opt.M[i].Free()

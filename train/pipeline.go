@@ -37,7 +37,7 @@ type pipeRun struct {
 	rows    int // rows per micro-batch
 	x, y    *tensor.Tensor
 	xs, ys  []*tensor.Tensor // the micro-batches' inputs on the first stage, targets on the last
-	loss    float64          // this micro-step's loss, the mean of its micro-batches'
+	step    int              // the optimizer step the micro-step belongs to
 	scale   float32          // what each micro-batch's loss is multiplied by before backward
 	dt      tensor.DType
 
@@ -275,7 +275,7 @@ func (p *pipeRun) forward(st, m int, x *tensor.Tensor) (out *tensor.Tensor) {
 
 func (p *pipeRun) lossOf(m int, logits *tensor.Tensor) (loss *tensor.Tensor) {
 	p.progs[len(p.progs)-1].Autocast(p.dt, func() { loss = tensor.CrossEntropy(logits, p.ys[m]) })
-	p.loss += float64(loss.Item()) / float64(p.micros)
+	tensor.TrackLoss(p.r.stats, loss, 1/float32(p.micros*p.r.cfg.GradAccum), p.step+1)
 	return tensor.Scale(loss, p.scale)
 }
 
@@ -289,9 +289,9 @@ func (p *pipeRun) beginStep() {
 // microStep is run.microStep for a pipelined model: the schedule runs the
 // micro-step's batch x, y through the stages in p.micros micro-batches,
 // each micro-batch's loss scaled by 1/(M × GradAccum) (and fp16's loss
-// scale), so the gradients are those of the whole batch. It returns the
-// mean of the micro-batches' losses.
-func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
+// scale), so the gradients are those of the whole batch. The losses go
+// into the step statistics, on the last stage's device.
+func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
 	r := p.r
 	cfg := r.cfg
 	p.x, p.y = x, y
@@ -300,7 +300,7 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 		p.scale *= r.scaler.Scale
 	}
 	p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
-	p.loss = 0
+	p.step = step
 	r.tel.to(phForward)
 	measured := p.seen > 5
 	if measured {
@@ -332,7 +332,6 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 	p.x, p.y = nil, nil
 	clear(p.xs)
 	clear(p.ys)
-	return p.loss
 }
 
 // endStep adds the tied head's gradient into the embedding's, so that

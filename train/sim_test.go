@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/sim"
 	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
@@ -46,5 +48,42 @@ func TestRunOnSimulatedGPU(t *testing.T) {
 	c.Resume = true
 	if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), "simulated") {
 		t.Errorf("resuming a simulated run: %v, want a refusal", err)
+	}
+}
+
+// TestStepsReadNothingBack trains on sim:h200 and counts, with the
+// simulator, the host waits between the ends of consecutive steps: a step
+// that follows no check point (log line, evaluation, checkpoint) must not
+// make the host wait for the device at all; check points may.
+func TestStepsReadNothingBack(t *testing.T) {
+	for _, prec := range []string{"fp32", "bf16"} {
+		c := tinyConfig(t)
+		c.Device, c.Precision = "sim:h200", prec
+		c.MaxIters, c.EvalInterval, c.LogInterval, c.GradAccum = 12, 6, 4, 2
+		c.Dropout = 0.1
+		be, err := backend.Get(backend.Device{Kind: "sim"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd := be.(interface{ Sim() *sim.Device }).Sim()
+		syncs := map[int]int64{}
+		c.AfterStep = func(done int) { syncs[done] = sd.Counters().HostSyncs }
+		var log bytes.Buffer
+		if _, err := Run(c, &log); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		quiet := 0
+		for done := 2; done <= c.MaxIters; done++ {
+			prev := done - 1
+			checked := prev%c.LogInterval == 0 || prev%c.EvalInterval == 0
+			if d := syncs[done] - syncs[prev]; !checked && d != 0 {
+				t.Errorf("%s: step %d made %d host waits after step %d, which is no check point", prec, done, d, prev)
+			} else if !checked {
+				quiet++
+			}
+		}
+		if quiet < 5 {
+			t.Errorf("%s: only %d steps to check", prec, quiet)
+		}
 	}
 }

@@ -26,12 +26,19 @@ func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *S
 	return &Stepper{r: r}
 }
 
-// Step runs optimizer step step at learning rate lr and returns the mean
-// micro-batch loss. Data and communication failures are returned; a
-// tensor op's failure panics, as a *tensor.Error (a programming error) or
-// a *backend.DeviceError (out of memory, a failed launch): see
-// tensor.Catch.
-func (s *Stepper) Step(step int, lr float64) (float64, error) { return s.r.step(step, lr) }
+// Step runs optimizer step step at learning rate lr. It reads nothing
+// back from the device (Loss does). Data and communication failures are
+// returned; a tensor op's failure panics, as a *tensor.Error (a
+// programming error) or a *backend.DeviceError (out of memory, a failed
+// launch): see tensor.Catch.
+func (s *Stepper) Step(step int, lr float64) error { return s.r.step(step, lr) }
+
+// Loss reads the mean loss of the steps since the last Loss (a wait for
+// the device), after step done.
+func (s *Stepper) Loss(done int) float64 {
+	mean, _, _, _ := s.r.readStats(done)
+	return mean
+}
 
 // TokensPerStep is the tokens one Step trains on.
 func (s *Stepper) TokensPerStep() int { return s.r.tokensPerStep() }

@@ -44,6 +44,11 @@ type telemetry struct {
 	at    []int          // the phase each mark starts
 	step  [nPhases]float64
 
+	// pending are the GPU steps whose marks are not read yet: reading a
+	// mark waits for the device, so they are read together at the next
+	// log line (or when many are pending), not after each step.
+	pending []pendingStep
+
 	window [nPhases]float64 // ms per phase over the log window
 	total  [nPhases]float64 // over the measured steps (after warm-up)
 	// totalStepMs is the measured steps' time, all phases together.
@@ -59,6 +64,17 @@ type telemetry struct {
 func newTelemetry(dev tensor.Device) *telemetry {
 	return &telemetry{timer: tensor.DeviceTimer(dev), dev: dev}
 }
+
+// pendingStep is a GPU step's marks, read later (see telemetry.pending).
+type pendingStep struct {
+	marks    []backend.Mark
+	at       []int
+	step     [nPhases]float64 // host-time moves between phases
+	measured bool
+}
+
+// maxPending bounds the steps whose marks wait to be read.
+const maxPending = 256
 
 // begin starts a step in phase p.
 func (t *telemetry) begin(p int) {
@@ -119,30 +135,69 @@ func (t *telemetry) end(measured bool) {
 	}
 	if t.timer != nil {
 		t.mark(t.cur)
-		for i := 0; t.timer != nil && i+1 < len(t.marks); i++ {
-			ms, err := t.timer.Elapsed(t.marks[i], t.marks[i+1])
-			if err != nil {
-				t.timer = nil
-				break
+		if t.timer != nil {
+			// Read later: the marks of a step the device may still run.
+			ps := pendingStep{step: t.step, measured: measured}
+			if n := len(t.pending); n < cap(t.pending) {
+				ps.marks, ps.at = t.pending[:n+1][n].marks[:0], t.pending[:n+1][n].at[:0]
 			}
-			t.step[t.at[i]] += ms
-		}
-		if tm := tensor.DeviceTimer(t.dev); tm != nil {
-			for _, m := range t.marks {
-				tm.ReleaseMark(m)
+			ps.marks, ps.at = append(ps.marks, t.marks...), append(ps.at, t.at...)
+			t.pending = append(t.pending, ps)
+			t.marks, t.at = t.marks[:0], t.at[:0]
+			if len(t.pending) >= maxPending {
+				t.flush()
 			}
+			t.counters(measured)
+			return
 		}
-		t.marks, t.at = t.marks[:0], t.at[:0]
 	} else {
 		t.to(-1)
 	}
-	for p, ms := range t.step {
+	t.add(t.step, measured)
+	t.counters(measured)
+}
+
+// flush reads the pending steps' marks (waiting for the device to reach
+// the last) and adds their phase times.
+func (t *telemetry) flush() {
+	if t == nil {
+		return
+	}
+	tm := tensor.DeviceTimer(t.dev)
+	for i := range t.pending {
+		ps := &t.pending[i]
+		for j := 0; t.timer != nil && j+1 < len(ps.marks); j++ {
+			ms, err := t.timer.Elapsed(ps.marks[j], ps.marks[j+1])
+			if err != nil {
+				t.timer = nil // timing is best effort
+				break
+			}
+			ps.step[ps.at[j]] += ms
+		}
+		if tm != nil {
+			for _, m := range ps.marks {
+				tm.ReleaseMark(m)
+			}
+		}
+		t.add(ps.step, ps.measured)
+	}
+	t.pending = t.pending[:0]
+}
+
+// add adds one step's ms per phase to the window and, if measured, the
+// totals.
+func (t *telemetry) add(step [nPhases]float64, measured bool) {
+	for p, ms := range step {
 		t.window[p] += ms
 		if measured {
 			t.total[p] += ms
 			t.totalStepMs += ms
 		}
 	}
+}
+
+// counters adds the step's host reads and copied bytes, if measured.
+func (t *telemetry) counters(measured bool) {
 	if measured {
 		t.reads += tensor.HostReads() - t.reads0
 		t.copied += tensor.MemStats(t.dev).Copied - t.copied0
@@ -168,6 +223,7 @@ func (t *telemetry) takeWindow() [nPhases]float64 {
 	if t == nil {
 		return [nPhases]float64{}
 	}
+	t.flush()
 	w := t.window
 	t.window = [nPhases]float64{}
 	return w
@@ -301,6 +357,7 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 	if r.tel == nil || r.measured == 0 {
 		return
 	}
+	r.tel.flush()
 	n := float64(r.measured)
 	sum.PhaseMs = make(map[string]float64, nPhases)
 	for p, ms := range r.tel.total {

@@ -202,18 +202,39 @@ type run struct {
 	// peakFLOPs is the device's peak for the run's products (0: unknown);
 	// flopsPerToken the model's training FLOPs per token.
 	peakFLOPs, flopsPerToken float64
-	meanStepMs               float64          // over the steps telemetry measured, all phases
-	commOverlappedMs         float64          // data parallelism: all-reduce time hidden behind backward, per step
-	gradNorm                 float64          // the last step's gradient norm, before clipping
-	badGrads                 bool             // the last step's gradients were not finite (no loss scaler): not applied
-	status                   *statusLine      // the live line on a terminal; nil: none
-	sampler                  *sysstat.Sampler // device utilisation in the background; nil: none
-	ddp                      *ddp             // data parallelism; nil in a world of one
-	sinks                    *sinks           // TensorBoard and Prometheus; nil: neither
-	pipe                     *pipeRun         // --pipeline: the model's stages; nil: one device
-	stages                   []tensor.Device  // --pipeline: the stages' devices
-	at                       int              // the step the loop is at
-	evaluating               bool             // the loop is evaluating
+	meanStepMs               float64 // over the steps telemetry measured, all phases
+	commOverlappedMs         float64 // data parallelism: all-reduce time hidden behind backward, per step
+	gradNorm                 float64 // the last gradient norm read, before clipping
+	// hostBadGrads is the first step whose gradients were not finite
+	// where clipping reads the norm on the host (a loss scaler, several
+	// devices); 0: none. The device path keeps it in stats.
+	hostBadGrads int
+	// stats are the step statistics on the device that computes the loss
+	// (tensor.NewStats): the loss summed since the last check and the
+	// first steps whose loss or gradients were not finite. The loop
+	// reads them only at check points (log lines, evaluations,
+	// checkpoints, a stop), so that a step reads nothing back.
+	stats *tensor.Tensor
+	// lossSum is stats' first element (a view), statsHost where reads of
+	// stats land.
+	lossSum   *tensor.Tensor
+	statsHost [tensor.StatsLen]float32
+	// statsAt is the step count at the last check, lastLoss the mean
+	// loss it read.
+	statsAt  int
+	lastLoss float64
+	// clipAcc and clipCoef clip the gradients on the device (one device,
+	// no loss scaler): the sum of squares and the coefficient AdamW
+	// applies. nil where the host clips.
+	clipAcc, clipCoef *tensor.Tensor
+	status            *statusLine      // the live line on a terminal; nil: none
+	sampler           *sysstat.Sampler // device utilisation in the background; nil: none
+	ddp               *ddp             // data parallelism; nil in a world of one
+	sinks             *sinks           // TensorBoard and Prometheus; nil: neither
+	pipe              *pipeRun         // --pipeline: the model's stages; nil: one device
+	stages            []tensor.Device  // --pipeline: the stages' devices
+	at                int              // the step the loop is at
+	evaluating        bool             // the loop is evaluating
 }
 
 // close releases the staging slots, stops the loader, closes the
@@ -545,8 +566,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		measured := step-first >= 5
 		t0, w0 := time.Now(), r.dataWait
 		r.tel.begin(phH2D)
-		loss, err := r.step(step, lr)
-		if err != nil {
+		if err := r.step(step, lr); err != nil {
 			return err
 		}
 		r.tel.end(measured)
@@ -555,25 +575,40 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		}
 		dt := time.Since(t0).Seconds()
 		tl := time.Now()
-		stop, err := r.agree(step, loss)
-		if err != nil {
-			return err
-		}
+		done := step + 1
 		sum.Steps++
-		sum.FinalTrainLoss = loss
-		st.add(loss, dt*1000, (r.dataWait-w0).Seconds()*1000, float64(r.tokensPerStep())/dt, measured)
+		st.add(dt*1000, (r.dataWait-w0).Seconds()*1000, float64(r.tokensPerStep())/dt, measured)
 		if measured {
 			r.measured++
 		}
-		if (step+1)%cfg.LogInterval == 0 || step+1 == cfg.MaxIters {
-			if err := r.logWindow(step+1, lr, &st); err != nil {
+		// A check point reads the step statistics and agrees on them
+		// with the other ranks: where the log, an evaluation or a
+		// checkpoint needs them, and where this process was asked to
+		// stop (a group agrees on stopping at its next check point).
+		stop := false
+		if r.ddp == nil {
+			select {
+			case <-r.cfg.Stop:
+				stop = true
+			default:
+			}
+		}
+		if stop || r.checkPoint(done) {
+			var err error
+			if stop, err = r.agree(done, stop, &st); err != nil {
+				return err
+			}
+			sum.FinalTrainLoss = r.lastLoss
+		}
+		if done%cfg.LogInterval == 0 || done == cfg.MaxIters {
+			if err := r.logWindow(done, lr, &st); err != nil {
 				return err
 			}
 		}
-		if err := r.checkpointAfter(step+1, stop, sum.BestValLoss); err != nil {
+		if err := r.checkpointAfter(done, stop, sum.BestValLoss); err != nil {
 			return err
 		}
-		r.status.update(step+1, cfg.MaxIters, r.lossText(loss), float64(r.tokensPerStep())/dt, dt*1000)
+		r.status.update(done, cfg.MaxIters, r.lossText(r.lastLoss), float64(r.tokensPerStep())/dt, dt*1000)
 		r.tel.addHost(phCkptLog, time.Since(tl), measured)
 	}
 	st.summarize(sum)
@@ -584,17 +619,24 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 
 // stepStats gathers the steps' losses and times: a window since the last
 // log line, and the measured steps (after 5 warm-up steps) for the
-// summary's medians.
+// summary's medians. The losses come in at check points, as sums over
+// the steps since the one before.
 type stepStats struct {
 	lossAcc, windowMs, windowWait float64
 	n                             int // steps in the window
+	lossSteps                     int // steps lossAcc covers
 	rates, stepMs, waitMs         []float64
 	totalStep, totalWait          float64
 }
 
-// add records a step's loss, time and data wait (ms) and rate (tokens/s).
-func (s *stepStats) add(loss, ms, waitMs, rate float64, measured bool) {
-	s.lossAcc += loss
+// addLoss records the mean loss of steps steps.
+func (s *stepStats) addLoss(mean float64, steps int) {
+	s.lossAcc += mean * float64(steps)
+	s.lossSteps += steps
+}
+
+// add records a step's time and data wait (ms) and rate (tokens/s).
+func (s *stepStats) add(ms, waitMs, rate float64, measured bool) {
 	s.n++
 	s.windowMs += ms
 	s.windowWait += waitMs
@@ -617,28 +659,44 @@ func (s *stepStats) summarize(sum *Summary) {
 	}
 }
 
-// agree ends a step for the group: every rank learns whether any was
-// asked to stop (a signal) and whether any loss or gradients were not
-// finite, so the ranks stop after the same step, and a diverged rank stops
-// the group at the first bad step, before anything is saved.
-func (r *run) agree(step int, loss float64) (stop bool, err error) {
-	select {
-	case <-r.cfg.Stop:
-		stop = true
-	default:
+// checkPoint reports whether the loop reads the step statistics after
+// step done: where a log line, an evaluation (before the next step) or a
+// checkpoint needs them, and at the end. Steps between read nothing back.
+func (r *run) checkPoint(done int) bool {
+	cfg := r.cfg
+	return done%cfg.LogInterval == 0 || done == cfg.MaxIters || done%cfg.EvalInterval == 0 ||
+		(cfg.CkptInterval > 0 && done%cfg.CkptInterval == 0)
+}
+
+// agree ends a check point for the group: it reads the step statistics,
+// and every rank learns whether any was asked to stop (a signal) and
+// whether any loss or gradients were not finite, so the ranks stop after
+// the same step, and a diverged run stops, naming the first bad step,
+// before anything of it is saved.
+func (r *run) agree(done int, stop bool, st *stepStats) (bool, error) {
+	mean, steps, badLoss, badGrads := r.readStats(done)
+	st.addLoss(mean, steps)
+	r.lastLoss = mean
+	if r.ddp != nil {
+		select {
+		case <-r.cfg.Stop:
+			stop = true
+		default:
+		}
 	}
-	bad := (!finite(loss) || r.badGrads) && !r.simulated
+	bad := (badLoss > 0 || badGrads > 0) && !r.simulated
 	nBad := 0
 	if bad {
 		nBad = 1
 	}
 	if r.ddp != nil {
+		var err error
 		if stop, nBad, err = r.ddp.agreeStep(stop, bad); err != nil {
-			return false, fmt.Errorf("step %d: %w", step+1, err)
+			return false, fmt.Errorf("step %d: %w", done, err)
 		}
 	}
 	if nBad > 0 {
-		return false, r.diverged(step+1, loss, nBad)
+		return false, r.diverged(done, badLoss, badGrads, nBad)
 	}
 	return stop, nil
 }
@@ -648,7 +706,7 @@ func (r *run) agree(step int, loss float64) (stop bool, err error) {
 // empties the window.
 func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 	cfg := r.cfg
-	avg, ms, wms := st.lossAcc/float64(st.n), st.windowMs/float64(st.n), st.windowWait/float64(st.n)
+	avg, ms, wms := st.lossAcc/float64(max(st.lossSteps, 1)), st.windowMs/float64(st.n), st.windowWait/float64(st.n)
 	if r.ddp != nil { // the loss and step time averaged over the ranks
 		vals := [...]float32{float32(avg), float32(ms), float32(wms)}
 		if err := r.ddp.average(vals[:]); err != nil {
@@ -682,7 +740,7 @@ func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 	gn := r.gradNorm
 	m.GradNorm = &gn
 	r.fillMetric(&m, st.n)
-	st.lossAcc, st.n, st.windowMs, st.windowWait = 0, 0, 0, 0
+	st.lossAcc, st.lossSteps, st.n, st.windowMs, st.windowWait = 0, 0, 0, 0, 0
 	return r.addMetric(m)
 }
 
@@ -716,23 +774,27 @@ func (r *run) checkpointAfter(done int, stop bool, best float64) error {
 	return nil
 }
 
-// diverged is the error of a step whose loss was not finite (on nBad
-// ranks of a group): the first such step, since every step is checked,
-// and nothing after the step before it was saved.
-func (r *run) diverged(step int, loss float64, nBad int) error {
+// diverged is the error of a run whose loss or gradients were not finite
+// (on nBad ranks of a group), found at the check point after step done:
+// it names the first such step of this rank (badLoss, badGrads: 0 for
+// none), and nothing after the step before it was saved.
+func (r *run) diverged(done, badLoss, badGrads, nBad int) error {
 	var what string
-	if r.badGrads && finite(loss) {
-		what = fmt.Sprintf("the gradients are not finite (norm %v before clipping) though the loss, %v, is; the update was not applied", r.gradNorm, loss)
-	} else {
-		what = fmt.Sprintf("the training loss is %v", loss)
+	step := done
+	switch {
+	case badLoss > 0 && (badGrads == 0 || badLoss <= badGrads):
+		step, what = badLoss, "the training loss is not finite"
+	case badGrads > 0:
+		step, what = badGrads, "the gradients are not finite though the loss is; the update was not applied"
+	default:
+		what = "this rank's losses and gradients are finite"
 	}
 	if w := max(r.cfg.WorldSize, 1); w > 1 {
-		what = fmt.Sprintf("%d of the %d ranks' losses or gradients are not finite (this rank's: %s)", nBad, w, what)
+		what = fmt.Sprintf("%d of the %d ranks' losses or gradients are not finite (%s)", nBad, w, what)
 	}
 	advice, args := r.divergedAdvice(step - 1) // the weights after step-1 gave them
 	return setting.Errorf("step %d: %s: the run diverged at this step, the first whose loss or gradients are not finite; "+advice,
 		append([]any{step, what}, args...)...)
-
 }
 
 // divergedAdvice says what of a diverged run was saved, and how to train
@@ -778,45 +840,45 @@ func (r *run) divergedAdvice(bad int) (format string, args []any) {
 // micro-batch loss. One device, a data-parallel group and a pipeline all
 // take this step; only a micro-step's forward and backward differ (the
 // model's, or the pipeline schedule's over its stages).
-func (r *run) step(step int, lr float64) (float64, error) { return r.stepWithHook(step, lr, nil) }
+func (r *run) step(step int, lr float64) error { return r.stepWithHook(step, lr, nil) }
 
 // stepWithHook is step with a hook run after the gradients are complete
 // and before clipping (tests inspect them there).
-func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
+func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 	if !r.opened {
 		// The batch plan, resolved (Run has done it; a Stepper or a test
 		// may not have).
 		plan, err := r.cfg.PlanBatch()
 		if err != nil {
-			return 0, err
+			return err
 		}
 		r.cfg.GradAccum = plan.Accum
 		if err := r.staged.open(r.dev, r.cfg.BatchSize, r.cfg.BlockSize); err != nil {
-			return 0, fmt.Errorf("staging batches: %w", err)
+			return fmt.Errorf("staging batches: %w", err)
 		}
 		r.opened = true
 		if err := r.openFill(step); err != nil {
-			return 0, err
+			return err
 		}
+		r.openStats(step)
 	}
 	cfg := r.cfg
 	if r.pipe != nil {
 		r.pipe.beginStep()
 	}
-	var total float64
 	tel := r.tel
 	for micro := 0; micro < cfg.GradAccum; micro++ {
 		tel.to(phH2D)
 		w0 := r.dataWait
 		x, y, err := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
 		if err != nil {
-			return 0, fmt.Errorf("step %d: %w", step+1, err)
+			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 		tel.move(phH2D, phData, r.dataWait-w0)
 		if r.pipe != nil {
-			total += r.pipe.microStep(step, micro, x, y)
+			r.pipe.microStep(step, micro, x, y)
 		} else {
-			total += r.microStep(step, micro, x, y)
+			r.microStep(step, micro, x, y)
 		}
 	}
 	if r.pipe != nil {
@@ -831,12 +893,55 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
 		}
 		if err := sync(); err != nil {
 			r.ddp.err = err
-			return 0, fmt.Errorf("step %d: %w", step+1, err)
+			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 	}
 	tel.to(phOptimizer)
-	r.update(lr, hook)
-	return total / float64(cfg.GradAccum), nil
+	r.update(step, lr, hook)
+	return nil
+}
+
+// openStats makes the step statistics on the device that computes the
+// loss (the last stage of a pipeline), and, where the gradients are
+// clipped on the device, its buffers.
+func (r *run) openStats(step int) {
+	dev := r.dev
+	if r.pipe != nil {
+		dev = r.pipe.devs[len(r.pipe.devs)-1]
+	}
+	r.stats = tensor.NewStats(dev)
+	r.lossSum = r.stats.Rows(0, 1)
+	r.statsAt = step
+	if r.pipe == nil && r.scaler == nil {
+		r.clipAcc, r.clipCoef = tensor.Zeros(r.dev), tensor.Zeros(r.dev)
+	}
+}
+
+// readStats reads the step statistics (a host wait, at check points
+// only) and restarts the loss sum: the mean loss of the steps since the
+// last read, and the first steps whose loss and whose gradients were not
+// finite (0: none).
+func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads int) {
+	v := r.statsHost[:]
+	r.stats.ReadFloat32s(v)
+	tensor.Fill(r.lossSum, 0)
+	if steps = done - r.statsAt; steps > 0 {
+		meanLoss = float64(v[0]) / float64(steps)
+	}
+	r.statsAt = done
+	if v[1] >= 0 {
+		badLoss = int(v[1])
+	}
+	if v[3] >= 0 {
+		badGrads = int(v[3])
+	}
+	if r.clipCoef != nil {
+		r.gradNorm = float64(v[2])
+	}
+	if r.hostBadGrads > 0 && (badGrads == 0 || r.hostBadGrads < badGrads) {
+		badGrads = r.hostBadGrads
+	}
+	return meanLoss, steps, badLoss, badGrads
 }
 
 // microStep is one micro-step's forward and backward on one device: the
@@ -844,16 +949,15 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) (float64, error) {
 // scale), differentiated into the parameters' gradients. On the last
 // micro-step of a data-parallel step the backward pass hands each finished
 // gradient to the all-reduce (the others accumulate locally, as no_sync
-// does). It returns the unscaled loss.
-func (r *run) microStep(step, micro int, x, y *tensor.Tensor) float64 {
+// does). The unscaled loss goes into the step statistics, on the device.
+func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	cfg, tel := r.cfg, r.tel
 	tel.to(phForward)
 	r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
-	var total float64
 	tensor.Step(func() {
 		var loss *tensor.Tensor
 		tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(x, y) })
-		total = float64(loss.Item())
+		tensor.TrackLoss(r.stats, loss, 1/float32(cfg.GradAccum), step+1)
 		if r.scaler != nil {
 			loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
 		} else if cfg.GradAccum > 1 {
@@ -866,7 +970,6 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 		}
 		loss.Backward()
 	})
-	return total
 }
 
 // update finishes an optimizer step once the gradients are complete: the
@@ -874,9 +977,18 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) float64 {
 // (over every device the parameters are on), and AdamW, unless the loss scaler finds inf or NaN gradients,
 // when the step is skipped and the weights and AdamW state are untouched.
 // It reports whether the weights moved.
-func (r *run) update(lr float64, hook func()) bool {
+func (r *run) update(step int, lr float64, hook func()) bool {
 	if hook != nil {
 		hook()
+	}
+	if r.clipCoef != nil {
+		// On the device: the norm, the clip coefficient and the skip
+		// of a step whose gradients are not finite, read by nothing.
+		optim.ClipCoef(r.opt.Params, r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, step+1)
+		r.opt.SetLR(float32(lr))
+		r.opt.StepScaled(r.clipCoef)
+		r.opt.ZeroGrad()
+		return true
 	}
 	if r.scaler != nil {
 		inv := 1 / r.scaler.Scale
@@ -892,7 +1004,9 @@ func (r *run) update(lr float64, hook func()) bool {
 		// Without a loss scaler, whose business such steps are, gradients
 		// that are not finite would make AdamW's every weight NaN: the
 		// update is not applied, and the run stops (see diverged).
-		r.badGrads = true
+		if r.hostBadGrads == 0 {
+			r.hostBadGrads = step + 1
+		}
 		r.opt.ZeroGrad()
 		return false
 	}

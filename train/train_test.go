@@ -249,10 +249,11 @@ func TestTokensPerStep(t *testing.T) {
 func (r *run) mustStep(step int, lr float64) float64 { return r.mustStepWithHook(step, lr, nil) }
 
 // mustStepWithHook is stepWithHook for tests: an error panics.
+// It returns the step's loss, read back from the step statistics.
 func (r *run) mustStepWithHook(step int, lr float64, hook func()) float64 {
-	loss, err := r.stepWithHook(step, lr, hook)
-	if err != nil {
+	if err := r.stepWithHook(step, lr, hook); err != nil {
 		panic(err)
 	}
+	loss, _, _, _ := r.readStats(step + 1)
 	return loss
 }

@@ -312,6 +312,17 @@ func exp32(x float32) float32 {
 // AdamW implements backend.Backend: PyTorch's AdamW with bias correction
 // and decoupled weight decay.
 func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
+	if !p.GradScale.Nil() {
+		// The gradients times the scale, in place, as a separate scale
+		// of the gradients did before: the same bits.
+		s := f32(p.GradScale)[0]
+		if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+			return
+		}
+		if s != 1 {
+			c.Scale(grad, grad, s, n)
+		}
+	}
 	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
 	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
 	hp := adamConsts{
@@ -355,4 +366,32 @@ func adamwGo(w, g, m, v []float32, k *adamConsts) {
 		denom := float32(math.Sqrt(float64(vi)))*k.invBC2Sqrt + k.eps
 		w[i] = w[i]*k.decay - k.stepSize*(mi/denom)
 	}
+}
+
+// TrackLoss implements backend.Backend.
+func (c *CPU) TrackLoss(stats, x backend.Ref, scale float32, step int) {
+	st, v := f32(stats)[:2], f32(x)[0]
+	st[0] += v * scale
+	if (math.IsNaN(float64(v)) || math.IsInf(float64(v), 0)) && st[1] < 0 {
+		st[1] = float32(step)
+	}
+}
+
+// ClipCoef implements backend.Backend.
+func (c *CPU) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int) {
+	st := f32(stats)[:4]
+	norm := math.Sqrt(float64(f32(sumsq)[0]))
+	st[2] = float32(norm)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		f32(coef)[0] = float32(norm)
+		if st[3] < 0 {
+			st[3] = float32(step)
+		}
+		return
+	}
+	k := float32(1)
+	if maxNorm > 0 && norm > maxNorm {
+		k = float32(maxNorm / (norm + 1e-6))
+	}
+	f32(coef)[0] = k
 }

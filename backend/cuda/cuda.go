@@ -452,7 +452,17 @@ func (c *CUDA) rowsOf(r backend.Ref, dim int) int {
 
 // AdamW implements backend.Backend.
 func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
-	c.check("adamw", kernels.AdamW(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), n))
+	c.check("adamw", kernels.AdamW(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), n))
+}
+
+// TrackLoss implements backend.Backend.
+func (c *CUDA) TrackLoss(stats, x backend.Ref, scale float32, step int) {
+	c.check("track_loss", kernels.TrackLoss(c, c.ptr(stats), c.ptr(x), scale, step))
+}
+
+// ClipCoef implements backend.Backend.
+func (c *CUDA) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int) {
+	c.check("clip_coef", kernels.ClipCoef(c, c.ptr(coef), c.ptr(stats), c.ptr(sumsq), maxNorm, step))
 }
 
 var _ backend.Backend = (*CUDA)(nil)

@@ -344,14 +344,21 @@ func (c *asyncCopy) Ready() error {
 	})
 }
 
-// Wait implements backend.Upload: the host waits for the copy.
+// Wait implements backend.Upload: the host waits for the copy, unless it
+// is already done (a query first: the staging slots' copies usually
+// finished a step ago, and a blocking call would cost a host wait).
 func (c *asyncCopy) Wait() error {
 	return c.g.do(func() error {
 		if c.waited {
 			return nil
 		}
 		c.waited = true
-		return errors.Join(c.g.d.EventSynchronize(c.done), c.g.d.EventDestroy(c.done))
+		if done, err := c.g.d.EventQuery(c.done); err != nil || !done {
+			if err := c.g.d.EventSynchronize(c.done); err != nil {
+				return errors.Join(err, c.g.d.EventDestroy(c.done))
+			}
+		}
+		return c.g.d.EventDestroy(c.done)
 	})
 }
 
@@ -426,6 +433,8 @@ func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args [
 				a.Int64(v)
 			case float32:
 				a.Float32(v)
+			case float64:
+				a.Float64(v)
 			default:
 				return fmt.Errorf("%s: argument %d has type %T", kernel, i, v)
 			}

@@ -57,5 +57,8 @@ func (a *Args) Uint(v uint32) *Args { return a.add(uint64(v)) }
 // Int64 adds a long long parameter.
 func (a *Args) Int64(v int64) *Args { return a.add(uint64(v)) }
 
+// Float64 adds a double parameter.
+func (a *Args) Float64(v float64) *Args { return a.add(math.Float64bits(v)) }
+
 // Float32 adds a float parameter.
 func (a *Args) Float32(v float32) *Args { return a.add(uint64(math.Float32bits(v))) }

@@ -1,5 +1,8 @@
 // fleet_adamw_f32: one AdamW step (PyTorch's, with bias correction and
-// decoupled weight decay) on n F32 parameters, in place:
+// decoupled weight decay) on n F32 parameters, in place, with the
+// gradient g = grad * gradScale[0] when gradScale is given (the clip
+// coefficient, computed on the device); a gradScale that is not finite
+// skips the step, leaving param, m and v as they are:
 //   m = b1*m + c1*g,  v = b2*v + c2*g^2,
 //   w = w*decay - stepSize * m / (sqrt(v)*invBC2Sqrt + eps),
 // with the per-step constants folded on the host exactly as the CPU
@@ -8,9 +11,13 @@
 // read and written once, grad read once. Launch: 1-D blocks of 256 threads,
 // grid min(ceil(n/256), 8 per SM), grid-stride loop.
 extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m, float *__restrict__ v,
-	float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize, long long n) {
+	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize, long long n) {
+	float scale = gradScale ? gradScale[0] : 1.0f;
+	if (!isfinite(scale)) {
+		return;
+	}
 	FLEET_FOR_EACH(i, n) {
-		float g = grad[i];
+		float g = grad[i] * scale;
 		float mi = b1 * m[i] + c1 * g;
 		float vi = b2 * v[i] + c2 * g * g;
 		m[i] = mi;

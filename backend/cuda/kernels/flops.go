@@ -55,8 +55,12 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 4 * arg("n") * arg("V") // max, exp, sum; or softmax minus one-hot, scaled
 	case "embedding_backward":
 		return arg("n") * arg("dim") // one add per token and column
+	case "track_loss":
+		return 2
+	case "clip_coef":
+		return 4
 	case "adamw":
-		return 14 * arg("n")
+		return 15 * arg("n")
 	case "attention_fwd":
 		// Per pair: a head-wide dot product for the score, an online
 		// softmax update, and a head-wide multiply-add into the output.

@@ -239,11 +239,25 @@ func AdamWFold(p backend.AdamW) AdamWConsts {
 }
 
 // AdamW updates n F32 parameters in place, with their F32 gradients and
-// moment estimates m and v (both updated).
-func AdamW(l Launcher, p backend.AdamW, param, grad, m, v any, n int) error {
+// moment estimates m and v (both updated). gradScale (nil: none) is a
+// device F32 scalar the gradients are multiplied by; one that is not
+// finite skips the step.
+func AdamW(l Launcher, p backend.AdamW, param, grad, m, v, gradScale any, n int) error {
 	k := AdamWFold(p)
-	return elementwise(l, "fleet_adamw_f32", n, param, grad, m, v,
+	return elementwise(l, "fleet_adamw_f32", n, param, grad, m, v, gradScale,
 		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(n))
+}
+
+// TrackLoss adds x[0]*scale into stats[0] and records step in stats[1]
+// the first time x[0] is not finite (see step.cu).
+func TrackLoss(l Launcher, stats, x any, scale float32, step int) error {
+	return l.Launch("fleet_track_loss_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, stats, x, scale, int32(step))
+}
+
+// ClipCoef writes the gradient norm from its sum of squares into stats[2]
+// and the coefficient that clips it to maxNorm into coef[0] (see step.cu).
+func ClipCoef(l Launcher, coef, stats, sumsq any, maxNorm float64, step int) error {
+	return l.Launch("fleet_clip_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, coef, stats, sumsq, maxNorm, int32(step))
 }
 
 // rowsGrid is the grid of a warp-per-row kernel over rows rows.

@@ -294,6 +294,8 @@ func init() {
 		"fleet_sumsquares_finish_f32":         sumSquaresFinishCase,
 		"fleet_layernorm_backward_finish_f32": layerNormFinishCase,
 		"fleet_adamw_f32":                     adamWCase,
+		"fleet_track_loss_f32":                trackLossCase,
+		"fleet_clip_coef_f32":                 clipCoefCase,
 	})
 }
 
@@ -498,18 +500,33 @@ func adamWCase(t *testing.T, m *emu.Module) {
 			for i := range v0 {
 				v0[i] = float32(math.Abs(float64(v0[i])))
 			}
-			cw, cm, cv := cpuF32(w0), cpuF32(m0), cpuF32(v0)
-			cpuB.AdamW(p, cw, cpuF32(g), cm, cv, n)
-			want := [][]float32{delta(cpuGet(cw, n), w0), cpuGet(cm, n), cpuGet(cv, n)}
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
-				dw, dm, dv := emu.NewF32(w0), emu.NewF32(m0), emu.NewF32(v0)
-				must(t, kernels.AdamW(l, p, dw, emu.NewF32(g), dm, dv, n))
-				return [][]float32{delta(dw.F32(), w0), dm.F32(), dv.F32()}
-			})
-			// The parameters are compared by their change, which is what
-			// the step computes (the parameters themselves barely move).
-			for k, name := range []string{"param update", "m", "v"} {
-				checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d", name, n, step), got[k], want[k], 1e-5)
+			// Without a gradient scale, with a clip coefficient, and with
+			// one that is not finite (the step is skipped).
+			for _, scale := range []float32{1, 0.37, float32(math.NaN())} {
+				cp := p
+				if scale != 1 {
+					cp.GradScale = cpuF32([]float32{scale})
+				}
+				cw, cm, cv := cpuF32(w0), cpuF32(m0), cpuF32(v0)
+				cpuB.AdamW(cp, cw, cpuF32(g), cm, cv, n)
+				want := [][]float32{delta(cpuGet(cw, n), w0), cpuGet(cm, n), cpuGet(cv, n)}
+				got := once(t, m, func(l kernels.Launcher) [][]float32 {
+					dw, dm, dv := emu.NewF32(w0), emu.NewF32(m0), emu.NewF32(v0)
+					var ds any
+					if scale != 1 {
+						ds = emu.NewF32([]float32{scale})
+					}
+					must(t, kernels.AdamW(l, p, dw, emu.NewF32(g), dm, dv, ds, n))
+					return [][]float32{delta(dw.F32(), w0), dm.F32(), dv.F32()}
+				})
+				// The parameters are compared by their change, which is what
+				// the step computes (the parameters themselves barely move).
+				for k, name := range []string{"param update", "m", "v"} {
+					checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d scale=%v", name, n, step, scale), got[k], want[k], 1e-5)
+				}
+				if scale != scale && n > 0 && (got[0][0] != 0 || got[1][0] != m0[0]) {
+					t.Errorf("adamw n=%d: a gradient scale of NaN changed the parameters or moments", n)
+				}
 			}
 		}
 	}
@@ -1097,6 +1114,59 @@ func embeddingBackwardCase(dt backend.DType) emu.Case {
 			})
 			// Each element adds its tokens in token order, as the CPU does.
 			checkBits(t, fmt.Sprintf("embedding backward %v n=%d dim=%d vocab=%d", dt, n, dim, vocab), got[0], want)
+		}
+	}
+}
+
+// ---- The trainer's step statistics --------------------------------------------
+
+// trackLossCase feeds a run of losses, some not finite, into the step
+// statistics, on the device and on the CPU: the same bits.
+func trackLossCase(t *testing.T, m *emu.Module) {
+	losses := []float32{1.5, 2.25, float32(math.NaN()), 0.125, float32(math.Inf(1))}
+	st0 := []float32{0.5, -1, 3, -1}
+	cs := cpuF32(st0)
+	for i, v := range losses {
+		cpuB.TrackLoss(cs, cpuF32([]float32{v}), 0.25, i+1)
+	}
+	want := cpuGet(cs, 4)
+	got := once(t, m, func(l kernels.Launcher) [][]float32 {
+		ds := emu.NewF32(st0)
+		for i, v := range losses {
+			must(t, kernels.TrackLoss(l, ds, emu.NewF32([]float32{v}), 0.25, i+1))
+		}
+		return [][]float32{ds.F32()}
+	})
+	if fmt.Sprint(got[0]) != fmt.Sprint(want) || want[1] != 3 {
+		t.Errorf("track loss: device %v, CPU %v (first bad step 3)", got[0], want)
+	}
+}
+
+// clipCoefCase turns sums of squares into norms and clip coefficients, on
+// the device and on the CPU: the same bits, for norms below, at and above
+// the limit, with clipping off, and for sums that are not finite.
+func clipCoefCase(t *testing.T, m *emu.Module) {
+	for _, maxNorm := range []float64{0, 1, 0.3} {
+		for _, sq := range []float32{0.25, 1, 4, 1e6, float32(math.Inf(1)), float32(math.NaN())} {
+			st0 := []float32{0, -1, 0, -1}
+			cc, cs := cpuF32([]float32{7}), cpuF32(st0)
+			cpuB.ClipCoef(cc, cs, cpuF32([]float32{sq}), maxNorm, 9)
+			want := append(cpuGet(cc, 1), cpuGet(cs, 4)...)
+			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+				dc, ds := emu.NewF32([]float32{7}), emu.NewF32(st0)
+				must(t, kernels.ClipCoef(l, dc, ds, emu.NewF32([]float32{sq}), maxNorm, 9))
+				return [][]float32{append(dc.F32(), ds.F32()...)}
+			})
+			if fmt.Sprint(got[0]) != fmt.Sprint(want) {
+				t.Errorf("clip coef of sum %v, max %v: device %v, CPU %v", sq, maxNorm, got[0], want)
+			}
+			finite := !math.IsInf(float64(sq), 0) && sq == sq
+			if norm := math.Sqrt(float64(sq)); finite && maxNorm > 0 && norm > maxNorm && want[0] != float32(maxNorm/(norm+1e-6)) {
+				t.Errorf("clip coef of norm %v to %v: %v", norm, maxNorm, want[0])
+			}
+			if !finite && want[4] != 9 {
+				t.Errorf("a sum of %v did not record its step: %v", sq, want)
+			}
 		}
 	}
 }
