@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend"
@@ -15,9 +16,10 @@ import (
 	"github.com/fleetml/fleet/backend/cuda/nvrtc"
 )
 
-// driverGPU is a real device through the CUDA driver API. Every call runs
-// on its worker goroutine, which holds the device's primary context on its
-// locked OS thread.
+// driverGPU is a real device through the CUDA driver API. Calls run on the
+// caller's goroutine, one at a time (mu), locked to its OS thread for the
+// call with the device's primary context made current there: no hand-off
+// to another thread, so a kernel launch costs the driver call itself.
 type driverGPU struct {
 	d       *driver.Driver
 	info    driver.Info
@@ -37,7 +39,7 @@ type driverGPU struct {
 	pinned       map[uintptr]int // page-locked host blocks: base -> bytes
 	events       []driver.Event  // released marks, for reuse (on the worker)
 
-	calls chan func()
+	mu sync.Mutex // one call at a time
 }
 
 // openDriverGPU opens device ordinal with everything training needs: the
@@ -81,7 +83,7 @@ func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordi
 	}
 	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(), cache: cache,
 		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]kernels.File{},
-		args: driver.NewArgs(), pinned: map[uintptr]int{}, calls: make(chan func())}
+		args: driver.NewArgs(), pinned: map[uintptr]int{}}
 	g.target, err = nvrtcTarget(nv, info.Major*10+info.Minor)
 	if err != nil {
 		return nil, err
@@ -91,10 +93,8 @@ func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordi
 			g.file[k] = f
 		}
 	}
-	ready := make(chan error)
-	go g.worker(ordinal, blas, ready)
-	if err := <-ready; err != nil {
-		return nil, err
+	if err := g.setup(ordinal, blas); err != nil {
+		return nil, fmt.Errorf("cuda: set up device %d: %w", ordinal, err)
 	}
 	return g, nil
 }
@@ -123,22 +123,20 @@ func nvrtcTarget(nv *nvrtc.NVRTC, cc int) (string, error) {
 	return fmt.Sprintf("compute_%d", best), nil
 }
 
-// worker owns the context: it makes it current on its locked thread, sets
-// up the stream and cuBLAS, then runs calls until close.
-func (g *driverGPU) worker(ordinal int, blas *cublas.CUBLAS, ready chan<- error) {
+// setup retains the device's primary context, creates its streams and
+// binds cuBLAS to the compute stream.
+func (g *driverGPU) setup(ordinal int, blas *cublas.CUBLAS) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	setup := func() error {
+	var err error
+	if g.dev, err = g.d.Device(ordinal); err != nil {
+		return err
+	}
+	if g.ctx, err = g.d.PrimaryCtxRetain(g.dev); err != nil {
+		return err
+	}
+	return g.do(func() error {
 		var err error
-		if g.dev, err = g.d.Device(ordinal); err != nil {
-			return err
-		}
-		if g.ctx, err = g.d.PrimaryCtxRetain(g.dev); err != nil {
-			return err
-		}
-		if err = g.d.CtxSetCurrent(g.ctx); err != nil {
-			return err
-		}
 		if g.compute, err = g.d.StreamCreate(driver.StreamNonBlocking); err != nil {
 			return err
 		}
@@ -149,22 +147,24 @@ func (g *driverGPU) worker(ordinal int, blas *cublas.CUBLAS, ready chan<- error)
 			return err
 		}
 		return g.blas.SetStream(uintptr(g.compute))
-	}
-	if err := setup(); err != nil {
-		ready <- fmt.Errorf("cuda: set up device %d: %w", ordinal, err)
-		return
-	}
-	ready <- nil
-	for f := range g.calls {
-		f()
-	}
+	})
 }
 
-// do runs f on the worker and returns its error.
+// do runs f with the device's context current on the calling goroutine's
+// thread, which stays locked to it for the call, and no other call of the
+// device running. A context is per thread in the driver, and Go moves
+// goroutines between threads, hence the lock and the set on every call
+// (a write to the driver's thread-local state).
 func (g *driverGPU) do(f func() error) error {
-	done := make(chan error, 1)
-	g.calls <- func() { done <- f() }
-	return <-done
+	g.mu.Lock()
+	runtime.LockOSThread()
+	err := g.d.CtxSetCurrent(g.ctx)
+	if err == nil {
+		err = f()
+	}
+	runtime.UnlockOSThread()
+	g.mu.Unlock()
+	return err
 }
 
 func (g *driverGPU) memAlloc(bytes int) (devPtr, error) {
@@ -523,6 +523,5 @@ func (g *driverGPU) close() error {
 		e4 := g.d.PrimaryCtxRelease(g.dev)
 		return errors.Join(e1, e2, e3, e4)
 	})
-	close(g.calls)
 	return err
 }
