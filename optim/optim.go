@@ -30,6 +30,24 @@ type AdamW struct {
 	M, V   []*tensor.Tensor
 	// Steps counts the updates taken; bias correction uses it.
 	Steps int
+	// packed holds the flat buffers of a packed optimizer (Pack); nil
+	// where each parameter is updated on its own.
+	packed *packing
+}
+
+// packing is a packed optimizer's flat buffers: parameters, gradients and
+// moments, the parameters with weight decay first, and the two stretches
+// (decayed, not) that one AdamW launch each updates.
+type packing struct {
+	params, grads, m, v *tensor.Tensor
+	segs                []packedSeg
+}
+
+// packedSeg is one stretch of the flat buffers: a view of the parameters
+// whose Grad is the view of their gradients, and the moments' views.
+type packedSeg struct {
+	p, m, v *tensor.Tensor
+	decay   bool
 }
 
 // NewAdamW makes an optimizer over params.
@@ -49,6 +67,85 @@ func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
 	return o
 }
 
+// Pack moves the parameters, their gradients and the moments into flat
+// buffers, the parameters with weight decay first (each parameter, its
+// gradient and its moments become views: see tensor.Pack), so that a step
+// updates them with one AdamW launch per stretch (decayed, not), ZeroGrad
+// is one fill, and ClipCoef one reduction. It needs every parameter on one
+// device, in F32; it reports false, having changed nothing, where they are
+// not. Gradients held before are dropped. The update is elementwise, so
+// packing does not change it; the gradient norm is summed over the flat
+// buffer at once rather than a parameter at a time, which changes its last
+// bits.
+func (o *AdamW) Pack() bool {
+	if o.packed != nil || len(o.Params) == 0 {
+		return o.packed != nil
+	}
+	dev := o.Params[0].T.Device()
+	var order []int
+	for pass := range 2 {
+		for i, p := range o.Params {
+			if p.T.Device() != dev || p.T.DType() != tensor.F32 {
+				return false
+			}
+			if p.Decay == (pass == 0) {
+				order = append(order, i)
+			}
+		}
+	}
+	pick := func(ts []*tensor.Tensor) []*tensor.Tensor {
+		out := make([]*tensor.Tensor, len(order))
+		for k, i := range order {
+			out[k] = ts[i]
+		}
+		return out
+	}
+	ps := make([]*tensor.Tensor, len(o.Params))
+	for i, p := range o.Params {
+		ps[i] = p.T
+	}
+	k := &packing{}
+	k.params, k.grads = tensor.Pack(pick(ps), true)
+	k.m, _ = tensor.Pack(pick(o.M), false)
+	k.v, _ = tensor.Pack(pick(o.V), false)
+	lo := 0
+	for pass := range 2 {
+		hi := lo
+		for _, i := range order {
+			if o.Params[i].Decay == (pass == 0) {
+				hi += o.Params[i].T.Numel()
+			}
+		}
+		if hi > lo {
+			seg := packedSeg{decay: pass == 0}
+			tensor.ProgramOf(dev).Persist(func() {
+				seg.p, seg.m, seg.v = k.params.Rows(lo, hi), k.m.Rows(lo, hi), k.v.Rows(lo, hi)
+				seg.p.Grad = k.grads.Rows(lo, hi)
+			})
+			k.segs = append(k.segs, seg)
+		}
+		lo = hi
+	}
+	o.packed = k
+	return true
+}
+
+// Free releases the optimizer's moments (and, packed, the flat buffers,
+// the parameters' storage with them).
+func (o *AdamW) Free() {
+	if k := o.packed; k != nil {
+		for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v} {
+			t.Free()
+		}
+		o.packed = nil
+		return
+	}
+	for i := range o.M {
+		o.M[i].Free()
+		o.V[i].Free()
+	}
+}
+
 // SetLR changes the learning rate for the next steps.
 func (o *AdamW) SetLR(lr float32) { o.Config.LR = lr }
 
@@ -61,6 +158,16 @@ func (o *AdamW) Step() { o.StepScaled(nil) }
 // moments stay as they are (the step count still advances).
 func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 	o.Steps++
+	if k := o.packed; k != nil {
+		for _, seg := range k.segs {
+			hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps}
+			if seg.decay {
+				hp.WeightDecay = o.Config.WeightDecay
+			}
+			tensor.AdamWStep(seg.p, seg.m, seg.v, hp, gradScale)
+		}
+		return
+	}
 	for i, p := range o.Params {
 		if p.T.Grad == nil {
 			continue
@@ -76,6 +183,10 @@ func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 // ZeroGrad sets every gradient to zero, keeping its storage for the next
 // step.
 func (o *AdamW) ZeroGrad() {
+	if o.packed != nil {
+		tensor.Fill(o.packed.grads, 0)
+		return
+	}
 	for _, p := range o.Params {
 		tensor.ZeroGradInPlace(p.T)
 	}
@@ -103,6 +214,18 @@ func (s Schedule) At(it int) float64 {
 	ratio := float64(it-s.WarmupIters) / float64(span)
 	coeff := 0.5 * (1 + math.Cos(math.Pi*ratio))
 	return s.MinLR + coeff*(s.LR-s.MinLR)
+}
+
+// ClipCoef is the package's ClipCoef over the optimizer's parameters: on
+// a packed optimizer, one reduction over the flat gradients.
+func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step int) {
+	if o.packed == nil {
+		ClipCoef(o.Params, maxNorm, acc, coef, stats, step)
+		return
+	}
+	tensor.Fill(acc, 0)
+	tensor.AddSumSquares(acc, o.packed.grads)
+	tensor.ClipCoef(coef, stats, acc, maxNorm, step)
 }
 
 // ClipCoef is ClipGradNorm without reading anything back, for parameters

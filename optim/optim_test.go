@@ -172,3 +172,62 @@ func bitsEqual(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestPackedStepIsUnpacked packs an optimizer and holds its steps to an
+// unpacked one's, bit for bit: parameters, moments, and what the model
+// sees through its own tensors (views of the flat buffers now). Zeroing
+// clears every gradient; ClipCoef's norm is the per-parameter one up to
+// rounding.
+func TestPackedStepIsUnpacked(t *testing.T) {
+	newParams := func() []*nn.Parameter {
+		r := tensor.NewRNG(5)
+		var ps []*nn.Parameter
+		for i, shape := range [][]int{{3}, {7, 5}, {5}, {3, 4}} {
+			p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
+			p.Decay = len(shape) == 2
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	cfg := AdamWConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}
+	plain, packed := newParams(), newParams()
+	po, ko := NewAdamW(plain, cfg), NewAdamW(packed, cfg)
+	a := packed[1].T // the model's handle on a parameter, kept across the packing
+	if !ko.Pack() || ko.packed == nil || len(ko.packed.segs) != 2 {
+		t.Fatal("the optimizer did not pack into two stretches")
+	}
+	if a != packed[1].T || a.Grad == nil {
+		t.Fatal("packing replaced the parameter's tensor or left it without a gradient")
+	}
+	rng := tensor.NewRNG(9)
+	acc, coef, stats := tensor.Zeros(tensor.CPU), tensor.Zeros(tensor.CPU), tensor.NewStats(tensor.CPU)
+	for step := 1; step <= 3; step++ {
+		for i := range plain {
+			g := tensor.Randn(tensor.CPU, rng, 1, plain[i].T.Shape()...)
+			plain[i].T.Grad = g
+			packed[i].T.Grad.CopyFrom(g) // the backward pass accumulates into the view
+		}
+		norm := ClipGradNorm(plain, 0)
+		po.Step()
+		ko.ClipCoef(0, acc, coef, stats, step)
+		ko.StepScaled(coef)
+		if got := float64(stats.Float32s()[2]); math.Abs(got-norm) > 1e-5*norm {
+			t.Errorf("step %d: packed norm %v, per-parameter %v", step, got, norm)
+		}
+		ko.ZeroGrad()
+		for i, p := range packed {
+			for _, v := range p.T.Grad.Float32s() {
+				if v != 0 {
+					t.Fatalf("ZeroGrad left %s's gradient at %v", packed[i].Name, v)
+				}
+			}
+		}
+	}
+	for i := range plain {
+		if !bitsEqual(plain[i].T.Float32s(), packed[i].T.Float32s()) || !bitsEqual(po.M[i].Float32s(), ko.M[i].Float32s()) ||
+			!bitsEqual(po.V[i].Float32s(), ko.V[i].Float32s()) {
+			t.Errorf("%s: the packed optimizer's parameter or moments differ from the unpacked one's", plain[i].Name)
+		}
+	}
+	ko.Free()
+}

@@ -256,19 +256,16 @@ func (r *run) free() {
 		}
 	}
 	r.stats, r.lossSum, r.clipAcc, r.clipCoef = nil, nil, nil, nil
-	if r.opt != nil {
-		for i := range r.opt.M {
-			r.opt.M[i].Free()
-			r.opt.V[i].Free()
-		}
-	}
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {
 				p.T.Grad.Free()
 			}
-			p.T.Free()
+			p.T.Free() // a packed optimizer's view: its buffers go below
 		}
+	}
+	if r.opt != nil {
+		r.opt.Free()
 	}
 }
 

@@ -903,11 +903,15 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 
 // openStats makes the step statistics on the device that computes the
 // loss (the last stage of a pipeline), and, where the gradients are
-// clipped on the device, its buffers.
+// clipped on the device, its buffers. On one device it packs the
+// optimizer (optim.AdamW.Pack): AdamW, zeroing and the gradient norm then
+// take a launch or two each, not one per parameter.
 func (r *run) openStats(step int) {
 	dev := r.dev
 	if r.pipe != nil {
 		dev = r.pipe.devs[len(r.pipe.devs)-1]
+	} else {
+		r.opt.Pack()
 	}
 	r.stats = tensor.NewStats(dev)
 	r.lossSum = r.stats.Rows(0, 1)
@@ -984,7 +988,7 @@ func (r *run) update(step int, lr float64, hook func()) bool {
 	if r.clipCoef != nil {
 		// On the device: the norm, the clip coefficient and the skip
 		// of a step whose gradients are not finite, read by nothing.
-		optim.ClipCoef(r.opt.Params, r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, step+1)
+		r.opt.ClipCoef(r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, step+1)
 		r.opt.SetLR(float32(lr))
 		r.opt.StepScaled(r.clipCoef)
 		r.opt.ZeroGrad()

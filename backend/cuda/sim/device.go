@@ -28,8 +28,10 @@ type Counters struct {
 	// DriverAllocs counts cuMemAlloc and cuMemHostAlloc calls.
 	DriverAllocs int64
 	// BytesTouched sums, over launches, the bytes each one reads and
-	// writes: for a kernel, from each pointer argument to the end of the
-	// allocation it points into; for a GEMM, its three matrices.
+	// writes: for a kernel, each pointer argument's, from the pointer to
+	// the end of the allocation it points into but no more elements than
+	// the product of the launch's integer arguments; for a GEMM, its
+	// three matrices.
 	BytesTouched float64
 	// FLOPs sums the launches' floating-point work: 2·M·N·K per GEMM, and
 	// kernels.FLOPs for kernels.
@@ -207,17 +209,26 @@ func (d *Device) copyWork(name string, bytes float64) {
 }
 
 // launch records a kernel launch: params is cuLaunchKernel's
-// kernelParams, one pointer per parameter to its value.
+// kernelParams, one pointer per parameter to its value. Each pointer
+// argument reaches at most to the end of the allocation it points into,
+// and at most as many elements as the product of the launch's integer
+// arguments (n for an elementwise kernel, rows × cols for a row-wise
+// one), so a view into a larger buffer counts its own elements.
 func (d *Device) launch(f *function, params uintptr) {
 	var vals [64]float64
+	var ptrs [64]uint64
 	var bytes float64
+	count := 1.0
+	ints := false
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, p := range f.params {
 		slot := *(*uintptr)(ptr(params + uintptr(i)*unsafe.Sizeof(uintptr(0))))
 		raw := *(*uint64)(ptr(slot))
 		if p.Elem != "" {
-			bytes += d.extent(raw)
+			if i < len(ptrs) {
+				ptrs[i] = raw
+			}
 			continue
 		}
 		if i >= len(vals) {
@@ -237,6 +248,20 @@ func (d *Device) launch(f *function, params uintptr) {
 		case "double":
 			vals[i] = math.Float64frombits(raw)
 		}
+		if p.Type != "float" && p.Type != "double" {
+			count *= max(vals[i], 0)
+			ints = true
+		}
+	}
+	for i, p := range f.params {
+		if p.Elem == "" || i >= len(ptrs) {
+			continue
+		}
+		b := d.extent(ptrs[i])
+		if ints {
+			b = min(b, count*elemSize[p.Elem])
+		}
+		bytes += b
 	}
 	flops := kernels.FLOPs(f.name, func(name string) float64 {
 		if i, ok := f.index[name]; ok && i < len(vals) {
@@ -246,6 +271,9 @@ func (d *Device) launch(f *function, params uintptr) {
 	})
 	d.work(f.name, bytes, flops, d.Spec.FP32, CUDACoreEfficiency)
 }
+
+// elemSize is the size of a kernel pointer parameter's elements, by type.
+var elemSize = map[string]float64{"float": 4, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8, "unsigned char": 1, "void": 1}
 
 // cstring keeps a NUL-terminated copy of s alive and returns its address.
 // Called with mu held.

@@ -118,6 +118,13 @@ func TestKernelLaunch(t *testing.T) {
 	if fl := kernels.FLOPs("fleet_axpy_f32", func(string) float64 { return 1000 }); fl != w.FLOPs {
 		t.Errorf("the recorded FLOPs %g are not the formula's %g", w.FLOPs, fl)
 	}
+	// A view into a larger block counts its own elements, not the block's.
+	base = d.Counters()
+	must(t, drv.LaunchKernel(f, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0,
+		driver.NewArgs().Ptr(x).Ptr(x+400).Float32(1).Int64(100)))
+	if w := d.Counters().Sub(base); w.BytesTouched != 800 {
+		t.Errorf("100 elements of an 8000-byte block: %g bytes, want 800", w.BytesTouched)
+	}
 }
 
 // TestGEMMAndEvents records a cuBLAS product on the unit its types run on,
