@@ -33,6 +33,10 @@ type Result struct {
 	FLOPsPerToken float64 `json:"flops_per_token"`
 	GFLOPs        float64 `json:"gflops"`     // achieved model FLOP/s at the median rate, in 1e9
 	PeakBytes     int64   `json:"peak_bytes"` // the device pool's peak allocation during the benchmark
+	// MFU is the model FLOP/s at the median rate against the device's
+	// data-sheet peak for the products' dtype (dense BF16 on tensor cores,
+	// or FP32); 0 where the device has no such figure (the CPU).
+	MFU float64 `json:"mfu,omitempty"`
 	// Sim is what a simulated GPU recorded, per step; nil on a real device.
 	*SimReport `json:",omitempty"`
 }
@@ -127,6 +131,15 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Micro, Accum: plan.Accum, TokensPerStep: r.TokensPerStep(),
 		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
+	if b, err := backend.Get(dev); err == nil {
+		if p, ok := b.(interface {
+			PeakTFLOPs(backend.DType) (float64, bool)
+		}); ok {
+			if tf, ok := p.PeakTFLOPs(cfg.ProductDType()); ok && tf > 0 {
+				res.MFU = res.GFLOPs / (tf * 1e3)
+			}
+		}
+	}
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	if simDev != nil {
 		res.SimReport = simReport(simDev.Spec, after.Sub(before), finalSyncs, steps, res.MsPerStep, res.PeakBytes, res.TokensPerStep, res.FLOPsPerToken)

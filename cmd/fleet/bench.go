@@ -71,8 +71,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			printSim(stdout, label, r)
 			continue
 		}
-		fmt.Fprintf(stdout, "%s%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps) | peak memory %.1f MiB\n",
-			label, r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, float64(r.PeakBytes)/(1<<20))
+		mfu := ""
+		if r.MFU > 0 {
+			mfu = fmt.Sprintf(" | MFU %.1f%%", 100*r.MFU)
+		}
+		fmt.Fprintf(stdout, "%s%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps)%s | peak memory %.1f MiB\n",
+			label, r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, mfu, float64(r.PeakBytes)/(1<<20))
 	}
 	if *jsonOut != "" {
 		var v any = results

@@ -50,11 +50,21 @@ var (
 func All() []Library { return []Library{CUDA, NVRTC, CUBLAS, CUBLASLt, NVML, NCCL} }
 
 // nvrtcBuiltins finds libnvrtc-builtins.so.<major>.<minor> in dir for the
-// NVRTC soname libnvrtc.so.<major>[.x], taking the newest minor version: the
-// builtins carry NVRTC's full version (libnvrtc.so.11.2 of 11.8 opens
-// libnvrtc-builtins.so.11.8).
+// NVRTC soname libnvrtc.so.<major>[.x]: the builtins carry NVRTC's full
+// version (libnvrtc.so.11.2 of 11.8 opens libnvrtc-builtins.so.11.8), so
+// where the soname links to a file that names its version
+// (libnvrtc.so.13.0.88), the builtins of that major.minor; else, or where
+// they are missing, the newest minor of the major.
 func nvrtcBuiltins(dir, soname string) []string {
 	major, _, _ := strings.Cut(strings.TrimPrefix(soname, "libnvrtc.so."), ".")
+	if real, err := filepath.EvalSymlinks(filepath.Join(dir, soname)); err == nil {
+		v := strings.TrimPrefix(filepath.Base(real), "libnvrtc.so.")
+		if parts := strings.Split(v, "."); len(parts) >= 2 && parts[0] == major {
+			if b := existing(dir, "libnvrtc-builtins.so."+parts[0]+"."+parts[1]); len(b) > 0 {
+				return b
+			}
+		}
+	}
 	return newestMinor(dir, "libnvrtc-builtins.so."+major+".")
 }
 

@@ -204,6 +204,38 @@ func TestNVRTCBuiltinsChoice(t *testing.T) {
 	if got := nvrtcBuiltins(t.TempDir(), "libnvrtc.so.12"); got != nil {
 		t.Errorf("empty folder gives %v", got)
 	}
+	// A soname that links to its versioned file takes the builtins of its
+	// own version, not the newest.
+	os.WriteFile(filepath.Join(dir, "libnvrtc.so.12.4.127"), nil, 0o644)
+	if err := os.Symlink("libnvrtc.so.12.4.127", filepath.Join(dir, "libnvrtc.so.12")); err != nil {
+		t.Fatal(err)
+	}
+	if got := nvrtcBuiltins(dir, "libnvrtc.so.12"); len(got) != 1 || filepath.Base(got[0]) != "libnvrtc-builtins.so.12.4" {
+		t.Errorf("libnvrtc.so.12 of 12.4: builtins %v, want libnvrtc-builtins.so.12.4", got)
+	}
+}
+
+// TestLocationsFindPythonOnPath finds the pip wheels of the python3 that
+// $PATH finds, in an environment nobody activated.
+func TestLocationsFindPythonOnPath(t *testing.T) {
+	env := t.TempDir()
+	lib := filepath.Join(env, "lib", "python3.12", "site-packages", "nvidia", "cu13", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(env, "bin"), 0o755)
+	if err := os.WriteFile(filepath.Join(env, "bin", "python3"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", filepath.Join(env, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("CONDA_PREFIX", "")
+	for _, l := range Locations() {
+		if l.Dir == lib && l.Where == "python site-packages" {
+			return
+		}
+	}
+	t.Errorf("the wheels of the python3 on $PATH (%s) are not searched: %v", lib, Locations())
 }
 
 // TestOpenNVIDIA reports what this machine has; absence is not a failure.

@@ -2,6 +2,7 @@ package libs
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -66,7 +67,9 @@ func multiarch() string {
 }
 
 // sitePackages lists Python package folders, the active environments'
-// first: $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local, /usr.
+// first: $VIRTUAL_ENV, $CONDA_PREFIX, the environment of the python3 (or
+// python) first on $PATH even where it is not activated, ~/.local,
+// /usr/local, /usr.
 func sitePackages() []string {
 	var roots []string
 	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
@@ -74,6 +77,7 @@ func sitePackages() []string {
 			roots = append(roots, p)
 		}
 	}
+	roots = append(roots, pathPythonRoots()...)
 	if h, err := os.UserHomeDir(); err == nil && h != "" {
 		roots = append(roots, filepath.Join(h, ".local"))
 	}
@@ -88,6 +92,29 @@ func sitePackages() []string {
 		}
 	}
 	return out
+}
+
+// pathPythonRoots returns the prefix of the python3 (or python) that $PATH
+// finds, the folder above its bin: a virtual environment's root even
+// where it is not activated, and, where the executable is a link, the
+// prefix of the Python it links to.
+func pathPythonRoots() []string {
+	var roots []string
+	for _, name := range []string{"python3", "python"} {
+		exe, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if abs, err := filepath.Abs(exe); err == nil {
+			exe = abs
+		}
+		roots = append(roots, filepath.Dir(filepath.Dir(exe)))
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			roots = append(roots, filepath.Dir(filepath.Dir(real)))
+		}
+		break
+	}
+	return roots
 }
 
 // pyVersionLess orders .../python3.N/... folders by N.
