@@ -37,7 +37,8 @@ type Result struct {
 	// data-sheet peak for the products' dtype (dense BF16 on tensor cores,
 	// or FP32); 0 where the device has no such figure (the CPU).
 	MFU float64 `json:"mfu,omitempty"`
-	// Sim is what a simulated GPU recorded, per step; nil on a real device.
+	// SimReport is what a simulated GPU recorded, per step; nil on a real
+	// device.
 	*SimReport `json:",omitempty"`
 }
 
@@ -131,7 +132,7 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Micro, Accum: plan.Accum, TokensPerStep: r.TokensPerStep(),
 		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
-	if b, err := backend.Get(dev); err == nil {
+	if b, err := backend.Get(dev); err == nil && simDev == nil { // a simulator's host time is no device's
 		if p, ok := b.(interface {
 			PeakTFLOPs(backend.DType) (float64, bool)
 		}); ok {

@@ -41,6 +41,7 @@ type AdamW struct {
 type packing struct {
 	params, grads, m, v *tensor.Tensor
 	segs                []packedSeg
+	done                bool // every buffer packed (a failed Pack leaves some nil)
 }
 
 // packedSeg is one stretch of the flat buffers: a view of the parameters
@@ -79,7 +80,7 @@ func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
 // bits.
 func (o *AdamW) Pack() bool {
 	if o.packed != nil || len(o.Params) == 0 {
-		return o.packed != nil
+		return o.packed != nil && o.packed.done
 	}
 	dev := o.Params[0].T.Device()
 	var order []int
@@ -105,6 +106,7 @@ func (o *AdamW) Pack() bool {
 		ps[i] = p.T
 	}
 	k := &packing{}
+	o.packed = k // so that Free finds what a failure partway leaves
 	k.params, k.grads = tensor.Pack(pick(ps), true)
 	k.m, _ = tensor.Pack(pick(o.M), false)
 	k.v, _ = tensor.Pack(pick(o.V), false)
@@ -126,24 +128,31 @@ func (o *AdamW) Pack() bool {
 		}
 		lo = hi
 	}
-	o.packed = k
+	k.done = true
 	return true
 }
 
 // Free releases the optimizer's moments (and, packed, the flat buffers,
 // the parameters' storage with them).
 func (o *AdamW) Free() {
-	if k := o.packed; k != nil {
-		for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v} {
+	k := o.packed
+	if k == nil {
+		k = &packing{}
+	}
+	for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v} {
+		if t != nil {
 			t.Free()
 		}
-		o.packed = nil
-		return
 	}
-	for i := range o.M {
-		o.M[i].Free()
-		o.V[i].Free()
+	for i := range o.M { // moments not packed (Free of a view does nothing)
+		if k.m == nil {
+			o.M[i].Free()
+		}
+		if k.v == nil {
+			o.V[i].Free()
+		}
 	}
+	o.packed = nil
 }
 
 // SetLR changes the learning rate for the next steps.
@@ -158,7 +167,7 @@ func (o *AdamW) Step() { o.StepScaled(nil) }
 // moments stay as they are (the step count still advances).
 func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 	o.Steps++
-	if k := o.packed; k != nil {
+	if k := o.packed; k != nil && k.done {
 		for _, seg := range k.segs {
 			hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps}
 			if seg.decay {
@@ -183,7 +192,7 @@ func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 // ZeroGrad sets every gradient to zero, keeping its storage for the next
 // step.
 func (o *AdamW) ZeroGrad() {
-	if o.packed != nil {
+	if o.packed != nil && o.packed.done {
 		tensor.Fill(o.packed.grads, 0)
 		return
 	}
@@ -219,7 +228,7 @@ func (s Schedule) At(it int) float64 {
 // ClipCoef is the package's ClipCoef over the optimizer's parameters: on
 // a packed optimizer, one reduction over the flat gradients.
 func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step int) {
-	if o.packed == nil {
+	if o.packed == nil || !o.packed.done {
 		ClipCoef(o.Params, maxNorm, acc, coef, stats, step)
 		return
 	}

@@ -65,7 +65,7 @@ func (e *Error) Render(name func(field string) string) string {
 		}
 		return strings.ReplaceAll(field, "%", "%%")
 	})
-	format = strings.ReplaceAll(format, "%w", "%v")
+	format = wrapVerbs(format)
 	args := make([]any, len(e.args))
 	for i, a := range e.args {
 		if err, ok := a.(error); ok && name != nil {
@@ -110,4 +110,52 @@ func Message(err error, name func(field string) string) string {
 	}
 	walk(err)
 	return msg
+}
+
+// wrapVerbs turns each %w verb of format into %v (Sprintf has no %w),
+// leaving escaped percent signs (%%w is a percent sign and a w) alone.
+func wrapVerbs(format string) string {
+	if !strings.Contains(format, "%w") {
+		return format
+	}
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		b.WriteByte(c)
+		if c != '%' || i+1 >= len(format) {
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'w':
+			b.WriteByte('v')
+		default:
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}
+
+// sentinel brackets a field name in Portable's intermediate text: bytes no
+// message holds.
+const sentinel = "\x00"
+
+// Portable is err's message as an Errorf format: text escaped (Literal),
+// and the settings of every *Error in its chain kept as field names in
+// braces. A process that receives it from another (the ranks of a job
+// send their refusals to each other as text) rebuilds an *Error with
+// Errorf(prefix + Portable(err)), which its front end renders as it
+// renders its own.
+func Portable(err error) string {
+	msg := Message(err, func(field string) string { return sentinel + field + sentinel })
+	parts := strings.Split(msg, sentinel)
+	var b strings.Builder
+	for i, p := range parts {
+		if i%2 == 1 {
+			b.WriteString("{" + p + "}")
+		} else {
+			b.WriteString(Literal(p))
+		}
+	}
+	return b.String()
 }

@@ -57,3 +57,21 @@ func TestMessageWalksTheChain(t *testing.T) {
 		t.Error("a message with no setting changed")
 	}
 }
+
+// TestPortable sends a message through text: its settings survive as
+// fields, its other text, braces and percent signs included, as it was.
+func TestPortable(t *testing.T) {
+	err := fmt.Errorf("run: %w", Errorf("{Out} %s holds a run: add {Resume}", "/tmp/100%{x}"))
+	text := Portable(err)
+	back := Errorf("rank 0 refused the run: " + text)
+	if got, want := Message(back, flags), "rank 0 refused the run: run: Out /tmp/100%{x} holds a run: add Resume"; got != want {
+		t.Errorf("Message = %q, want %q", got, want)
+	}
+	if got, want := Message(back, func(f string) string { return "--" + strings.ToLower(f) }), "rank 0 refused the run: run: --out /tmp/100%{x} holds a run: add --resume"; got != want {
+		t.Errorf("with flags: %q, want %q", got, want)
+	}
+	// A %w after an escaped percent sign is text.
+	if got := Errorf("100%%w of {GradAccum}: %w", fs.ErrNotExist).Error(); got != "100%w of GradAccum: file does not exist" {
+		t.Errorf("an escaped %%w: %q", got)
+	}
+}

@@ -35,6 +35,12 @@ func Pack(ts []*Tensor, grads bool) (flat, flatGrad *Tensor) {
 	p.Persist(func() {
 		flat = Empty(dev, dt, total)
 		if grads {
+			defer func() {
+				if e := recover(); e != nil { // out of memory, say: nothing moved yet
+					flat.Free()
+					panic(e)
+				}
+			}()
 			flatGrad = Zeros(dev, total)
 		}
 	})

@@ -28,7 +28,7 @@ func shareOut(store *dist.Store, cfg Config) (outPlan, error) {
 			return p, err
 		}
 		if err != nil {
-			p.Err = err.Error()
+			p.Err = setting.Portable(err) // the other ranks name settings as this one does
 		}
 		b, _ := json.Marshal(p)
 		if serr := store.Set(keyOut, b); serr != nil && err == nil {
@@ -45,13 +45,13 @@ func shareOut(store *dist.Store, cfg Config) (outPlan, error) {
 		return outPlan{}, fmt.Errorf("dist: rank 0's run folder: %w", err)
 	}
 	if p.Err != "" {
-		return p, fmt.Errorf("rank 0 refused the run: %s", p.Err)
+		return p, setting.Errorf("rank 0 refused the run: " + p.Err)
 	}
 	return p, nil
 }
 
 // rankSettings is what a rank posts: its settings, or why it failed
-// before it had them.
+// before it had them (a setting.Errorf format: setting.Portable).
 type rankSettings struct {
 	Settings []recorded `json:"settings,omitempty"`
 	Err      string     `json:"err,omitempty"`
@@ -79,13 +79,13 @@ func agreeSettings(store *dist.Store, rank int, mine []recorded) error {
 			return fmt.Errorf("dist: rank %d's settings: %w", q, err)
 		}
 		if all[q].Err != "" {
-			failed = append(failed, fmt.Sprintf("rank %d: %s", q, all[q].Err))
+			failed = append(failed, fmt.Sprintf("rank %d: ", q)+all[q].Err)
 		}
 	}
 	markRead(store, rank)
 	var err error
 	if len(failed) > 0 {
-		err = fmt.Errorf("the job cannot start: %s", strings.Join(failed, "; "))
+		err = setting.Errorf("the job cannot start: " + strings.Join(failed, "; "))
 	} else {
 		var diff []string
 		for q := 1; q < world; q++ {
@@ -111,7 +111,7 @@ func postFailure(store *dist.Store, rank int, cause error) {
 	if _, err := store.GetTimeout(key, 0); err == nil {
 		return // posted already: the settings, or a failure
 	}
-	b, _ := json.Marshal(rankSettings{Err: cause.Error()})
+	b, _ := json.Marshal(rankSettings{Err: setting.Portable(cause)})
 	if store.Set(key, b) != nil {
 		return
 	}

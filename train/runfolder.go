@@ -94,7 +94,8 @@ type outPlan struct {
 	New bool `json:"new,omitempty"`
 	// Note is a line for the log about the choice ("" for none).
 	Note string `json:"note,omitempty"`
-	// Err is rank 0's refusal, passed to the other ranks of a job.
+	// Err is rank 0's refusal, passed to the other ranks of a job as a
+	// setting.Errorf format (setting.Portable).
 	Err string `json:"err,omitempty"`
 }
 

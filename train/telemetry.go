@@ -150,11 +150,35 @@ func (t *telemetry) end(measured bool) {
 			t.counters(measured)
 			return
 		}
+		// A mark failed: timing falls back to the host clock, and the
+		// step's marks go back.
+		t.release(t.marks)
+		t.marks, t.at = t.marks[:0], t.at[:0]
 	} else {
 		t.to(-1)
 	}
 	t.add(t.step, measured)
 	t.counters(measured)
+}
+
+// release returns marks to the device's timer.
+func (t *telemetry) release(marks []backend.Mark) {
+	if tm := tensor.DeviceTimer(t.dev); tm != nil {
+		for _, m := range marks {
+			tm.ReleaseMark(m)
+		}
+	}
+}
+
+// drop releases the pending steps' marks unread (a run that ends early).
+func (t *telemetry) drop() {
+	if t == nil {
+		return
+	}
+	for i := range t.pending {
+		t.release(t.pending[i].marks)
+	}
+	t.pending = t.pending[:0]
 }
 
 // flush reads the pending steps' marks (waiting for the device to reach
@@ -163,7 +187,6 @@ func (t *telemetry) flush() {
 	if t == nil {
 		return
 	}
-	tm := tensor.DeviceTimer(t.dev)
 	for i := range t.pending {
 		ps := &t.pending[i]
 		for j := 0; t.timer != nil && j+1 < len(ps.marks); j++ {
@@ -174,11 +197,7 @@ func (t *telemetry) flush() {
 			}
 			ps.step[ps.at[j]] += ms
 		}
-		if tm != nil {
-			for _, m := range ps.marks {
-				tm.ReleaseMark(m)
-			}
-		}
+		t.release(ps.marks)
 		t.add(ps.step, ps.measured)
 	}
 	t.pending = t.pending[:0]

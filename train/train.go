@@ -241,6 +241,7 @@ type run struct {
 // TensorBoard and Prometheus sinks and gives the pipeline stages' devices
 // back to the default program.
 func (r *run) close() {
+	r.tel.drop() // marks of steps a failed run never read
 	if err := r.sinks.close(r.log); err != nil {
 		fmt.Fprintf(r.log, "warning: %v\n", err)
 	}
@@ -780,12 +781,13 @@ func (r *run) checkpointAfter(done int, stop bool, best float64) error {
 // none), and nothing after the step before it was saved.
 func (r *run) diverged(done, badLoss, badGrads, nBad int) error {
 	var what string
-	step := done
+	step, at := done, "at or before this step (another rank's first bad step)"
 	switch {
 	case badLoss > 0 && (badGrads == 0 || badLoss <= badGrads):
-		step, what = badLoss, "the training loss is not finite"
+		step, what, at = badLoss, "the training loss is not finite", "at this step, the first whose loss or gradients are not finite"
 	case badGrads > 0:
-		step, what = badGrads, "the gradients are not finite though the loss is; the update was not applied"
+		step, what, at = badGrads, "the gradients are not finite though the loss is; the update was not applied",
+			"at this step, the first whose loss or gradients are not finite"
 	default:
 		what = "this rank's losses and gradients are finite"
 	}
@@ -793,7 +795,7 @@ func (r *run) diverged(done, badLoss, badGrads, nBad int) error {
 		what = fmt.Sprintf("%d of the %d ranks' losses or gradients are not finite (%s)", nBad, w, what)
 	}
 	advice, args := r.divergedAdvice(step - 1) // the weights after step-1 gave them
-	return setting.Errorf("step %d: %s: the run diverged at this step, the first whose loss or gradients are not finite; "+advice,
+	return setting.Errorf("step %d: %s: the run diverged "+at+"; "+advice,
 		append([]any{step, what}, args...)...)
 }
 

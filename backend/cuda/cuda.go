@@ -487,6 +487,7 @@ func (c *CUDA) Address(r backend.Ref) uintptr {
 	return uintptr(b.ptr) + uintptr(r.Off*b.dt.Size())
 }
 
-// OnQueue implements backend.Queue: fn runs on the device's worker thread
-// with the compute stream, after the work queued so far.
+// OnQueue implements backend.Queue: fn runs with the device's context
+// current on the calling thread and the compute stream, after the work
+// queued so far, while no other call of the device runs.
 func (c *CUDA) OnQueue(fn func(stream uintptr) error) error { return c.g.onStream(fn) }

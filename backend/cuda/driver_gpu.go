@@ -37,7 +37,7 @@ type driverGPU struct {
 	file         map[string]kernels.File
 	args         *driver.Args
 	pinned       map[uintptr]int // page-locked host blocks: base -> bytes
-	events       []driver.Event  // released marks, for reuse (on the worker)
+	events       []driver.Event  // released marks, for reuse (inside do)
 
 	mu sync.Mutex // one call at a time
 }
@@ -75,7 +75,7 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 }
 
 // startDriverGPU sets up device ordinal of an initialised driver, with
-// NVRTC, cuBLAS and a kernel cache (nil: none), and starts its worker.
+// NVRTC, cuBLAS and a kernel cache (nil: none).
 func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordinal int, cache *kcache.Cache) (*driverGPU, error) {
 	info, err := d.DeviceInfo(ordinal)
 	if err != nil {
@@ -231,7 +231,7 @@ func (g *driverGPU) htod(dst devPtr, src []byte) error {
 }
 
 // isPinned reports whether b lies in page-locked memory from hostAlloc.
-// Called on the worker.
+// Called inside do.
 func (g *driverGPU) isPinned(b []byte) bool {
 	if len(b) == 0 {
 		return false
@@ -378,7 +378,7 @@ func (g *driverGPU) dtod(dst, src devPtr, bytes int) error {
 // (src's block may be recycled by from's pool and written at once).
 func (g *driverGPU) peerCopy(dst devPtr, from gpu, src devPtr, bytes int) error {
 	f, ok := from.(*driverGPU)
-	if !ok {
+	if !ok || f.d != g.d { // events and contexts are one driver's (a GPU's, or a simulator's)
 		return errNoPeer
 	}
 	if bytes == 0 {
@@ -452,7 +452,7 @@ func dim3(d [3]int) driver.Dim3 {
 }
 
 // function returns a kernel, compiling and loading its file on first use.
-// Called on the worker.
+// Called inside do.
 func (g *driverGPU) function(kernel string) (driver.Function, error) {
 	if fn, ok := g.fns[kernel]; ok {
 		return fn, nil

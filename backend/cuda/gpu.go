@@ -17,7 +17,7 @@ type devPtr uint64
 // gpu is what the backend needs from a device. Methods are called from one
 // goroutine at a time, except that another device's peerCopy, on its own
 // goroutine, may reach into this one (the driver's device runs every call
-// on its worker, so it allows that); an implementation that needs a
+// under its own lock, so it allows that); an implementation that needs a
 // particular OS thread arranges that itself.
 type gpu interface {
 	// memAlloc returns a new device block of bytes, or an error wrapping

@@ -29,6 +29,10 @@ const (
 	// on average while the run used fewer of them was shared with other
 	// processes; their share of the cores explains the run's idle time.
 	SharedHostBusyPct = 90.0
+	// SharedOthersPct: on a CPU, other processes that kept this many
+	// points of the machine's cores busy (its busy share less the run's)
+	// shared it too, however busy the machine was in all.
+	SharedOthersPct = 25.0
 	// TransferShareMin: host-device copies taking a tenth of the step.
 	TransferShareMin = 0.10
 	// DefaultLinkBytesPerSec is the host-device bandwidth assumed when
@@ -223,12 +227,13 @@ func Diagnose(t Telemetry) Diagnosis {
 	// A shared CPU: the cores the run left idle were busy with other
 	// processes, so its idle time says nothing about its batch.
 	var sharedShare float64
-	if !gpu && t.UtilMeanPct > 0 && t.HostBusyPct >= SharedHostBusyPct && t.HostBusyPct > t.UtilMeanPct {
+	others := t.HostBusyPct - t.UtilMeanPct
+	if !gpu && t.UtilMeanPct > 0 && others > 0 && (t.HostBusyPct >= SharedHostBusyPct || others >= SharedOthersPct) {
 		sharedShare = (t.HostBusyPct - t.UtilMeanPct) / 100
 		if sharedShare >= UnexplainedIdleMin {
 			fs = append(fs, Finding{Kind: Shared, Title: "other processes on the CPU", Cost: sharedShare,
-				Evidence: []string{fmt.Sprintf("the machine's cores were %.0f%% busy on average, this run's use %.0f%% (the threshold is %.0f%% busy)",
-					t.HostBusyPct, t.UtilMeanPct, SharedHostBusyPct)},
+				Evidence: []string{fmt.Sprintf("the machine's cores were %.0f%% busy on average, this run's use %.0f%% (the thresholds are %.0f%% busy, or %.0f points taken by others)",
+					t.HostBusyPct, t.UtilMeanPct, SharedHostBusyPct, SharedOthersPct)},
 				Fix: "stop the other processes or use a quieter machine (or fewer --data-workers if they are this run's own); until then this run's timings understate what it does alone"})
 		}
 	}

@@ -18,6 +18,7 @@ type Param struct {
 	Elem string
 }
 
+// String is the parameter as declared: "float* dst".
 func (p Param) String() string { return p.Type + " " + p.Name }
 
 // Signature is a parsed `extern "C" __global__ void name(params)`: what

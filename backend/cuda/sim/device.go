@@ -212,8 +212,9 @@ func (d *Device) copyWork(name string, bytes float64) {
 // kernelParams, one pointer per parameter to its value. Each pointer
 // argument reaches at most to the end of the allocation it points into,
 // and at most as many elements as the product of the launch's integer
-// arguments (n for an elementwise kernel, rows × cols for a row-wise
-// one), so a view into a larger buffer counts its own elements.
+// arguments that count elements (n for an elementwise kernel, rows × cols
+// for a row-wise one; not an opcode, see notExtents), so a view into a
+// larger buffer counts its own elements.
 func (d *Device) launch(f *function, params uintptr) {
 	var vals [64]float64
 	var ptrs [64]uint64
@@ -248,8 +249,8 @@ func (d *Device) launch(f *function, params uintptr) {
 		case "double":
 			vals[i] = math.Float64frombits(raw)
 		}
-		if p.Type != "float" && p.Type != "double" {
-			count *= max(vals[i], 0)
+		if p.Type != "float" && p.Type != "double" && !notExtents[p.Name] {
+			count *= max(vals[i], 1)
 			ints = true
 		}
 	}
@@ -271,6 +272,11 @@ func (d *Device) launch(f *function, params uintptr) {
 	})
 	d.work(f.name, bytes, flops, d.Spec.FP32, CUDACoreEfficiency)
 }
+
+// notExtents are the integer kernel parameters that count no elements (an
+// operation's code, a step number, a position): launch leaves them out of
+// the product that bounds each pointer's extent.
+var notExtents = map[string]bool{"op": true, "step": true, "seed": true, "Pos": true}
 
 // elemSize is the size of a kernel pointer parameter's elements, by type.
 var elemSize = map[string]float64{"float": 4, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8, "unsigned char": 1, "void": 1}

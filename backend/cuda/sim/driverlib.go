@@ -131,7 +131,7 @@ func (d *Device) Driver() *libs.Lib {
 		"cuStreamWaitEvent":            ok,
 		"cuFuncSetAttribute":           ok,
 		"cuModuleUnload":               ok,
-		"cuEventDestroy_v2":            ok,
+		"cuEventDestroy_v2":            func(a []uintptr) uintptr { d.mu.Lock(); delete(d.events, a[0]); d.mu.Unlock(); return cuSuccess },
 		"cuEventQuery":                 ok,
 		"cuMemcpyHtoD_v2":              copyIn("memcpyHtoD", false),
 		"cuMemcpyHtoDAsync_v2":         copyIn("memcpyHtoD", true),

@@ -125,6 +125,21 @@ func TestKernelLaunch(t *testing.T) {
 	if w := d.Counters().Sub(base); w.BytesTouched != 800 {
 		t.Errorf("100 elements of an 8000-byte block: %g bytes, want 800", w.BytesTouched)
 	}
+	// An opcode is no extent: an add (op 0) of 100 elements reads and
+	// writes its 3 × 400 bytes.
+	src2 := `extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const float *b, int op, long long n) {}`
+	img2, _, err := nv.Compile(src2, "binary.cu", "sm_90")
+	must(t, err)
+	mod2, err := drv.ModuleLoadData(img2)
+	must(t, err)
+	fb, err := drv.ModuleGetFunction(mod2, "fleet_binary_f32")
+	must(t, err)
+	base = d.Counters()
+	must(t, drv.LaunchKernel(fb, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0,
+		driver.NewArgs().Ptr(x).Ptr(x+400).Ptr(x+800).Int(0).Int64(100)))
+	if w := d.Counters().Sub(base); w.BytesTouched != 1200 {
+		t.Errorf("an add of 100 elements: %g bytes, want 1200", w.BytesTouched)
+	}
 }
 
 // TestGEMMAndEvents records a cuBLAS product on the unit its types run on,
@@ -165,7 +180,7 @@ func TestGEMMAndEvents(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	if s, err := Lookup("H200"); err != nil || s.BF16 != 989 || s.HBM != 4.8e12 || s.Memory != 141e9 {
+	if s, err := Lookup("H200"); err != nil || s.BF16 != 989 || s.HBM != 4.8e12 || s.Memory != 143771<<20 {
 		t.Errorf("Lookup(H200) = %+v, %v", s, err)
 	}
 	if _, err := Lookup("v100"); err == nil {
