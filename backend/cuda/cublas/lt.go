@@ -9,15 +9,19 @@ import (
 )
 
 // Lt is libcublasLt, cuBLAS's matmul library with fused epilogues (bias,
-// GELU), as llm.c uses it. Only the handle and version are bound so far:
-// this is the seam where cublasLtMatmul (16 arguments, which purego passes)
-// and its descriptor calls (cublasLtMatmulDescCreate, ...SetAttribute,
-// cublasLtMatrixLayoutCreate, cublasLtMatmulPreference*,
-// cublasLtMatmulAlgoGetHeuristic) go when fused matmuls come.
+// GELU and their gradients), as llm.c uses it: the handle, the version and
+// Matmul (cublasLtMatmul, 16 arguments, with its descriptor calls). The
+// backend does not use it yet.
 type Lt struct {
 	Lib *libs.Lib
 
 	create, destroy, getVersion libs.Func
+
+	matmul, heuristic                    libs.Func
+	descCreate, descDestroy, descSetAttr libs.Func
+	layoutCreate, layoutDestroy          libs.Func
+	layoutSetAttr                        libs.Func
+	prefCreate, prefDestroy, prefSetAttr libs.Func
 }
 
 var (
@@ -49,6 +53,18 @@ func LoadLt(lib *libs.Lib) *Lt {
 		create:     lib.Func("cublasLtCreate"),
 		destroy:    lib.Func("cublasLtDestroy"),
 		getVersion: lib.Func("cublasLtGetVersion"),
+
+		matmul:        lib.Func("cublasLtMatmul"),
+		heuristic:     lib.Func("cublasLtMatmulAlgoGetHeuristic"),
+		descCreate:    lib.Func("cublasLtMatmulDescCreate"),
+		descDestroy:   lib.Func("cublasLtMatmulDescDestroy"),
+		descSetAttr:   lib.Func("cublasLtMatmulDescSetAttribute"),
+		layoutCreate:  lib.Func("cublasLtMatrixLayoutCreate"),
+		layoutDestroy: lib.Func("cublasLtMatrixLayoutDestroy"),
+		layoutSetAttr: lib.Func("cublasLtMatrixLayoutSetAttribute"),
+		prefCreate:    lib.Func("cublasLtMatmulPreferenceCreate"),
+		prefDestroy:   lib.Func("cublasLtMatmulPreferenceDestroy"),
+		prefSetAttr:   lib.Func("cublasLtMatmulPreferenceSetAttribute"),
 	}
 }
 
