@@ -15,7 +15,7 @@ var layers = []struct {
 	rank     int
 	prefixes []string
 }{
-	{0, []string{"internal", "setting"}},
+	{0, []string{"internal"}},
 	{1, []string{"backend"}},
 	{2, []string{"tensor"}},
 	{3, []string{"nn", "model", "optim", "data", "tokenizer", "checkpoint"}},

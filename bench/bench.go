@@ -13,9 +13,9 @@ import (
 	"github.com/fleetml/fleet/backend/cuda/sim"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/stats"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
 )

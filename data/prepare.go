@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetml/fleet/internal/atomicfile"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 // Tokenizer turns text into token ids and back. It is fleet's one

@@ -18,8 +18,8 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/monitor/report"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/train"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 // DefaultGrace is how long Run waits, after SIGTERM (or a forwarded signal),

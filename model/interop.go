@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/checkpoint"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

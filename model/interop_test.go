@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/tokenizer"
 	"github.com/fleetml/fleet/train"

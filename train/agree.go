@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/dist"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 // Keys of the job's store through which the ranks agree before step 1.

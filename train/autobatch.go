@@ -10,10 +10,10 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

@@ -1,6 +1,6 @@
 package train
 
-import "github.com/fleetml/fleet/setting"
+import "github.com/fleetml/fleet/internal/setting"
 
 // BatchPlan is how an optimizer step's batch is made: Micro sequences of
 // Block tokens per micro-batch in each of World processes, Accum

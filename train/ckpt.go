@@ -14,7 +14,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/checkpoint"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 // Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (see package

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

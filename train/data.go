@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fleetml/fleet/data"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/tokenizer"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/nn"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/dist/nccl"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/nn"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

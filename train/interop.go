@@ -2,8 +2,8 @@ package train
 
 import (
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/setting"
 )
 
 // initFrom applies --init-from: the file's shape replaces the model flags

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/pipeline"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

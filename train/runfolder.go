@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/monitor/diagnose"
-	"github.com/fleetml/fleet/setting"
 )
 
 // DefaultRunsDir is the folder under which a run without --out gets a new

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/testenv"
-	"github.com/fleetml/fleet/setting"
 )
 
 // sameFiles fails the test where dir's files are not those of before,

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/fleetml/fleet/data"
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 // Identity names data or a tokenizer by content: a SHA-256 sum and a

@@ -7,10 +7,10 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/prom"
 	"github.com/fleetml/fleet/monitor/tfevents"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

@@ -17,11 +17,11 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/stats"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
-	"github.com/fleetml/fleet/setting"
 	"github.com/fleetml/fleet/tensor"
 )
 

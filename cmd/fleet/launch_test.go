@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/launch"
-	"github.com/fleetml/fleet/setting"
 )
 
 func TestRunCmd(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"math"
 	"os"
 
-	"github.com/fleetml/fleet/setting"
+	"github.com/fleetml/fleet/internal/setting"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

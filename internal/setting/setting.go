@@ -4,7 +4,9 @@
 // front end can name it its own way. The command line names fields by the
 // flags that set them (BatchSize is --batch-size); a program that fills
 // train.Config itself reads the field names, or finds the field at fault
-// with errors.As and Error.Name.
+// with errors.As into an interface{ Setting() string }. It sits with the
+// other internal packages at the bottom of the layers, so that every
+// library may use it.
 package setting
 
 import (
@@ -48,6 +50,10 @@ func Literal(text string) string {
 
 // Error names settings by their fields.
 func (e *Error) Error() string { return e.Render(nil) }
+
+// Setting is Name: what a program outside fleet, which cannot name this
+// package's types, finds with errors.As into an interface{ Setting() string }.
+func (e *Error) Setting() string { return e.Name }
 
 // Render is the message with each setting written as name(field); a nil
 // name, or one that returns "", leaves the field's own name. Errors among

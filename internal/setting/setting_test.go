@@ -18,6 +18,10 @@ func TestRender(t *testing.T) {
 	if !errors.As(fmt.Errorf("plan: %w", err), &e) || e.Name != "BatchSize" {
 		t.Fatalf("errors.As: %v, Name %q; want the *Error naming BatchSize", e, e.Name)
 	}
+	var named interface{ Setting() string } // as a program outside the module finds it
+	if !errors.As(fmt.Errorf("plan: %w", err), &named) || named.Setting() != "BatchSize" {
+		t.Fatalf("errors.As into an interface: %v", named)
+	}
 	if got, want := err.Error(), "BatchSize 6 is not a multiple of GradAccum 4 (100%)"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
