@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -138,7 +139,7 @@ func TestClipCoefIsClipGradNorm(t *testing.T) {
 			}
 		}
 		for i := range host {
-			if !bitsEqual(host[i].T.Float32s(), dev[i].T.Float32s()) || !bitsEqual(ho.M[i].Float32s(), do.M[i].Float32s()) {
+			if !testenv.SameBits(host[i].T.Float32s(), dev[i].T.Float32s()) || !testenv.SameBits(ho.M[i].Float32s(), do.M[i].Float32s()) {
 				t.Errorf("max %v: %s differs between the host and device paths", maxNorm, host[i].Name)
 			}
 		}
@@ -156,21 +157,9 @@ func TestClipCoefIsClipGradNorm(t *testing.T) {
 	acc, coef, stats := tensor.Zeros(tensor.CPU), tensor.Zeros(tensor.CPU), tensor.NewStats(tensor.CPU)
 	ClipCoef(ps, 1, acc, coef, stats, 4)
 	o.StepScaled(coef)
-	if !bitsEqual(ps[0].T.Float32s(), before) || stats.Float32s()[3] != 4 {
-		t.Errorf("an inf gradient: weights moved (%v) or step not recorded (%v)", !bitsEqual(ps[0].T.Float32s(), before), stats.Float32s())
+	if !testenv.SameBits(ps[0].T.Float32s(), before) || stats.Float32s()[3] != 4 {
+		t.Errorf("an inf gradient: weights moved (%v) or step not recorded (%v)", !testenv.SameBits(ps[0].T.Float32s(), before), stats.Float32s())
 	}
-}
-
-func bitsEqual(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPackedStepIsUnpacked packs an optimizer and holds its steps to an
@@ -224,8 +213,8 @@ func TestPackedStepIsUnpacked(t *testing.T) {
 		}
 	}
 	for i := range plain {
-		if !bitsEqual(plain[i].T.Float32s(), packed[i].T.Float32s()) || !bitsEqual(po.M[i].Float32s(), ko.M[i].Float32s()) ||
-			!bitsEqual(po.V[i].Float32s(), ko.V[i].Float32s()) {
+		if !testenv.SameBits(plain[i].T.Float32s(), packed[i].T.Float32s()) || !testenv.SameBits(po.M[i].Float32s(), ko.M[i].Float32s()) ||
+			!testenv.SameBits(po.V[i].Float32s(), ko.V[i].Float32s()) {
 			t.Errorf("%s: the packed optimizer's parameter or moments differ from the unpacked one's", plain[i].Name)
 		}
 	}

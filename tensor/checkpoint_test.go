@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // mlpRef is GELU(x @ w + b) in float64 for x [rows, k], w [k, n].
@@ -272,7 +273,7 @@ func TestGradReadyHook(t *testing.T) {
 						leaf = l
 					}
 				}
-				if !equalFloat32s(g, leaf.Grad.Float32s()) {
+				if !testenv.SameBits(g, leaf.Grad.Float32s()) {
 					t.Errorf("checkpointed=%v: %s's gradient changed after it was reported", checkpointed, n)
 				}
 			}
@@ -280,18 +281,6 @@ func TestGradReadyHook(t *testing.T) {
 		SetGradReadyHook(prev)
 		ZeroGrad(x, w1, w2, w3)
 	}
-}
-
-func equalFloat32s(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCheckpointKeepsQuarantine checks that the header of a tensor of the

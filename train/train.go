@@ -862,7 +862,7 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 		if err := r.openFill(step); err != nil {
 			return err
 		}
-		r.openStats(step)
+		r.openStepState(step)
 	}
 	cfg := r.cfg
 	if r.pipe != nil {
@@ -903,12 +903,13 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 	return nil
 }
 
-// openStats makes the step statistics on the device that computes the
-// loss (the last stage of a pipeline), and, where the gradients are
-// clipped on the device, its buffers. On one device it packs the
+// openStepState readies what a step keeps on the device: the step
+// statistics on the device that computes the loss (the last stage of a
+// pipeline), and, where the gradients are clipped on the device, its
+// buffers. On one device it packs the
 // optimizer (optim.AdamW.Pack): AdamW, zeroing and the gradient norm then
 // take a launch or two each, not one per parameter.
-func (r *run) openStats(step int) {
+func (r *run) openStepState(step int) {
 	dev := r.dev
 	if r.pipe != nil {
 		dev = r.pipe.devs[len(r.pipe.devs)-1]

@@ -17,7 +17,12 @@ import (
 // run under the emulation harness and whose GEMM is cuBLAS's definition in
 // Go, and returns it. Each test takes its own N: a device opens once.
 func emulatedDevice(t *testing.T, n int) tensor.Device {
-	f := newFakeGPU(256 << 20).withEmulator(t)
+	return fakeDevice(t, n, newFakeGPU(256<<20).withEmulator(t))
+}
+
+// fakeDevice registers f as cuda:N for the test and returns the device.
+// Each test takes its own N: a device opens once.
+func fakeDevice(t *testing.T, n int, f *fakeGPU) tensor.Device {
 	prev := openGPU
 	openGPU = func(index int) (gpu, error) {
 		if index == n {

@@ -59,18 +59,7 @@ func TestCopyFromPeer(t *testing.T) {
 // values arrive, device to device, with no host<->device bytes counted.
 func TestToBetweenDevices(t *testing.T) {
 	fa, fb := newFakeGPU(1<<20), newFakeGPU(1<<20)
-	prev := openGPU
-	openGPU = func(index int) (gpu, error) {
-		switch index {
-		case 7:
-			return fa, nil
-		case 8:
-			return fb, nil
-		}
-		return prev(index)
-	}
-	t.Cleanup(func() { openGPU = prev })
-	da, db := backend.Device{Kind: "cuda", Index: 7}, backend.Device{Kind: "cuda", Index: 8}
+	da, db := fakeDevice(t, 7, fa), fakeDevice(t, 8, fb)
 	rng := rand.New(rand.NewPCG(3, 4))
 	vals := make([]float32, 3*5)
 	for i := range vals {

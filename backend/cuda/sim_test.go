@@ -20,15 +20,7 @@ import (
 func TestSimCountsEveryLaunch(t *testing.T) {
 	f := newFakeGPU(256 << 20)
 	f.launchFn = func(string, [3]int, [3]int, int, []any) error { return nil } // count only
-	prev := openGPU
-	openGPU = func(index int) (gpu, error) {
-		if index == 12 {
-			return f, nil
-		}
-		return prev(index)
-	}
-	t.Cleanup(func() { openGPU = prev })
-	fake, simulated := backend.Device{Kind: "cuda", Index: 12}, backend.Device{Kind: "sim"}
+	fake, simulated := fakeDevice(t, 12, f), backend.Device{Kind: "sim"}
 	be, err := backend.Get(simulated)
 	if err != nil {
 		t.Fatal(err)

@@ -3,14 +3,13 @@ package cublas
 import (
 	"errors"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 func TestOpenWithoutCUBLAS(t *testing.T) {
@@ -30,19 +29,7 @@ func TestOpenWithoutCUBLAS(t *testing.T) {
 
 func fake(t *testing.T) *CUBLAS {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("linux only")
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler to build the fake libcublas")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libcublas.so.12"), "testdata/fakecublas.c").CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot build the fake libcublas: %v\n%s", err, out)
-	}
-	t.Setenv("FLEET_CUDA_PATH", dir)
+	testenv.FakeLibrary(t, "testdata/fakecublas.c", "libcublas.so.12")
 	lib, err := libs.Search(libs.CUBLAS)
 	if err != nil || lib.Where != "$FLEET_CUDA_PATH" {
 		t.Skipf("cannot load the fake libcublas (%v); found %+v", err, lib)

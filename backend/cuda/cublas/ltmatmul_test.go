@@ -3,33 +3,19 @@ package cublas
 import (
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // fakeLt builds testdata/fakecublaslt.c into a libcublasLt the search
 // finds, or skips saying why it cannot.
 func fakeLt(t *testing.T) *Lt {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("linux only")
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler to build the fake libcublasLt")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libcublasLt.so.12"), "testdata/fakecublaslt.c", "-lm").CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot build the fake libcublasLt: %v\n%s", err, out)
-	}
-	t.Setenv("FLEET_CUDA_PATH", dir)
+	testenv.FakeLibrary(t, "testdata/fakecublaslt.c", "libcublasLt.so.12", "-lm")
 	lib, err := libs.Search(libs.CUBLASLt)
 	if err != nil || lib.Where != "$FLEET_CUDA_PATH" {
 		t.Skipf("cannot load the fake libcublasLt (%v); found %+v", err, lib)

@@ -2,14 +2,12 @@ package driver
 
 import (
 	"errors"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // TestOpenWithoutLibcuda checks that a machine with no driver gets an error
@@ -58,19 +56,7 @@ func TestErrorIs(t *testing.T) {
 // fake builds testdata/fakecuda.c into a libcuda.so.1 and binds it.
 func fake(t *testing.T) *Driver {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("linux only")
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler to build the fake libcuda")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libcuda.so.1"), "testdata/fakecuda.c").CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot build the fake libcuda: %v\n%s", err, out)
-	}
-	t.Setenv("FLEET_CUDA_PATH", dir)
+	testenv.FakeLibrary(t, "testdata/fakecuda.c", "libcuda.so.1")
 	lib, err := libs.Search(libs.CUDA)
 	if err != nil || lib.Where != "$FLEET_CUDA_PATH" {
 		t.Skipf("cannot load the fake libcuda (%v); found %+v", err, lib)

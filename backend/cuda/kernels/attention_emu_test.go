@@ -12,6 +12,7 @@ import (
 	_ "github.com/fleetml/fleet/backend/cpu" // the reference the kernels are held to
 	"github.com/fleetml/fleet/backend/cuda/emu"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // The attention kernels run under the CPU emulation harness and are held
@@ -183,7 +184,7 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 				if run == 0 {
 					first = got
 					attnCheckNorm(t, "dqkv", got, r.dqkv, attnTol(dt))
-				} else if !attnBitEqual(got, first) {
+				} else if !testenv.SameBits(got, first) {
 					t.Errorf("a second run of the backward pass gave different bits")
 				}
 			}
@@ -253,7 +254,7 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			gk, gv := devGet(kb), devGet(vb)
 			for b := 0; b < p.B; b++ {
 				lo, mid, hi := b*p.MaxT*p.C, (b*p.MaxT+p.Pos+p.T)*p.C, (b+1)*p.MaxT*p.C
-				if !attnBitEqual(gk[lo:mid], wk[lo:mid]) || !attnBitEqual(gv[lo:mid], wv[lo:mid]) {
+				if !testenv.SameBits(gk[lo:mid], wk[lo:mid]) || !testenv.SameBits(gv[lo:mid], wv[lo:mid]) {
 					t.Errorf("batch %d: cache positions [0, %d) differ from the CPU's", b, p.Pos+p.T)
 				}
 				attnCheckPoison(t, "cache past Pos+T", gk[mid:hi])
@@ -363,18 +364,6 @@ func attnCheckPoison(t *testing.T, what string, x []float32) {
 			return
 		}
 	}
-}
-
-func attnBitEqual(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func attnCPUBackend(t *testing.T) backend.Backend {

@@ -2,9 +2,16 @@ package kernels
 
 import "strings"
 
-// DataMovers are the kernels that do no floating-point work: they only
-// copy, convert, fill or gather (by kernel name, without its dtype).
-var DataMovers = []string{"cast", "fill", "embedding"}
+// MovesData reports whether kernel does no floating-point work: it only
+// converts, fills or gathers (a cast, a fill, an embedding's forward).
+func MovesData(kernel string) bool {
+	for _, p := range []string{"fleet_cast_", "fleet_fill_", "fleet_embedding_f", "fleet_embedding_bf"} {
+		if strings.HasPrefix(kernel, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // FLOPs is the floating-point work of one launch of kernel, from its
 // scalar arguments by parameter name (arg("n")), counted as the kernel's

@@ -93,13 +93,7 @@ func TestKernelLaunch(t *testing.T) {
 	d, drv := open(t, Specs[0])
 	nv, err := nvrtc.Load(d.NVRTC())
 	must(t, err)
-	src := `extern "C" __global__ void fleet_axpy_f32(float *__restrict__ dst, const float *__restrict__ x, float alpha, long long n) {}`
-	img, _, err := nv.Compile(src, "axpy.cu", "sm_90")
-	must(t, err)
-	mod, err := drv.ModuleLoadData(img)
-	must(t, err)
-	f, err := drv.ModuleGetFunction(mod, "fleet_axpy_f32")
-	must(t, err)
+	f, mod := load(t, nv, drv, `extern "C" __global__ void fleet_axpy_f32(float *__restrict__ dst, const float *__restrict__ x, float alpha, long long n) {}`, "fleet_axpy_f32")
 	if _, err := drv.ModuleGetFunction(mod, "fleet_nope"); err == nil {
 		t.Error("a kernel the module lacks was found")
 	}
@@ -127,19 +121,26 @@ func TestKernelLaunch(t *testing.T) {
 	}
 	// An opcode is no extent: an add (op 0) of 100 elements reads and
 	// writes its 3 × 400 bytes.
-	src2 := `extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const float *b, int op, long long n) {}`
-	img2, _, err := nv.Compile(src2, "binary.cu", "sm_90")
-	must(t, err)
-	mod2, err := drv.ModuleLoadData(img2)
-	must(t, err)
-	fb, err := drv.ModuleGetFunction(mod2, "fleet_binary_f32")
-	must(t, err)
+	fb, _ := load(t, nv, drv, `extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const float *b, int op, long long n) {}`, "fleet_binary_f32")
 	base = d.Counters()
 	must(t, drv.LaunchKernel(fb, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0,
 		driver.NewArgs().Ptr(x).Ptr(x+400).Ptr(x+800).Int(0).Int64(100)))
 	if w := d.Counters().Sub(base); w.BytesTouched != 1200 {
 		t.Errorf("an add of 100 elements: %g bytes, want 1200", w.BytesTouched)
 	}
+}
+
+// load compiles src through the NVRTC stand-in, loads it and returns its
+// kernel name and its module.
+func load(t *testing.T, nv *nvrtc.NVRTC, drv *driver.Driver, src, name string) (driver.Function, driver.Module) {
+	t.Helper()
+	img, _, err := nv.Compile(src, name+".cu", "sm_90")
+	must(t, err)
+	mod, err := drv.ModuleLoadData(img)
+	must(t, err)
+	f, err := drv.ModuleGetFunction(mod, name)
+	must(t, err)
+	return f, mod
 }
 
 // TestGEMMAndEvents records a cuBLAS product on the unit its types run on,
