@@ -145,11 +145,47 @@ type Backend interface {
 // MatMul describes a (batched) matrix product. op(A) is M×K, op(B) is K×N,
 // C is M×N row-major. Strides are in elements between batch items; a stride
 // of 0 broadcasts one matrix over the batch.
+//
+// Round, BF16 or F16, asks for F32 operands to be rounded to that type (to
+// nearest even) before the product, which accumulates in F32: autocast's
+// product without a cast of its own. The result is the one casting A and B
+// first gives, up to the order of the sums. Zero (Invalid) or F32 rounds
+// nothing; operands stored in BF16 or F16 ignore it.
 type MatMul struct {
 	Batch, M, N, K            int
 	TransA, TransB            bool
 	StrideA, StrideB, StrideC int
 	Alpha, Beta               float32
+	Round                     DType
+}
+
+// Rounds reports the type p.Round rounds F32 operands to: BF16, F16, or
+// F32 for none.
+func (p MatMul) Rounds() DType {
+	if p.Round == BF16 || p.Round == F16 {
+		return p.Round
+	}
+	return F32
+}
+
+// Extents returns the number of elements A and B span: the last batch
+// item's offset plus one matrix.
+func (p MatMul) Extents() (a, b int) {
+	a, b = p.M*p.K, p.K*p.N
+	if p.Batch > 1 {
+		a += (p.Batch - 1) * p.StrideA
+		b += (p.Batch - 1) * p.StrideB
+	}
+	return a, b
+}
+
+// OperandRounder is a Backend whose MatMul rounds F32 operands (Round)
+// within the product itself, in no pass of its own over memory, as
+// cuBLAS's fast compute modes do. Autocast gives such a backend its F32
+// operands as they are; other backends get them cast first, since a cast
+// made once serves the backward products too.
+type OperandRounder interface {
+	RoundsOperands() bool
 }
 
 // BinaryOp is an elementwise binary operation.

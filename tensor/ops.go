@@ -187,7 +187,7 @@ func matmulBackward(n *node, g *Tensor) {
 func Linear(x, w, bias *Tensor) *Tensor {
 	const op = "linear"
 	check(op, x, w)
-	x, w = lowPrecision(op, x, w)
+	x, w, round := lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(0) != in {
@@ -202,8 +202,10 @@ func Linear(x, w, bias *Tensor) *Tensor {
 	}
 	var buf [maxInlineRank]int
 	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
-	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in}, x, w, out, bias)
-	record(out, op, linearBackward, x, w, bias)
+	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, Round: round}, x, w, out, bias)
+	if n := record(out, op, linearBackward, x, w, bias); n != nil {
+		n.i[0] = int(round)
+	}
 	return out
 }
 
@@ -211,14 +213,15 @@ func linearBackward(n *node, g *Tensor) {
 	x, w, bias := n.in[0], n.in[1], n.in[2]
 	rows, in := rowsOf(x)
 	outF := w.Dim(1)
+	round := DType(n.i[0])
 	gl := Cast(g, x.dtype) // the products run in the forward's precision
 	if x.requiresGrad {
 		n.gin[0] = alloc("linear", x.dev, F32, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true}, gl, w, n.gin[0], nil)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
 		n.gin[1] = alloc("linear", w.dev, F32, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true}, x, gl, n.gin[1], nil)
+		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}, x, gl, n.gin[1], nil)
 	}
 	if bias != nil && bias.requiresGrad {
 		n.gin[2] = like("linear", bias, bias.shape)
@@ -231,7 +234,7 @@ func linearBackward(n *node, g *Tensor) {
 func LinearT(x, w *Tensor) *Tensor {
 	const op = "linear_t"
 	check(op, x, w)
-	x, w = lowPrecision(op, x, w)
+	x, w, round := lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(1) != in {
@@ -240,8 +243,10 @@ func LinearT(x, w *Tensor) *Tensor {
 	outF := w.Dim(0)
 	var buf [maxInlineRank]int
 	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
-	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true}, x, w, out, nil)
-	record(out, op, linearTBackward, x, w)
+	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true, Round: round}, x, w, out, nil)
+	if n := record(out, op, linearTBackward, x, w); n != nil {
+		n.i[0] = int(round)
+	}
 	return out
 }
 
@@ -249,14 +254,15 @@ func linearTBackward(n *node, g *Tensor) {
 	x, w := n.in[0], n.in[1]
 	rows, in := rowsOf(x)
 	outF := w.Dim(0)
+	round := DType(n.i[0])
 	gl := Cast(g, x.dtype)
 	if x.requiresGrad {
 		n.gin[0] = alloc("linear_t", x.dev, F32, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF}, gl, w, n.gin[0], nil)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
 		n.gin[1] = alloc("linear_t", w.dev, F32, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true}, gl, x, n.gin[1], nil)
+		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}, gl, x, n.gin[1], nil)
 	}
 }
 
@@ -269,7 +275,10 @@ func Autocast(dt DType, fn func()) { defaultProgram.Autocast(dt, fn) }
 // product: low precision inputs, F32 accumulation and F32 outputs (F16
 // needs loss scaling to keep small gradients from flushing to zero). The
 // casts are ops of their own, so gradients reach the F32 tensors (master
-// weights stay F32), and the backward products run in BF16 too. Softmax,
+// weights stay F32), and the backward products run in BF16 too. On a
+// backend that rounds operands within its products (CUDA, see
+// backend.OperandRounder) there are no casts: the products, forward and
+// backward, get F32 operands and round them as they load them. Softmax,
 // LayerNorm, the loss and the optimizer stay in F32. Autocast(F32, fn)
 // turns it off inside fn.
 func (p *Program) Autocast(dt DType, fn func()) {
@@ -287,15 +296,22 @@ func (p *Program) Autocast(dt DType, fn func()) {
 func (p *Program) AutocastDType() DType { return p.autocast }
 
 // lowPrecision applies the autocast policy of the operands' program to a
-// product's operands, which must then share an F32, BF16 or F16 dtype.
-func lowPrecision(op string, x, w *Tensor) (*Tensor, *Tensor) {
+// product's operands, which must then share an F32, BF16 or F16 dtype. A
+// backend that rounds operands within its products (an
+// backend.OperandRounder) keeps F32 operands, and round names the type
+// the product rounds them to; others get cast operands (round is 0).
+func lowPrecision(op string, x, w *Tensor) (_, _ *Tensor, round DType) {
 	if dt := ProgramOf(x.dev).autocast; dt != F32 {
-		x, w = Cast(x, dt), Cast(w, dt)
+		if r, ok := x.be.(backend.OperandRounder); ok && r.RoundsOperands() && x.dtype == F32 && w.dtype == F32 {
+			round = dt
+		} else {
+			x, w = Cast(x, dt), Cast(w, dt)
+		}
 	}
 	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16 && x.dtype != F16) {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32, both bf16 or both f16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
 	}
-	return x, w
+	return x, w, round
 }
 
 // GELU applies the tanh approximation of GELU elementwise.

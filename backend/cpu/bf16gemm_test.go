@@ -201,3 +201,50 @@ func benchMatMul(b *testing.B, c *CPU, p backend.MatMul, a, bb, cc backend.Ref) 
 	}
 	b.ReportMetric(2*float64(p.M*p.N*p.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// TestMatMulRound holds a product of F32 operands with Round to the
+// product of the operands cast first: bitwise, since the CPU casts them
+// the same way, for BF16 and F16, batched, strided and transposed.
+func TestMatMulRound(t *testing.T) {
+	c := newCPU(2)
+	r := rng.New(11)
+	for _, dt := range []backend.DType{backend.BF16, backend.F16} {
+		for _, tc := range []struct {
+			batch, m, n, kk int
+			ta, tb          bool
+			beta            float32
+		}{
+			{1, 19, 33, 17, false, false, 0},
+			{3, 7, 12, 9, true, false, 1},
+			{2, 16, 5, 40, false, true, 0.5},
+		} {
+			na, nb, nc := tc.m*tc.kk, tc.kk*tc.n, tc.m*tc.n
+			av, bv, cv := randF32(r, tc.batch*na, 1), randF32(r, tc.batch*nb, 1), randF32(r, tc.batch*nc, 1)
+			p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.kk, TransA: tc.ta, TransB: tc.tb,
+				StrideA: na, StrideB: nb, StrideC: nc, Alpha: 1, Beta: tc.beta}
+			a, b := put(c, av, 0), put(c, bv, 0)
+			rounded := put(c, cv, 0)
+			pr := p
+			pr.Round = dt
+			c.MatMul(pr, a, b, rounded, backend.Ref{})
+			ac, bc := c.Alloc(dt, len(av)), c.Alloc(dt, len(bv))
+			c.Cast(backend.Ref{S: ac}, a, len(av))
+			c.Cast(backend.Ref{S: bc}, b, len(bv))
+			cast := put(c, cv, 0)
+			c.MatMul(p, backend.Ref{S: ac}, backend.Ref{S: bc}, cast, backend.Ref{})
+			plain := put(c, cv, 0)
+			c.MatMul(p, a, b, plain, backend.Ref{})
+			got, want, f32 := get(c, rounded, len(cv)), get(c, cast, len(cv)), get(c, plain, len(cv))
+			differs := false
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v %+v: C[%d] = %v rounded within the product, %v cast first", dt, tc, i, got[i], want[i])
+				}
+				differs = differs || got[i] != f32[i]
+			}
+			if !differs {
+				t.Fatalf("%v %+v: rounding changed nothing: Round is ignored", dt, tc)
+			}
+		}
+	}
+}

@@ -137,6 +137,10 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // element of C is computed by one task with a fixed order over K, so the
 // result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if r := p.Rounds(); r != backend.F32 && a.S.DType() == backend.F32 && b.S.DType() == backend.F32 {
+		c.matmulRounded(p, r, a, b, cc, bias)
+		return
+	}
 	if a.S.DType() == backend.BF16 && b.S.DType() == backend.BF16 {
 		c.matmulBF16(p, a, b, cc, bias)
 		return
@@ -177,6 +181,22 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*matmulTiles)(t))
 	matmulTasks.put(t)
 	packedPool.put(pk)
+}
+
+// matmulRounded computes a product whose F32 operands are to be rounded
+// to r first: it casts them into temporary storage and multiplies those.
+// The CPU does not report itself an OperandRounder (tensor casts for it,
+// once per operand), but honours Round so that every caller gets one
+// meaning of it.
+func (c *CPU) matmulRounded(p backend.MatMul, r backend.DType, a, b, cc, bias backend.Ref) {
+	na, nb := p.Extents()
+	ra, rb := c.Alloc(r, na), c.Alloc(r, nb)
+	defer c.Free(ra)
+	defer c.Free(rb)
+	c.Cast(backend.Ref{S: ra}, a, na)
+	c.Cast(backend.Ref{S: rb}, b, nb)
+	p.Round = 0
+	c.MatMul(p, backend.Ref{S: ra}, backend.Ref{S: rb}, cc, bias)
 }
 
 // matmulTask is one F32 MatMul call: the operands, the packed copies (pa,

@@ -190,7 +190,9 @@ func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args []a
 // when β = 0), for each matrix of the batch.
 func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 	f.gemms++
-	if g.Compute != cublas.Compute32F && g.Compute != cublas.Compute32FFastTF32 {
+	switch g.Compute {
+	case cublas.Compute32F, cublas.Compute32FFastTF32, cublas.Compute32FFast16BF, cublas.Compute32FFast16F:
+	default:
 		return fmt.Errorf("fake device: compute type %d", g.Compute)
 	}
 	if g.CType != cublas.R32F || g.AType != g.BType {
@@ -230,7 +232,14 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 			if size == 2 {
 				return float64(backend.BF16ToF32(binary.LittleEndian.Uint16(m[2*k:])))
 			}
-			return float64(math.Float32frombits(binary.LittleEndian.Uint32(m[4*k:])))
+			v := math.Float32frombits(binary.LittleEndian.Uint32(m[4*k:]))
+			switch g.Compute { // F32 operands rounded as they are read
+			case cublas.Compute32FFast16BF:
+				v = backend.BF16ToF32(backend.F32ToBF16(v))
+			case cublas.Compute32FFast16F:
+				v = backend.F16ToF32(backend.F32ToF16(v))
+			}
+			return float64(v)
 		}
 		for j := 0; j < g.N; j++ {
 			for i := 0; i < g.M; i++ {

@@ -267,6 +267,14 @@ func backendOpCases(seed uint64) []opCase {
 				return [][]float32{h.down(cr, m*n)}
 			})
 		}
+		for _, round := range []backend.DType{backend.BF16, backend.F16} {
+			// F32 operands rounded within the product; the CPU casts them.
+			add(fmt.Sprintf("matmul round %v %dx%dx%d", round, m, n, k), 1e-5, func(h host) [][]float32 {
+				cr := h.up(backend.F32, c)
+				h.be.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1, Beta: 1, TransB: true, Round: round}, h.up(backend.F32, a), h.up(backend.F32, b), cr, backend.Ref{})
+				return [][]float32{h.down(cr, m*n)}
+			})
+		}
 	}
 	return cases
 }

@@ -52,5 +52,9 @@ func OpenSimulated(spec sim.Spec) (*CUDA, error) {
 // Sim is the simulated device behind c, or nil for a real GPU.
 func (c *CUDA) Sim() *sim.Device { return c.sim }
 
+// RoundsOperands implements backend.OperandRounder: cuBLAS rounds F32
+// operands in its fast compute modes (see MatMul).
+func (c *CUDA) RoundsOperands() bool { return true }
+
 // Simulated implements backend.Simulated.
 func (c *CUDA) Simulated() bool { return c.sim != nil }
