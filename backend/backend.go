@@ -90,8 +90,11 @@ type Backend interface {
 	// LayerNorm normalises each row, saving mean and rstd (rows each) for
 	// the backward pass. w is required; b may be Nil.
 	LayerNorm(out, mean, rstd, x, w, b Ref, rows, cols int, eps float32)
-	// LayerNormBackward writes dx and accumulates into dw and db (db may be Nil).
-	LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w Ref, rows, cols int)
+	// LayerNormBackward writes dx, plus dres where dres is not Nil (the
+	// gradient x gathered from its other uses, a residual stream's, so that
+	// adding it costs no pass of its own; dres must not overlap dx), and
+	// accumulates into dw and db (db may be Nil).
+	LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w Ref, rows, cols int)
 
 	// GELU is the tanh approximation; GELUBackward writes dx = dy * gelu'(x).
 	GELU(dst, src Ref, n int)

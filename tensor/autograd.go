@@ -193,9 +193,9 @@ func backward(p *Program, t, g *Tensor, inner *ckpt) {
 		}
 	}()
 	t.pending = g
-	prev := p.gradEnabled
-	p.gradEnabled = false
-	defer func() { p.gradEnabled = prev }()
+	prev, prevSinks := p.gradEnabled, p.sinks
+	p.gradEnabled, p.sinks = false, inner == nil
+	defer func() { p.gradEnabled, p.sinks = prev, prevSinks }()
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
 		n := v.node
@@ -227,6 +227,37 @@ func backward(p *Program, t, g *Tensor, inner *ckpt) {
 		}
 		n.gin = [3]*Tensor{}
 	}
+}
+
+// gradSink returns the F32 Grad of t, its shape, where a backward function
+// may add t's gradient straight into it (a matrix product with beta 1, a
+// kernel that accumulates) instead of returning it in gin: in an ordinary
+// Backward walk, for a leaf that has a Grad already (optimizers keep them;
+// the first Backward allocates them). Adding in place saves the gradient's
+// allocation and the pass that would add it. Otherwise it returns nil. The
+// leaf's turn in the walk comes after every use of it, so gradient hooks
+// still see the whole gradient.
+func gradSink(t *Tensor) *Tensor {
+	if t == nil || !t.requiresGrad || t.node != nil || t.Grad == nil || t.freed {
+		return nil
+	}
+	if g := t.Grad; g.dtype != F32 || !g.shape.Equal(t.shape) || !ProgramOf(t.dev).sinks {
+		return nil
+	}
+	return t.Grad
+}
+
+// takePending removes and returns the gradient gathered so far for t,
+// for a backward function that adds it into the gradient it writes for t
+// (in one pass with its own work) and returns the sum in gin. It returns
+// nil where there is none, or where it is not an F32 tensor of t's shape.
+func takePending(t *Tensor) *Tensor {
+	g := t.pending
+	if g == nil || g.dtype != F32 || !g.shape.Equal(t.shape) {
+		return nil
+	}
+	t.pending = nil
+	return g
 }
 
 // addPending adds g to the gradient gathered so far for in.

@@ -106,6 +106,21 @@ func runGradCase(t *testing.T, c gradCase) {
 				}
 			}
 		}
+		// Again, now that every input holds a Grad (as an optimizer keeps
+		// them): ops that add a leaf's gradient straight into its Grad
+		// (gradSink) must add the same gradient, so each Grad doubles.
+		first := make([][]float32, len(ts))
+		for i := range ts {
+			first[i] = ts[i].Grad.Float32s()
+		}
+		c.fwd(ts).BackwardWith(FromFloat32s(CPU, to32(R), out.Shape()...))
+		for i := range ts {
+			for j, v := range ts[i].Grad.Float32s() {
+				if want := 2 * float64(first[i][j]); math.Abs(float64(v)-want) > 1e-5*(1+math.Abs(want)) {
+					t.Fatalf("%s: the second Backward's d/dinput%d[%d] adds up to %v, want %v", c.name, i, j, v, want)
+				}
+			}
+		}
 	})
 }
 
@@ -192,6 +207,23 @@ func TestGradients(t *testing.T) {
 		{name: "layernorm_nobias", shapes: [][]int{{5, 8}, {8}},
 			fwd:    func(in []*Tensor) *Tensor { return LayerNorm(in[0], in[1], nil, 1e-5) },
 			refFwd: func(in [][]float64) []float64 { return ref.LayerNorm(in[0], in[1], nil, 5, 8, 1e-5) }},
+		// x feeds the LayerNorm and the residual add: the add's gradient is
+		// gathered first, and the LayerNorm's backward adds it into dx.
+		{name: "layernorm_residual", shapes: [][]int{{2, 3, 8}, {8}, {8}},
+			fwd: func(in []*Tensor) *Tensor { return Add(LayerNorm(in[0], in[1], in[2], 1e-5), in[0]) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(ref.LayerNorm(in[0], in[1], in[2], 6, 8, 1e-5), in[0], func(a, b float64) float64 { return a + b })
+			}},
+		// A table used twice, as GPT-2 ties its token embedding and its
+		// head: both uses add into the table's Grad.
+		{name: "embedding_tied", shapes: [][]int{{5, 4}},
+			fwd: func(in []*Tensor) *Tensor { return LinearT(Embedding(in[0], FromInt32s(CPU, ids, 2, 3)), in[0]) },
+			refFwd: func(in [][]float64) []float64 {
+				e := ref.Embedding(in[0], ids, 4)
+				out := make([]float64, 6*5)
+				ref.MatMul(e, in[0], out, nil, 6, 5, 4, false, true, 1, 0)
+				return out
+			}},
 		{name: "cross_entropy", shapes: [][]int{{2, 3, 5}},
 			fwd: func(in []*Tensor) *Tensor {
 				return CrossEntropy(in[0], FromInt32s(CPU, targets, 2, 3))

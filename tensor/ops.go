@@ -220,12 +220,22 @@ func linearBackward(n *node, g *Tensor) {
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		n.gin[1] = alloc("linear", w.dev, F32, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}, x, gl, n.gin[1], nil)
+		dw := backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}
+		if s := gradSink(w); s != nil {
+			dw.Beta = 1
+			gemm(dw, x, gl, s, nil)
+		} else {
+			n.gin[1] = alloc("linear", w.dev, F32, w.shape)
+			gemm(dw, x, gl, n.gin[1], nil)
+		}
 	}
 	if bias != nil && bias.requiresGrad {
-		n.gin[2] = like("linear", bias, bias.shape)
-		g.be.SumRows(n.gin[2].ref(), g.ref(), rows, outF, 0)
+		if s := gradSink(bias); s != nil {
+			g.be.SumRows(s.ref(), g.ref(), rows, outF, 1)
+		} else {
+			n.gin[2] = like("linear", bias, bias.shape)
+			g.be.SumRows(n.gin[2].ref(), g.ref(), rows, outF, 0)
+		}
 	}
 }
 
@@ -261,8 +271,14 @@ func linearTBackward(n *node, g *Tensor) {
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		n.gin[1] = alloc("linear_t", w.dev, F32, w.shape)
-		gemm(backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}, gl, x, n.gin[1], nil)
+		dw := backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}
+		if s := gradSink(w); s != nil {
+			dw.Beta = 1
+			gemm(dw, gl, x, s, nil)
+		} else {
+			n.gin[1] = alloc("linear_t", w.dev, F32, w.shape)
+			gemm(dw, gl, x, n.gin[1], nil)
+		}
 	}
 }
 
@@ -381,14 +397,29 @@ func layerNormBackward(n *node, g *Tensor) {
 	mean, rstd := n.saved[0], n.saved[1]
 	rows, cols := rowsOf(x)
 	dx := like("layer_norm", x, x.shape)
-	dw := ZerosLike(w)
+	// The kernel adds into dw and db: the leaves' own Grad where it can,
+	// else zeroed tensors returned in gin. dx gets the gradient x gathered
+	// from its other uses (the residual stream's) added in the same pass.
+	dw := gradSink(w)
+	if dw == nil {
+		dw = ZerosLike(w)
+		n.gin[1] = dw
+	}
 	var dbr backend.Ref
 	if b != nil {
-		n.gin[2] = ZerosLike(b)
-		dbr = n.gin[2].ref()
+		db := gradSink(b)
+		if db == nil {
+			db = ZerosLike(b)
+			n.gin[2] = db
+		}
+		dbr = db.ref()
 	}
-	x.be.LayerNormBackward(dx.ref(), dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols)
-	n.gin[0], n.gin[1] = dx, dw
+	var res backend.Ref
+	if r := takePending(x); r != nil {
+		res = r.ref()
+	}
+	x.be.LayerNormBackward(dx.ref(), res, dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols)
+	n.gin[0] = dx
 }
 
 // CrossEntropy returns the mean over rows of -log softmax(logits)[target]
@@ -448,9 +479,12 @@ func Embedding(table, ids *Tensor) *Tensor {
 
 func embeddingBackward(nd *node, g *Tensor) {
 	table, ids := nd.in[0], nd.saved[0]
-	dt := ZerosLike(table)
+	dt := gradSink(table) // the kernel adds: into the table's Grad where it can
+	if dt == nil {
+		dt = ZerosLike(table)
+		nd.gin[0] = dt
+	}
 	table.be.EmbeddingBackward(dt.ref(), g.ref(), ids.ref(), ids.Numel(), table.Dim(1))
-	nd.gin[0] = dt
 }
 
 // Attention is causal multi-head self-attention on a packed qkv

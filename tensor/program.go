@@ -56,6 +56,10 @@ type Program struct {
 	// Graph walks (autograd.go).
 	walks     []*walk
 	walkDepth int
+	// sinks is set during an ordinary Backward walk (not a Checkpoint's
+	// recomputation): backward functions may then add a leaf's gradient
+	// into its Grad themselves (gradSink).
+	sinks bool
 
 	dropMask []float32 // Dropout's host buffer for drawing masks
 	ckptPool []*ckpt   // Checkpoint's records, reused

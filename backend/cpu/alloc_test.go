@@ -116,7 +116,7 @@ func allocCases(c *CPU) []allocCase {
 		{"softmax", func() { c.Softmax(probs, logits, rows, vocab) }},
 		{"softmax_backward", func() { c.SoftmaxBackward(dlogits, probs, logits, rows, vocab) }},
 		{"layernorm", func() { c.LayerNorm(y, mean, rstd, x, lnW, lnB, rows, C, 1e-5) }},
-		{"layernorm_backward", func() { c.LayerNormBackward(dX, dlnW, dlnB, y, x, mean, rstd, lnW, rows, C) }},
+		{"layernorm_backward", func() { c.LayerNormBackward(dX, backend.Ref{}, dlnW, dlnB, y, x, mean, rstd, lnW, rows, C) }},
 		{"gelu", func() { c.GELU(hy, h, rows*hidden) }},
 		{"gelu_backward", func() { c.GELUBackward(dX, h, dh, rows*hidden) }},
 		{"attention", func() { c.Attention(ap, att, saved, qkv) }},

@@ -165,16 +165,20 @@ func lnBackwardRowGo(dr, xr, gr, ws, pw, pb []float32, m, rsd float32) {
 const lnChunk = 64
 
 // LayerNormBackward implements backend.Backend.
-func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
+func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
 	chunks := (rows + lnChunk - 1) / lnChunk
 	buf := lnScratch.get(2 * chunks * cols)
 	defer lnScratch.put(buf)
 	clear(*buf)
 	partW, partB := (*buf)[:chunks*cols], (*buf)[chunks*cols:]
-	runTask(c, &layerNormBackwardTasks, chunks, 1, layerNormBackwardTask{
+	t := layerNormBackwardTask{
 		dxs: f32(dx)[:rows*cols], gs: f32(dout)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols],
 		ms: f32(mean)[:rows], rs: f32(rstd)[:rows], partW: partW, partB: partB, rows: rows, cols: cols,
-	})
+	}
+	if !dres.Nil() {
+		t.res = f32(dres)[:rows*cols]
+	}
+	runTask(c, &layerNormBackwardTasks, chunks, 1, t)
 	dws := f32(dw)[:cols]
 	for ch := 0; ch < chunks; ch++ {
 		axpy(dws, partW[ch*cols:(ch+1)*cols], 1)
@@ -189,9 +193,10 @@ func (c *CPU) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, 
 
 // layerNormBackwardTask is one LayerNormBackward call; a range is a
 // range of lnChunk-row chunks, each with its own dw and db partial sums.
+// res, where not nil, is added to each row of dx once it is written.
 type layerNormBackwardTask struct {
-	dxs, gs, xs, ws, ms, rs, partW, partB []float32
-	rows, cols                            int
+	dxs, gs, xs, ws, ms, rs, partW, partB, res []float32
+	rows, cols                                 int
 }
 
 var (
@@ -204,7 +209,11 @@ func (t *layerNormBackwardTask) do(lo, hi int) {
 	for ch := lo; ch < hi; ch++ {
 		pw, pb := t.partW[ch*cols:(ch+1)*cols], t.partB[ch*cols:(ch+1)*cols]
 		for r := ch * lnChunk; r < min(rows, (ch+1)*lnChunk); r++ {
-			lnBackwardRow(dxs[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
+			dr := dxs[r*cols : (r+1)*cols]
+			lnBackwardRow(dr, xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
+			if t.res != nil {
+				axpy(dr, t.res[r*cols:(r+1)*cols], 1)
+			}
 		}
 	}
 }

@@ -366,7 +366,18 @@ func layerNormGradCheck(t *testing.T, rows, cols int, withBias bool) {
 		br, dbr = backend.Ref{}, backend.Ref{}
 	}
 	c.LayerNorm(out, mean, rstd, x, w, br, rows, cols, eps)
-	c.LayerNormBackward(dx, dw, dbr, dout, x, mean, rstd, w, rows, cols)
+	c.LayerNormBackward(dx, backend.Ref{}, dw, dbr, dout, x, mean, rstd, w, rows, cols)
+	// With dres, dx also gets dres added: bitwise the sum of the two.
+	resv := randF32(r, rows*cols, 1)
+	dxr := put(c, make([]float32, rows*cols), 2)
+	c.LayerNormBackward(dxr, put(c, resv, 4), put(c, make([]float32, cols), 0), backend.Ref{}, dout, x, mean, rstd, w, rows, cols)
+	plain, withRes := get(c, dx, rows*cols), get(c, dxr, rows*cols)
+	for i := range plain {
+		if want := plain[i] + resv[i]; math.Float32bits(withRes[i]) != math.Float32bits(want) {
+			t.Fatalf("layernorm %dx%d: dx[%d] with dres = %v, want %v + %v", rows, cols, i, withRes[i], plain[i], resv[i])
+		}
+	}
+	checkGuards(t, "layernorm dx with dres", dxr, rows*cols)
 
 	x64, w64, b64, R64 := widen(xv), widen(wv), widen(bv), widen(R)
 	if !withBias {
@@ -1153,7 +1164,7 @@ func TestDeterminism(t *testing.T) {
 		x, w, b := put(c, lx, 0), put(c, lw, 0), put(c, lb, 0)
 		c.LayerNorm(out, mean, rstd, x, w, b, lrows, lcols, 1e-5)
 		dx, dw, db := put(c, make([]float32, lrows*lcols), 0), put(c, make([]float32, lcols), 0), put(c, make([]float32, lcols), 0)
-		c.LayerNormBackward(dx, dw, db, put(c, lg, 0), x, mean, rstd, w, lrows, lcols)
+		c.LayerNormBackward(dx, backend.Ref{}, dw, db, put(c, lg, 0), x, mean, rstd, w, lrows, lcols)
 		outs = append(outs, get(c, out, lrows*lcols), get(c, dx, lrows*lcols), get(c, dw, lcols), get(c, db, lcols))
 
 		dt := put(c, make([]float32, ev*edim), 0)

@@ -248,7 +248,7 @@ func runAll(c *CPU, seed uint64) []opHash {
 			h.hash(name+"/mean", mean, rows)
 			h.hash(name+"/rstd", rstd, rows)
 			dx, dw, g := h.f32(rows*cols, 1), h.f32(cols, 1), h.f32(rows*cols, 1)
-			c.LayerNormBackward(dx, dw, db, g, x, mean, rstd, w, rows, cols)
+			c.LayerNormBackward(dx, backend.Ref{}, dw, db, g, x, mean, rstd, w, rows, cols)
 			h.hash(name+"/dx", dx, rows*cols)
 			h.hash(name+"/dw", dw, cols)
 			if withBias {
@@ -595,7 +595,7 @@ func runSmall(c *CPU, seed uint64) []opHash {
 	out, mean, rstd, w, bb2 := h.f32(rows*cols, 1), h.f32(rows, 1), h.f32(rows, 1), h.f32(cols, 1), h.f32(cols, 1)
 	c.LayerNorm(out, mean, rstd, x, w, bb2, rows, cols, 1e-5)
 	dw, db := h.f32(cols, 1), h.f32(cols, 1)
-	c.LayerNormBackward(dx, dw, db, y, x, mean, rstd, w, rows, cols)
+	c.LayerNormBackward(dx, backend.Ref{}, dw, db, y, x, mean, rstd, w, rows, cols)
 	h.hash("layernorm_bwd/dx", dx, rows*cols)
 	h.hash("layernorm_bwd/dw", dw, cols)
 	ap := backend.Attention{B: 2, T: 70, C: 32, H: 2}

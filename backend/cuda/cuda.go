@@ -398,9 +398,9 @@ func (c *CUDA) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, e
 }
 
 // LayerNormBackward implements backend.Backend.
-func (c *CUDA) LayerNormBackward(dx, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
+func (c *CUDA) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
 	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s any) error {
-		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols)
+		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols)
 	}))
 }
 

@@ -195,7 +195,11 @@ func backendOpCases(seed uint64) []opCase {
 					wr := h.up(backend.F32, w)
 					h.be.LayerNorm(out, mean, rstd, xr, wr, br, rows, cols, 1e-5)
 					dx, dw := h.up(dt, x), h.up(backend.F32, w) // dw and db accumulate
-					h.be.LayerNormBackward(dx, dw, dbr, h.up(dt, dy), xr, mean, rstd, wr, rows, cols)
+					var res backend.Ref                         // with a bias, a gradient gathered before is added too
+					if withBias {
+						res = h.up(dt, x)
+					}
+					h.be.LayerNormBackward(dx, res, dw, dbr, h.up(dt, dy), xr, mean, rstd, wr, rows, cols)
 					o := [][]float32{h.down(out, rows*cols), h.down(mean, rows), h.down(rstd, rows), h.down(dx, rows*cols), h.down(dw, cols)}
 					if withBias {
 						o = append(o, h.down(dbr, cols))

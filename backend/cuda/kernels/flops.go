@@ -1,6 +1,9 @@
 package kernels
 
-import "strings"
+import (
+	"math"
+	"strings"
+)
 
 // MovesData reports whether kernel does no floating-point work: it only
 // converts, fills or gathers (a cast, a fill, an embedding's forward).
@@ -48,10 +51,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 8 * arg("rows") * arg("cols")
 	case "layernorm_backward_dx":
 		return 10 * arg("rows") * arg("cols")
-	case "layernorm_backward_dwdb":
-		return 4 * arg("rows") * arg("cols")
-	case "layernorm_backward_finish":
-		return 2 * arg("nparts") * arg("cols")
+	case "layernorm_backward_dwdb": // the partials, then their sums
+		return 4*arg("rows")*arg("cols") + 2*math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
 	case "sumrows_partial", "sumcols", "bias_rows":
 		return arg("rows") * arg("cols")
 	case "colsum":

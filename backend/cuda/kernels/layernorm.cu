@@ -56,12 +56,22 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 }
 
 // fleet_layernorm_backward_dx_<t>: with xhat = (x - mean)*rstd and g = dout,
-// dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row. One
-// warp per row, grid-stride over rows. Traffic: x and dout read twice
-// (second time from cache), dx written once. Launch: as fleet_layernorm_<t>.
+// dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row, plus
+// dres[same element] unless dres is null (the gradient x gathered from its
+// other uses; it must not overlap dx). One warp per row, grid-stride over
+// rows. It also zeroes the chunk counters of the fleet_layernorm_backward_dwdb_<t>
+// launch that follows on the stream (part and nparts are that launch's
+// scratch and chunk count). Traffic: x and dout read twice (second time from
+// cache), dres read once, dx written once. Launch: as fleet_layernorm_<t>.
 template <class S>
-__device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dout,
-	const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
+__device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ part, int nparts,
+	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
+	if (blockIdx.x == 0) {
+		unsigned int *done = (unsigned int *)(part + 2LL * nparts * cols);
+		for (int i = threadIdx.x; i < (cols + 31) / 32; i += blockDim.x) {
+			done[i] = 0;
+		}
+	}
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		long long o = r * cols;
@@ -77,34 +87,45 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 		s2 = fleet_warp_sum(s2) / (float)cols;
 		for (int j = lane; j < cols; j += 32) {
 			float xhat = (S::ld(x, o + j) - m) * rs;
-			S::st(dx, o + j, rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2));
+			float v = rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2);
+			if (dres != 0) {
+				v += S::ld(dres, o + j);
+			}
+			S::st(dx, o + j, v);
 		}
 	}
 }
 
-extern "C" __global__ void fleet_layernorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dout,
-	const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
-	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dout, x, mean, rstd, w, rows, cols);
+extern "C" __global__ void fleet_layernorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ part, int nparts,
+	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
+	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols);
 }
-extern "C" __global__ void fleet_layernorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
-	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dout, x, mean, rstd, w, rows, cols);
+extern "C" __global__ void fleet_layernorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ part, int nparts,
+	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols) {
+	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols);
 }
 
-// fleet_layernorm_backward_dwdb_<t>: partial sums of dw = sum_r g*xhat and
-// db = sum_r g over one chunk of rows, laid out as fleet_sumrows_partial_<t>:
+// fleet_layernorm_backward_dwdb_<t>: dw[j] += sum_r g*xhat and, unless db
+// is null, db[j] += sum_r g, in one launch and deterministically. Partial
+// sums over one chunk of rows first, laid out as fleet_sumrows_partial_<t>:
 // blockIdx.y is the chunk (rows [y*chunkRows, (y+1)*chunkRows)), block x
 // covers 32 columns, warp w adds rows w, w+W, ... with its lanes on adjacent
 // columns (coalesced), and the warps' sums are added in warp order.
 // part[y*cols + j] gets the dw partial and part[(C + y)*cols + j] the db
-// partial, C = gridDim.y chunks. Traffic: x and dout read once, partials
-// written once. Launch: blocks of 256 threads, grid (ceil(cols/32),
-// ceil(rows/chunkRows)); then fleet_layernorm_backward_finish_f32.
+// partial, C = gridDim.y chunks. Then the last block of each column block
+// to finish (counted in done[blockIdx.x], done = part + 2*C*cols, zeroed by
+// fleet_layernorm_backward_dx_<t> just before) adds that column block's C
+// partials in chunk order into dw and db: the order of every sum is fixed,
+// whichever block finishes last. Traffic: x and dout read once, partials written and read
+// once, dw and db read and written once. Launch: blocks of 256 threads,
+// grid (ceil(cols/32), ceil(rows/chunkRows)).
 template <class S>
-__device__ __forceinline__ void fleet_layernorm_backward_dwdb_impl(float *__restrict__ part, const typename S::T *__restrict__ dout,
-	const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
+__device__ __forceinline__ void fleet_layernorm_backward_dwdb_impl(float *__restrict__ dw, float *__restrict__ db, float *part,
+	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd,
+	int rows, int cols, int chunkRows) {
 	__shared__ float accw[32][32];
 	__shared__ float accb[32][32];
+	__shared__ int last;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int j = blockIdx.x * 32 + lane;
 	int r0 = blockIdx.y * chunkRows;
@@ -130,33 +151,36 @@ __device__ __forceinline__ void fleet_layernorm_backward_dwdb_impl(float *__rest
 		part[(long long)blockIdx.y * cols + j] = tw;
 		part[(long long)(gridDim.y + blockIdx.y) * cols + j] = tb;
 	}
-}
-
-extern "C" __global__ void fleet_layernorm_backward_dwdb_f32(float *__restrict__ part, const float *__restrict__ dout,
-	const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
-	fleet_layernorm_backward_dwdb_impl<fleet_f32>(part, dout, x, mean, rstd, rows, cols, chunkRows);
-}
-extern "C" __global__ void fleet_layernorm_backward_dwdb_bf16(float *__restrict__ part, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
-	fleet_layernorm_backward_dwdb_impl<fleet_bf16>(part, dout, x, mean, rstd, rows, cols, chunkRows);
-}
-
-// fleet_layernorm_backward_finish_f32: dw[j] += sum_p part[p*cols + j] and,
-// unless db is null, db[j] += sum_p part[(nparts + p)*cols + j], the nparts
-// chunk partials added in order. Traffic: partials read once, dw and db read
-// and written once. Launch: 1-D blocks of 256 threads, one thread per
-// column, grid min(ceil(cols/256), 8 per SM), grid-stride loop.
-extern "C" __global__ void fleet_layernorm_backward_finish_f32(float *__restrict__ dw, float *__restrict__ db, const float *__restrict__ part,
-	int nparts, int cols) {
-	FLEET_FOR_EACH(j, cols) {
-		float sw = 0.0f, sb = 0.0f;
-		for (int p = 0; p < nparts; p++) {
-			sw += part[(long long)p * cols + j];
-			sb += part[(long long)(nparts + p) * cols + j];
+	__threadfence(); // the partials are visible before the count says so
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		unsigned int *done = (unsigned int *)(part + 2LL * gridDim.y * cols);
+		last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
+	}
+	__syncthreads();
+	if (!last) {
+		return;
+	}
+	__threadfence();
+	if (warp == 0 && j < cols) {
+		const volatile float *vp = part; // written by other blocks: not from this block's cache
+		float tw = 0.0f, tb = 0.0f;
+		for (int p = 0; p < (int)gridDim.y; p++) {
+			tw += vp[(long long)p * cols + j];
+			tb += vp[(long long)(gridDim.y + p) * cols + j];
 		}
-		dw[j] += sw;
+		dw[j] += tw;
 		if (db != 0) {
-			db[j] += sb;
+			db[j] += tb;
 		}
 	}
+}
+
+extern "C" __global__ void fleet_layernorm_backward_dwdb_f32(float *__restrict__ dw, float *__restrict__ db, float *part,
+	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
+	fleet_layernorm_backward_dwdb_impl<fleet_f32>(dw, db, part, dout, x, mean, rstd, rows, cols, chunkRows);
+}
+extern "C" __global__ void fleet_layernorm_backward_dwdb_bf16(float *__restrict__ dw, float *__restrict__ db, float *part,
+	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
+	fleet_layernorm_backward_dwdb_impl<fleet_bf16>(dw, db, part, dout, x, mean, rstd, rows, cols, chunkRows);
 }

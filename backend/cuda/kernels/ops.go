@@ -403,16 +403,17 @@ func LayerNorm(l Launcher, dt backend.DType, out, mean, rstd, x, w, b any, rows,
 }
 
 // LayerNormBackwardScratch is the number of F32 elements of scratch
-// LayerNormBackward needs.
-func LayerNormBackwardScratch(rows, cols int) int { return 2 * chunks(rows) * cols }
+// LayerNormBackward needs: the partial sums, then a counter per 32 columns.
+func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols + (cols+31)/32 }
 
-// LayerNormBackward writes dx and accumulates into dw and db (db may be
-// nil) for a LayerNorm over rows×cols: dx, dout and x have storage dt (F32
-// or BF16); mean, rstd, w, dw and db are F32. scratch holds
+// LayerNormBackward writes dx (plus dres, unless dres is nil; it must not
+// overlap dx) and accumulates into dw and db (db may be nil) for a
+// LayerNorm over rows×cols, in two launches: dx, dres, dout and x have
+// storage dt (F32 or BF16); mean, rstd, w, dw and db are F32. scratch holds
 // LayerNormBackwardScratch(rows, cols) F32 elements. dw and db are summed
 // over fixed chunks of ChunkRows rows, then the chunks are added in order:
-// deterministic, no atomics.
-func LayerNormBackward(l Launcher, dt backend.DType, dx, dw, db, dout, x, mean, rstd, w, scratch any, rows, cols int) error {
+// deterministic, the only atomic an integer count of the chunks done.
+func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch any, rows, cols int) error {
 	kdx, err := kernel("layernorm_backward_dx", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -428,14 +429,11 @@ func LayerNormBackward(l Launcher, dt backend.DType, dx, dw, db, dout, x, mean, 
 	if nc > maxGridY {
 		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
 	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, dx, dout, x, mean, rstd, w, int32(rows), int32(cols)); err != nil {
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, dx, dres, scratch, int32(nc), dout, x, mean, rstd, w, int32(rows), int32(cols)); err != nil {
 		return err
 	}
 	grid := [3]int{(cols + 31) / 32, nc, 1}
-	if err := l.Launch(kdw, grid, block1D, 0, scratch, dout, x, mean, rstd, int32(rows), int32(cols), int32(chunkRows)); err != nil {
-		return err
-	}
-	return l.Launch("fleet_layernorm_backward_finish_f32", gridFor(l, int64(cols), BlockSize), block1D, 0, dw, db, scratch, int32(nc), int32(cols))
+	return l.Launch(kdw, grid, block1D, 0, dw, db, scratch, dout, x, mean, rstd, int32(rows), int32(cols), int32(chunkRows))
 }
 
 // CrossEntropy writes losses[r] = lse[r] - logits[r, targets[r]] and the
