@@ -182,6 +182,20 @@ func (p MatMul) Extents() (a, b int) {
 	return a, b
 }
 
+// GELUProducts is a Backend whose matrix products can apply GELU, or
+// GELU's gradient, in their own epilogue (cuBLASLt's), so that a GPT's MLP
+// costs no GELU launches. GELUEpilogues reports whether it can now. For
+// both products p.Batch is 1, p.Beta 0 and p.Alpha 1, and op(A) and op(B)
+// are as in MatMul (with p.Round). MatMulGELU writes pre = op(A)·op(B) +
+// bias (bias may be Nil) and out = gelu(pre); MatMulGELUGrad writes
+// out = (op(A)·op(B)) ⊙ gelu'(pre). GELU is the tanh approximation, as
+// GELU and GELUBackward.
+type GELUProducts interface {
+	GELUEpilogues() bool
+	MatMulGELU(p MatMul, a, b, out, pre, bias Ref)
+	MatMulGELUGrad(p MatMul, a, b, out, pre Ref)
+}
+
 // OperandRounder is a Backend whose MatMul rounds F32 operands (Round)
 // within the product itself, in no pass of its own over memory, as
 // cuBLAS's fast compute modes do. Autocast gives such a backend its F32

@@ -47,7 +47,14 @@ type MLP struct {
 
 // Forward maps x [..., C] to [..., C], the dropout mask drawn from masks.
 func (m *MLP) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
-	return m.Drop.Forward(m.CProj.Forward(tensor.GELU(m.CFC.Forward(x))), masks)
+	var b1, b2 *tensor.Tensor
+	if m.CFC.B != nil {
+		b1 = m.CFC.B.T
+	}
+	if m.CProj.B != nil {
+		b2 = m.CProj.B.T
+	}
+	return m.Drop.Forward(tensor.MLP(x, m.CFC.W.T, b1, m.CProj.W.T, b2), masks)
 }
 
 // Parameters lists the MLP's parameters.

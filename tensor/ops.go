@@ -209,13 +209,16 @@ func Linear(x, w, bias *Tensor) *Tensor {
 	return out
 }
 
-func linearBackward(n *node, g *Tensor) {
+func linearBackward(n *node, g *Tensor) { linearGrads(n, g, true) }
+
+// linearGrads computes a Linear node's gradients: x's too where withX.
+func linearGrads(n *node, g *Tensor, withX bool) {
 	x, w, bias := n.in[0], n.in[1], n.in[2]
 	rows, in := rowsOf(x)
 	outF := w.Dim(1)
 	round := DType(n.i[0])
 	gl := Cast(g, x.dtype) // the products run in the forward's precision
-	if x.requiresGrad {
+	if x.requiresGrad && withX {
 		n.gin[0] = alloc("linear", x.dev, F32, x.shape)
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
 	}
@@ -239,7 +242,74 @@ func linearBackward(n *node, g *Tensor) {
 	}
 }
 
-// LinearT returns x @ wᵀ for x [..., in] and w [out, in]: the language
+// MLP returns Linear(GELU(Linear(x, w1, b1)), w2, b2), GPT-2's
+// feed-forward block (b1 and b2 may be nil). On a backend whose products
+// apply GELU in their epilogue (backend.GELUProducts) it takes no GELU
+// launches: the first product writes GELU's input and output at once, and
+// in the backward pass the second product's gradient for its input comes
+// out multiplied by GELU's derivative. It is then two nodes, the hidden
+// activation's gradient passing between them already through GELU: the
+// hidden activation is used by nothing else. Elsewhere it is the three ops.
+func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
+	gp, ok := x.be.(backend.GELUProducts)
+	if !ok || !gp.GELUEpilogues() || x.dtype != F32 || w1.dtype != F32 || w2.dtype != F32 {
+		return Linear(GELU(Linear(x, w1, b1)), w2, b2)
+	}
+	const op = "mlp"
+	check(op, x, w1)
+	check(op, x, w2)
+	x, w1, round := lowPrecision(op, x, w1)
+	if _, _, r2 := lowPrecision(op, x, w2); r2 != round {
+		return Linear(GELU(Linear(x, w1, b1)), w2, b2) // cast operands: not this path
+	}
+	wantRank(op, w1, 2)
+	wantRank(op, w2, 2)
+	rows, in := rowsOf(x)
+	hid := w1.Dim(1)
+	if w1.Dim(0) != in || w2.Dim(0) != hid {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("input has %d features, weights are %v and %v", in, w1.shape, w2.shape), Operands: []*Tensor{x, w1, w2}})
+	}
+	if b1 != nil && (len(b1.shape) != 1 || b1.shape[0] != hid) {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", b1.shape, hid), Operands: []*Tensor{x, w1, b1}})
+	}
+	var buf [maxInlineRank]int
+	pre := alloc(op, x.dev, F32, withLast(&buf, x.shape, hid))
+	h := alloc(op, x.dev, F32, pre.shape)
+	var b1r backend.Ref
+	if b1 != nil {
+		check(op, x, b1)
+		b1r = b1.ref()
+	}
+	gp.MatMulGELU(backend.MatMul{Batch: 1, M: rows, N: hid, K: in, Alpha: 1, Round: round}, x.ref(), w1.ref(), h.ref(), pre.ref(), b1r)
+	// Its gradient arrives already through GELU (see mlpProjBackward).
+	if n := record(h, "mlp_fc", linearBackward, x, w1, b1); n != nil {
+		n.saved[0] = pre
+		n.i[0] = int(round)
+	}
+	out := Linear(h, w2, b2)
+	if n := out.node; n != nil && n.op == "linear" {
+		n.op, n.back, n.saved[0] = "mlp_proj", mlpProjBackward, pre
+	}
+	return out
+}
+
+// mlpProjBackward is linearBackward for MLP's second product, whose input
+// is the GELU output h: the gradient it returns for h is the product's
+// times GELU's derivative at pre, computed in the product's epilogue, which
+// mlpFCBackward takes as is.
+func mlpProjBackward(n *node, g *Tensor) {
+	h, w := n.in[0], n.in[1]
+	pre := n.saved[0]
+	rows, hid := rowsOf(h)
+	outF := w.Dim(1)
+	linearGrads(n, g, false)
+	if h.requiresGrad {
+		n.gin[0] = alloc("mlp", h.dev, F32, h.shape)
+		h.be.(backend.GELUProducts).MatMulGELUGrad(backend.MatMul{Batch: 1, M: rows, N: hid, K: outF, TransB: true, Alpha: 1, Round: DType(n.i[0])},
+			g.ref(), w.ref(), n.gin[0].ref(), pre.ref())
+	}
+}
+
 // model head that shares the token embedding matrix.
 func LinearT(x, w *Tensor) *Tensor {
 	const op = "linear_t"

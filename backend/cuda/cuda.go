@@ -51,6 +51,7 @@ type CUDA struct {
 	mu   sync.Mutex // guards pool
 	pool *pool
 	tf32 atomic.Bool
+	noLt atomic.Bool // cuBLASLt is absent or refused a product: no epilogues
 
 	copied atomic.Int64
 	total  atomic.Int64 // the device's memory size, once read
@@ -296,17 +297,78 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.fail("matmul", fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	compute := cublas.Compute32F
-	switch {
-	case at == backend.F32 && p.Rounds() == backend.BF16:
-		compute = cublas.Compute32FFast16BF
-	case at == backend.F32 && p.Rounds() == backend.F16:
-		compute = cublas.Compute32FFast16F
-	case at == backend.F32 && c.tf32.Load():
-		compute = cublas.Compute32FFastTF32
-	}
-	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(cc).(devPtr)), dataType(at), compute)
+	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(cc).(devPtr)), dataType(at), c.compute(p, at))
 	c.check("matmul", c.g.gemm(&g))
+}
+
+// GELUEpilogues implements backend.GELUProducts: the device has cuBLASLt,
+// and its epilogues have not failed.
+func (c *CUDA) GELUEpilogues() bool { return !c.noLt.Load() }
+
+// MatMulGELU implements backend.GELUProducts with cuBLASLt's GELU_AUX(_BIAS)
+// epilogue. Where cuBLASLt refuses the product, it falls back to a product
+// and a GELU kernel, and GELUEpilogues then reports false.
+func (c *CUDA) MatMulGELU(p backend.MatMul, a, b, out, pre, bias backend.Ref) {
+	ep := cublas.EpilogueGELUAux
+	if !bias.Nil() {
+		ep = cublas.EpilogueGELUAuxBias
+	}
+	if c.ltProduct("matmul_gelu", p, a, b, out, pre, bias, ep) {
+		return
+	}
+	c.MatMul(p, a, b, pre, bias)
+	c.GELU(out, pre, p.M*p.N)
+}
+
+// MatMulGELUGrad implements backend.GELUProducts with cuBLASLt's DGELU
+// epilogue, falling back as MatMulGELU does.
+func (c *CUDA) MatMulGELUGrad(p backend.MatMul, a, b, out, pre backend.Ref) {
+	if c.ltProduct("matmul_gelu_grad", p, a, b, out, pre, backend.Ref{}, cublas.EpilogueDGELU) {
+		return
+	}
+	c.MatMul(p, a, b, out, backend.Ref{})
+	c.GELUBackward(out, pre, out, p.M*p.N)
+}
+
+// ltProduct queues a product with epilogue ep through cuBLASLt, mapped
+// onto its column-major form as gemmFor maps MatMul (aux is pre, with the
+// output's leading dimension; the bias runs along the output's columns,
+// which are cuBLASLt's rows). It reports false, having queued nothing,
+// where cuBLASLt is absent or refuses the product; it fails on other errors.
+func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backend.Ref, ep cublas.Epilogue) bool {
+	if c.noLt.Load() {
+		return false
+	}
+	at, bt := c.dt(a), c.dt(b)
+	if p.Batch != 1 || p.Beta != 0 || p.Alpha != 1 || at != bt || c.dt(out) != backend.F32 || c.dt(aux) != backend.F32 {
+		c.fail(op, fmt.Errorf("want one product, alpha 1, beta 0, one operand type and F32 outputs (%+v, %v @ %v)", p, at, bt))
+	}
+	if p.M == 0 || p.N == 0 {
+		return true
+	}
+	for _, v := range []int{p.M, p.N, p.K} {
+		if v > math.MaxInt32 {
+			c.fail(op, fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
+		}
+	}
+	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(out).(devPtr)), dataType(at), c.compute(p, at))
+	m := cublas.LtMatmul{
+		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1,
+		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
+		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
+		Aux: uint64(c.ptr(aux).(devPtr)), AuxLD: p.N,
+	}
+	if !bias.Nil() {
+		m.Bias = uint64(c.ptr(bias).(devPtr))
+	}
+	if err := c.g.ltMatmul(&m); err != nil {
+		if errors.Is(err, errNoLt) || errors.Is(err, cublas.ErrNotSupported) {
+			c.noLt.Store(true)
+			return false
+		}
+		c.fail(op, err)
+	}
+	return true
 }
 
 func dataType(dt backend.DType) cublas.DataType {
@@ -317,6 +379,19 @@ func dataType(dt backend.DType) cublas.DataType {
 		return cublas.R16F
 	}
 	return cublas.R32F
+}
+
+// compute is the cuBLAS compute type of product p of operands stored as at.
+func (c *CUDA) compute(p backend.MatMul, at backend.DType) cublas.ComputeType {
+	switch {
+	case at == backend.F32 && p.Rounds() == backend.BF16:
+		return cublas.Compute32FFast16BF
+	case at == backend.F32 && p.Rounds() == backend.F16:
+		return cublas.Compute32FFast16F
+	case at == backend.F32 && c.tf32.Load():
+		return cublas.Compute32FFastTF32
+	}
+	return cublas.Compute32F
 }
 
 // gemmFor maps a row-major product onto cuBLAS's column-major one: a

@@ -28,6 +28,8 @@ type driverGPU struct {
 	compute driver.Stream
 	copies  driver.Stream // host-to-device copies that overlap compute
 	blas    *cublas.Handle
+	lt      *cublas.Lt // nil: no cuBLASLt, products have no epilogues
+	ltH     cublas.LtHandle
 	nv      *nvrtc.NVRTC
 	cache   *kcache.Cache // nil: compile every process
 
@@ -67,16 +69,20 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: matrix products need cuBLAS: %w", err)
 	}
+	lt, err := cublas.OpenLt()
+	if err != nil {
+		lt = nil // products without epilogues: GELU gets kernels of its own
+	}
 	cache, err := kcache.Open("")
 	if err != nil {
 		cache = nil // compile in every process
 	}
-	return startDriverGPU(d, nv, blas, ordinal, cache)
+	return startDriverGPU(d, nv, blas, lt, ordinal, cache)
 }
 
 // startDriverGPU sets up device ordinal of an initialised driver, with
-// NVRTC, cuBLAS and a kernel cache (nil: none).
-func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordinal int, cache *kcache.Cache) (*driverGPU, error) {
+// NVRTC, cuBLAS, cuBLASLt (nil: none) and a kernel cache (nil: none).
+func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, lt *cublas.Lt, ordinal int, cache *kcache.Cache) (*driverGPU, error) {
 	info, err := d.DeviceInfo(ordinal)
 	if err != nil {
 		return nil, err
@@ -95,6 +101,11 @@ func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, ordi
 	}
 	if err := g.setup(ordinal, blas); err != nil {
 		return nil, fmt.Errorf("cuda: set up device %d: %w", ordinal, err)
+	}
+	if lt != nil {
+		if err := g.do(func() (err error) { g.ltH, err = lt.Create(); return err }); err == nil {
+			g.lt = lt
+		}
 	}
 	return g, nil
 }
@@ -497,6 +508,16 @@ func (g *driverGPU) gemm(p *cublas.Gemm) error {
 	return g.do(func() error { return g.blas.GemmStridedBatchedEx(p) })
 }
 
+func (g *driverGPU) ltMatmul(m *cublas.LtMatmul) error {
+	if g.lt == nil {
+		return errNoLt
+	}
+	return g.do(func() error {
+		m.Stream = uintptr(g.compute)
+		return g.lt.Matmul(g.ltH, m)
+	})
+}
+
 func (g *driverGPU) sync() error {
 	return g.do(func() error {
 		return errors.Join(g.d.StreamSynchronize(g.copies), g.d.StreamSynchronize(g.compute))
@@ -515,6 +536,9 @@ func (g *driverGPU) close() error {
 	err := g.do(func() error {
 		e1 := errors.Join(g.d.StreamSynchronize(g.compute), g.d.StreamSynchronize(g.copies))
 		e2 := g.blas.Destroy()
+		if g.lt != nil {
+			e2 = errors.Join(e2, g.lt.Destroy(g.ltH))
+		}
 		for _, e := range g.events {
 			e2 = errors.Join(e2, g.d.EventDestroy(e))
 		}

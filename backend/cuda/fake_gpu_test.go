@@ -31,7 +31,9 @@ type fakeGPU struct {
 	// hostCopies counts copies between the host and the device, and
 	// peerCopies copies into it from another device.
 	hostCopies, peerCopies int
-	gemms                  int // cuBLAS products
+	gemms                  int  // cuBLAS products
+	ltMatmuls              int  // cuBLASLt products, tried
+	noLt                   bool // no cuBLASLt: ltMatmul fails with errNoLt
 	marks                  []time.Time
 }
 
@@ -260,6 +262,66 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 					v += float64(g.Beta) * float64(math.Float32frombits(binary.LittleEndian.Uint32(c[4*(i+j*g.LDC):])))
 				}
 				binary.LittleEndian.PutUint32(c[4*(i+j*g.LDC):], math.Float32bits(float32(v)))
+			}
+		}
+	}
+	return nil
+}
+
+// ltMatmul is cublasLtMatmul's definition for the epilogues fleet uses:
+// the product as gemm computes it (D is C), then GELU_AUX(_BIAS) (aux gets
+// the product plus the bias, D its tanh-GELU) or DGELU (D times GELU's
+// derivative at aux), column-major with the bias along D's rows.
+func (f *fakeGPU) ltMatmul(m *cublas.LtMatmul) error {
+	f.ltMatmuls++
+	if f.noLt {
+		return errNoLt
+	}
+	if m.D != m.C || m.Batch > 1 || m.CType != cublas.R32F {
+		return fmt.Errorf("fake device: cuBLASLt product %+v", *m)
+	}
+	g := cublas.Gemm{TransA: m.TransA, TransB: m.TransB, M: m.M, N: m.N, K: m.K, Alpha: m.Alpha, Beta: m.Beta,
+		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: m.CType, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
+		Batch: 1, Compute: m.Compute}
+	if err := f.gemm(&g); err != nil {
+		return err
+	}
+	f.gemms--
+	d, err := f.mem(devPtr(m.D), (m.LDC*(m.N-1)+m.M)*4)
+	if err != nil {
+		return fmt.Errorf("D: %w", err)
+	}
+	aux, err := f.mem(devPtr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*4)
+	if err != nil {
+		return fmt.Errorf("aux: %w", err)
+	}
+	var bias []byte
+	if m.Bias != 0 {
+		if bias, err = f.mem(devPtr(m.Bias), m.M*4); err != nil {
+			return fmt.Errorf("bias: %w", err)
+		}
+	}
+	get := func(b []byte, i int) float64 {
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+	}
+	put := func(b []byte, i int, v float64) { binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v))) }
+	const k = 0.7978845608028654 // sqrt(2/pi)
+	for j := 0; j < m.N; j++ {
+		for i := 0; i < m.M; i++ {
+			v, a := get(d, i+j*m.LDC), i+j*m.AuxLD
+			switch m.Epilogue {
+			case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias:
+				if bias != nil {
+					v = float64(float32(v + get(bias, i)))
+				}
+				put(aux, a, v)
+				put(d, i+j*m.LDC, 0.5*v*(1+math.Tanh(k*(v+0.044715*v*v*v))))
+			case cublas.EpilogueDGELU:
+				x := get(aux, a)
+				t := math.Tanh(k * (x + 0.044715*x*x*x))
+				put(d, i+j*m.LDC, v*(0.5*(1+t)+0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)))
+			default:
+				return fmt.Errorf("fake device: epilogue %d", m.Epilogue)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,5 +153,20 @@ func checkGPTTraining(t *testing.T, dev tensor.Device) {
 				}
 			}
 		})
+	}
+}
+
+// TestGPTWithoutCuBLASLt is TestGPTOnEmulatedDevice on a device whose
+// cuBLASLt is missing or refuses the GELU epilogues: the first refusal
+// turns them off, and the MLP runs its product and GELU kernels instead.
+func TestGPTWithoutCuBLASLt(t *testing.T) {
+	f := newFakeGPU(256 << 20).withEmulator(t)
+	f.noLt = true
+	checkGPTTraining(t, fakeDevice(t, 21, f))
+	if f.ltMatmuls != 1 {
+		t.Errorf("cuBLASLt was tried %d times, want once: a refusal turns the epilogues off", f.ltMatmuls)
+	}
+	if !slices.ContainsFunc(f.launches, func(k string) bool { return strings.HasPrefix(k, "fleet_gelu_backward_") }) {
+		t.Error("no GELU backward kernel ran: the MLP did not fall back")
 	}
 }

@@ -10,6 +10,9 @@ import (
 // errNoPeer is peerCopy's error where it cannot copy from the other device.
 var errNoPeer = errors.New("cuda: no device-to-device copy between these devices")
 
+// errNoLt is ltMatmul's error where the device has no cuBLASLt.
+var errNoLt = errors.New("cuda: no cuBLASLt")
+
 // devPtr is a device address. Kernel launches take device buffers as devPtr
 // arguments (nil for an optional operand left out).
 type devPtr uint64
@@ -49,6 +52,9 @@ type gpu interface {
 	launch(kernel string, grid, block [3]int, shared int, args []any) error
 	// gemm queues one cuBLAS GemmStridedBatchedEx (addresses in g.A, g.B, g.C).
 	gemm(g *cublas.Gemm) error
+	// ltMatmul queues one cublasLtMatmul with its epilogue on the compute
+	// stream (it sets m.Stream), or returns errNoLt where there is none.
+	ltMatmul(m *cublas.LtMatmul) error
 	// sync waits for all queued work.
 	sync() error
 	// onStream runs fn on the device's thread with the compute stream.

@@ -271,6 +271,27 @@ func backendOpCases(seed uint64) []opCase {
 				return [][]float32{h.down(cr, m*n)}
 			})
 		}
+		for _, round := range []backend.DType{0, backend.BF16} {
+			// GELU and its gradient in the product's epilogue; the CPU,
+			// which has none, runs the product and the GELU kernels.
+			add(fmt.Sprintf("matmul gelu round %v %dx%dx%d", round, m, n, k), 1e-5, func(h host) [][]float32 {
+				// b serves as B stored n×k (read transposed), then as B stored k×n.
+				p := backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1, TransB: true, Round: round}
+				pg := backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1, Round: round}
+				out, pre, dpre := h.up(backend.F32, c), h.up(backend.F32, c), h.up(backend.F32, c)
+				ar, br, dy := h.up(backend.F32, a), h.up(backend.F32, b), h.up(backend.F32, a)
+				if gp, ok := h.be.(backend.GELUProducts); ok && gp.GELUEpilogues() {
+					gp.MatMulGELU(p, ar, br, out, pre, h.up(backend.F32, bias))
+					gp.MatMulGELUGrad(pg, dy, br, dpre, pre)
+				} else {
+					h.be.MatMul(p, ar, br, pre, h.up(backend.F32, bias))
+					h.be.GELU(out, pre, m*n)
+					h.be.MatMul(pg, dy, br, dpre, backend.Ref{})
+					h.be.GELUBackward(dpre, pre, dpre, m*n)
+				}
+				return [][]float32{h.down(out, m*n), h.down(pre, m*n), h.down(dpre, m*n)}
+			})
+		}
 		for _, round := range []backend.DType{backend.BF16, backend.F16} {
 			// F32 operands rounded within the product; the CPU casts them.
 			add(fmt.Sprintf("matmul round %v %dx%dx%d", round, m, n, k), 1e-5, func(h host) [][]float32 {

@@ -34,7 +34,7 @@ func OpenSimulated(spec sim.Spec) (*CUDA, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := startDriverGPU(d, nv, cublas.Load(dev.CUBLAS()), 0, nil)
+	g, err := startDriverGPU(d, nv, cublas.Load(dev.CUBLAS()), cublas.LoadLt(dev.CUBLASLt()), 0, nil)
 	if err != nil {
 		return nil, err
 	}

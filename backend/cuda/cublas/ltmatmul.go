@@ -173,8 +173,8 @@ func (l *Lt) Matmul(h LtHandle, m *LtMatmul) (err error) {
 		return err
 	}
 	if found < 1 {
-		return fmt.Errorf("cublas: cuBLASLt has no algorithm for a %d×%d×%d product with epilogue %d within %d bytes of workspace",
-			m.M, m.N, m.K, m.Epilogue, m.WorkspaceBytes)
+		return fmt.Errorf("cublas: cuBLASLt has no algorithm for a %d×%d×%d product with epilogue %d within %d bytes of workspace (%w)",
+			m.M, m.N, m.K, m.Epilogue, m.WorkspaceBytes, ErrNotSupported)
 	}
 	alpha, beta := m.Alpha, m.Beta
 	r, cerr = l.matmul.Call(uintptr(h), desc, uintptr(unsafe.Pointer(&alpha)), uintptr(m.A), la, uintptr(m.B), lb,

@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"sync"
+
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/libs"
+)
+
+// Attributes of cuBLASLt's descriptors the stand-in reads (cublasLt.h).
+const (
+	ltTransA    = 3
+	ltEpilogue  = 7
+	ltBias      = 8
+	ltAux       = 11
+	ltBatchSize = 5
+)
+
+// ltDesc is a matmul descriptor: its compute type and the attributes set.
+type ltDesc struct {
+	compute  cublas.ComputeType
+	transA   bool
+	epilogue cublas.Epilogue
+	bias     bool
+	aux      bool
+}
+
+// ltLayout is a matrix layout: its type, shape and batch.
+type ltLayout struct {
+	dt         cublas.DataType
+	rows, cols float64
+	batch      float64
+}
+
+// CUBLASLt is the stand-in for libcublasLt: descriptors, layouts and
+// preferences are kept as the library would, the heuristic always finds
+// one algorithm, and each cublasLtMatmul is recorded as one launch with
+// its FLOPs (2·M·N·K a matrix) and the bytes of its matrices, its bias
+// and its epilogue's auxiliary matrix, priced as CUBLAS prices a GEMM.
+func (d *Device) CUBLASLt() *libs.Lib {
+	var mu sync.Mutex
+	descs := map[uintptr]*ltDesc{}
+	layouts := map[uintptr]*ltLayout{}
+	ok := func(a []uintptr) uintptr { return 0 }
+	handle := func(p uintptr) uintptr {
+		d.mu.Lock()
+		h := d.newHandle()
+		d.mu.Unlock()
+		*(*uintptr)(ptr(p)) = h
+		return h
+	}
+	i32 := func(p uintptr) int32 { return *(*int32)(ptr(p)) }
+	size := func(t cublas.DataType) float64 {
+		switch t {
+		case cublas.R16F, cublas.R16BF:
+			return 2
+		}
+		return 4
+	}
+	funcs := map[string]libs.GoFunc{
+		"cublasLtCreate":     func(a []uintptr) uintptr { handle(a[0]); return 0 },
+		"cublasLtDestroy":    ok,
+		"cublasLtGetVersion": func([]uintptr) uintptr { return 120805 },
+		// (desc*, computeType, scaleType)
+		"cublasLtMatmulDescCreate": func(a []uintptr) uintptr {
+			h := handle(a[0])
+			mu.Lock()
+			descs[h] = &ltDesc{compute: cublas.ComputeType(a[1])}
+			mu.Unlock()
+			return 0
+		},
+		"cublasLtMatmulDescDestroy": func(a []uintptr) uintptr {
+			mu.Lock()
+			delete(descs, a[0])
+			mu.Unlock()
+			return 0
+		},
+		// (desc, attribute, buf*, size)
+		"cublasLtMatmulDescSetAttribute": func(a []uintptr) uintptr {
+			mu.Lock()
+			defer mu.Unlock()
+			ds, found := descs[a[0]]
+			if !found {
+				return uintptr(cublas.StatusInvalidValue)
+			}
+			switch a[1] {
+			case ltTransA:
+				ds.transA = i32(a[2]) != int32(cublas.OpN)
+			case ltEpilogue:
+				ds.epilogue = cublas.Epilogue(uint32(i32(a[2])))
+			case ltBias:
+				ds.bias = *(*uint64)(ptr(a[2])) != 0
+			case ltAux:
+				ds.aux = *(*uint64)(ptr(a[2])) != 0
+			}
+			return 0
+		},
+		// (layout*, type, rows, cols, ld)
+		"cublasLtMatrixLayoutCreate": func(a []uintptr) uintptr {
+			h := handle(a[0])
+			mu.Lock()
+			layouts[h] = &ltLayout{dt: cublas.DataType(a[1]), rows: float64(a[2]), cols: float64(a[3]), batch: 1}
+			mu.Unlock()
+			return 0
+		},
+		"cublasLtMatrixLayoutDestroy": func(a []uintptr) uintptr {
+			mu.Lock()
+			delete(layouts, a[0])
+			mu.Unlock()
+			return 0
+		},
+		"cublasLtMatrixLayoutSetAttribute": func(a []uintptr) uintptr {
+			mu.Lock()
+			defer mu.Unlock()
+			if l, found := layouts[a[0]]; found && a[1] == ltBatchSize {
+				l.batch = float64(max(i32(a[2]), 1))
+			}
+			return 0
+		},
+		"cublasLtMatmulPreferenceCreate":       func(a []uintptr) uintptr { handle(a[0]); return 0 },
+		"cublasLtMatmulPreferenceDestroy":      ok,
+		"cublasLtMatmulPreferenceSetAttribute": ok,
+		// (h, desc, la, lb, lc, ld, pref, requested, results*, found*)
+		"cublasLtMatmulAlgoGetHeuristic": func(a []uintptr) uintptr {
+			*(*int32)(ptr(a[9])) = 1
+			return 0
+		},
+		// (h, desc, alpha*, A, la, B, lb, beta*, C, lc, D, ld, algo*, ws, wsBytes, stream)
+		"cublasLtMatmul": func(a []uintptr) uintptr {
+			mu.Lock()
+			ds, la, lb, lc := descs[a[1]], layouts[a[4]], layouts[a[6]], layouts[a[9]]
+			mu.Unlock()
+			if ds == nil || la == nil || lb == nil || lc == nil {
+				return uintptr(cublas.StatusInvalidValue)
+			}
+			m, n, k := lc.rows, lc.cols, la.cols
+			if ds.transA {
+				k = la.rows
+			}
+			batch := lc.batch
+			cBytes := m * n * size(lc.dt)
+			if *(*float32)(ptr(a[7])) != 0 {
+				cBytes *= 2 // C is read too
+			}
+			bytes := batch * (la.rows*la.cols*size(la.dt) + lb.rows*lb.cols*size(lb.dt) + cBytes)
+			if ds.aux { // GELU_AUX writes the product beside D; DGELU reads it
+				bytes += batch * m * n * 4
+			}
+			if ds.bias {
+				bytes += m * 4
+			}
+			peak := d.Spec.FP32
+			switch {
+			case la.dt == cublas.R16BF || la.dt == cublas.R16F || ds.compute == cublas.Compute32FFast16BF || ds.compute == cublas.Compute32FFast16F:
+				peak = d.Spec.BF16
+			case ds.compute == cublas.Compute32FFastTF32:
+				peak = d.Spec.TF32
+			}
+			d.mu.Lock()
+			d.work("cublasLtMatmul", bytes, 2*m*n*k*batch, peak, TensorCoreEfficiency)
+			d.mu.Unlock()
+			return 0
+		},
+	}
+	return libs.Virtual("cublasLt", "libcublasLt.so.12 (simulated)", funcs)
+}
