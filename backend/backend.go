@@ -77,8 +77,8 @@ type Backend interface {
 
 	// SumRows reduces a rows×cols matrix over its rows: dst[j] = beta*dst[j] + sum_i src[i*cols+j].
 	SumRows(dst, src Ref, rows, cols int, beta float32)
-	// SumCols reduces over columns: dst[i] = sum_j src[i*cols+j].
-	SumCols(dst, src Ref, rows, cols int)
+	// SumCols reduces over columns: dst[i] = alpha * sum_j src[i*cols+j].
+	SumCols(dst, src Ref, rows, cols int, alpha float32)
 	// SumSquares adds sum_i src[i]^2 into dst[0] (a single F32 element).
 	SumSquares(dst, src Ref, n int)
 
@@ -252,6 +252,10 @@ type AdamW struct {
 	// gradients are multiplied by first (a clip coefficient); one that
 	// is not finite skips the step (param, m and v stay as they are).
 	GradScale Ref
+	// DecayEnd, where positive, ends the weight decay: elements from
+	// DecayEnd on take none (a packed buffer, its decayed parameters
+	// first, updated in one launch).
+	DecayEnd int
 }
 
 // Opener opens device number index of a kind.

@@ -40,15 +40,18 @@ type AdamW struct {
 // (decayed, not) that one AdamW launch each updates.
 type packing struct {
 	params, grads, m, v *tensor.Tensor
-	segs                []packedSeg
+	all                 packedSeg
 	done                bool // every buffer packed (a failed Pack leaves some nil)
 }
 
-// packedSeg is one stretch of the flat buffers: a view of the parameters
-// whose Grad is the view of their gradients, and the moments' views.
+// packedSeg is the flat buffers as the update sees them: a view of the
+// parameters whose Grad is the view of their gradients, the moments'
+// views, whether any parameter takes weight decay and, where not all of
+// them do, where those that do end (decayEnd; they come first).
 type packedSeg struct {
-	p, m, v *tensor.Tensor
-	decay   bool
+	p, m, v  *tensor.Tensor
+	decay    bool
+	decayEnd int
 }
 
 // NewAdamW makes an optimizer over params.
@@ -71,7 +74,7 @@ func NewAdamW(params []*nn.Parameter, cfg AdamWConfig) *AdamW {
 // Pack moves the parameters, their gradients and the moments into flat
 // buffers, the parameters with weight decay first (each parameter, its
 // gradient and its moments become views: see tensor.Pack), so that a step
-// updates them with one AdamW launch per stretch (decayed, not), ZeroGrad
+// updates them with one AdamW launch (backend.AdamW.DecayEnd), ZeroGrad
 // is one fill, and ClipCoef one reduction. It needs every parameter on one
 // device, in F32; it reports false, having changed nothing, where they are
 // not. Gradients held before are dropped. The update is elementwise, so
@@ -110,24 +113,21 @@ func (o *AdamW) Pack() bool {
 	k.params, k.grads = tensor.Pack(pick(ps), true)
 	k.m, _ = tensor.Pack(pick(o.M), false)
 	k.v, _ = tensor.Pack(pick(o.V), false)
-	lo := 0
-	for pass := range 2 {
-		hi := lo
-		for _, i := range order {
-			if o.Params[i].Decay == (pass == 0) {
-				hi += o.Params[i].T.Numel()
-			}
+	decayed, total := 0, k.params.Numel()
+	for _, p := range o.Params {
+		if p.Decay {
+			decayed += p.T.Numel()
 		}
-		if hi > lo {
-			seg := packedSeg{decay: pass == 0}
-			tensor.ProgramOf(dev).Persist(func() {
-				seg.p, seg.m, seg.v = k.params.Rows(lo, hi), k.m.Rows(lo, hi), k.v.Rows(lo, hi)
-				seg.p.Grad = k.grads.Rows(lo, hi)
-			})
-			k.segs = append(k.segs, seg)
-		}
-		lo = hi
 	}
+	seg := &k.all
+	seg.decay = decayed > 0
+	if decayed < total {
+		seg.decayEnd = decayed
+	}
+	tensor.ProgramOf(dev).Persist(func() {
+		seg.p, seg.m, seg.v = k.params.Rows(0, total), k.m.Rows(0, total), k.v.Rows(0, total)
+		seg.p.Grad = k.grads.Rows(0, total)
+	})
 	k.done = true
 	return true
 }
@@ -168,13 +168,12 @@ func (o *AdamW) Step() { o.StepScaled(nil) }
 func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 	o.Steps++
 	if k := o.packed; k != nil && k.done {
-		for _, seg := range k.segs {
-			hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps}
-			if seg.decay {
-				hp.WeightDecay = o.Config.WeightDecay
-			}
-			tensor.AdamWStep(seg.p, seg.m, seg.v, hp, gradScale)
+		seg := &k.all
+		hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps, DecayEnd: seg.decayEnd}
+		if seg.decay {
+			hp.WeightDecay = o.Config.WeightDecay
 		}
+		tensor.AdamWStep(seg.p, seg.m, seg.v, hp, gradScale)
 		return
 	}
 	for i, p := range o.Params {

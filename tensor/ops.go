@@ -509,8 +509,7 @@ func CrossEntropy(logits, targets *Tensor) *Tensor {
 	lse := like(op, logits, Shape{n})
 	logits.be.CrossEntropy(losses.ref(), lse.ref(), logits.ref(), targets.ref(), n, v)
 	out := like(op, logits, Shape{})
-	logits.be.SumCols(out.ref(), losses.ref(), 1, n)
-	logits.be.Scale(out.ref(), out.ref(), 1/float32(n), 1)
+	logits.be.SumCols(out.ref(), losses.ref(), 1, n, 1/float32(n)) // the mean
 	if nd := record(out, op, crossEntropyBackward, logits); nd != nil {
 		nd.saved[0], nd.saved[1] = lse, targets
 	}
@@ -593,7 +592,7 @@ func attentionBackward(n *node, g *Tensor) {
 func Sum(x *Tensor) *Tensor {
 	wantDType("sum", F32, x)
 	out := like("sum", x, Shape{})
-	x.be.SumCols(out.ref(), x.ref(), 1, x.Numel())
+	x.be.SumCols(out.ref(), x.ref(), 1, x.Numel(), 1)
 	record(out, "sum", sumBackward, x)
 	return out
 }

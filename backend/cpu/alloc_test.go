@@ -111,7 +111,7 @@ func allocCases(c *CPU) []allocCase {
 		{"unary", func() { c.Unary(backend.Tanh, hy, h, rows*hidden) }},
 		{"sum_rows", func() { c.SumRows(bQKV, qkv, rows, 3*C, 0) }},
 		{"sum_rows_beta", func() { c.SumRows(bQKV, qkv, rows, 3*C, 1) }},
-		{"sum_cols", func() { c.SumCols(losses, x, rows, C) }},
+		{"sum_cols", func() { c.SumCols(losses, x, rows, C, 1) }},
 		{"sum_squares", func() { c.Fill(sq, 0, 1); c.SumSquares(sq, pw, params) }},
 		{"softmax", func() { c.Softmax(probs, logits, rows, vocab) }},
 		{"softmax_backward", func() { c.SoftmaxBackward(dlogits, probs, logits, rows, vocab) }},

@@ -175,14 +175,15 @@ func (t *sumRowsTask) do(lo, hi int) {
 }
 
 // SumCols implements backend.Backend.
-func (c *CPU) SumCols(dst, src backend.Ref, rows, cols int) {
-	runTask(c, &sumColsTasks, rows, max(1, elemGrain/max(cols, 1)), sumColsTask{f32(dst)[:rows], f32(src)[:rows*cols], cols})
+func (c *CPU) SumCols(dst, src backend.Ref, rows, cols int, alpha float32) {
+	runTask(c, &sumColsTasks, rows, max(1, elemGrain/max(cols, 1)), sumColsTask{f32(dst)[:rows], f32(src)[:rows*cols], cols, alpha})
 }
 
 // sumColsTask is one SumCols call; a range is a range of rows.
 type sumColsTask struct {
-	d, s []float32
-	cols int
+	d, s  []float32
+	cols  int
+	alpha float32
 }
 
 var sumColsTasks taskPool[sumColsTask]
@@ -194,7 +195,7 @@ func (t *sumColsTask) do(lo, hi int) {
 		for _, v := range s[i*cols : (i+1)*cols] {
 			acc += v
 		}
-		d[i] = acc
+		d[i] = t.alpha * acc
 	}
 }
 
@@ -312,6 +313,14 @@ func exp32(x float32) float32 {
 // AdamW implements backend.Backend: PyTorch's AdamW with bias correction
 // and decoupled weight decay.
 func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
+	if e := p.DecayEnd; e > 0 && e < n { // two stretches: the same bits as two calls
+		p.DecayEnd = 0
+		c.AdamW(p, param, grad, m, v, e)
+		at := func(r backend.Ref) backend.Ref { r.Off += e; return r }
+		p.WeightDecay = 0
+		c.AdamW(p, at(param), at(grad), at(m), at(v), n-e)
+		return
+	}
 	if !p.GradScale.Nil() {
 		// The gradients times the scale, in place, as a separate scale
 		// of the gradients did before: the same bits.

@@ -765,12 +765,13 @@ func TestSumRowsCols(t *testing.T) {
 	rows2, cols2 := 300, 77
 	sv2 := randF32(r, rows2*cols2, 1)
 	s2, d2 := put(c, sv2, 1), put(c, randF32(r, rows2, 1), 2)
-	c.SumCols(d2, s2, rows2, cols2)
+	c.SumCols(d2, s2, rows2, cols2, -0.5)
 	want := make([]float64, rows2)
 	for i := range want {
 		for j := 0; j < cols2; j++ {
 			want[i] += float64(sv2[i*cols2+j])
 		}
+		want[i] *= -0.5
 	}
 	checkClose(t, "sumcols", get(c, d2, rows2), want, 1e-5, 1e-5)
 	checkGuards(t, "sumcols", d2, rows2)

@@ -215,7 +215,7 @@ func runAll(c *CPU, seed uint64) []opHash {
 		c.SumRows(d, x, rows, cols, 0.5)
 		h.hash(fmt.Sprintf("sumrows/%dx%d/beta", rows, cols), d, cols)
 		dc := h.f32(rows, 1)
-		c.SumCols(dc, x, rows, cols)
+		c.SumCols(dc, x, rows, cols, 1)
 		h.hash(fmt.Sprintf("sumcols/%dx%d", rows, cols), dc, rows)
 	}
 	for _, m := range []int{300001, 2 << 20, 1000} {

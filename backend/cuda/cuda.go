@@ -446,8 +446,8 @@ func (c *CUDA) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
 }
 
 // SumCols implements backend.Backend.
-func (c *CUDA) SumCols(dst, src backend.Ref, rows, cols int) {
-	c.check("sum_cols", kernels.SumCols(c, c.dt(src), c.ptr(dst), c.ptr(src), rows, cols))
+func (c *CUDA) SumCols(dst, src backend.Ref, rows, cols int, alpha float32) {
+	c.check("sum_cols", kernels.SumCols(c, c.dt(src), c.ptr(dst), c.ptr(src), rows, cols, alpha))
 }
 
 // SumSquares implements backend.Backend.

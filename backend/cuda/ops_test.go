@@ -212,7 +212,7 @@ func backendOpCases(seed uint64) []opCase {
 			d0, d1, dc := h.up(backend.F32, w), h.up(backend.F32, w), h.up(backend.F32, x[:rows])
 			h.be.SumRows(d0, h.up(backend.F32, x), rows, cols, 0)
 			h.be.SumRows(d1, h.up(backend.F32, x), rows, cols, 0.5)
-			h.be.SumCols(dc, h.up(backend.F32, x), rows, cols)
+			h.be.SumCols(dc, h.up(backend.F32, x), rows, cols, -1.5)
 			return [][]float32{h.down(d0, cols), h.down(d1, cols), h.down(dc, rows)}
 		})
 		tg := ids(rows, cols)

@@ -7,11 +7,13 @@
 //   w = w*decay - stepSize * m / (sqrt(v)*invBC2Sqrt + eps),
 // with the per-step constants folded on the host exactly as the CPU
 // backend does: c1 = 1-b1, c2 = 1-b2, invBC2Sqrt = 1/sqrt(1-b2^t),
-// decay = 1 - lr*wd, stepSize = lr/(1-b1^t). Memory traffic: param, m and v
+// decay = 1 - lr*wd, stepSize = lr/(1-b1^t); elements from decayEnd on
+// (where it is positive) take decay = 1, no weight decay. Memory traffic: param, m and v
 // read and written once, grad read once. Launch: 1-D blocks of 256 threads,
 // grid min(ceil(n/256), 8 per SM), grid-stride loop.
 extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m, float *__restrict__ v,
-	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize, long long n) {
+	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize,
+	long long decayEnd, long long n) {
 	float scale = gradScale ? gradScale[0] : 1.0f;
 	if (!isfinite(scale)) {
 		return;
@@ -23,6 +25,7 @@ extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const floa
 		m[i] = mi;
 		v[i] = vi;
 		float denom = sqrtf(vi) * invBC2Sqrt + eps;
-		param[i] = param[i] * decay - stepSize * (mi / denom);
+		float d = decayEnd > 0 && i >= decayEnd ? 1.0f : decay;
+		param[i] = param[i] * d - stepSize * (mi / denom);
 	}
 }

@@ -241,11 +241,12 @@ func AdamWFold(p backend.AdamW) AdamWConsts {
 // AdamW updates n F32 parameters in place, with their F32 gradients and
 // moment estimates m and v (both updated). gradScale (nil: none) is a
 // device F32 scalar the gradients are multiplied by; one that is not
-// finite skips the step.
+// finite skips the step. Elements from p.DecayEnd on (where positive) take
+// no weight decay.
 func AdamW(l Launcher, p backend.AdamW, param, grad, m, v, gradScale any, n int) error {
 	k := AdamWFold(p)
 	return elementwise(l, "fleet_adamw_f32", n, param, grad, m, v, gradScale,
-		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(n))
+		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(p.DecayEnd), int64(n))
 }
 
 // TrackLoss adds x[0]*scale into stats[0] and records step in stats[1]
@@ -302,8 +303,9 @@ func SumRows(l Launcher, dt backend.DType, dst, src, scratch any, rows, cols int
 	return l.Launch("fleet_colsum_f32", gridFor(l, int64(cols), BlockSize), block1D, 0, dst, scratch, int32(nc), int32(cols), beta)
 }
 
-// SumCols computes dst[i] = sum_j src[i*cols+j] for an F32 rows×cols src.
-func SumCols(l Launcher, dt backend.DType, dst, src any, rows, cols int) error {
+// SumCols computes dst[i] = alpha * sum_j src[i*cols+j] for an F32
+// rows×cols src.
+func SumCols(l Launcher, dt backend.DType, dst, src any, rows, cols int, alpha float32) error {
 	k, err := kernel("sumcols", dt, f32Only...)
 	if err != nil {
 		return err
@@ -314,7 +316,7 @@ func SumCols(l Launcher, dt backend.DType, dst, src any, rows, cols int) error {
 	if rows == 0 {
 		return nil
 	}
-	return l.Launch(k, rowsGrid(l, rows), block1D, 0, dst, src, int32(rows), int32(cols))
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, dst, src, int32(rows), int32(cols), alpha)
 }
 
 // sumSquaresParts is the number of partial sums SumSquares splits n

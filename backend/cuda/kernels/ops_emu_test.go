@@ -503,6 +503,9 @@ func adamWCase(t *testing.T, m *emu.Module) {
 			// one that is not finite (the step is skipped).
 			for _, scale := range []float32{1, 0.37, float32(math.NaN())} {
 				cp := p
+				if step == 7 { // weight decay on the first third only
+					p.DecayEnd, cp.DecayEnd = n/3, n/3
+				}
 				if scale != 1 {
 					cp.GradScale = cpuF32([]float32{scale})
 				}
@@ -521,7 +524,7 @@ func adamWCase(t *testing.T, m *emu.Module) {
 				// The parameters are compared by their change, which is what
 				// the step computes (the parameters themselves barely move).
 				for k, name := range []string{"param update", "m", "v"} {
-					checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d scale=%v", name, n, step, scale), got[k], want[k], 1e-5)
+					checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d scale=%v decay end=%d", name, n, step, scale, p.DecayEnd), got[k], want[k], 1e-5)
 				}
 				if scale != scale && n > 0 && (got[0][0] != 0 || got[1][0] != m0[0]) {
 					t.Errorf("adamw n=%d: a gradient scale of NaN changed the parameters or moments", n)
@@ -719,11 +722,11 @@ func sumColsCase(t *testing.T, m *emu.Module) {
 		rows, cols := sh[0], sh[1]
 		src := randF32(rng, rows*cols, 1)
 		cd := cpuF32(make([]float32, rows))
-		cpuB.SumCols(cd, cpuF32(src), rows, cols)
+		cpuB.SumCols(cd, cpuF32(src), rows, cols, 0.75)
 		want := cpuGet(cd, rows)
 		got := twice(t, m, func(l kernels.Launcher) [][]float32 {
 			dst := emu.Poison(emu.F32, rows)
-			must(t, kernels.SumCols(l, backend.F32, dst, emu.NewF32(src), rows, cols))
+			must(t, kernels.SumCols(l, backend.F32, dst, emu.NewF32(src), rows, cols, 0.75))
 			return [][]float32{dst.F32()}
 		})
 		checkClose(t, fmt.Sprintf("sumcols %dx%d", rows, cols), got[0], want, 1e-5)

@@ -57,11 +57,11 @@ extern "C" __global__ void fleet_colsum_f32(float *__restrict__ dst, const float
 	}
 }
 
-// fleet_sumcols_f32: dst[i] = sum_j src[i*cols + j]. One warp per row
+// fleet_sumcols_f32: dst[i] = alpha * sum_j src[i*cols + j]. One warp per row
 // (lane l adds columns l, l+32, ..., then a fixed butterfly), grid-stride
 // over rows. Traffic: src read once, dst written once. Launch: 1-D blocks of
 // 256 threads (8 rows at a time), grid min(ceil(rows/8), 8 per SM).
-extern "C" __global__ void fleet_sumcols_f32(float *__restrict__ dst, const float *__restrict__ src, int rows, int cols) {
+extern "C" __global__ void fleet_sumcols_f32(float *__restrict__ dst, const float *__restrict__ src, int rows, int cols, float alpha) {
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		const float *row = src + r * cols;
@@ -71,7 +71,7 @@ extern "C" __global__ void fleet_sumcols_f32(float *__restrict__ dst, const floa
 		}
 		s = fleet_warp_sum(s);
 		if (lane == 0) {
-			dst[r] = s;
+			dst[r] = alpha * s;
 		}
 	}
 }
