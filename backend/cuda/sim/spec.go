@@ -1,5 +1,5 @@
 // Package sim is a simulated NVIDIA GPU: stand-ins, written in Go, for the
-// CUDA driver, NVRTC and cuBLAS, which the CUDA backend loads as it loads
+// CUDA driver, NVRTC, cuBLAS and cuBLASLt, which the CUDA backend loads as it loads
 // the real libraries and drives with its own code (its allocator, its
 // launcher, its cuBLAS calls, copies and events). They execute nothing and
 // hold no data: device memory is address ranges, and what a copy brings
