@@ -45,7 +45,8 @@ type driverGPU struct {
 }
 
 // openDriverGPU opens device ordinal with everything training needs: the
-// driver, NVRTC and cuBLAS. Each missing piece is an error saying which.
+// driver, NVRTC and cuBLAS (each missing one is an error saying which), and
+// cuBLASLt where it is found (without it, products have no epilogues).
 func openDriverGPU(ordinal int) (*driverGPU, error) {
 	d, err := driver.Open()
 	if err != nil {
