@@ -334,7 +334,8 @@ func (c *CUDA) MatMulGELUGrad(p backend.MatMul, a, b, out, pre backend.Ref) {
 // onto its column-major form as gemmFor maps MatMul (aux is pre, with the
 // output's leading dimension; the bias runs along the output's columns,
 // which are cuBLASLt's rows). It reports false, having queued nothing,
-// where cuBLASLt is absent or refuses the product; it fails on other errors.
+// where cuBLASLt is absent or refuses the product (any cuBLAS status); it
+// fails on other errors.
 func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backend.Ref, ep cublas.Epilogue) bool {
 	if c.noLt.Load() {
 		return false
@@ -362,7 +363,11 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 		m.Bias = uint64(c.ptr(bias).(devPtr))
 	}
 	if err := c.g.ltMatmul(&m); err != nil {
-		if errors.Is(err, errNoLt) || errors.Is(err, cublas.ErrNotSupported) {
+		// cuBLASLt said no (a status of its own, before queuing anything:
+		// not supported, or a layout it will not take, such as an aux
+		// leading dimension it wants aligned): the kernels do it instead.
+		var status *cublas.Error
+		if errors.Is(err, errNoLt) || errors.As(err, &status) {
 			c.noLt.Store(true)
 			return false
 		}
