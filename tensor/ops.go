@@ -223,14 +223,7 @@ func linearGrads(n *node, g *Tensor, withX bool) {
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		dw := backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}
-		if s := gradSink(w); s != nil {
-			dw.Beta = 1
-			gemm(dw, x, gl, s, nil)
-		} else {
-			n.gin[1] = alloc("linear", w.dev, F32, w.shape)
-			gemm(dw, x, gl, n.gin[1], nil)
-		}
+		weightGrad(n, backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}, x, gl)
 	}
 	if bias != nil && bias.requiresGrad {
 		if s := gradSink(bias); s != nil {
@@ -252,16 +245,18 @@ func linearGrads(n *node, g *Tensor, withX bool) {
 // hidden activation is used by nothing else. Elsewhere it is the three ops.
 func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 	gp, ok := x.be.(backend.GELUProducts)
+	var round DType // under autocast, the products round their F32 operands
+	if dt := ProgramOf(x.dev).autocast; dt != F32 {
+		r, rounds := x.be.(backend.OperandRounder)
+		ok = ok && rounds && r.RoundsOperands()
+		round = dt
+	}
 	if !ok || !gp.GELUEpilogues() || x.dtype != F32 || w1.dtype != F32 || w2.dtype != F32 {
 		return Linear(GELU(Linear(x, w1, b1)), w2, b2)
 	}
 	const op = "mlp"
 	check(op, x, w1)
 	check(op, x, w2)
-	x, w1, round := lowPrecision(op, x, w1)
-	if _, _, r2 := lowPrecision(op, x, w2); r2 != round {
-		return Linear(GELU(Linear(x, w1, b1)), w2, b2) // cast operands: not this path
-	}
 	wantRank(op, w1, 2)
 	wantRank(op, w2, 2)
 	rows, in := rowsOf(x)
@@ -341,23 +336,30 @@ func linearTBackward(n *node, g *Tensor) {
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, Round: round}, gl, w, n.gin[0], nil)
 	}
 	if w.requiresGrad {
-		dw := backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}
-		if s := gradSink(w); s != nil {
-			dw.Beta = 1
-			gemm(dw, gl, x, s, nil)
-		} else {
-			n.gin[1] = alloc("linear_t", w.dev, F32, w.shape)
-			gemm(dw, gl, x, n.gin[1], nil)
-		}
+		weightGrad(n, backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}, gl, x)
 	}
+}
+
+// weightGrad computes the gradient of n's weight, its second input, as the
+// product p of a and b: added into the weight's Grad where gradSink allows
+// (beta 1), else into a new tensor in gin.
+func weightGrad(n *node, p backend.MatMul, a, b *Tensor) {
+	w := n.in[1]
+	if s := gradSink(w); s != nil {
+		p.Beta = 1
+		gemm(p, a, b, s, nil)
+		return
+	}
+	n.gin[1] = alloc(n.op, w.dev, F32, w.shape)
+	gemm(p, a, b, n.gin[1], nil)
 }
 
 // Autocast runs fn with the default program's products in dt: see
 // Program.Autocast.
 func Autocast(dt DType, fn func()) { defaultProgram.Autocast(dt, fn) }
 
-// Autocast runs fn with Linear and LinearT (every matrix product of the
-// GPT) on p's devices casting F32 operands to dt, BF16 or F16, for the
+// Autocast runs fn with Linear, LinearT and MLP (every matrix product of
+// the GPT) on p's devices casting F32 operands to dt, BF16 or F16, for the
 // product: low precision inputs, F32 accumulation and F32 outputs (F16
 // needs loss scaling to keep small gradients from flushing to zero). The
 // casts are ops of their own, so gradients reach the F32 tensors (master

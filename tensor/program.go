@@ -46,7 +46,7 @@ type Program struct {
 	heldHeaders [][]*Tensor // [d]: freed at the last end of a step scope d deep, not yet reusable
 
 	gradEnabled bool
-	// autocast is the storage dtype Linear and LinearT compute their
+	// autocast is the storage dtype Linear, LinearT and MLP compute their
 	// products in; F32 means as given. See Autocast.
 	autocast DType
 	// gradReadyHook is called by Backward for each leaf whose gradient is

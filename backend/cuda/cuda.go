@@ -301,8 +301,9 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	c.check("matmul", c.g.gemm(&g))
 }
 
-// GELUEpilogues implements backend.GELUProducts: the device has cuBLASLt,
-// and its epilogues have not failed.
+// GELUEpilogues implements backend.GELUProducts: no product has found
+// cuBLASLt missing or unwilling yet (a device without it finds out on its
+// first MLP, which then falls back).
 func (c *CUDA) GELUEpilogues() bool { return !c.noLt.Load() }
 
 // MatMulGELU implements backend.GELUProducts with cuBLASLt's GELU_AUX(_BIAS)

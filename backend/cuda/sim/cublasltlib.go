@@ -32,15 +32,54 @@ type ltLayout struct {
 	batch      float64
 }
 
+// table holds the objects of one kind the stand-in hands out, by handle.
+type table[T any] struct {
+	mu sync.Mutex
+	m  map[uintptr]*T
+}
+
+func (t *table[T]) put(h uintptr, v *T) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[uintptr]*T{}
+	}
+	t.m[h] = v
+}
+
+// get returns the object h names, or nil; callers change it under the
+// table's lock (with), since another call may hold it too.
+func (t *table[T]) get(h uintptr) *T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[h]
+}
+
+// with runs fn on the object h names, if any, under the table's lock.
+func (t *table[T]) with(h uintptr, fn func(*T)) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[h]
+	if ok {
+		fn(v)
+	}
+	return ok
+}
+
+func (t *table[T]) del(h uintptr) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, h)
+}
+
 // CUBLASLt is the stand-in for libcublasLt: descriptors, layouts and
 // preferences are kept as the library would, the heuristic always finds
 // one algorithm, and each cublasLtMatmul is recorded as one launch with
 // its FLOPs (2·M·N·K a matrix) and the bytes of its matrices, its bias
 // and its epilogue's auxiliary matrix, priced as CUBLAS prices a GEMM.
 func (d *Device) CUBLASLt() *libs.Lib {
-	var mu sync.Mutex
-	descs := map[uintptr]*ltDesc{}
-	layouts := map[uintptr]*ltLayout{}
+	var descs table[ltDesc]
+	var layouts table[ltLayout]
 	ok := func(a []uintptr) uintptr { return 0 }
 	handle := func(p uintptr) uintptr {
 		d.mu.Lock()
@@ -63,57 +102,38 @@ func (d *Device) CUBLASLt() *libs.Lib {
 		"cublasLtGetVersion": func([]uintptr) uintptr { return 120805 },
 		// (desc*, computeType, scaleType)
 		"cublasLtMatmulDescCreate": func(a []uintptr) uintptr {
-			h := handle(a[0])
-			mu.Lock()
-			descs[h] = &ltDesc{compute: cublas.ComputeType(a[1])}
-			mu.Unlock()
+			descs.put(handle(a[0]), &ltDesc{compute: cublas.ComputeType(a[1])})
 			return 0
 		},
-		"cublasLtMatmulDescDestroy": func(a []uintptr) uintptr {
-			mu.Lock()
-			delete(descs, a[0])
-			mu.Unlock()
-			return 0
-		},
+		"cublasLtMatmulDescDestroy": func(a []uintptr) uintptr { descs.del(a[0]); return 0 },
 		// (desc, attribute, buf*, size)
 		"cublasLtMatmulDescSetAttribute": func(a []uintptr) uintptr {
-			mu.Lock()
-			defer mu.Unlock()
-			ds, found := descs[a[0]]
+			found := descs.with(a[0], func(ds *ltDesc) {
+				switch a[1] {
+				case ltTransA:
+					ds.transA = i32(a[2]) != int32(cublas.OpN)
+				case ltEpilogue:
+					ds.epilogue = cublas.Epilogue(uint32(i32(a[2])))
+				case ltBias:
+					ds.bias = *(*uint64)(ptr(a[2])) != 0
+				case ltAux:
+					ds.aux = *(*uint64)(ptr(a[2])) != 0
+				}
+			})
 			if !found {
 				return uintptr(cublas.StatusInvalidValue)
-			}
-			switch a[1] {
-			case ltTransA:
-				ds.transA = i32(a[2]) != int32(cublas.OpN)
-			case ltEpilogue:
-				ds.epilogue = cublas.Epilogue(uint32(i32(a[2])))
-			case ltBias:
-				ds.bias = *(*uint64)(ptr(a[2])) != 0
-			case ltAux:
-				ds.aux = *(*uint64)(ptr(a[2])) != 0
 			}
 			return 0
 		},
 		// (layout*, type, rows, cols, ld)
 		"cublasLtMatrixLayoutCreate": func(a []uintptr) uintptr {
-			h := handle(a[0])
-			mu.Lock()
-			layouts[h] = &ltLayout{dt: cublas.DataType(a[1]), rows: float64(a[2]), cols: float64(a[3]), batch: 1}
-			mu.Unlock()
+			layouts.put(handle(a[0]), &ltLayout{dt: cublas.DataType(a[1]), rows: float64(a[2]), cols: float64(a[3]), batch: 1})
 			return 0
 		},
-		"cublasLtMatrixLayoutDestroy": func(a []uintptr) uintptr {
-			mu.Lock()
-			delete(layouts, a[0])
-			mu.Unlock()
-			return 0
-		},
+		"cublasLtMatrixLayoutDestroy": func(a []uintptr) uintptr { layouts.del(a[0]); return 0 },
 		"cublasLtMatrixLayoutSetAttribute": func(a []uintptr) uintptr {
-			mu.Lock()
-			defer mu.Unlock()
-			if l, found := layouts[a[0]]; found && a[1] == ltBatchSize {
-				l.batch = float64(max(i32(a[2]), 1))
+			if a[1] == ltBatchSize {
+				layouts.with(a[0], func(l *ltLayout) { l.batch = float64(max(i32(a[2]), 1)) })
 			}
 			return 0
 		},
@@ -127,9 +147,7 @@ func (d *Device) CUBLASLt() *libs.Lib {
 		},
 		// (h, desc, alpha*, A, la, B, lb, beta*, C, lc, D, ld, algo*, ws, wsBytes, stream)
 		"cublasLtMatmul": func(a []uintptr) uintptr {
-			mu.Lock()
-			ds, la, lb, lc := descs[a[1]], layouts[a[4]], layouts[a[6]], layouts[a[9]]
-			mu.Unlock()
+			ds, la, lb, lc := descs.get(a[1]), layouts.get(a[4]), layouts.get(a[6]), layouts.get(a[9])
 			if ds == nil || la == nil || lb == nil || lc == nil {
 				return uintptr(cublas.StatusInvalidValue)
 			}
