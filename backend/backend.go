@@ -79,8 +79,9 @@ type Backend interface {
 	SumRows(dst, src Ref, rows, cols int, beta float32)
 	// SumCols reduces over columns: dst[i] = alpha * sum_j src[i*cols+j].
 	SumCols(dst, src Ref, rows, cols int, alpha float32)
-	// SumSquares adds sum_i src[i]^2 into dst[0] (a single F32 element).
-	SumSquares(dst, src Ref, n int)
+	// SumSquares writes dst[0] = beta*dst[0] + sum_i src[i]^2 (dst a
+	// single F32 element; with beta 0, dst is not read).
+	SumSquares(dst, src Ref, n int, beta float32)
 
 	// Softmax over the last axis of rows×cols; SoftmaxBackward gives
 	// dx = y * (dy - sum(dy*y)).
@@ -93,8 +94,18 @@ type Backend interface {
 	// LayerNormBackward writes dx, plus dres where dres is not Nil (the
 	// gradient x gathered from its other uses, a residual stream's, so that
 	// adding it costs no pass of its own; dres must not overlap dx), and
-	// accumulates into dw and db (db may be Nil).
-	LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w Ref, rows, cols int)
+	// accumulates into dw and db (db may be Nil). Where drop.Dst is not
+	// Nil, it also writes dx masked by drop.Mask there (the gradient of a
+	// dropout whose output x is, so that the dropout's backward pass costs
+	// no pass of its own either).
+	LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w Ref, rows, cols int, drop DropoutOut)
+
+	// DropoutAdd writes out[i] = x[i] + y[i]·s[i], where s[i] is m.Scale
+	// where m keeps element i and 0 where it does not (so a dropped
+	// infinity or NaN stays NaN, as multiplying by a mask would); with x
+	// Nil, out[i] = y[i]·s[i] (a dropout). The product is rounded before
+	// the sum. out may alias x or y.
+	DropoutAdd(out, x, y Ref, n int, m DropoutMask)
 
 	// GELU is the tanh approximation; GELUBackward writes dx = dy * gelu'(x).
 	GELU(dst, src Ref, n int)

@@ -69,8 +69,8 @@ type Block struct {
 // p says where the dropout masks come from and, for inference, holds the
 // key/value cache; nil is a pass without either.
 func (b *Block) Forward(x *tensor.Tensor, p *Pass) *tensor.Tensor {
-	x = tensor.Add(x, b.Attn.Forward(b.LN1.Forward(x), p.kv(b.layer), p.masks()))
-	return tensor.Add(x, b.MLP.Forward(b.LN2.Forward(x), p.masks()))
+	x = b.Attn.Residual(x, b.LN1.Forward(x), p.kv(b.layer), p.masks())
+	return b.MLP.Residual(x, b.LN2.Forward(x), p.masks())
 }
 
 // Pass is the state one forward pass reads and changes besides the

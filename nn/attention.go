@@ -23,6 +23,17 @@ type KV struct {
 // positions [kv.Pos, kv.Pos+T): their keys and values are written into
 // the cache, and each attends to every cached position up to itself.
 func (a *CausalSelfAttention) Forward(x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
+	return a.ResidDrop.Forward(a.project(x, kv), masks)
+}
+
+// Residual returns res + Forward(x, kv, masks), the add fused with the
+// dropout (Dropout.Residual).
+func (a *CausalSelfAttention) Residual(res, x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
+	return a.ResidDrop.Residual(res, a.project(x, kv), masks)
+}
+
+// project is Forward before the dropout.
+func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV) *tensor.Tensor {
 	qkv := a.CAttn.Forward(x)
 	var y *tensor.Tensor
 	if kv == nil {
@@ -30,7 +41,7 @@ func (a *CausalSelfAttention) Forward(x *tensor.Tensor, kv *KV, masks *Masks) *t
 	} else {
 		y = tensor.AttentionKV(qkv, kv.K, kv.V, a.NHead, kv.Pos)
 	}
-	return a.ResidDrop.Forward(a.CProj.Forward(y), masks)
+	return a.CProj.Forward(y)
 }
 
 // Parameters lists the attention's parameters.
@@ -47,6 +58,17 @@ type MLP struct {
 
 // Forward maps x [..., C] to [..., C], the dropout mask drawn from masks.
 func (m *MLP) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return m.Drop.Forward(m.apply(x), masks)
+}
+
+// Residual returns res + Forward(x, masks), the add fused with the
+// dropout (Dropout.Residual).
+func (m *MLP) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return m.Drop.Residual(res, m.apply(x), masks)
+}
+
+// apply is Forward before the dropout.
+func (m *MLP) apply(x *tensor.Tensor) *tensor.Tensor {
 	var b1, b2 *tensor.Tensor
 	if m.CFC.B != nil {
 		b1 = m.CFC.B.T
@@ -54,7 +76,7 @@ func (m *MLP) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	if m.CProj.B != nil {
 		b2 = m.CProj.B.T
 	}
-	return m.Drop.Forward(tensor.MLP(x, m.CFC.W.T, b1, m.CProj.W.T, b2), masks)
+	return tensor.MLP(x, m.CFC.W.T, b1, m.CProj.W.T, b2)
 }
 
 // Parameters lists the MLP's parameters.

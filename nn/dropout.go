@@ -1,6 +1,9 @@
 package nn
 
-import "github.com/fleetml/fleet/tensor"
+import (
+	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/tensor"
+)
 
 // Dropout zeroes activations with probability P while Training, drawing
 // its mask from the forward pass's Masks.
@@ -20,6 +23,20 @@ func (d *Dropout) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 		masks.skip(uint64(masks.Rows-rows) * uint64(x.Numel()/rows))
 	}
 	return y
+}
+
+// Residual returns x + Forward(y, masks), a residual add of a branch that
+// ends in dropout, in one pass (tensor.AddDropout): the same values and
+// masks as the dropout followed by the add.
+func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	if masks == nil || !d.Training || d.P == 0 {
+		return tensor.Add(x, y)
+	}
+	out := tensor.AddDropout(x, y, d.P, masks.RNG)
+	if rows := y.Dim(0); masks.Rows > rows {
+		masks.skip(uint64(masks.Rows-rows) * uint64(y.Numel()/rows))
+	}
+	return out
 }
 
 // Masks is where the dropout layers of one forward pass draw their masks:
@@ -48,9 +65,6 @@ func (m *Masks) Seek(base uint64, j, row0, perRow int) {
 	m.skip((uint64(j)*uint64(m.Rows) + uint64(row0)) * uint64(perRow))
 }
 
-// splitmixGamma is what each draw adds to the state of tensor.RNG (a
-// SplitMix64 generator): skipping n draws adds n times it.
-const splitmixGamma = 0x9e3779b97f4a7c15
-
-// skip moves RNG n draws ahead without drawing.
-func (m *Masks) skip(n uint64) { m.RNG.State += n * splitmixGamma }
+// skip moves RNG n draws ahead without drawing: each draw of tensor.RNG
+// (a SplitMix64 generator) adds rng.Gamma to its state.
+func (m *Masks) skip(n uint64) { m.RNG.State += n * rng.Gamma }

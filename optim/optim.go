@@ -231,8 +231,7 @@ func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step 
 		ClipCoef(o.Params, maxNorm, acc, coef, stats, step)
 		return
 	}
-	tensor.Fill(acc, 0)
-	tensor.AddSumSquares(acc, o.packed.grads)
+	tensor.SetSumSquares(acc, o.packed.grads)
 	tensor.ClipCoef(coef, stats, acc, maxNorm, step)
 }
 

@@ -21,6 +21,7 @@ type node struct {
 	saved [3]*Tensor // tensors the backward pass reads besides the inputs
 	i     [2]int     // small integer parameters (heads, offsets)
 	f     float32    // a scalar parameter
+	u     uint64     // a 64-bit parameter (a dropout mask's seed)
 	gin   [3]*Tensor // the backward pass's result
 	ck    *ckpt      // a Checkpoint's record; its edges replace in
 }

@@ -214,6 +214,35 @@ func TestGradients(t *testing.T) {
 			refFwd: func(in [][]float64) []float64 {
 				return zipWith(ref.LayerNorm(in[0], in[1], in[2], 6, 8, 1e-5), in[0], func(a, b float64) float64 { return a + b })
 			}},
+		{name: "add_dropout", shapes: [][]int{{3, 4}, {3, 4}},
+			fwd: func(in []*Tensor) *Tensor { return AddDropout(in[0], in[1], 0.3, NewRNG(5)) },
+			refFwd: func(in [][]float64) []float64 {
+				return zipWith(in[0], dropoutRef(in[1], 5, 0.3), func(a, b float64) float64 { return a + b })
+			}},
+		// A dropout's output feeding a LayerNorm and an add: the
+		// LayerNorm's backward pass masks the whole gradient for the
+		// dropout (the fused path).
+		{name: "dropout_layernorm", shapes: [][]int{{2, 3, 8}, {2, 3, 8}, {8}},
+			fwd: func(in []*Tensor) *Tensor {
+				h := AddDropout(in[0], in[1], 0.3, NewRNG(6))
+				return Add(LayerNorm(h, in[2], nil, 1e-5), h)
+			},
+			refFwd: func(in [][]float64) []float64 {
+				h := zipWith(in[0], dropoutRef(in[1], 6, 0.3), func(a, b float64) float64 { return a + b })
+				return zipWith(ref.LayerNorm(h, in[2], nil, 6, 8, 1e-5), h, func(a, b float64) float64 { return a + b })
+			}},
+		// The same, but a gradient reaches the dropout's output after the
+		// LayerNorm's backward pass: the masked copy is stale and the
+		// dropout masks what it gets.
+		{name: "dropout_layernorm_late", shapes: [][]int{{2, 3, 8}, {8}},
+			fwd: func(in []*Tensor) *Tensor {
+				h := Dropout(in[0], 0.4, NewRNG(7))
+				return Add(Mul(h, h), LayerNorm(h, in[1], nil, 1e-5))
+			},
+			refFwd: func(in [][]float64) []float64 {
+				h := dropoutRef(in[0], 7, 0.4)
+				return zipWith(zipWith(h, h, func(a, b float64) float64 { return a * b }), ref.LayerNorm(h, in[1], nil, 6, 8, 1e-5), func(a, b float64) float64 { return a + b })
+			}},
 		// A table used twice, as GPT-2 ties its token embedding and its
 		// head: both uses add into the table's Grad.
 		{name: "embedding_tied", shapes: [][]int{{5, 4}},
@@ -277,6 +306,20 @@ func TestGradients(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runGradCase(t, c) })
 	}
+}
+
+// dropoutRef is x with dropout p applied, its mask drawn in order from a
+// SplitMix64 stream at state seed, as the host drew masks before the
+// devices drew their own.
+func dropoutRef(x []float64, seed uint64, p float32) []float64 {
+	r := rng.New(seed)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		if r.Float64() >= float64(p) {
+			out[i] = v * float64(float32(1/(1-p)))
+		}
+	}
+	return out
 }
 
 func zipWith(a, b []float64, f func(a, b float64) float64) []float64 {

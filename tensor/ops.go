@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/internal/rng"
 )
 
 // like allocates an output with a's device and dtype and the given shape.
@@ -490,7 +491,10 @@ func layerNormBackward(n *node, g *Tensor) {
 	if r := takePending(x); r != nil {
 		res = r.ref()
 	}
-	x.be.LayerNormBackward(dx.ref(), res, dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols)
+	// Where x is a dropout's output, dx (all of x's gradient so far) is
+	// masked for the dropout's input in the same pass.
+	drop := stashDropoutGrad(x, dx)
+	x.be.LayerNormBackward(dx.ref(), res, dw.ref(), dbr, g.ref(), x.ref(), mean.ref(), rstd.ref(), w.ref(), rows, cols, drop)
 	n.gin[0] = dx
 }
 
@@ -606,31 +610,93 @@ func sumBackward(n *node, g *Tensor) { n.gin[0] = Full(n.in[0].dev, g.Item(), n.
 func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
 
 // Dropout zeroes each element with probability p and scales the rest by
-// 1/(1-p), drawing the mask from r. With p == 0 it returns x.
+// 1/(1-p), drawing the mask from r: element i takes r's (i+1)-th draw from
+// its state now (r moves past all of them), as if drawn in order, but the
+// device draws each element's where it applies the mask, so no mask is
+// stored or crosses the bus. With p == 0 it returns x.
 func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 	if p == 0 {
 		return x
 	}
-	if p < 0 || p >= 1 {
-		panic(&Error{Op: "dropout", Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{x}})
-	}
-	n := x.Numel()
-	prog := ProgramOf(x.dev) // each program draws into a host buffer of its own
-	if cap(prog.dropMask) < n {
-		prog.dropMask = make([]float32, n)
-	}
-	mask := prog.dropMask[:n]
-	keep := 1 / (1 - p)
-	for i := range mask {
-		mask[i] = 0
-		if r.Float64() >= float64(p) {
-			mask[i] = keep
-		}
-	}
-	m := alloc("dropout", x.dev, F32, x.shape)
-	m.be.Upload(m.ref(), backend.AsBytes(mask))
-	return Mul(x, m)
+	return dropout("dropout", nil, x, p, r)
 }
+
+// AddDropout returns x + Dropout(y, p, r) in one pass: a residual add of
+// a branch that ends in dropout.
+func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor {
+	if p == 0 {
+		return Add(x, y)
+	}
+	return dropout("add_dropout", x, y, p, r)
+}
+
+// dropout is Dropout (x nil) and AddDropout. Its node keeps the mask (the
+// seed in u, p in f). Its backward pass masks the output's gradient for y
+// and hands it on unchanged to x; where a LayerNorm reading the output
+// has masked that gradient already, in its own backward pass (see
+// stashDropoutGrad), it takes the masked copy instead of another pass.
+func dropout(op string, x, y *Tensor, p float32, r *RNG) *Tensor {
+	if p < 0 || p >= 1 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
+	}
+	wantDType(op, F32, y)
+	var xr backend.Ref
+	if x != nil {
+		check(op, x, y)
+		wantDType(op, F32, x)
+		sameShape(op, x, y)
+		xr = x.ref()
+	}
+	n := y.Numel()
+	m := backend.NewDropoutMask(r.State, p)
+	r.State += uint64(n) * rng.Gamma
+	out := like(op, y, y.shape)
+	y.be.DropoutAdd(out.ref(), xr, y.ref(), n, m)
+	if nd := record(out, op, dropoutBackward, y, x); nd != nil {
+		nd.u, nd.f = m.Seed, p
+	}
+	return out
+}
+
+func dropoutBackward(n *node, g *Tensor) {
+	y := n.in[0]
+	if n.in[1] != nil {
+		n.gin[1] = g
+	}
+	masked, whole := n.saved[2], n.saved[1]
+	n.saved[1], n.saved[2] = nil, nil
+	if !y.requiresGrad {
+		return
+	}
+	if masked != nil && whole == g { // the whole gradient, masked already
+		n.gin[0] = masked
+		return
+	}
+	dy := like("dropout_backward", g, g.shape)
+	g.be.DropoutAdd(dy.ref(), backend.Ref{}, g.ref(), g.Numel(), backend.NewDropoutMask(n.u, n.f))
+	n.gin[0] = dy
+}
+
+// stashDropoutGrad prepares the fusion of a dropout's backward pass into
+// the backward kernel of an op reading its output x, whose gradient g that
+// kernel is about to write in full (the gradient x gathered from its other
+// uses added in): where x is a Dropout's or AddDropout's output whose
+// input needs a gradient, it returns where the kernel writes g masked,
+// and records that on x's node. The dropout's backward pass takes the
+// masked copy if the gradient it gets is g itself, so nothing was added to
+// it after the kernel; otherwise it masks what it gets.
+func stashDropoutGrad(x, g *Tensor) backend.DropoutOut {
+	xn := x.node
+	if xn == nil || xn.ck != nil || !isDropout(xn) || !xn.in[0].requiresGrad || g.dtype != F32 {
+		return backend.DropoutOut{}
+	}
+	masked := like("dropout_backward", g, g.shape)
+	xn.saved[1], xn.saved[2] = g, masked
+	return backend.DropoutOut{Dst: masked.ref(), Mask: backend.NewDropoutMask(xn.u, xn.f)}
+}
+
+// isDropout reports whether n is a Dropout's or an AddDropout's node.
+func isDropout(n *node) bool { return n.op == "dropout" || n.op == "add_dropout" }
 
 // Cast converts x to dtype dt (rounding to nearest even for BF16 and F16).
 // Gradients flow back through the inverse cast.
@@ -661,13 +727,19 @@ func SumSquares(ts ...*Tensor) *Tensor {
 
 // AddSumSquares adds the sum of the squares of t's elements into acc, a
 // one-element F32 tensor on t's device, outside autograd.
-func AddSumSquares(acc, t *Tensor) {
+func AddSumSquares(acc, t *Tensor) { sumSquares(acc, t, 1) }
+
+// SetSumSquares writes the sum of the squares of t's elements into acc,
+// as AddSumSquares does into a zeroed acc, with no pass to zero it.
+func SetSumSquares(acc, t *Tensor) { sumSquares(acc, t, 0) }
+
+func sumSquares(acc, t *Tensor, beta float32) {
 	check("sum_squares", acc, t)
 	wantDType("sum_squares", F32, acc, t)
 	if acc.Numel() != 1 {
 		panic(&Error{Op: "sum_squares", Msg: "accumulator must have one element", Operands: []*Tensor{acc}})
 	}
-	t.be.SumSquares(acc.ref(), t.ref(), t.Numel())
+	t.be.SumSquares(acc.ref(), t.ref(), t.Numel(), beta)
 }
 
 // AdamWStep applies one AdamW update to param in place from its Grad and

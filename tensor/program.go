@@ -61,8 +61,7 @@ type Program struct {
 	// into its Grad themselves (gradSink).
 	sinks bool
 
-	dropMask []float32 // Dropout's host buffer for drawing masks
-	ckptPool []*ckpt   // Checkpoint's records, reused
+	ckptPool []*ckpt // Checkpoint's records, reused
 }
 
 // defaultProgram drives every device that no other program has claimed.

@@ -112,11 +112,13 @@ func allocCases(c *CPU) []allocCase {
 		{"sum_rows", func() { c.SumRows(bQKV, qkv, rows, 3*C, 0) }},
 		{"sum_rows_beta", func() { c.SumRows(bQKV, qkv, rows, 3*C, 1) }},
 		{"sum_cols", func() { c.SumCols(losses, x, rows, C, 1) }},
-		{"sum_squares", func() { c.Fill(sq, 0, 1); c.SumSquares(sq, pw, params) }},
+		{"sum_squares", func() { c.Fill(sq, 0, 1); c.SumSquares(sq, pw, params, 1) }},
 		{"softmax", func() { c.Softmax(probs, logits, rows, vocab) }},
 		{"softmax_backward", func() { c.SoftmaxBackward(dlogits, probs, logits, rows, vocab) }},
 		{"layernorm", func() { c.LayerNorm(y, mean, rstd, x, lnW, lnB, rows, C, 1e-5) }},
-		{"layernorm_backward", func() { c.LayerNormBackward(dX, backend.Ref{}, dlnW, dlnB, y, x, mean, rstd, lnW, rows, C) }},
+		{"layernorm_backward", func() {
+			c.LayerNormBackward(dX, backend.Ref{}, dlnW, dlnB, y, x, mean, rstd, lnW, rows, C, backend.DropoutOut{})
+		}},
 		{"gelu", func() { c.GELU(hy, h, rows*hidden) }},
 		{"gelu_backward", func() { c.GELUBackward(dX, h, dh, rows*hidden) }},
 		{"attention", func() { c.Attention(ap, att, saved, qkv) }},

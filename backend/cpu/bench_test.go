@@ -120,7 +120,9 @@ func BenchmarkKernels(b *testing.B) {
 		bytes int
 		run   func()
 	}{
-		{"layernorm_bwd_768x128", 4 * rows * cols * 4, func() { c.LayerNormBackward(dx, backend.Ref{}, dw, db, out, x, mean, rstd, w, rows, cols) }},
+		{"layernorm_bwd_768x128", 4 * rows * cols * 4, func() {
+			c.LayerNormBackward(dx, backend.Ref{}, dw, db, out, x, mean, rstd, w, rows, cols, backend.DropoutOut{})
+		}},
 		{"gelu_fwd_768x512", 2 * rows * hidden * 4, func() { c.GELU(hy, h, rows*hidden) }},
 		{"gelu_bwd_768x512", 3 * rows * hidden * 4, func() { c.GELUBackward(hd, h, hy, rows*hidden) }},
 		{"softmax_768x65", 2 * rows * vocab * 4, func() { c.Softmax(dlogits, logits, rows, vocab) }},

@@ -205,7 +205,7 @@ const sumSquaresChunk = 1 << 15
 
 // SumSquares implements backend.Backend. Partial sums in float64 over
 // fixed chunks are added in chunk order.
-func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
+func (c *CPU) SumSquares(dst, src backend.Ref, n int, beta float32) {
 	chunks := (n + sumSquaresChunk - 1) / sumSquaresChunk
 	buf := sumSquaresScratch.get(chunks)
 	defer sumSquaresScratch.put(buf)
@@ -215,7 +215,12 @@ func (c *CPU) SumSquares(dst, src backend.Ref, n int) {
 	for _, p := range parts {
 		total += p
 	}
-	f32(dst)[0] += float32(total)
+	d := f32(dst)
+	var prev float32
+	if beta != 0 {
+		prev = beta * d[0]
+	}
+	d[0] = prev + float32(total)
 }
 
 // sumSquaresTask is one SumSquares call; a range is a range of
@@ -403,4 +408,43 @@ func (c *CPU) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int
 		k = float32(maxNorm / (norm + 1e-6))
 	}
 	f32(coef)[0] = k
+}
+
+// DropoutAdd implements backend.Backend. Each element draws its own
+// number (a counter-based draw), so chunks run in parallel and give the
+// mask a serial draw would.
+func (c *CPU) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
+	t := dropoutAddTask{d: f32(out)[:n], y: f32(y)[:n], m: m}
+	if !x.Nil() {
+		t.x = f32(x)[:n]
+	}
+	runChunks(c, &dropoutAddTasks, n, elemGrain, t)
+}
+
+// dropoutAddTask is one DropoutAdd call: d = x + y·factor (x nil: no x).
+type dropoutAddTask struct {
+	d, x, y []float32
+	m       backend.DropoutMask
+}
+
+var dropoutAddTasks taskPool[dropoutAddTask]
+
+func (t *dropoutAddTask) do(lo, hi int) {
+	if t.x == nil {
+		dropoutRow(t.d[lo:hi], t.y[lo:hi], t.m, int64(lo))
+		return
+	}
+	d, x, y := t.d[lo:hi], t.x[lo:hi], t.y[lo:hi]
+	for i := range d {
+		// The conversion rounds the product first: no fused multiply-add.
+		d[i] = x[i] + float32(y[i]*t.m.Factor(int64(lo+i)))
+	}
+}
+
+// dropoutRow writes d[i] = y[i]·m.Factor(base+i).
+func dropoutRow(d, y []float32, m backend.DropoutMask, base int64) {
+	y = y[:len(d)]
+	for i := range d {
+		d[i] = y[i] * m.Factor(base+int64(i))
+	}
 }

@@ -165,7 +165,7 @@ func lnBackwardRowGo(dr, xr, gr, ws, pw, pb []float32, m, rsd float32) {
 const lnChunk = 64
 
 // LayerNormBackward implements backend.Backend.
-func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
+func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
 	chunks := (rows + lnChunk - 1) / lnChunk
 	buf := lnScratch.get(2 * chunks * cols)
 	defer lnScratch.put(buf)
@@ -177,6 +177,9 @@ func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend
 	}
 	if !dres.Nil() {
 		t.res = f32(dres)[:rows*cols]
+	}
+	if !drop.Dst.Nil() {
+		t.drop, t.mask = f32(drop.Dst)[:rows*cols], drop.Mask
 	}
 	runTask(c, &layerNormBackwardTasks, chunks, 1, t)
 	dws := f32(dw)[:cols]
@@ -193,10 +196,12 @@ func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend
 
 // layerNormBackwardTask is one LayerNormBackward call; a range is a
 // range of lnChunk-row chunks, each with its own dw and db partial sums.
-// res, where not nil, is added to each row of dx once it is written.
+// res, where not nil, is added to each row of dx once it is written;
+// drop, where not nil, then gets the row masked by mask.
 type layerNormBackwardTask struct {
-	dxs, gs, xs, ws, ms, rs, partW, partB, res []float32
-	rows, cols                                 int
+	dxs, gs, xs, ws, ms, rs, partW, partB, res, drop []float32
+	mask                                             backend.DropoutMask
+	rows, cols                                       int
 }
 
 var (
@@ -213,6 +218,9 @@ func (t *layerNormBackwardTask) do(lo, hi int) {
 			lnBackwardRow(dr, xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
 			if t.res != nil {
 				axpy(dr, t.res[r*cols:(r+1)*cols], 1)
+			}
+			if t.drop != nil {
+				dropoutRow(t.drop[r*cols:(r+1)*cols], dr, t.mask, int64(r*cols))
 			}
 		}
 	}

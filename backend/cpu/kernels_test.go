@@ -366,18 +366,32 @@ func layerNormGradCheck(t *testing.T, rows, cols int, withBias bool) {
 		br, dbr = backend.Ref{}, backend.Ref{}
 	}
 	c.LayerNorm(out, mean, rstd, x, w, br, rows, cols, eps)
-	c.LayerNormBackward(dx, backend.Ref{}, dw, dbr, dout, x, mean, rstd, w, rows, cols)
+	c.LayerNormBackward(dx, backend.Ref{}, dw, dbr, dout, x, mean, rstd, w, rows, cols, backend.DropoutOut{})
 	// With dres, dx also gets dres added: bitwise the sum of the two.
 	resv := randF32(r, rows*cols, 1)
 	dxr := put(c, make([]float32, rows*cols), 2)
-	c.LayerNormBackward(dxr, put(c, resv, 4), put(c, make([]float32, cols), 0), backend.Ref{}, dout, x, mean, rstd, w, rows, cols)
-	plain, withRes := get(c, dx, rows*cols), get(c, dxr, rows*cols)
+	// And with a dropout output, that dx masked: bitwise dx times the factor.
+	ddrop := put(c, make([]float32, rows*cols), 3)
+	mask := backend.NewDropoutMask(r.Uint64(), 0.3)
+	c.LayerNormBackward(dxr, put(c, resv, 4), put(c, make([]float32, cols), 0), backend.Ref{}, dout, x, mean, rstd, w, rows, cols, backend.DropoutOut{Dst: ddrop, Mask: mask})
+	plain, withRes, dropped := get(c, dx, rows*cols), get(c, dxr, rows*cols), get(c, ddrop, rows*cols)
+	kept := 0
 	for i := range plain {
 		if want := plain[i] + resv[i]; math.Float32bits(withRes[i]) != math.Float32bits(want) {
 			t.Fatalf("layernorm %dx%d: dx[%d] with dres = %v, want %v + %v", rows, cols, i, withRes[i], plain[i], resv[i])
 		}
+		if want := withRes[i] * mask.Factor(int64(i)); math.Float32bits(dropped[i]) != math.Float32bits(want) {
+			t.Fatalf("layernorm %dx%d: masked dx[%d] = %v, want %v", rows, cols, i, dropped[i], want)
+		}
+		if mask.Keep(int64(i)) {
+			kept++
+		}
+	}
+	if n := rows * cols; n >= 64 && (kept == 0 || kept == n) {
+		t.Fatalf("layernorm %dx%d: the mask keeps %d of %d", rows, cols, kept, n)
 	}
 	checkGuards(t, "layernorm dx with dres", dxr, rows*cols)
+	checkGuards(t, "layernorm masked dx", ddrop, rows*cols)
 
 	x64, w64, b64, R64 := widen(xv), widen(wv), widen(bv), widen(R)
 	if !withBias {
@@ -660,6 +674,54 @@ func TestBinary(t *testing.T) {
 	}
 }
 
+// TestDropoutAdd holds DropoutAdd to masks drawn in order from the
+// serial generator, as Dropout drew them on the host: the counter-based
+// draw must give the same mask, for any split of the work.
+func TestDropoutAdd(t *testing.T) {
+	c := newCPU(3)
+	r := rng.New(15)
+	n := 40000 // several parallel chunks
+	xv, yv := randF32(r, n, 1), randF32(r, n, 1)
+	yv[7] = float32(math.Inf(1)) // a dropped infinity stays NaN, as masking by multiplying makes it
+	for _, p := range []float32{0, 0.1, 0.5, 0.9} {
+		seed := r.Uint64()
+		m := backend.NewDropoutMask(seed, p)
+		serial := rng.New(seed)
+		want, wantDrop := make([]float32, n), make([]float32, n)
+		kept := 0
+		for i := range want {
+			f := float32(0)
+			if serial.Float64() >= float64(p) {
+				f = 1 / (1 - p)
+				kept++
+			}
+			wantDrop[i] = yv[i] * f
+			want[i] = xv[i] + wantDrop[i]
+		}
+		if frac := float64(kept) / float64(n); math.Abs(frac-float64(1-p)) > 0.02 {
+			t.Fatalf("p %v: kept %v of the elements", p, frac)
+		}
+		x, y, d := put(c, xv, 1), put(c, yv, 2), put(c, make([]float32, n), 3)
+		c.DropoutAdd(d, x, y, n, m)
+		same := func(name string, got, want []float32) {
+			t.Helper()
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("p %v %s[%d] = %v, want %v", p, name, i, got[i], want[i])
+				}
+			}
+		}
+		same("x+dropout(y)", get(c, d, n), want)
+		checkGuards(t, "dropout_add", d, n)
+		c.DropoutAdd(d, backend.Ref{}, y, n, m)
+		same("dropout(y)", get(c, d, n), wantDrop)
+		c.DropoutAdd(x, x, y, n, m) // out may alias x
+		same("x+dropout(y) in x", get(c, x, n), want)
+		c.DropoutAdd(y, backend.Ref{}, y, n, m) // or y
+		same("dropout(y) in y", get(c, y, n), wantDrop)
+	}
+}
+
 func TestAxpyScale(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(14)
@@ -782,13 +844,15 @@ func TestSumSquares(t *testing.T) {
 	r := rng.New(17)
 	n := 100003 // several fixed chunks and a ragged one
 	sv := randF32(r, n, 1.5)
-	s, d := put(c, sv, 1), put(c, []float32{2.5}, 2)
-	c.SumSquares(d, s, n)
-	want := 2.5
+	s, d, e := put(c, sv, 1), put(c, []float32{2.5}, 2), put(c, []float32{float32(math.NaN())}, 0)
+	c.SumSquares(d, s, n, 1)
+	c.SumSquares(e, s, n, 0) // e is not read
+	want := 0.0
 	for _, v := range sv {
 		want += float64(v) * float64(v)
 	}
-	checkClose(t, "sumsquares", get(c, d, 1), []float64{want}, 0, 1e-7)
+	checkClose(t, "sumsquares", get(c, d, 1), []float64{2.5 + want}, 0, 1e-7)
+	checkClose(t, "sumsquares beta 0", get(c, e, 1), []float64{want}, 0, 1e-7)
 	checkGuards(t, "sumsquares", d, 1)
 }
 
@@ -1165,7 +1229,7 @@ func TestDeterminism(t *testing.T) {
 		x, w, b := put(c, lx, 0), put(c, lw, 0), put(c, lb, 0)
 		c.LayerNorm(out, mean, rstd, x, w, b, lrows, lcols, 1e-5)
 		dx, dw, db := put(c, make([]float32, lrows*lcols), 0), put(c, make([]float32, lcols), 0), put(c, make([]float32, lcols), 0)
-		c.LayerNormBackward(dx, backend.Ref{}, dw, db, put(c, lg, 0), x, mean, rstd, w, lrows, lcols)
+		c.LayerNormBackward(dx, backend.Ref{}, dw, db, put(c, lg, 0), x, mean, rstd, w, lrows, lcols, backend.DropoutOut{})
 		outs = append(outs, get(c, out, lrows*lcols), get(c, dx, lrows*lcols), get(c, dw, lcols), get(c, db, lcols))
 
 		dt := put(c, make([]float32, ev*edim), 0)
@@ -1179,7 +1243,7 @@ func TestDeterminism(t *testing.T) {
 		outs = append(outs, get(c, ao, ap.B*ap.T*ap.C), get(c, dq, len(aqkv)))
 
 		sd := put(c, []float32{0}, 0)
-		c.SumSquares(sd, put(c, ss, 0), sn)
+		c.SumSquares(sd, put(c, ss, 0), sn, 1)
 		outs = append(outs, get(c, sd, 1))
 		return outs
 	}

@@ -220,7 +220,7 @@ func runAll(c *CPU, seed uint64) []opHash {
 	}
 	for _, m := range []int{300001, 2 << 20, 1000} {
 		x, d := h.f32(m, 1), h.f32(1, 1)
-		c.SumSquares(d, x, m)
+		c.SumSquares(d, x, m, 1)
 		h.hash(fmt.Sprintf("sumsquares/%d", m), d, 1)
 	}
 
@@ -248,7 +248,7 @@ func runAll(c *CPU, seed uint64) []opHash {
 			h.hash(name+"/mean", mean, rows)
 			h.hash(name+"/rstd", rstd, rows)
 			dx, dw, g := h.f32(rows*cols, 1), h.f32(cols, 1), h.f32(rows*cols, 1)
-			c.LayerNormBackward(dx, backend.Ref{}, dw, db, g, x, mean, rstd, w, rows, cols)
+			c.LayerNormBackward(dx, backend.Ref{}, dw, db, g, x, mean, rstd, w, rows, cols, backend.DropoutOut{})
 			h.hash(name+"/dx", dx, rows*cols)
 			h.hash(name+"/dw", dw, cols)
 			if withBias {
@@ -595,7 +595,7 @@ func runSmall(c *CPU, seed uint64) []opHash {
 	out, mean, rstd, w, bb2 := h.f32(rows*cols, 1), h.f32(rows, 1), h.f32(rows, 1), h.f32(cols, 1), h.f32(cols, 1)
 	c.LayerNorm(out, mean, rstd, x, w, bb2, rows, cols, 1e-5)
 	dw, db := h.f32(cols, 1), h.f32(cols, 1)
-	c.LayerNormBackward(dx, backend.Ref{}, dw, db, y, x, mean, rstd, w, rows, cols)
+	c.LayerNormBackward(dx, backend.Ref{}, dw, db, y, x, mean, rstd, w, rows, cols, backend.DropoutOut{})
 	h.hash("layernorm_bwd/dx", dx, rows*cols)
 	h.hash("layernorm_bwd/dw", dw, cols)
 	ap := backend.Attention{B: 2, T: 70, C: 32, H: 2}
@@ -616,7 +616,7 @@ func runSmall(c *CPU, seed uint64) []opHash {
 	c.AdamW(backend.AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 2}, pw, dx, pm, pv, n)
 	h.hash("adamw", pw, n)
 	ss := h.f32(1, 1)
-	c.SumSquares(ss, pw, n)
+	c.SumSquares(ss, pw, n, 1)
 	h.hash("sumsquares", ss, 1)
 	return h.out
 }

@@ -457,9 +457,9 @@ func (c *CUDA) SumCols(dst, src backend.Ref, rows, cols int, alpha float32) {
 }
 
 // SumSquares implements backend.Backend.
-func (c *CUDA) SumSquares(dst, src backend.Ref, n int) {
+func (c *CUDA) SumSquares(dst, src backend.Ref, n int, beta float32) {
 	c.check("sum_squares", c.scratch(kernels.SumSquaresScratch(n), func(s any) error {
-		return kernels.SumSquares(c, c.dt(src), c.ptr(dst), c.ptr(src), s, n)
+		return kernels.SumSquares(c, c.dt(src), c.ptr(dst), c.ptr(src), s, n, beta)
 	}))
 }
 
@@ -479,10 +479,16 @@ func (c *CUDA) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, e
 }
 
 // LayerNormBackward implements backend.Backend.
-func (c *CUDA) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int) {
+func (c *CUDA) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
 	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s any) error {
-		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols)
+		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols,
+			c.ptr(drop.Dst), drop.Mask)
 	}))
+}
+
+// DropoutAdd implements backend.Backend: the mask is drawn on the device.
+func (c *CUDA) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
+	c.check("dropout_add", kernels.DropoutAdd(c, c.dt(y), c.ptr(out), c.ptr(x), c.ptr(y), n, m))
 }
 
 // GELU implements backend.Backend.

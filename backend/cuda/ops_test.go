@@ -121,6 +121,13 @@ func backendOpCases(seed uint64) []opCase {
 					return [][]float32{h.down(d, n)}
 				})
 			}
+			add(fmt.Sprintf("dropout add %v n=%d", dt, n), tol, func(h host) [][]float32 {
+				m := backend.NewDropoutMask(uint64(n)*7, 0.4)
+				d, e := h.up(dt, a), h.up(dt, a)
+				h.be.DropoutAdd(d, h.up(dt, b), h.up(dt, c), n, m)
+				h.be.DropoutAdd(e, backend.Ref{}, h.up(dt, c), n, m)
+				return [][]float32{h.down(d, n), h.down(e, n)}
+			})
 			add(fmt.Sprintf("axpy scale gelu %v n=%d", dt, n), max(tol, 1e-5), func(h host) [][]float32 {
 				d, x := h.up(dt, a), h.up(dt, b)
 				h.be.Axpy(d, x, 0.75, n)
@@ -160,9 +167,10 @@ func backendOpCases(seed uint64) []opCase {
 			return append(outs, h.down(f, n), h.down(fb, n), h.down(fi, n), h.down(cp, n))
 		})
 		add(fmt.Sprintf("sum of squares n=%d", n), 1e-5, func(h host) [][]float32 {
-			d := h.up(backend.F32, []float32{0.5})
-			h.be.SumSquares(d, h.up(backend.F32, a), n)
-			return [][]float32{h.down(d, 1)}
+			d, e := h.up(backend.F32, []float32{0.5}), h.up(backend.F32, []float32{0.5})
+			h.be.SumSquares(d, h.up(backend.F32, a), n, 1)
+			h.be.SumSquares(e, h.up(backend.F32, a), n, 0)
+			return [][]float32{h.down(d, 1), h.down(e, 1)}
 		})
 		add(fmt.Sprintf("adamw n=%d", n), 1e-6, func(h host) [][]float32 {
 			w, m, v := h.up(backend.F32, a), h.up(backend.F32, b), h.up(backend.F32, c)
@@ -199,10 +207,14 @@ func backendOpCases(seed uint64) []opCase {
 					if withBias {
 						res = h.up(dt, x)
 					}
-					h.be.LayerNormBackward(dx, res, dw, dbr, h.up(dt, dy), xr, mean, rstd, wr, rows, cols)
+					var drop backend.DropoutOut // and the masked gradient of a dropout
+					if withBias {
+						drop = backend.DropoutOut{Dst: h.up(dt, x), Mask: backend.NewDropoutMask(uint64(rows*cols), 0.2)}
+					}
+					h.be.LayerNormBackward(dx, res, dw, dbr, h.up(dt, dy), xr, mean, rstd, wr, rows, cols, drop)
 					o := [][]float32{h.down(out, rows*cols), h.down(mean, rows), h.down(rstd, rows), h.down(dx, rows*cols), h.down(dw, cols)}
 					if withBias {
-						o = append(o, h.down(dbr, cols))
+						o = append(o, h.down(dbr, cols), h.down(drop.Dst, rows*cols))
 					}
 					return o
 				})

@@ -24,6 +24,15 @@ func Mix(words ...uint64) uint64 {
 	return h
 }
 
+// Gamma is what each draw adds to State: the k-th draw after State s
+// (k counting from 1) is Mix64(s + k·Gamma), so any draw can be computed
+// without the ones before it (a dropout kernel draws each element's on its
+// own).
+const Gamma = 0x9e3779b97f4a7c15
+
+// Mix64 is SplitMix64's output function.
+func Mix64(z uint64) uint64 { return splitmix(z) }
+
 func splitmix(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
@@ -32,7 +41,7 @@ func splitmix(z uint64) uint64 {
 
 // Uint64 returns the next 64 random bits.
 func (r *RNG) Uint64() uint64 {
-	r.State += 0x9e3779b97f4a7c15
+	r.State += Gamma
 	return splitmix(r.State)
 }
 

@@ -207,3 +207,16 @@ __device__ __forceinline__ void fleet_block_maxsum(float &m, float &s, float *re
 	}
 	fleet_warp_maxsum(m, s);
 }
+
+// fleet_dropout_factor is backend.DropoutMask.Factor(i): element i takes
+// the (i+1)-th SplitMix64 draw after state seed and is kept (factor scale)
+// when the draw's top 53 bits are at least threshold, else dropped
+// (factor 0). Every element draws on its own, so any thread can draw any
+// element, and the mask is the one the CPU draws in order.
+__device__ __forceinline__ float fleet_dropout_factor(unsigned long long seed, unsigned long long threshold, float scale, long long i) {
+	unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (z >> 11) >= threshold ? scale : 0.0f;
+}

@@ -37,7 +37,7 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 	switch name {
 	case "binary", "scale", "unary", "sumsquares_partial":
 		return arg("n")
-	case "axpy":
+	case "axpy", "dropout_add": // dropout_add: the multiply and the add (its draw is integer work)
 		return 2 * arg("n")
 	case "gelu":
 		return 10 * arg("n") // x³, a multiply-add chain and tanh
@@ -49,7 +49,7 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 4 * arg("rows") * arg("cols")
 	case "layernorm":
 		return 8 * arg("rows") * arg("cols")
-	case "layernorm_backward_dx":
+	case "layernorm_backward_dx": // the masked copy, where asked for, is one more multiply
 		return 10 * arg("rows") * arg("cols")
 	case "layernorm_backward_dwdb": // the partials, then their sums
 		return 4*arg("rows")*arg("cols") + 2*math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")

@@ -150,6 +150,17 @@ func Binary(l Launcher, dt backend.DType, op backend.BinaryOp, dst, a, b any, n 
 	return elementwise(l, k, n, dst, a, b, int32(op), int64(n))
 }
 
+// DropoutAdd computes dst[i] = x[i] + y[i]*m.Factor(i) for n F32 or BF16
+// elements, or y[i]*m.Factor(i) where x is nil (backend.DropoutAdd); dst
+// may alias x or y.
+func DropoutAdd(l Launcher, dt backend.DType, dst, x, y any, n int, m backend.DropoutMask) error {
+	k, err := kernel("dropout_add", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	return elementwise(l, k, n, dst, x, y, int64(m.Seed), int64(m.Threshold), m.Scale, int64(n))
+}
+
 // Axpy computes dst[i] += alpha*x[i] for n F32 or BF16 elements.
 func Axpy(l Launcher, dt backend.DType, dst, x any, alpha float32, n int) error {
 	k, err := kernel("axpy", dt, floatTypes...)
@@ -334,11 +345,12 @@ func SumSquaresScratch(n int) int {
 	return sumSquaresParts(n)
 }
 
-// SumSquares adds sum_i src[i]^2 over n F32 elements into dst[0] (F32).
-// scratch holds SumSquaresScratch(n) F32 elements. Each of a fixed number
-// of blocks (set by n) sums a grid-strided share, then one block adds the
-// partials in a fixed tree: deterministic, no atomics.
-func SumSquares(l Launcher, dt backend.DType, dst, src, scratch any, n int) error {
+// SumSquares writes dst[0] = beta*dst[0] + sum_i src[i]^2 over n F32
+// elements (dst F32; with beta 0 it is not read). scratch holds
+// SumSquaresScratch(n) F32 elements. Each of a fixed number of blocks (set
+// by n) sums a grid-strided share, then one block adds the partials in a
+// fixed tree: deterministic, no atomics.
+func SumSquares(l Launcher, dt backend.DType, dst, src, scratch any, n int, beta float32) error {
 	k, err := kernel("sumsquares_partial", dt, f32Only...)
 	if err != nil {
 		return err
@@ -347,13 +359,17 @@ func SumSquares(l Launcher, dt backend.DType, dst, src, scratch any, n int) erro
 		return fmt.Errorf("kernels: sumsquares: negative size %d", n)
 	}
 	if n == 0 {
-		return nil
+		if beta == 1 {
+			return nil
+		}
+		// No partials: the finish scales dst alone.
+		return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, dst, scratch, int32(0), beta)
 	}
 	parts := sumSquaresParts(n)
 	if err := l.Launch(k, [3]int{parts, 1, 1}, block1D, 0, scratch, src, int64(n)); err != nil {
 		return err
 	}
-	return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, dst, scratch, int32(parts))
+	return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, dst, scratch, int32(parts), beta)
 }
 
 // Softmax computes a softmax over each row of a rows×cols F32 or BF16 src
@@ -411,11 +427,12 @@ func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols +
 // LayerNormBackward writes dx (plus dres, unless dres is nil; it must not
 // overlap dx) and accumulates into dw and db (db may be nil) for a
 // LayerNorm over rows×cols, in two launches: dx, dres, dout and x have
-// storage dt (F32 or BF16); mean, rstd, w, dw and db are F32. scratch holds
+// storage dt (F32 or BF16); mean, rstd, w, dw and db are F32. Unless ddrop
+// is nil, it also gets dx masked by m (storage dt), in the dx launch. scratch holds
 // LayerNormBackwardScratch(rows, cols) F32 elements. dw and db are summed
 // over fixed chunks of ChunkRows rows, then the chunks are added in order:
 // deterministic, the only atomic an integer count of the chunks done.
-func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch any, rows, cols int) error {
+func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch any, rows, cols int, ddrop any, m backend.DropoutMask) error {
 	kdx, err := kernel("layernorm_backward_dx", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -431,7 +448,8 @@ func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, 
 	if nc > maxGridY {
 		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
 	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, dx, dres, scratch, int32(nc), dout, x, mean, rstd, w, int32(rows), int32(cols)); err != nil {
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, dx, dres, scratch, int32(nc), dout, x, mean, rstd, w, int32(rows), int32(cols),
+		ddrop, int64(m.Seed), int64(m.Threshold), m.Scale); err != nil {
 		return err
 	}
 	grid := [3]int{(cols + 31) / 32, nc, 1}

@@ -260,6 +260,7 @@ func init() {
 	for _, dt := range floatDTs {
 		opCases.Add(map[string]emu.Case{
 			"fleet_binary_" + sfx(dt):                  binaryCase(dt),
+			"fleet_dropout_add_" + sfx(dt):             dropoutAddCase(dt),
 			"fleet_axpy_" + sfx(dt):                    axpyCase(dt),
 			"fleet_scale_" + sfx(dt):                   scaleCase(dt),
 			"fleet_unary_" + sfx(dt):                   unaryCase(dt),
@@ -373,6 +374,49 @@ func binaryCase(dt backend.DType) emu.Case {
 						return [][]float32{devGet(dst)}
 					})
 					checkClose(t, fmt.Sprintf("binary %v op %d n=%d alias=%v", dt, op, n, alias), got[0], want, tol(dt))
+				}
+			}
+		}
+	}
+}
+
+// dropoutAddCase holds the kernel's mask, drawn per element on the
+// device, to the CPU backend's: for F32 bit for bit, so the two devices
+// drop the same elements.
+func dropoutAddCase(dt backend.DType) emu.Case {
+	return func(t *testing.T, m *emu.Module) {
+		rng := newRNG(23)
+		for _, n := range elemSizesFor(m) {
+			x, y := round(dt, randF32(rng, n, 1)), round(dt, randF32(rng, n, 1))
+			mask := backend.NewDropoutMask(rng.Uint64(), 0.3)
+			for _, withX := range []bool{false, true} {
+				out := cpuF32(make([]float32, n))
+				var cx backend.Ref
+				if withX {
+					cx = cpuF32(x)
+				}
+				cpuB.DropoutAdd(out, cx, cpuF32(y), n, mask)
+				want := cpuGet(out, n)
+				for _, alias := range []bool{false, true} {
+					got := once(t, m, func(l kernels.Launcher) [][]float32 {
+						dy := devIn(dt, y)
+						var dx *emu.Buffer
+						if withX {
+							dx = devIn(dt, x)
+						}
+						dst := devOut(dt, n)
+						if alias {
+							dst = dy
+						}
+						must(t, kernels.DropoutAdd(l, dt, dst, dx, dy, n, mask))
+						return [][]float32{devGet(dst)}
+					})
+					what := fmt.Sprintf("dropout_add %v n=%d x=%v alias=%v", dt, n, withX, alias)
+					if dt == backend.F32 {
+						checkBits(t, what, got[0], want)
+					} else {
+						checkClose(t, what, got[0], want, tol(dt))
+					}
 				}
 			}
 		}
@@ -737,16 +781,22 @@ func sumSquaresCase(t *testing.T, m *emu.Module) {
 	rng := newRNG(12)
 	for _, n := range []int{0, 1, 1000, 20000} {
 		src := randF32(rng, n, 1)
-		cd := cpuF32([]float32{0.75})
-		cpuB.SumSquares(cd, cpuF32(src), n)
-		want := cpuGet(cd, 1)
-		got := twice(t, m, func(l kernels.Launcher) [][]float32 {
-			dst := emu.NewF32([]float32{0.75})
-			scratch := emu.Poison(emu.F32, kernels.SumSquaresScratch(n))
-			must(t, kernels.SumSquares(l, backend.F32, dst, emu.NewF32(src), scratch, n))
-			return [][]float32{dst.F32()}
-		})
-		checkClose(t, fmt.Sprintf("sumsquares n=%d", n), got[0], want, 1e-5)
+		for _, beta := range []float32{1, 0, 0.5} {
+			cd := cpuF32([]float32{0.75})
+			cpuB.SumSquares(cd, cpuF32(src), n, beta)
+			want := cpuGet(cd, 1)
+			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+				start := float32(0.75)
+				if beta == 0 {
+					start = float32(math.NaN()) // not read
+				}
+				dst := emu.NewF32([]float32{start})
+				scratch := emu.Poison(emu.F32, kernels.SumSquaresScratch(n))
+				must(t, kernels.SumSquares(l, backend.F32, dst, emu.NewF32(src), scratch, n, beta))
+				return [][]float32{dst.F32()}
+			})
+			checkClose(t, fmt.Sprintf("sumsquares n=%d beta=%v", n, beta), got[0], want, 1e-5)
+		}
 	}
 }
 
@@ -761,7 +811,7 @@ func sumSquaresFinishCase(t *testing.T, m *emu.Module) {
 		}
 		got := twice(t, m, func(l kernels.Launcher) [][]float32 {
 			dst := emu.NewF32([]float32{0.75})
-			must(t, l.Launch("fleet_sumsquares_finish_f32", emu.Dim(1), emu.Dim(kernels.BlockSize), 0, dst, emu.NewF32(part), int32(nparts)))
+			must(t, l.Launch("fleet_sumsquares_finish_f32", emu.Dim(1), emu.Dim(kernels.BlockSize), 0, dst, emu.NewF32(part), int32(nparts), float32(1)))
 			return [][]float32{dst.F32()}
 		})
 		checkClose(t, fmt.Sprintf("sumsquares finish parts=%d", nparts), got[0], []float32{float32(sum)}, 1e-5)
@@ -913,10 +963,19 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 			if withRes {
 				cres = cpuF32(res)
 			}
-			cpuB.LayerNormBackward(cdx, cres, cdw, cdb, cpuF32(dout), cpuF32(x), cpuF32(mean), cpuF32(rstd), cpuF32(w), rows, cols)
-			want := [][]float32{cpuGet(cdx, rows*cols), cpuGet(cdw, cols), db0}
+			// The same cases write the masked gradient of a dropout too.
+			mask := backend.NewDropoutMask(rng.Uint64(), 0.25)
+			var cdrop backend.Ref
+			if withRes {
+				cdrop = cpuF32(make([]float32, rows*cols))
+			}
+			cpuB.LayerNormBackward(cdx, cres, cdw, cdb, cpuF32(dout), cpuF32(x), cpuF32(mean), cpuF32(rstd), cpuF32(w), rows, cols, backend.DropoutOut{Dst: cdrop, Mask: mask})
+			want := [][]float32{cpuGet(cdx, rows*cols), cpuGet(cdw, cols), db0, nil}
 			if sh.bias {
 				want[2] = cpuGet(cdb, cols)
+			}
+			if withRes {
+				want[3] = cpuGet(cdrop, rows*cols)
 			}
 			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
 				dx, dw, db := devOut(dt, rows*cols), emu.NewF32(dw0), emu.NewF32(db0)
@@ -924,19 +983,26 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				if sh.bias {
 					dbArg = db
 				}
-				var resArg *emu.Buffer
+				var resArg, dropArg *emu.Buffer
 				if withRes {
-					resArg = devIn(dt, res)
+					resArg, dropArg = devIn(dt, res), devOut(dt, rows*cols)
 				}
 				scratch := emu.Poison(emu.F32, kernels.LayerNormBackwardScratch(rows, cols)) // counters too: the dx kernel zeroes them
 				must(t, kernels.LayerNormBackward(l, dt, dx, resArg, dw, dbArg, devIn(dt, dout), devIn(dt, x),
-					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, rows, cols))
-				return [][]float32{devGet(dx), dw.F32(), db.F32()}
+					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, rows, cols, dropArg, mask))
+				o := [][]float32{devGet(dx), dw.F32(), db.F32(), nil}
+				if withRes {
+					o[3] = devGet(dropArg)
+				}
+				return o
 			})
 			what := fmt.Sprintf("layernorm backward %v %dx%d bias=%v dres=%v", dt, rows, cols, sh.bias, withRes)
 			checkClose(t, what+" dx", got[0], want[0], tol(dt))
 			checkClose(t, what+" dw", got[1], want[1], 1e-5)
 			checkClose(t, what+" db", got[2], want[2], 1e-5)
+			if withRes {
+				checkClose(t, what+" masked dx", got[3], want[3], tol(dt))
+			}
 		}
 	}
 }

@@ -94,10 +94,11 @@ extern "C" __global__ void fleet_sumsquares_partial_f32(float *__restrict__ part
 	}
 }
 
-// fleet_sumsquares_finish_f32: dst[0] += sum_p part[p], thread t adding
-// partials t, t+blockDim.x, ... and the block summing those in a fixed tree.
-// Launch: one block of 256 threads.
-extern "C" __global__ void fleet_sumsquares_finish_f32(float *__restrict__ dst, const float *__restrict__ part, int nparts) {
+// fleet_sumsquares_finish_f32: dst[0] = beta*dst[0] + sum_p part[p] (dst
+// not read where beta is 0), thread t adding partials t, t+blockDim.x, ...
+// and the block summing those in a fixed tree. Launch: one block of 256
+// threads.
+extern "C" __global__ void fleet_sumsquares_finish_f32(float *__restrict__ dst, const float *__restrict__ part, int nparts, float beta) {
 	__shared__ float red[32];
 	float s = 0.0f;
 	for (int p = threadIdx.x; p < nparts; p += blockDim.x) {
@@ -105,6 +106,6 @@ extern "C" __global__ void fleet_sumsquares_finish_f32(float *__restrict__ dst, 
 	}
 	s = fleet_block_sum(s, red);
 	if (threadIdx.x == 0) {
-		dst[0] += s;
+		dst[0] = (beta == 0.0f ? 0.0f : beta * dst[0]) + s;
 	}
 }
