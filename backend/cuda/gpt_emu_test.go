@@ -66,10 +66,11 @@ func checkGPTTraining(t *testing.T, dev tensor.Device) {
 	for _, tc := range []struct {
 		bias bool
 		prec tensor.DType
-	}{{false, tensor.F32}, {true, tensor.F32}, {true, tensor.BF16}} {
+		drop float32 // the device draws the masks: they must be the CPU's
+	}{{false, tensor.F32, 0}, {true, tensor.F32, 0}, {true, tensor.BF16, 0}, {false, tensor.F32, 0.25}} {
 		bias, prec := tc.bias, tc.prec
-		t.Run(fmt.Sprintf("bias=%v,products=%v", bias, prec), func(t *testing.T) {
-			cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 16, Bias: bias}
+		t.Run(fmt.Sprintf("bias=%v,products=%v,dropout=%v", bias, prec, tc.drop), func(t *testing.T) {
+			cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 16, Bias: bias, Dropout: tc.drop}
 			B, T := 2, 7 // T below the block size and not a multiple of anything
 			cpuM, err := model.New(cfg, tensor.CPU, 5)
 			if err != nil {
@@ -83,6 +84,8 @@ func checkGPTTraining(t *testing.T, dev tensor.Device) {
 				return optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 			}
 			cpuO, gpuO := opt(cpuM), opt(gpuM)
+			cpuM.SetTraining(true)
+			gpuM.SetTraining(true)
 			r := rand.New(rand.NewPCG(1, 2))
 			for step := 0; step < 3; step++ {
 				x, y := make([]int32, B*T), make([]int32, B*T)
@@ -90,6 +93,8 @@ func checkGPTTraining(t *testing.T, dev tensor.Device) {
 					x[i], y[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
 				}
 				var lc, lg float32
+				cpuM.SetDropoutSeed(uint64(step) * 977)
+				gpuM.SetDropoutSeed(uint64(step) * 977)
 				err := tensor.Catch(func() {
 					tensor.Step(func() {
 						var l *tensor.Tensor
