@@ -430,6 +430,28 @@ type Queue interface {
 	OnQueue(fn func(stream uintptr) error) error
 }
 
+// CommQueue is a Queue whose device has a second stream for collectives,
+// so that they overlap the compute stream's work (DDP's all-reduce with
+// the rest of backward). OnCommQueue runs fn as OnQueue does, but with the
+// communication stream, which first waits (on the device, not the host)
+// for the work queued so far on the compute stream. JoinComm makes the
+// compute stream wait for the work queued so far on the communication
+// stream, and returns a probe of that work.
+type CommQueue interface {
+	Queue
+	OnCommQueue(fn func(stream uintptr) error) error
+	JoinComm() (CommProbe, error)
+}
+
+// CommProbe tells whether the communication work queued before it was
+// made has finished, without waiting: a watchdog may call Done from any
+// goroutine, also while another waits for the device. Release frees it
+// (once; Done must not be called after).
+type CommProbe interface {
+	Done() (bool, error)
+	Release()
+}
+
 // ThreadBudget is a Backend whose kernels run on host threads (the CPU),
 // so that devices sharing a machine's cores (pipeline stages, each on its
 // own goroutine) can divide them. Threads is the number of threads its

@@ -45,6 +45,20 @@ type Result struct {
 // Steps times steps training steps of the model cfg describes after
 // warmup untimed ones, with exactly the step the trainer runs.
 func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
+	return StepsWith(cfg, vocab, warmup, steps, Options{})
+}
+
+// Options are a benchmark's settings beyond the trainer's.
+type Options struct {
+	// SimWorld, above 1, makes the step data-parallel over that many
+	// ranks of a simulated GPU (--sim-world): the gradients are
+	// all-reduced as over NCCL, with the collectives priced by package
+	// sim's bus-bandwidth model and the other ranks imagined alike.
+	SimWorld int
+}
+
+// StepsWith is Steps with options.
+func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, error) {
 	cfg.Out = "-"
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -97,6 +111,14 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	var ms, rates []float64
 	defer r.Close()
 	simDev := simOf(dev)
+	if o.SimWorld > 1 {
+		if simDev == nil {
+			return Result{}, setting.Errorf("{SimWorld} needs a simulated GPU ({Device} sim:h200, say), not %v", dev)
+		}
+		if err := r.UseDeviceGroup(&simGroup{dev: simDev, world: o.SimWorld}); err != nil {
+			return Result{}, err
+		}
+	}
 	var before, after sim.Counters
 	var finalSyncs int64
 	var stepErr error
@@ -144,6 +166,9 @@ func Steps(cfg train.Config, vocab, warmup, steps int) (Result, error) {
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	if simDev != nil {
 		res.SimReport = simReport(simDev.Spec, after.Sub(before), finalSyncs, steps, res.MsPerStep, res.PeakBytes, res.TokensPerStep, res.FLOPsPerToken)
+		if o.SimWorld > 1 {
+			res.SimWorld, res.CommModel = o.SimWorld, sim.CommModel(o.SimWorld)
+		}
 	}
 	return res, nil
 }

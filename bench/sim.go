@@ -3,6 +3,7 @@ package bench
 import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/sim"
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -35,7 +36,45 @@ type SimReport struct {
 	PredictedMsPerStep    float64 `json:"predicted_ms_per_step"`
 	PredictedTokensPerSec float64 `json:"predicted_tokens_per_sec"`
 	PredictedMFU          float64 `json:"predicted_mfu"`
+	// With --sim-world: the ranks, the collectives' bandwidth model, the
+	// collectives' time per step and the part of it the compute stream
+	// waited for (exposed, not overlapped with backward), which adds to
+	// the step's device time in the prediction. Estimates.
+	SimWorld             int     `json:"sim_world,omitempty"`
+	CommModel            string  `json:"comm_model,omitempty"`
+	CommMsPerStep        float64 `json:"comm_ms_per_step"`
+	ExposedCommMsPerStep float64 `json:"exposed_comm_ms_per_step"`
 }
+
+// simGroup is a dist.DeviceGroup of world ranks on a simulated GPU: rank
+// 0's collectives are recorded on the device (sim.Device.Collective) with
+// the bytes a ring moves through each rank's link; the other ranks are
+// imagined doing the same. Nothing is reduced (the device holds no data).
+type simGroup struct {
+	dev   *sim.Device
+	world int
+}
+
+var _ dist.DeviceGroup = (*simGroup)(nil)
+
+func (g *simGroup) Rank() int { return 0 }
+func (g *simGroup) Size() int { return g.world }
+func (g *simGroup) AllReduce(buf uintptr, count int, dt dist.DType, op dist.Op, stream uintptr) error {
+	n := float64(g.world)
+	g.dev.Collective("ncclAllReduce", 2*(n-1)/n*float64(count*dt.Size()), g.world, stream)
+	return nil
+}
+func (g *simGroup) Broadcast(buf uintptr, count int, dt dist.DType, root int, stream uintptr) error {
+	g.dev.Collective("ncclBroadcast", float64(count*dt.Size()), g.world, stream)
+	return nil
+}
+func (g *simGroup) AllGather(send, recv uintptr, count int, dt dist.DType, stream uintptr) error {
+	g.dev.Collective("ncclAllGather", float64(g.world-1)*float64(count*dt.Size()), g.world, stream)
+	return nil
+}
+func (g *simGroup) CheckAsync() error { return nil }
+func (g *simGroup) Abort() error      { return nil }
+func (g *simGroup) Close() error      { return nil }
 
 // simOf returns the simulated device behind dev, or nil.
 func simOf(dev tensor.Device) *sim.Device {
@@ -63,6 +102,7 @@ func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, hostM
 		DriverAllocsPerStep: float64(w.DriverAllocs) / n, PeakMemoryBytes: peakAlloc, PeakReservedBytes: w.Peak,
 		BytesTouchedPerStep: w.BytesTouched / n, FLOPsPerStep: w.FLOPs / n,
 		HostMsPerStep: hostMs, DeviceMsPerStep: w.DeviceSeconds / n * 1e3,
+		CommMsPerStep: w.CommSeconds / n * 1e3, ExposedCommMsPerStep: w.ExposedCommSeconds / n * 1e3,
 	}
 	for k, v := range w.ByKernel {
 		r.LaunchesByKernel[k] = float64(v) / n
@@ -71,8 +111,9 @@ func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, hostM
 	for k, v := range w.SyncsBy {
 		r.HostSyncsByCall[k] = float64(v) / n
 	}
-	// The host issues while the device runs: a step takes the longer.
-	r.PredictedMsPerStep = max(r.HostMsPerStep, r.DeviceMsPerStep)
+	// The host issues while the device runs: a step takes the longer. The
+	// device's time includes its waits for collectives.
+	r.PredictedMsPerStep = max(r.HostMsPerStep, r.DeviceMsPerStep+r.ExposedCommMsPerStep)
 	if r.PredictedMsPerStep > 0 {
 		r.PredictedTokensPerSec = float64(tokensPerStep) / (r.PredictedMsPerStep / 1e3)
 		r.PredictedMFU = flopsPerToken * r.PredictedTokensPerSec / (spec.BF16 * 1e12)

@@ -188,6 +188,16 @@ func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 	}
 }
 
+// PackedGrads is the flat buffer every parameter's Grad is a view of, on
+// a packed optimizer (Pack); nil otherwise. Data parallelism all-reduces
+// it in place.
+func (o *AdamW) PackedGrads() *tensor.Tensor {
+	if o.packed == nil || !o.packed.done {
+		return nil
+	}
+	return o.packed.grads
+}
+
 // ZeroGrad sets every gradient to zero, keeping its storage for the next
 // step.
 func (o *AdamW) ZeroGrad() {

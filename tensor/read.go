@@ -76,3 +76,31 @@ func OnDeviceQueue(dev Device, fn func(stream uintptr) error) error {
 	}
 	return q.OnQueue(fn)
 }
+
+// OnCommQueue is OnDeviceQueue for collectives that overlap the device's
+// compute: where dev has a communication stream (backend.CommQueue), fn
+// gets it, and what fn enqueues runs after the tensor ops issued so far
+// but alongside those that follow, until JoinComm. Elsewhere it is
+// OnDeviceQueue. What fn's work reads or writes must not be changed or
+// freed by later tensor ops before JoinComm.
+func OnCommQueue(dev Device, fn func(stream uintptr) error) error {
+	if q, ok := getBackend("on_comm_queue", dev).(backend.CommQueue); ok {
+		return q.OnCommQueue(fn)
+	}
+	return OnDeviceQueue(dev, fn)
+}
+
+// JoinComm makes the tensor ops issued from now on wait for the work
+// OnCommQueue has queued on dev so far, and returns a probe of that work
+// (done at once on a device without a communication stream).
+func JoinComm(dev Device) (backend.CommProbe, error) {
+	if q, ok := getBackend("join_comm", dev).(backend.CommQueue); ok {
+		return q.JoinComm()
+	}
+	return doneProbe{}, nil
+}
+
+type doneProbe struct{}
+
+func (doneProbe) Done() (bool, error) { return true, nil }
+func (doneProbe) Release()            {}

@@ -119,7 +119,7 @@ func (r *run) openDDP(store *dist.Store) error {
 	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
 		grp, err := newDeviceGroup(store, r.dev)
 		if err == nil {
-			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, timeout)
+			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, timeout, r.log)
 		}
 		if err != nil {
 			return setting.Errorf("dist: {DistBackend} %s: %w", cfg.DistBackend, err)
@@ -132,8 +132,8 @@ func (r *run) openDDP(store *dist.Store) error {
 		if err := d.sameStart(r.opt.Steps); err != nil {
 			return err
 		}
-		fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) after backward\n",
-			cfg.WorldSize, backendName)
+		fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) in %d MiB buckets during backward, on a stream of their own\n",
+			cfg.WorldSize, backendName, max(cfg.BucketMB, 1))
 		return nil
 	}
 	// Every rank starts from rank 0's weights (resumed ones included).
@@ -191,6 +191,7 @@ func (d *ddp) sameStart(steps int) error {
 // hook is the gradient-ready hook of a synchronizing backward pass.
 func (d *ddp) hook(leaf *tensor.Tensor) {
 	if d.devGrad != nil {
+		d.devGrad.ready(leaf)
 		return
 	}
 	i, ok := d.index[leaf]
@@ -298,6 +299,9 @@ func (d *ddp) close() {
 	}
 	if d.devGrad != nil {
 		d.devGrad.close(d.err != nil)
+	}
+	if d.pg == nil { // a Stepper's: a device group alone
+		return
 	}
 	if d.err == nil {
 		d.pg.Barrier() // rank 0's store must outlive the others' last requests

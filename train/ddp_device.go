@@ -3,8 +3,12 @@ package train
 import (
 	"errors"
 	"fmt"
+	"io"
+	"sort"
+	"sync"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/dist/nccl"
 	"github.com/fleetml/fleet/internal/setting"
@@ -14,27 +18,82 @@ import (
 )
 
 // deviceDDP all-reduces gradients in device memory over a DeviceGroup
-// (NCCL) instead of through the host: after the last micro-step's
-// backward every gradient is copied into one flat device buffer, averaged
-// in place by one all-reduce enqueued on the device's stream behind the
-// backward pass, and copied back, all in stream order. The host waits for
-// the stream for at most the collective timeout, polling the
-// communicator for errors (a peer gone), and aborts it when time runs out,
-// so a dead peer is an error naming the operation, never a hang.
+// (NCCL) instead of through the host.
 //
-// Unlike the TCP path it does not yet overlap the all-reduce with
-// backward: the gradients are reduced in one piece once backward ends.
+// Where the optimizer keeps every gradient in one flat buffer (a packed
+// AdamW, the usual case on one device), the buffer is cut into buckets of
+// about --bucket-mb, and each bucket is averaged in place, on the device's
+// communication stream (tensor.OnCommQueue), as soon as backward has
+// finished every gradient in it (the gradient-ready hook): the all-reduce
+// overlaps the rest of backward, as PyTorch DDP's does. The buckets every
+// rank launches in the same order, the one in which backward finishes
+// them. After backward the compute stream waits for the communication
+// stream (tensor.JoinComm) on the device; the host does not wait.
+//
+// Elsewhere the gradients are copied into a flat buffer of its own after
+// backward, averaged in one piece, and copied back.
+//
+// Nothing waits on the host for a collective: a watchdog goroutine polls
+// each step's communication (a probe, no wait) and the communicator's
+// asynchronous error, and aborts the communicator when a peer has failed
+// or the work is not done within the collective timeout, so a dead peer
+// is an error naming the collective, never a hang; the step that notices
+// returns it.
 type deviceDDP struct {
 	grp     dist.DeviceGroup
 	dev     tensor.Device
 	params  []*nn.Parameter
-	flat    *tensor.Tensor   // [n] F32: every gradient, in parameter order
-	views   []*tensor.Tensor // flat's piece of each parameter, shaped like it
-	probe   *tensor.Tensor   // flat's first element: reading it waits for the stream
+	index   map[*tensor.Tensor]int
+	packed  func() *tensor.Tensor // the optimizer's flat gradients, or nil
+	bucket  int                   // bytes per bucket, about
 	n       int
 	timeout time.Duration
-	ops     int
+	ops     int // collectives launched
+	steps   int // steps synchronized
+	log     io.Writer
+	early   int // buckets of this step launched from the hook
+
+	// The overlapped path: grads is the flat buffer the buckets were cut
+	// from (at base), bucketOf each parameter's bucket.
+	grads    *tensor.Tensor
+	base     uintptr
+	buckets  []devBucket
+	bucketOf []int
+	hookErr  error // a launch from the hook that failed, returned by sync
+
+	// The copying path.
+	flat  *tensor.Tensor   // [n] F32: every gradient, in parameter order
+	views []*tensor.Tensor // flat's piece of each parameter, shaped like it
+
+	// The watchdog's state, under mu.
+	mu      sync.Mutex
+	pending []inflight // joined communication not yet seen done, oldest first
+	err     error      // what the watchdog found; every later sync returns it
+	stop    chan struct{}
+	stopped chan struct{}
 }
+
+// devBucket is a contiguous piece of the flat gradients, [off, off+n)
+// elements, holding params parameters' gradients, left of them not yet
+// final in this step's backward.
+type devBucket struct {
+	off, n, params, left int
+	launched             bool
+}
+
+// inflight is one step's communication, joined by the compute stream.
+type inflight struct {
+	probe backend.CommProbe
+	since time.Time
+	what  string
+}
+
+// watchPeriod is how often the watchdog polls.
+const watchPeriod = 50 * time.Millisecond
+
+// testDeviceBucket, when positive, is the bucket size in bytes, below the
+// 1 MiB a flag can ask for: tests cut small models into several buckets.
+var testDeviceBucket int
 
 // newDeviceGroup makes the device process group of a job: NCCL, its
 // unique id shared through the store. Tests replace it.
@@ -51,46 +110,44 @@ var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGrou
 	return g, err
 }
 
-func newDeviceDDP(grp dist.DeviceGroup, dev tensor.Device, params []*nn.Parameter, timeout time.Duration) (*deviceDDP, error) {
-	d := &deviceDDP{grp: grp, dev: dev, params: params, timeout: timeout}
-	for _, p := range params {
+// newDeviceDDP readies the all-reduce of params' gradients over grp.
+// packed returns the optimizer's flat gradient buffer when it has one
+// (nil: the copying path); bucket is the bucket size in bytes.
+func newDeviceDDP(grp dist.DeviceGroup, dev tensor.Device, params []*nn.Parameter, packed func() *tensor.Tensor, bucket int, timeout time.Duration, log io.Writer) (*deviceDDP, error) {
+	d := &deviceDDP{grp: grp, dev: dev, params: params, index: map[*tensor.Tensor]int{}, packed: packed,
+		bucket: max(bucket, 1<<20), timeout: timeout, log: log, stop: make(chan struct{}), stopped: make(chan struct{})}
+	if testDeviceBucket > 0 {
+		d.bucket = testDeviceBucket
+	}
+	for i, p := range params {
 		if p.T.Device() != dev {
 			return nil, setting.Errorf("{DistBackend} nccl: parameter %s is on %v, not %v (pipelines use {DistBackend} tcp)", p.Name, p.T.Device(), dev)
 		}
+		d.index[p.T] = i
 		d.n += p.T.Numel()
 	}
-	err := tensor.Catch(func() {
-		tensor.Persist(func() {
-			tensor.NoGrad(func() {
-				d.flat = tensor.Zeros(dev, d.n)
-				off := 0
-				for _, p := range params {
-					k := p.T.Numel()
-					d.views = append(d.views, d.flat.Rows(off, off+k).Reshape(p.T.Shape()...))
-					off += k
-				}
-				d.probe = d.flat.Rows(0, 1)
-			})
-		})
-	})
-	return d, err
+	go d.watchdog()
+	return d, nil
 }
 
-// collective enqueues op on the device's stream and waits for it.
-func (d *deviceDDP) collective(name string, op func(addr, stream uintptr) error) error {
+// collective enqueues op on the device's stream and waits for it, polling
+// the communicator meanwhile: for the broadcast at the start, the one
+// collective the host waits for.
+func (d *deviceDDP) collective(name string, buf *tensor.Tensor, op func(addr, stream uintptr) error) error {
 	d.ops++
+	size := units.Bytes(int64(4 * buf.Numel()))
 	err := tensor.OnDeviceQueue(d.dev, func(stream uintptr) error {
-		addr, ok := d.flat.DeviceAddress()
+		addr, ok := buf.DeviceAddress()
 		if !ok {
 			return fmt.Errorf("%v has no device addresses", d.dev)
 		}
 		return op(addr, stream)
 	})
 	if err != nil {
-		return fmt.Errorf("%s #%d (%s): %w", name, d.ops, units.Bytes(int64(4*d.n)), err)
+		return fmt.Errorf("%s #%d (%s): %w", name, d.ops, size, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- tensor.Catch(func() { d.probe.Item() }) }() // waits for the stream
+	go func() { done <- tensor.Catch(func() { buf.Rows(0, 1).Item() }) }() // waits for the stream
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(d.timeout)
@@ -104,40 +161,201 @@ func (d *deviceDDP) collective(name string, op func(addr, stream uintptr) error)
 		case <-tick.C:
 			if err := d.grp.CheckAsync(); err != nil {
 				d.grp.Abort()
-				return fmt.Errorf("%s #%d (%s): a peer failed: %w", name, d.ops, units.Bytes(int64(4*d.n)), err)
+				return fmt.Errorf("%s #%d (%s): a peer failed: %w", name, d.ops, size, err)
 			}
 		case <-deadline:
 			d.grp.Abort()
 			return setting.Errorf("%s #%d (%s): not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted",
-				name, d.ops, units.Bytes(int64(4*d.n)), d.timeout)
+				name, d.ops, size, d.timeout)
 		}
 	}
 }
 
-// broadcast gives every rank rank 0's parameters.
+// broadcast gives every rank rank 0's parameters, through a flat buffer
+// made for the purpose and freed after.
 func (d *deviceDDP) broadcast() error {
+	var flat *tensor.Tensor
+	var views []*tensor.Tensor
 	if err := tensor.Catch(func() {
+		tensor.Persist(func() { flat, views = d.flatViews() })
 		for i, p := range d.params {
-			d.views[i].CopyFrom(p.T)
+			views[i].CopyFrom(p.T)
 		}
 	}); err != nil {
+		if flat != nil {
+			flat.Free()
+		}
 		return err
 	}
-	if err := d.collective("broadcast", func(addr, stream uintptr) error {
+	defer flat.Free()
+	if err := d.collective("broadcast", flat, func(addr, stream uintptr) error {
 		return d.grp.Broadcast(addr, d.n, dist.F32, 0, stream)
 	}); err != nil {
 		return err
 	}
 	return tensor.Catch(func() {
 		for i, p := range d.params {
-			p.T.CopyFrom(d.views[i])
+			p.T.CopyFrom(views[i])
 		}
 	})
 }
 
-// sync averages the gradients across the ranks.
+// flatViews makes a flat F32 buffer of every parameter's size and its
+// piece of each, in parameter order.
+func (d *deviceDDP) flatViews() (*tensor.Tensor, []*tensor.Tensor) {
+	var flat *tensor.Tensor
+	var views []*tensor.Tensor
+	tensor.NoGrad(func() {
+		flat = tensor.Zeros(d.dev, d.n)
+		off := 0
+		for _, p := range d.params {
+			k := p.T.Numel()
+			views = append(views, flat.Rows(off, off+k).Reshape(p.T.Shape()...))
+			off += k
+		}
+	})
+	return flat, views
+}
+
+// failure is what the watchdog found, if anything.
+func (d *deviceDDP) failure() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// ready is the gradient-ready hook's part: leaf's gradient is final, so
+// its bucket may be complete, and then it is all-reduced at once.
+func (d *deviceDDP) ready(leaf *tensor.Tensor) {
+	if d.grads == nil || d.hookErr != nil {
+		return
+	}
+	i, ok := d.index[leaf]
+	if !ok {
+		return
+	}
+	b := &d.buckets[d.bucketOf[i]]
+	if b.left--; b.left == 0 && !b.launched {
+		d.early++
+		d.hookErr = d.launch(d.bucketOf[i])
+	}
+}
+
+// launch queues bucket b's all-reduce on the communication stream.
+func (d *deviceDDP) launch(b int) error {
+	bk := &d.buckets[b]
+	bk.launched = true
+	d.ops++
+	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
+		return d.grp.AllReduce(d.base+uintptr(4*bk.off), bk.n, dist.F32, dist.Avg, stream)
+	})
+	if err != nil {
+		return fmt.Errorf("all-reduce of bucket %d of %d (%s) in step %d: %w", b+1, len(d.buckets), units.Bytes(int64(4*bk.n)), d.steps, err)
+	}
+	return nil
+}
+
+// sync finishes the averaging of the gradients after the last micro-step's
+// backward. On the overlapped path it launches the buckets backward did
+// not (all of them the first time, before the buckets are cut), and makes
+// the compute stream wait for the communication; the host does not.
 func (d *deviceDDP) sync() error {
+	if err := d.failure(); err != nil {
+		return err
+	}
+	d.steps++
+	g := d.packed()
+	if g == nil {
+		return d.syncCopies()
+	}
+	if err := d.hookErr; err != nil {
+		return err
+	}
+	if d.grads != g {
+		if err := d.cut(g); err != nil {
+			return err
+		}
+		fmt.Fprintf(d.log, "dist: the flat gradients (%s) cut into %d all-reduce buckets\n", units.Bytes(int64(4*g.Numel())), len(d.buckets))
+	} else if d.steps == 2 {
+		// The first step's buckets were cut after its backward; the
+		// second's show the overlap.
+		fmt.Fprintf(d.log, "dist: %d of %d buckets all-reduced during backward, the rest after it\n", d.early, len(d.buckets))
+	}
+	d.early = 0
+	for b := range d.buckets {
+		if !d.buckets[b].launched {
+			if err := d.launch(b); err != nil {
+				return err
+			}
+		}
+	}
+	probe, err := tensor.JoinComm(d.dev)
+	if err != nil {
+		return fmt.Errorf("all-reduce of step %d: %w", d.steps, err)
+	}
+	d.watch(probe, fmt.Sprintf("the all-reduce of step %d (%d buckets, %s)", d.steps, len(d.buckets), units.Bytes(int64(4*d.n))))
+	for b := range d.buckets {
+		bk := &d.buckets[b]
+		bk.launched, bk.left = false, bk.params
+	}
+	return nil
+}
+
+// cut divides the flat gradient buffer g into buckets: each parameter's
+// gradient is a view of g, found by its address; consecutive gradients
+// in g's order fill a bucket up to about d.bucket bytes.
+func (d *deviceDDP) cut(g *tensor.Tensor) error {
+	type piece struct{ param, off, n int }
+	pieces := make([]piece, 0, len(d.params))
+	err := tensor.OnDeviceQueue(d.dev, func(uintptr) error {
+		base, ok := g.DeviceAddress()
+		if !ok {
+			return fmt.Errorf("%v has no device addresses", d.dev)
+		}
+		d.base = base
+		for i, p := range d.params {
+			grad := p.T.Grad
+			if grad == nil {
+				return fmt.Errorf("parameter %s has no gradient", p.Name)
+			}
+			a, _ := grad.DeviceAddress()
+			off := int(a-base) / 4
+			if a < base || off+grad.Numel() > g.Numel() {
+				return fmt.Errorf("the gradient of %s is not in the optimizer's flat buffer", p.Name)
+			}
+			pieces = append(pieces, piece{i, off, grad.Numel()})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dist: cutting the gradients into buckets: %w", err)
+	}
+	sort.Slice(pieces, func(a, b int) bool { return pieces[a].off < pieces[b].off })
+	d.buckets, d.bucketOf = d.buckets[:0], make([]int, len(d.params))
+	for _, p := range pieces {
+		nb := len(d.buckets)
+		if nb == 0 || 4*d.buckets[nb-1].n >= d.bucket || d.buckets[nb-1].off+d.buckets[nb-1].n != p.off {
+			d.buckets = append(d.buckets, devBucket{off: p.off})
+			nb++
+		}
+		b := &d.buckets[nb-1]
+		b.n = p.off + p.n - b.off
+		b.params++
+		b.left++
+		d.bucketOf[p.param] = nb - 1
+	}
+	d.grads = g
+	return nil
+}
+
+// syncCopies is sync where the gradients are not one flat buffer: copied
+// into one, averaged in one piece on the communication stream, and copied
+// back once the compute stream has joined it, all ordered on the device.
+func (d *deviceDDP) syncCopies() error {
 	if err := tensor.Catch(func() {
+		if d.flat == nil {
+			tensor.Persist(func() { d.flat, d.views = d.flatViews() })
+		}
 		for i, p := range d.params {
 			if p.T.Grad == nil {
 				panic(&tensor.Error{Op: "ddp", Msg: "parameter " + p.Name + " has no gradient after backward"})
@@ -147,11 +365,23 @@ func (d *deviceDDP) sync() error {
 	}); err != nil {
 		return err
 	}
-	if err := d.collective("all-reduce", func(addr, stream uintptr) error {
+	d.ops++
+	what := fmt.Sprintf("the all-reduce of step %d (%s)", d.steps, units.Bytes(int64(4*d.n)))
+	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
+		addr, ok := d.flat.DeviceAddress()
+		if !ok {
+			return fmt.Errorf("%v has no device addresses", d.dev)
+		}
 		return d.grp.AllReduce(addr, d.n, dist.F32, dist.Avg, stream)
-	}); err != nil {
-		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	probe, err := tensor.JoinComm(d.dev)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	d.watch(probe, what)
 	return tensor.Catch(func() {
 		for i, p := range d.params {
 			p.T.Grad.CopyFrom(d.views[i])
@@ -159,9 +389,93 @@ func (d *deviceDDP) sync() error {
 	})
 }
 
-func (d *deviceDDP) close(failed bool) error {
-	if failed {
-		return d.grp.Abort()
+// watch hands a step's joined communication to the watchdog.
+func (d *deviceDDP) watch(p backend.CommProbe, what string) {
+	d.mu.Lock()
+	d.pending = append(d.pending, inflight{p, time.Now(), what})
+	d.mu.Unlock()
+}
+
+// watchdog polls the communication in flight until close.
+func (d *deviceDDP) watchdog() {
+	defer close(d.stopped)
+	tick := time.NewTicker(watchPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-tick.C:
+			d.check()
+		}
 	}
-	return errors.Join(tensor.OnDeviceQueue(d.dev, func(uintptr) error { return d.grp.Close() }))
+}
+
+// check releases the communication that has finished, oldest first, and
+// aborts the communicator, recording why, where the oldest still running
+// has met a peer's failure or outlived the timeout.
+func (d *deviceDDP) check() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.pending) > 0 && d.err == nil {
+		f := d.pending[0]
+		done, err := f.probe.Done()
+		if err != nil {
+			d.err = fmt.Errorf("%s: %w", f.what, err)
+			d.grp.Abort()
+			return
+		}
+		if done {
+			f.probe.Release()
+			d.pending = d.pending[1:]
+			continue
+		}
+		if err := d.grp.CheckAsync(); err != nil {
+			d.err = fmt.Errorf("%s: a peer failed: %w", f.what, err)
+			d.grp.Abort()
+			return
+		}
+		if time.Since(f.since) > d.timeout {
+			d.err = setting.Errorf("%s: not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted", f.what, d.timeout)
+			d.grp.Abort()
+		}
+		return
+	}
+}
+
+// drain waits, polling, until the watchdog has seen every step's
+// communication finish or has given up on it.
+func (d *deviceDDP) drain() error {
+	for {
+		d.check()
+		d.mu.Lock()
+		left, err := len(d.pending), d.err
+		d.mu.Unlock()
+		if err != nil || left == 0 {
+			return err
+		}
+		time.Sleep(watchPeriod / 5)
+	}
+}
+
+func (d *deviceDDP) close(failed bool) error {
+	if !failed && d.drain() != nil {
+		failed = true
+	}
+	close(d.stop)
+	<-d.stopped
+	d.mu.Lock()
+	for _, f := range d.pending {
+		f.probe.Release()
+	}
+	d.pending = nil
+	d.mu.Unlock()
+	var err error
+	if d.flat != nil {
+		err = tensor.Catch(func() { d.flat.Free() })
+	}
+	if failed {
+		return errors.Join(err, d.grp.Abort())
+	}
+	return errors.Join(err, tensor.OnDeviceQueue(d.dev, func(uintptr) error { return d.grp.Close() }))
 }

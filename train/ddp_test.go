@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -32,6 +33,7 @@ const (
 	envChildConfig  = "FLEET_DDP_TEST_CONFIG"  // the run's Config as JSON
 	envChildWeights = "FLEET_DDP_TEST_WEIGHTS" // where the rank writes its final weights
 	envChildResume  = "FLEET_DDP_TEST_RESUME"  // 1: Config.Resume (not in the JSON)
+	envChildBucket  = "FLEET_DDP_TEST_BUCKET"  // the device group's bucket size in bytes
 )
 
 // TestDDPChild is one rank of a data-parallel group started by runGroup;
@@ -57,6 +59,9 @@ func TestDDPChild(t *testing.T) {
 	cfg.Resume = os.Getenv(envChildResume) == "1"
 	if cfg.DistBackend == "nccl" && cfg.Device == "cpu" {
 		newDeviceGroup = newHostDeviceGroup // NCCL's stand-in on the host
+	}
+	if v := os.Getenv(envChildBucket); v != "" {
+		testDeviceBucket = atoi(envChildBucket)
 	}
 	res, err := Run(cfg, os.Stderr)
 	if err != nil {
@@ -98,6 +103,13 @@ func childEnv() []string {
 // and returns every rank's final weights.
 func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
 	t.Helper()
+	files, _ := runGroupOut(t, cfg, world)
+	return files
+}
+
+// runGroupOut is runGroup that returns each rank's output too.
+func runGroupOut(t testing.TB, cfg Config, world int) ([]*checkpoint.File, []string) {
+	t.Helper()
 	cfgs := make([]Config, world)
 	for r := range cfgs {
 		cfgs[r] = cfg
@@ -119,7 +131,7 @@ func runGroup(t testing.TB, cfg Config, world int) []*checkpoint.File {
 			t.Fatalf("rank %d did not take the device-group path (no %q):\n%s", r, want, outs[r])
 		}
 	}
-	return files
+	return files, outs
 }
 
 // startGroup runs a group of len(cfgs) ranks, rank r with cfgs[r] (and
@@ -324,6 +336,7 @@ func TestDDPEquivalence(t *testing.T) {
 		{"2x3_accum2", 2, 3, 2, ""},
 		{"2x6_pipeline2x2", 2, 6, 1, "cpu:0,cpu:1"}, // 2-D: data × pipeline
 		{"2x3_accum2_devicegroup", 2, 3, 2, "device-group"},
+		{"4x3_devicegroup_buckets", 4, 3, 1, "device-group-buckets"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
@@ -333,10 +346,31 @@ func TestDDPEquivalence(t *testing.T) {
 			case "":
 			case "device-group": // the NCCL path, with a host stand-in for NCCL
 				cfg.DistBackend = "nccl"
+			case "device-group-buckets": // the same, cut into several buckets that backward launches
+				cfg.DistBackend = "nccl"
+				t.Setenv(envChildBucket, "4096")
 			default:
 				cfg.Pipeline, cfg.MicroBatches = tc.pipeline, 2
 			}
-			ranks := runGroup(t, cfg, tc.world)
+			ranks, outs := runGroupOut(t, cfg, tc.world)
+			if tc.pipeline == "device-group-buckets" {
+				cutRE := regexp.MustCompile(`dist: the flat gradients \(.*\) cut into (\d+) all-reduce buckets`)
+				earlyRE := regexp.MustCompile(`dist: (\d+) of (\d+) buckets all-reduced during backward`)
+				for r, out := range outs {
+					m, e := cutRE.FindStringSubmatch(out), earlyRE.FindStringSubmatch(out)
+					if m == nil || e == nil {
+						t.Fatalf("rank %d's log does not say how the gradients were cut and launched:\n%s", r, out)
+					}
+					cut, _ := strconv.Atoi(m[1])
+					early, _ := strconv.Atoi(e[1])
+					if cut < 4 {
+						t.Fatalf("rank %d: the gradients were cut into %d buckets, want several:\n%s", r, cut, out)
+					}
+					if early != cut || e[2] != m[1] {
+						t.Errorf("rank %d: %s of %s buckets launched during backward, want all %d", r, e[1], e[2], cut)
+					}
+				}
+			}
 			for r := 1; r < tc.world; r++ {
 				if name := sameBits(ranks[0], ranks[r]); name != "" {
 					t.Errorf("rank %d's %s differs from rank 0's (%.3g at most)", r, name, maxDiff(t, ranks[0], ranks[r]))

@@ -1,7 +1,10 @@
 package train
 
 import (
+	"io"
+
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
@@ -38,6 +41,28 @@ func (s *Stepper) Step(step int, lr float64) error { return s.r.step(step, lr) }
 func (s *Stepper) Loss(done int) float64 {
 	mean, _, _, _ := s.r.readStats(done)
 	return mean
+}
+
+// UseDeviceGroup makes the Stepper's steps data-parallel over grp, as the
+// trainer's are over NCCL: each step's gradients are averaged in device
+// memory, in buckets of cfg.BucketMB launched during backward on the
+// device's communication stream. The ranks start as they are (no
+// broadcast). A benchmark passes a simulated group, whose other ranks are
+// imagined.
+func (s *Stepper) UseDeviceGroup(grp dist.DeviceGroup) error {
+	r := s.r
+	d := &ddp{params: r.model.Parameters(), index: map[*tensor.Tensor]int{}, bucket: r.cfg.BucketMB << 20}
+	for i, p := range d.params {
+		d.index[p.T] = i
+	}
+	d.hookFn = d.hook
+	dd, err := newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, r.cfg.commTimeout(), io.Discard)
+	if err != nil {
+		return err
+	}
+	d.devGrad = dd
+	r.ddp = d
+	return nil
 }
 
 // TokensPerStep is the tokens one Step trains on.

@@ -587,3 +587,9 @@ func (c *CUDA) Address(r backend.Ref) uintptr {
 // current on the calling thread and the compute stream, after the work
 // queued so far, while no other call of the device runs.
 func (c *CUDA) OnQueue(fn func(stream uintptr) error) error { return c.g.onStream(fn) }
+
+// OnCommQueue implements backend.CommQueue.
+func (c *CUDA) OnCommQueue(fn func(stream uintptr) error) error { return c.g.onCommStream(fn) }
+
+// JoinComm implements backend.CommQueue.
+func (c *CUDA) JoinComm() (backend.CommProbe, error) { return c.g.joinComm() }

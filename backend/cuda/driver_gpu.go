@@ -27,6 +27,7 @@ type driverGPU struct {
 	ctx     driver.Context
 	compute driver.Stream
 	copies  driver.Stream // host-to-device copies that overlap compute
+	comm    driver.Stream // collectives that overlap compute; made on first use
 	blas    *cublas.Handle
 	lt      *cublas.Lt // nil: no cuBLASLt, products have no epilogues
 	ltH     cublas.LtHandle
@@ -529,6 +530,102 @@ func (g *driverGPU) onStream(fn func(stream uintptr) error) error {
 	return g.do(func() error { return fn(uintptr(g.compute)) })
 }
 
+// onCommStream: see gpu. The communication stream is made on first use.
+func (g *driverGPU) onCommStream(fn func(stream uintptr) error) error {
+	return g.do(func() error {
+		if g.comm == 0 {
+			s, err := g.d.StreamCreate(driver.StreamNonBlocking)
+			if err != nil {
+				return err
+			}
+			g.comm = s
+		}
+		if err := g.order(g.comm, g.compute); err != nil {
+			return err
+		}
+		return fn(uintptr(g.comm))
+	})
+}
+
+// joinComm: see gpu. Without a communication stream there is nothing to
+// join, and the probe is done.
+func (g *driverGPU) joinComm() (backend.CommProbe, error) {
+	p := &commProbe{g: g}
+	err := g.do(func() error {
+		if g.comm == 0 {
+			return nil
+		}
+		e, err := g.d.EventCreate(driver.EventDisableTiming)
+		if err != nil {
+			return err
+		}
+		if err := g.d.EventRecord(e, g.comm); err != nil {
+			g.d.EventDestroy(e)
+			return err
+		}
+		if err := g.d.StreamWaitEvent(g.compute, e); err != nil {
+			g.d.EventDestroy(e)
+			return err
+		}
+		p.e = e
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// order makes stream after wait, on the device, for the work queued so
+// far on stream before. Called inside do.
+func (g *driverGPU) order(after, before driver.Stream) error {
+	e, err := g.d.EventCreate(driver.EventDisableTiming)
+	if err != nil {
+		return err
+	}
+	// Destroying an event a stream waits on is allowed: the wait keeps
+	// what it needs.
+	defer g.d.EventDestroy(e)
+	if err := g.d.EventRecord(e, before); err != nil {
+		return err
+	}
+	return g.d.StreamWaitEvent(after, e)
+}
+
+// commProbe is an event recorded on the communication stream. Done and
+// Release make the context current on the caller's thread themselves,
+// without the device's lock, so that a watchdog can query while another
+// goroutine waits for the device inside do (the driver's calls are
+// thread-safe; the lock only keeps fleet's own state consistent).
+type commProbe struct {
+	g *driverGPU
+	e driver.Event // 0: nothing to wait for
+}
+
+func (p *commProbe) Done() (bool, error) {
+	if p.e == 0 {
+		return true, nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := p.g.d.CtxSetCurrent(p.g.ctx); err != nil {
+		return false, err
+	}
+	return p.g.d.EventQuery(p.e)
+}
+
+func (p *commProbe) Release() {
+	if p.e == 0 {
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if p.g.d.CtxSetCurrent(p.g.ctx) == nil {
+		p.g.d.EventDestroy(p.e)
+	}
+	p.e = 0
+}
+
 func (g *driverGPU) smCount() int { return g.info.SMs }
 
 func (g *driverGPU) name() string { return g.info.Name }
@@ -536,6 +633,10 @@ func (g *driverGPU) name() string { return g.info.Name }
 func (g *driverGPU) close() error {
 	err := g.do(func() error {
 		e1 := errors.Join(g.d.StreamSynchronize(g.compute), g.d.StreamSynchronize(g.copies))
+		if g.comm != 0 {
+			e1 = errors.Join(e1, g.d.StreamSynchronize(g.comm), g.d.StreamDestroy(g.comm))
+			g.comm = 0
+		}
 		e2 := g.blas.Destroy()
 		if g.lt != nil {
 			e2 = errors.Join(e2, g.lt.Destroy(g.ltH))

@@ -343,9 +343,19 @@ func (f *fakeGPU) elapsed(from, to uintptr) (float64, error) {
 func (f *fakeGPU) releaseMark(uintptr) {}
 
 func (f *fakeGPU) onStream(fn func(stream uintptr) error) error { return fn(0) }
-func (f *fakeGPU) smCount() int                                 { return 2 }
-func (f *fakeGPU) name() string                                 { return "fake H200 (host memory)" }
-func (f *fakeGPU) close() error                                 { return nil }
+
+// The fake device runs each call at once: the communication stream is the
+// compute stream, and its work is always done.
+func (f *fakeGPU) onCommStream(fn func(stream uintptr) error) error { return fn(0) }
+func (f *fakeGPU) joinComm() (backend.CommProbe, error)             { return doneProbe{}, nil }
+
+type doneProbe struct{}
+
+func (doneProbe) Done() (bool, error) { return true, nil }
+func (doneProbe) Release()            {}
+func (f *fakeGPU) smCount() int       { return 2 }
+func (f *fakeGPU) name() string       { return "fake H200 (host memory)" }
+func (f *fakeGPU) close() error       { return nil }
 
 func (f *fakeGPU) hostAlloc(bytes int) ([]byte, error) { return make([]byte, bytes), nil }
 func (f *fakeGPU) hostFree([]byte) error               { return nil }

@@ -59,6 +59,12 @@ type gpu interface {
 	sync() error
 	// onStream runs fn on the device's thread with the compute stream.
 	onStream(fn func(stream uintptr) error) error
+	// onCommStream runs fn on the device's thread with the communication
+	// stream, after making it wait for the compute work queued so far;
+	// joinComm makes the compute stream wait for the communication work
+	// queued so far and returns a probe of it (backend.CommQueue).
+	onCommStream(fn func(stream uintptr) error) error
+	joinComm() (backend.CommProbe, error)
 	// mark records an event on the compute stream after the work queued
 	// so far; elapsed waits for the later of two marks and returns the
 	// milliseconds between them; releaseMark recycles a mark.

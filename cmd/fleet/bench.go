@@ -30,6 +30,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	steps := fs.Int("steps", 30, "timed training steps")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
+	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "with --sim-world: MiB of gradients per all-reduce bucket")
+	simWorld := fs.Int("sim-world", 1, "on a simulated GPU, train data-parallel over this many ranks (the others imagined alike) and report the all-reduce's time and how much of it backward does not hide, under a bus-bandwidth model (450 GB/s within a node of 8, 45 GB/s across nodes)")
 	jsonOut := fs.String("json", "", "also write the results to this file as JSON (an object; a list for --precision all); on a simulated GPU (--device sim:h200) with what it counted per step")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -54,7 +56,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	var results []bench.Result
 	for i, p := range precisions {
 		c.Precision = p
-		r, err := bench.Steps(c, *vocab, *warmup, *steps)
+		r, err := bench.StepsWith(c, *vocab, *warmup, *steps, bench.Options{SimWorld: *simWorld})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -137,6 +139,10 @@ func printSim(w io.Writer, label string, r bench.Result) {
 		label, s.GPU, s.LaunchesPerStep, s.HostSyncsPerStep, s.FinalSyncHostSyncs, units.Bytes(int64(s.H2DBytesPerStep)), units.Bytes(int64(s.D2HBytesPerStep)), s.DriverAllocsPerStep)
 	fmt.Fprintf(w, "%s  %.1f GB touched, %.1f TFLOP | peak memory %s (reserved %s)\n",
 		label, s.BytesTouchedPerStep/1e9, s.FLOPsPerStep/1e12, units.Bytes(s.PeakMemoryBytes), units.Bytes(s.PeakReservedBytes))
+	if s.SimWorld > 1 {
+		fmt.Fprintf(w, "%s  %d ranks (%s): all-reduce %.2f ms, of which %.2f ms not hidden by backward and added to the device time (estimates)\n",
+			label, s.SimWorld, s.CommModel, s.CommMsPerStep, s.ExposedCommMsPerStep)
+	}
 	fmt.Fprintf(w, "%s  host %.2f ms (measured) | device %.2f ms (estimate) | predicted %.2f ms/step, %.0f tokens/s, MFU %.1f%% (estimate)\n",
 		label, s.HostMsPerStep, s.DeviceMsPerStep, s.PredictedMsPerStep, s.PredictedTokensPerSec, 100*s.PredictedMFU)
 }

@@ -47,3 +47,61 @@ func TestBenchSimJSON(t *testing.T) {
 		t.Errorf("launches_by_kernel = %v", r["launches_by_kernel"])
 	}
 }
+
+// TestBenchSimWorld: with --sim-world the step all-reduces its gradients
+// in buckets over a simulated NCCL, each bucket as backward finishes it;
+// the collectives' time is the bus-bandwidth model's, only part of it is
+// left exposed after backward, and a world beyond one node gets the
+// network's bandwidth.
+func TestBenchSimWorld(t *testing.T) {
+	run := func(world string) map[string]any {
+		out := filepath.Join(t.TempDir(), "step.json")
+		code, stdout, stderr := fleet(t, "bench", "--device", "sim:h200", "--n-layer", "4", "--n-embd", "256", "--n-head", "4",
+			"--block-size", "128", "--batch-size", "8", "--vocab-size", "1000", "--bucket-mb", "1",
+			"--steps", "2", "--warmup", "2", "--matmuls=false", "--sim-world", world, "--json", out)
+		if code != 0 {
+			t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+		}
+		if !strings.Contains(stdout, world+" ranks") || !strings.Contains(stdout, "not hidden by backward") {
+			t.Errorf("the report does not give the communication:\n%s", stdout)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r map[string]any
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r8, r16 := run("8"), run("16")
+	params := r8["num_params"].(float64)
+	buckets := r8["launches_by_kernel"].(map[string]any)["ncclAllReduce"].(float64)
+	if buckets < 3 {
+		t.Fatalf("%v all-reduces per step, want one per bucket of 1 MiB of %v parameters", buckets, params)
+	}
+	for _, c := range []struct {
+		r     map[string]any
+		world float64
+		bw    float64
+	}{{r8, 8, 450e9}, {r16, 16, 45e9}} {
+		comm, exposed := c.r["comm_ms_per_step"].(float64), c.r["exposed_comm_ms_per_step"].(float64)
+		want := (2*(c.world-1)/c.world*4*params/c.bw + buckets*1e-6) * 1e3
+		if comm < want*0.99 || comm > want*1.01 {
+			t.Errorf("world %v: all-reduce %.4f ms per step, want %.4f (the ring over %v bytes at %v B/s)", c.world, comm, want, 4*params, c.bw)
+		}
+		// Launched after backward, every bucket would be exposed; here all
+		// but the last ones (the embedding's gradient is final last) run
+		// under backward.
+		if !(exposed > 0 && exposed < 0.6*comm) {
+			t.Errorf("world %v: %.4f of %.4f ms exposed: want most of the all-reduce hidden by backward, and the last bucket's not", c.world, exposed, comm)
+		}
+		if p, d, h := c.r["predicted_ms_per_step"].(float64), c.r["device_ms_per_step"].(float64), c.r["host_ms_per_step"].(float64); p < d+exposed*0.999 || p < h {
+			t.Errorf("world %v: predicted %.3f ms, device %.3f + exposed %.3f, host %.3f", c.world, p, d, exposed, h)
+		}
+		if s := c.r["host_syncs_per_step"].(float64); s != 0 {
+			t.Errorf("world %v: %v host syncs per step", c.world, s)
+		}
+	}
+}

@@ -39,7 +39,14 @@ type Counters struct {
 	// DeviceSeconds is the cost model's estimate of the device's busy
 	// time: each launch takes max(bytes / (0.85 × bandwidth), FLOPs /
 	// (efficiency × peak)) plus 1 µs. An estimate, not a measurement.
+	// Collectives are not in it (CommSeconds).
 	DeviceSeconds float64
+	// CommSeconds is the collectives' time on their streams, by the bus
+	// bandwidth model (BusBandwidth); ExposedCommSeconds the part of it
+	// the compute stream spent waiting for them (cuStreamWaitEvent on an
+	// event of a collectives' stream not yet reached), which adds to the
+	// step's device time. Estimates.
+	CommSeconds, ExposedCommSeconds float64
 	// Peak is the most device memory the driver has had allocated at
 	// once, in bytes.
 	Peak int64
@@ -52,6 +59,7 @@ func (c Counters) Sub(o Counters) Counters {
 		H2DBytes: c.H2DBytes - o.H2DBytes, D2HBytes: c.D2HBytes - o.D2HBytes,
 		DriverAllocs: c.DriverAllocs - o.DriverAllocs, BytesTouched: c.BytesTouched - o.BytesTouched,
 		FLOPs: c.FLOPs - o.FLOPs, DeviceSeconds: c.DeviceSeconds - o.DeviceSeconds, Peak: c.Peak,
+		CommSeconds: c.CommSeconds - o.CommSeconds, ExposedCommSeconds: c.ExposedCommSeconds - o.ExposedCommSeconds,
 		ByKernel: map[string]int64{}, SyncsBy: map[string]int64{},
 	}
 	for k, v := range c.ByKernel {
@@ -88,8 +96,15 @@ type Device struct {
 	images   map[uintptr]string // compiled image id -> source
 	modules  map[uintptr][]kernels.Signature
 	funcs    map[uintptr]*function
-	events   map[uintptr]float64 // event -> device clock when recorded
-	strings  [][]byte            // C strings handed out, kept alive
+	events   map[uintptr]float64 // event -> its stream's clock when recorded
+	// The timelines: the compute clock is DeviceSeconds +
+	// ExposedCommSeconds (every stream but the collectives' runs on it);
+	// comm is the collectives' streams' clock, commStreams those streams,
+	// and waits what each stream was last told to wait for.
+	comm        float64
+	commStreams map[uintptr]bool
+	waits       map[uintptr]float64
+	strings     [][]byte // C strings handed out, kept alive
 }
 
 // function is a kernel a module holds: its parameters, and where in them
@@ -106,6 +121,7 @@ func New(spec Spec) *Device {
 	return &Device{Spec: spec, next: 1 << 32, sizes: map[uint64]uint64{}, pinned: map[uintptr][]byte{},
 		programs: map[uintptr]string{}, images: map[uintptr]string{}, modules: map[uintptr][]kernels.Signature{},
 		funcs: map[uintptr]*function{}, events: map[uintptr]float64{},
+		commStreams: map[uintptr]bool{}, waits: map[uintptr]float64{},
 		c: Counters{ByKernel: map[string]int64{}, SyncsBy: map[string]int64{}}}
 }
 
@@ -198,6 +214,50 @@ func (d *Device) work(name string, bytes, flops, peakTFLOPs, efficiency float64)
 	d.c.BytesTouched += bytes
 	d.c.FLOPs += flops
 	d.c.DeviceSeconds += t + LaunchSeconds
+}
+
+// clock is stream's time now. Called with mu held.
+func (d *Device) clock(stream uintptr) float64 {
+	if d.commStreams[stream] {
+		return d.comm
+	}
+	return d.c.DeviceSeconds + d.c.ExposedCommSeconds
+}
+
+// waitEvent makes stream wait for an event recorded at time t: a
+// collectives' stream starts its next collective no earlier; the compute
+// stream idles until t, exposing the collectives it waits for. Called with
+// mu held.
+func (d *Device) waitEvent(stream uintptr, t float64) {
+	d.waits[stream] = max(d.waits[stream], t)
+	if d.commStreams[stream] {
+		d.comm = max(d.comm, t)
+		return
+	}
+	if now := d.clock(stream); t > now {
+		d.c.ExposedCommSeconds += t - now
+	}
+}
+
+// Collective records a collective over world ranks that moves bytes
+// through each rank's link (a ring all-reduce of B bytes: 2(world-1)/world
+// × B), enqueued on stream, which becomes a collectives' stream: it runs
+// after what the stream was told to wait for, after the stream's previous
+// collective, for bytes / BusBandwidth(world) plus the launch cost. It is
+// the simulated NCCL's work; world counts the ranks the simulated device
+// is one of, the others imagined alike.
+func (d *Device) Collective(name string, bytes float64, world int, stream uintptr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.commStreams[stream] {
+		d.commStreams[stream] = true
+		d.comm = max(d.comm, d.waits[stream])
+	}
+	t := bytes/BusBandwidth(world) + LaunchSeconds
+	d.comm += t
+	d.c.Launches++
+	d.c.ByKernel[name]++
+	d.c.CommSeconds += t
 }
 
 // copyWork records a copy between host and device: over PCIe, not HBM.

@@ -128,22 +128,31 @@ func (d *Device) Driver() *libs.Lib {
 		"cuEventSynchronize":           sync("cuEventSynchronize"),
 		"cuStreamCreate":               func(a []uintptr) uintptr { d.mu.Lock(); setPtr(a[0], d.newHandle()); d.mu.Unlock(); return cuSuccess },
 		"cuStreamDestroy_v2":           ok,
-		"cuStreamWaitEvent":            ok,
-		"cuFuncSetAttribute":           ok,
-		"cuModuleUnload":               ok,
-		"cuEventDestroy_v2":            func(a []uintptr) uintptr { d.mu.Lock(); delete(d.events, a[0]); d.mu.Unlock(); return cuSuccess },
-		"cuEventQuery":                 ok,
-		"cuMemcpyHtoD_v2":              copyIn("memcpyHtoD", false),
-		"cuMemcpyHtoDAsync_v2":         copyIn("memcpyHtoD", true),
-		"cuMemcpyDtoH_v2":              copyOut("memcpyDtoH", "cuMemcpyDtoH", false),
-		"cuMemcpyDtoHAsync_v2":         copyOut("memcpyDtoH", "cuMemcpyDtoHAsync", true),
-		"cuMemcpyDtoD_v2":              onDevice("memcpyDtoD", 2, 2),
-		"cuMemcpyDtoDAsync_v2":         onDevice("memcpyDtoD", 2, 2),
-		"cuMemcpyPeerAsync":            onDevice("memcpyPeer", 4, 2),
-		"cuMemsetD32_v2":               onDevice("memset", 2, 4),
-		"cuMemsetD32Async":             onDevice("memset", 2, 4),
-		"cuMemsetD8_v2":                onDevice("memset", 2, 1),
-		"cuMemsetD8Async":              onDevice("memset", 2, 1),
+		"cuStreamWaitEvent": func(a []uintptr) uintptr { // (stream, event, flags)
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			t, ok := d.events[a[1]]
+			if !ok {
+				return cuInvalidHandle
+			}
+			d.waitEvent(a[0], t)
+			return cuSuccess
+		},
+		"cuFuncSetAttribute":   ok,
+		"cuModuleUnload":       ok,
+		"cuEventDestroy_v2":    func(a []uintptr) uintptr { d.mu.Lock(); delete(d.events, a[0]); d.mu.Unlock(); return cuSuccess },
+		"cuEventQuery":         ok,
+		"cuMemcpyHtoD_v2":      copyIn("memcpyHtoD", false),
+		"cuMemcpyHtoDAsync_v2": copyIn("memcpyHtoD", true),
+		"cuMemcpyDtoH_v2":      copyOut("memcpyDtoH", "cuMemcpyDtoH", false),
+		"cuMemcpyDtoHAsync_v2": copyOut("memcpyDtoH", "cuMemcpyDtoHAsync", true),
+		"cuMemcpyDtoD_v2":      onDevice("memcpyDtoD", 2, 2),
+		"cuMemcpyDtoDAsync_v2": onDevice("memcpyDtoD", 2, 2),
+		"cuMemcpyPeerAsync":    onDevice("memcpyPeer", 4, 2),
+		"cuMemsetD32_v2":       onDevice("memset", 2, 4),
+		"cuMemsetD32Async":     onDevice("memset", 2, 4),
+		"cuMemsetD8_v2":        onDevice("memset", 2, 1),
+		"cuMemsetD8Async":      onDevice("memset", 2, 1),
 		"cuMemGetInfo_v2": func(a []uintptr) uintptr {
 			used := d.Used()
 			set64(a[0], uint64(d.Spec.Memory-used))
@@ -197,7 +206,7 @@ func (d *Device) Driver() *libs.Lib {
 			if _, ok := d.events[a[0]]; !ok {
 				return cuInvalidHandle
 			}
-			d.events[a[0]] = d.c.DeviceSeconds
+			d.events[a[0]] = d.clock(a[1])
 			return cuSuccess
 		},
 		// The time between two events is the cost model's: the device's

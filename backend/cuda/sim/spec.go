@@ -69,3 +69,30 @@ const (
 	CUDACoreEfficiency   = 0.5  // other kernels, of the FP32 peak
 	LaunchSeconds        = 1e-6
 )
+
+// The collectives' bandwidth model: NCCL's bus bandwidth among the GPUs of
+// one node (NVLink and NVSwitch, H100/H200 class) and across nodes
+// (InfiniBand or RoCE, 400 Gb/s per GPU). A ring all-reduce of B bytes over
+// n ranks moves 2(n-1)/n·B through each rank's link.
+const (
+	NodeGPUs          = 8
+	IntraNodeBusBytes = 450e9
+	InterNodeBusBytes = 45e9
+)
+
+// BusBandwidth is the bus bandwidth a collective over world ranks gets:
+// within a node up to NodeGPUs ranks, across nodes beyond.
+func BusBandwidth(world int) float64 {
+	if world <= NodeGPUs {
+		return IntraNodeBusBytes
+	}
+	return InterNodeBusBytes
+}
+
+// CommModel says in words which bandwidth a world of ranks gets.
+func CommModel(world int) string {
+	if world <= NodeGPUs {
+		return fmt.Sprintf("ring collectives among %d GPUs of one node, bus bandwidth %.0f GB/s (NVLink)", world, IntraNodeBusBytes/1e9)
+	}
+	return fmt.Sprintf("ring collectives among %d GPUs across nodes, bus bandwidth %.0f GB/s (the network)", world, InterNodeBusBytes/1e9)
+}
