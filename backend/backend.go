@@ -154,7 +154,52 @@ type Backend interface {
 	// skips) and step goes into stats[3] the first time.
 	TrackLoss(stats, x Ref, scale float32, step int)
 	ClipCoef(coef, stats, sumsq Ref, maxNorm float64, step int)
+	// ScalerCoef is ClipCoef for fp16's dynamic loss scaling, with the
+	// scaler's state on the device (see Scaler): sumsq is of the scaled
+	// gradients. Where their norm is finite, coef[0] unscales and clips
+	// them (the clip factor of the unscaled norm, divided by the scale),
+	// and the scaler counts a clean step (growing the scale after
+	// GrowthInterval of them) and writes the step's learning rate and
+	// AdamW constants into the state; otherwise coef[0] is the norm (AdamW
+	// skips), the scale halves and the step counts as skipped. stats[2]
+	// gets the unscaled norm; stats[3] is left alone (a skipped fp16 step
+	// is the scaler's business). step is the optimizer step's index from
+	// 0.
+	ScalerCoef(coef, stats, sumsq Ref, maxNorm float64, step int, s Scaler)
 }
+
+// Scaler is fp16's dynamic loss scaling kept on the device, with PyTorch
+// GradScaler's rules, for ScalerCoef: the state the host reads only at
+// check points, and what the step's update needs, so that no step waits
+// for the device to decide whether it is skipped.
+type Scaler struct {
+	// State is ScalerStateLen F32 elements on the device: see the
+	// Scaler* indices.
+	State Ref
+	// LRs is the learning-rate schedule, NLR F32 elements: a step that is
+	// not skipped takes LRs[min(step - skipped, NLR-1)], as the schedule
+	// does not advance on skipped steps.
+	LRs            Ref
+	NLR            int
+	GrowthInterval int
+	// SeedFactor times the scale is the next backward pass's seed (the
+	// loss's gradient: 1/accumulation steps).
+	SeedFactor   float32
+	Beta1, Beta2 float32 // AdamW's, for its bias corrections
+}
+
+// The elements of Scaler.State.
+const (
+	ScalerScale   = iota // the loss scale
+	ScalerTracker        // clean steps since the scale last changed
+	ScalerSkipped        // steps skipped in the whole run
+	ScalerSeed           // the backward pass's seed: scale × SeedFactor
+	ScalerLR             // this step's learning rate, then AdamW's step size and 1/sqrt(1-b2^t), the three AdamW.Sched reads
+	ScalerStepSize
+	ScalerInvBC2Sqrt
+	ScalerAdamSteps // updates taken: t of the last update
+	ScalerStateLen
+)
 
 // MatMul describes a (batched) matrix product. op(A) is M×K, op(B) is K×N,
 // C is M×N row-major. Strides are in elements between batch items; a stride
@@ -267,6 +312,11 @@ type AdamW struct {
 	// DecayEnd on take none (a packed buffer, its decayed parameters
 	// first, updated in one launch).
 	DecayEnd int
+	// Sched, where not Nil, is three F32 on the device that replace LR
+	// and Step: the learning rate, the step size lr/(1-b1^t) and
+	// 1/sqrt(1-b2^t), as ScalerCoef writes them (Scaler.State from
+	// ScalerLR on); the decay is 1 - lr·WeightDecay.
+	Sched Ref
 }
 
 // Opener opens device number index of a kind.

@@ -165,7 +165,13 @@ func (o *AdamW) Step() { o.StepScaled(nil) }
 // one-element F32 tensor on the parameters' device (ClipCoef's
 // coefficient), read there: where it is not finite, the weights and
 // moments stay as they are (the step count still advances).
-func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
+func (o *AdamW) StepScaled(gradScale *tensor.Tensor) { o.StepSched(gradScale, nil) }
+
+// StepSched is StepScaled with the learning rate and the step's
+// constants read on the device from sched (see tensor.AdamWStepSched):
+// fp16's loss scaler decides there which steps count. Steps counts the
+// calls; the scaler's state has the updates taken.
+func (o *AdamW) StepSched(gradScale, sched *tensor.Tensor) {
 	o.Steps++
 	if k := o.packed; k != nil && k.done {
 		seg := &k.all
@@ -173,7 +179,7 @@ func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 		if seg.decay {
 			hp.WeightDecay = o.Config.WeightDecay
 		}
-		tensor.AdamWStep(seg.p, seg.m, seg.v, hp, gradScale)
+		tensor.AdamWStepSched(seg.p, seg.m, seg.v, hp, gradScale, sched)
 		return
 	}
 	for i, p := range o.Params {
@@ -184,7 +190,7 @@ func (o *AdamW) StepScaled(gradScale *tensor.Tensor) {
 		if p.Decay {
 			hp.WeightDecay = o.Config.WeightDecay
 		}
-		tensor.AdamWStep(p.T, o.M[i], o.V[i], hp, gradScale)
+		tensor.AdamWStepSched(p.T, o.M[i], o.V[i], hp, gradScale, sched)
 	}
 }
 
@@ -237,12 +243,24 @@ func (s Schedule) At(it int) float64 {
 // ClipCoef is the package's ClipCoef over the optimizer's parameters: on
 // a packed optimizer, one reduction over the flat gradients.
 func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step int) {
-	if o.packed == nil || !o.packed.done {
-		ClipCoef(o.Params, maxNorm, acc, coef, stats, step)
+	o.GradSumSquares(acc)
+	tensor.ClipCoef(coef, stats, acc, maxNorm, step)
+}
+
+// GradSumSquares writes the sum of the squares of every gradient into
+// acc, on the device: on a packed optimizer, one reduction over the flat
+// gradients.
+func (o *AdamW) GradSumSquares(acc *tensor.Tensor) {
+	if o.packed != nil && o.packed.done {
+		tensor.SetSumSquares(acc, o.packed.grads)
 		return
 	}
-	tensor.SetSumSquares(acc, o.packed.grads)
-	tensor.ClipCoef(coef, stats, acc, maxNorm, step)
+	tensor.Fill(acc, 0)
+	for _, p := range o.Params {
+		if g := p.T.Grad; g != nil {
+			tensor.AddSumSquares(acc, g)
+		}
+	}
 }
 
 // ClipCoef is ClipGradNorm without reading anything back, for parameters

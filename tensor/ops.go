@@ -749,7 +749,23 @@ func sumSquares(acc, t *Tensor, beta float32) {
 // where it is not finite, the step leaves param, m and v as they are. The
 // gradient may be left scaled.
 func AdamWStep(param, m, v *Tensor, hp backend.AdamW, gradScale *Tensor) {
+	AdamWStepSched(param, m, v, hp, gradScale, nil)
+}
+
+// AdamWStepSched is AdamWStep with the learning rate and the step's
+// constants read on the device from sched, three F32 elements (a view of
+// a loss scaler's state from backend.ScalerLR on, which ScalerCoef
+// writes); nil is AdamWStep.
+func AdamWStepSched(param, m, v *Tensor, hp backend.AdamW, gradScale, sched *Tensor) {
 	check("adamw", param, param.Grad, m, v)
+	if sched != nil {
+		check("adamw", param, sched)
+		wantDType("adamw", F32, sched)
+		if sched.Numel() != 3 {
+			panic(&Error{Op: "adamw", Msg: "want a schedule of 3 elements (lr, step size, 1/sqrt(1-b2^t))", Operands: []*Tensor{sched}})
+		}
+		hp.Sched = sched.ref()
+	}
 	sameShape("adamw", param, param.Grad)
 	if gradScale != nil {
 		check("adamw", param, gradScale)
@@ -798,6 +814,27 @@ func ClipCoef(coef, stats, sumsq *Tensor, maxNorm float64, step int) {
 	wantScalar(op, coef)
 	wantScalar(op, sumsq)
 	stats.be.ClipCoef(coef.ref(), stats.ref(), sumsq.ref(), maxNorm, step)
+}
+
+// ScalerCoef is ClipCoef for fp16's dynamic loss scaling on the device
+// (backend.Backend.ScalerCoef): sumsq is of the gradients scaled by the
+// scale in state (backend.ScalerStateLen F32 elements), lrs the
+// learning-rate schedule (F32), step the optimizer step's index from 0.
+// The scaler's decision, its new scale and the step's AdamW constants
+// stay on the device.
+func ScalerCoef(coef, stats, sumsq, state, lrs *Tensor, maxNorm float64, step int, growthInterval int, seedFactor, beta1, beta2 float32) {
+	const op = "scaler_coef"
+	check(op, coef, stats, sumsq, state, lrs)
+	wantDType(op, F32, coef, stats, sumsq, state, lrs)
+	wantStats(op, stats)
+	wantScalar(op, coef)
+	wantScalar(op, sumsq)
+	if state.Numel() != backend.ScalerStateLen || lrs.Numel() == 0 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("want a state of %d elements and a non-empty schedule", backend.ScalerStateLen), Operands: []*Tensor{state, lrs}})
+	}
+	stats.be.ScalerCoef(coef.ref(), stats.ref(), sumsq.ref(), maxNorm, step, backend.Scaler{
+		State: state.ref(), LRs: lrs.ref(), NLR: lrs.Numel(), GrowthInterval: growthInterval,
+		SeedFactor: seedFactor, Beta1: beta1, Beta2: beta2})
 }
 
 func wantScalar(op string, t *Tensor) {

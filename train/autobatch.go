@@ -250,12 +250,13 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 
 // free returns the model's and optimizer's memory to the device pool.
 func (r *run) free() {
-	for _, t := range []*tensor.Tensor{r.stats, r.clipAcc, r.clipCoef} {
+	for _, t := range []*tensor.Tensor{r.stats, r.clipAcc, r.clipCoef, r.scalerState, r.lrs} {
 		if t != nil {
 			t.Free()
 		}
 	}
 	r.stats, r.lossSum, r.clipAcc, r.clipCoef = nil, nil, nil, nil
+	r.scalerState, r.seed, r.sched16, r.lrs = nil, nil, nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

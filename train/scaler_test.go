@@ -208,3 +208,73 @@ func TestResumeRestoresScaler(t *testing.T) {
 		t.Fatal("a negative grad_scale was accepted")
 	}
 }
+
+// TestDeviceScalerMatchesHost holds fp16's loss scaler on the device (the
+// one-device path) to the same scaler on the host (the pipelines' path,
+// which reads the norm every step): over clean steps that grow the scale,
+// a clipped step and a skipped one, the scale, the skipped count, AdamW's
+// step count and the weights agree (the weights to rounding: the host
+// unscales, then clips; the device does both in one factor).
+func TestDeviceScalerMatchesHost(t *testing.T) {
+	dev, host := fp16Run(t, 4, 3), fp16Run(t, 4, 3)
+	host.hostScaler = true
+	defer dev.close()
+	defer host.close()
+	dev.cfg.GradClip, host.cfg.GradClip = 0.05, 0.05 // clipping acts
+	for step := 0; step < 8; step++ {
+		var hook func(r *run) func()
+		if step == 4 {
+			hook = func(r *run) func() {
+				return func() {
+					g := r.opt.Params[1].T.Grad
+					v := g.Float32s()
+					v[0] = float32(math.NaN())
+					g.SetFloat32s(v)
+				}
+			}
+		}
+		for _, r := range []*run{dev, host} {
+			var h func()
+			if hook != nil {
+				h = hook(r)
+			}
+			r.mustStepWithHook(step, 1e-3, h)
+		}
+		if dev.scaler.Scale != host.scaler.Scale || dev.scaler.Skipped != host.scaler.Skipped || dev.scaler.Tracker != host.scaler.Tracker || dev.opt.Steps != host.opt.Steps {
+			t.Fatalf("after step %d: device scale %v, skipped %d, tracker %d, adam steps %d; host %v, %d, %d, %d", step,
+				dev.scaler.Scale, dev.scaler.Skipped, dev.scaler.Tracker, dev.opt.Steps, host.scaler.Scale, host.scaler.Skipped, host.scaler.Tracker, host.opt.Steps)
+		}
+		if d := math.Abs(dev.gradNorm-host.gradNorm) / host.gradNorm; step != 4 && !(d < 1e-5) {
+			t.Fatalf("step %d: gradient norm %v on the device, %v on the host", step, dev.gradNorm, host.gradNorm)
+		}
+	}
+	if dev.scaler.Skipped != 1 || dev.scaler.Scale != 8 { // 4, grown to 8, halved at the skip, grown again
+		t.Fatalf("the run did not grow and then halve the scale: scale %v, skipped %d", dev.scaler.Scale, dev.scaler.Skipped)
+	}
+	// The paths round differently in the last bit, and fp16's products
+	// turn such bits into an f16 rounding step now and then, so the
+	// states drift apart a little. Adam's update hardly depends on the
+	// gradients' scale, so the weights alone would not show a gradient
+	// left scaled or unclipped; the moments would (m by the factor, v by
+	// its square).
+	a, b := dev.state(), host.state()
+	var worstW, worstM float64
+	for i := range a {
+		var norm, diff float64
+		for j := range a[i] {
+			d := math.Abs(float64(a[i][j] - b[i][j]))
+			if i%3 == 0 {
+				worstW = max(worstW, d)
+				continue
+			}
+			norm, diff = norm+math.Abs(float64(b[i][j])), diff+d
+		}
+		if i%3 != 0 && norm > 0 {
+			worstM = max(worstM, diff/norm)
+		}
+	}
+	t.Logf("after 8 steps: weights at most %.3g apart; moments at most %.3g apart (relative L1)", worstW, worstM)
+	if worstW > 5e-5 || worstM > 2e-2 {
+		t.Fatalf("the device's scaler ends %.3g (weights) and %.3g (moments, relative) from the host's", worstW, worstM)
+	}
+}

@@ -56,7 +56,7 @@ func TestRunOnSimulatedGPU(t *testing.T) {
 // that follows no check point (log line, evaluation, checkpoint) must not
 // make the host wait for the device at all; check points may.
 func TestStepsReadNothingBack(t *testing.T) {
-	for _, prec := range []string{"fp32", "bf16"} {
+	for _, prec := range []string{"fp32", "bf16", "fp16"} { // fp16: its loss scaler decides on the device
 		c := tinyConfig(t)
 		c.Device, c.Precision = "sim:h200", prec
 		c.MaxIters, c.EvalInterval, c.LogInterval, c.GradAccum = 12, 6, 4, 2

@@ -223,18 +223,31 @@ type run struct {
 	// loss it read.
 	statsAt  int
 	lastLoss float64
-	// clipAcc and clipCoef clip the gradients on the device (one device,
-	// no loss scaler): the sum of squares and the coefficient AdamW
-	// applies. nil where the host clips.
+	// clipAcc and clipCoef clip the gradients on the device (one device):
+	// the sum of squares and the coefficient AdamW applies. nil where the
+	// host clips.
 	clipAcc, clipCoef *tensor.Tensor
-	status            *statusLine      // the live line on a terminal; nil: none
-	sampler           *sysstat.Sampler // device utilisation in the background; nil: none
-	ddp               *ddp             // data parallelism; nil in a world of one
-	sinks             *sinks           // TensorBoard and Prometheus; nil: neither
-	pipe              *pipeRun         // --pipeline: the model's stages; nil: one device
-	stages            []tensor.Device  // --pipeline: the stages' devices
-	at                int              // the step the loop is at
-	evaluating        bool             // the loop is evaluating
+	// With fp16 on one device the loss scaler lives on the device too:
+	// scalerState (backend.ScalerStateLen elements; the host's scaler is
+	// its copy as of the last check point), seed the backward pass's seed
+	// (a view of it), lrs the learning-rate schedule it indexes; lrFill
+	// when there is no schedule (a Stepper), whose one entry each step
+	// sets to the rate it is given.
+	// sched16 is the state's learning rate and AdamW constants (a view).
+	scalerState, seed, sched16, lrs *tensor.Tensor
+	lrFill                          bool
+	// hostScaler keeps fp16's scaler on the host (as pipelines have it),
+	// reading the gradient norm every step: tests hold the device's
+	// scaler to it.
+	hostScaler bool
+	status     *statusLine      // the live line on a terminal; nil: none
+	sampler    *sysstat.Sampler // device utilisation in the background; nil: none
+	ddp        *ddp             // data parallelism; nil in a world of one
+	sinks      *sinks           // TensorBoard and Prometheus; nil: neither
+	pipe       *pipeRun         // --pipeline: the model's stages; nil: one device
+	stages     []tensor.Device  // --pipeline: the stages' devices
+	at         int              // the step the loop is at
+	evaluating bool             // the loop is evaluating
 }
 
 // close releases the staging slots, stops the loader, closes the
@@ -919,9 +932,46 @@ func (r *run) openStepState(step int) {
 	r.stats = tensor.NewStats(dev)
 	r.lossSum = r.stats.Rows(0, 1)
 	r.statsAt = step
-	if r.pipe == nil && r.scaler == nil {
+	if r.pipe == nil && !(r.scaler != nil && r.hostScaler) {
 		r.clipAcc, r.clipCoef = tensor.Zeros(r.dev), tensor.Zeros(r.dev)
+		if r.scaler != nil {
+			r.openScaler()
+		}
 	}
+}
+
+// openScaler puts fp16's loss scaler on the device: its state from the
+// host's scaler (a resumed one's), and the learning-rate schedule as a
+// table of the run's steps, so that a skipped step, decided there, holds
+// the schedule back there.
+func (r *run) openScaler() {
+	s := r.scaler
+	st := make([]float32, backend.ScalerStateLen)
+	st[backend.ScalerScale], st[backend.ScalerTracker], st[backend.ScalerSkipped] = s.Scale, float32(s.Tracker), float32(s.Skipped)
+	st[backend.ScalerSeed] = s.Scale / float32(r.cfg.GradAccum)
+	r.scalerState = tensor.FromFloat32s(r.dev, st, len(st))
+	r.seed = r.scalerState.Rows(backend.ScalerSeed, backend.ScalerSeed+1).Reshape()
+	r.sched16 = r.scalerState.Rows(backend.ScalerLR, backend.ScalerLR+3)
+	if r.sched == (optim.Schedule{}) {
+		r.lrs, r.lrFill = tensor.Zeros(r.dev, 1), true
+		return
+	}
+	lrs := make([]float32, max(r.cfg.MaxIters, 1))
+	for i := range lrs {
+		lrs[i] = float32(r.sched.At(i))
+	}
+	r.lrs = tensor.FromFloat32s(r.dev, lrs, len(lrs))
+}
+
+// readScaler copies the device's scaler state into the host's scaler, and
+// AdamW's step count (the updates taken) into the optimizer, after done
+// steps: at check points, for the log, telemetry and checkpoints.
+func (r *run) readScaler(done int) {
+	var st [backend.ScalerStateLen]float32
+	r.scalerState.ReadFloat32s(st[:])
+	s := r.scaler
+	s.Scale, s.Tracker, s.Skipped = st[backend.ScalerScale], int(st[backend.ScalerTracker]), int(st[backend.ScalerSkipped])
+	r.opt.Steps = done - s.Skipped
 }
 
 // readStats reads the step statistics (a host wait, at check points
@@ -945,6 +995,9 @@ func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads in
 	if r.clipCoef != nil {
 		r.gradNorm = float64(v[2])
 	}
+	if r.scalerState != nil {
+		r.readScaler(done)
+	}
 	if r.hostBadGrads > 0 && (badGrads == 0 || r.hostBadGrads < badGrads) {
 		badGrads = r.hostBadGrads
 	}
@@ -965,9 +1018,13 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 		var loss *tensor.Tensor
 		tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(x, y) })
 		tensor.TrackLoss(r.stats, loss, 1/float32(cfg.GradAccum), step+1)
-		if r.scaler != nil {
+		var seed *tensor.Tensor
+		switch {
+		case r.seed != nil: // fp16's scale/accumulation, on the device
+			seed = r.seed
+		case r.scaler != nil:
 			loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
-		} else if cfg.GradAccum > 1 {
+		case cfg.GradAccum > 1:
 			loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 		}
 		tel.to(phBackward)
@@ -975,7 +1032,11 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 			prev := tensor.SetGradReadyHook(r.ddp.hookFn)
 			defer tensor.SetGradReadyHook(prev)
 		}
-		loss.Backward()
+		if seed != nil {
+			loss.BackwardWith(seed)
+		} else {
+			loss.Backward()
+		}
 	})
 }
 
@@ -987,6 +1048,22 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 func (r *run) update(step int, lr float64, hook func()) bool {
 	if hook != nil {
 		hook()
+	}
+	if r.scalerState != nil {
+		// fp16 on the device: the unscaling, the clip, the scaler's
+		// decision and the step's learning rate and AdamW constants
+		// (which the schedule's position, held back by skipped steps,
+		// gives), read by nothing. Whether the weights moved is known
+		// there only.
+		if r.lrFill {
+			tensor.Fill(r.lrs, float32(lr))
+		}
+		r.opt.GradSumSquares(r.clipAcc)
+		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
+			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
+		r.opt.StepSched(r.clipCoef, r.sched16)
+		r.opt.ZeroGrad()
+		return true
 	}
 	if r.clipCoef != nil {
 		// On the device: the norm, the clip coefficient and the skip

@@ -337,12 +337,22 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 			c.Scale(grad, grad, s, n)
 		}
 	}
-	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
-	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
-	hp := adamConsts{
-		b1: p.Beta1, c1: 1 - p.Beta1, b2: p.Beta2, c2: 1 - p.Beta2,
-		invBC2Sqrt: float32(1 / math.Sqrt(bc2)), eps: p.Eps,
-		decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
+	var hp adamConsts
+	if !p.Sched.Nil() { // the learning rate and step from the device (ScalerCoef)
+		sch := f32(p.Sched)[:3]
+		hp = adamConsts{
+			b1: p.Beta1, c1: 1 - p.Beta1, b2: p.Beta2, c2: 1 - p.Beta2,
+			invBC2Sqrt: sch[2], eps: p.Eps,
+			decay: 1 - float32(sch[0]*p.WeightDecay), stepSize: sch[1],
+		}
+	} else {
+		bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+		bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+		hp = adamConsts{
+			b1: p.Beta1, c1: 1 - p.Beta1, b2: p.Beta2, c2: 1 - p.Beta2,
+			invBC2Sqrt: float32(1 / math.Sqrt(bc2)), eps: p.Eps,
+			decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
+		}
 	}
 	runChunks(c, &adamwTasks, n, elemGrain, adamwTask{f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n], hp})
 }
@@ -408,6 +418,57 @@ func (c *CPU) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int
 		k = float32(maxNorm / (norm + 1e-6))
 	}
 	f32(coef)[0] = k
+}
+
+// ScalerCoef implements backend.Backend, in float64 where ClipCoef is.
+func (c *CPU) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int, s backend.Scaler) {
+	st, sc := f32(stats)[:4], f32(s.State)[:backend.ScalerStateLen]
+	scale := sc[backend.ScalerScale]
+	norm := math.Sqrt(float64(f32(sumsq)[0])) / float64(scale)
+	st[2] = float32(norm)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		f32(coef)[0] = float32(norm)
+		sc[backend.ScalerScale] = scale * 0.5
+		sc[backend.ScalerTracker] = 0
+		sc[backend.ScalerSkipped]++
+	} else {
+		k := 1.0
+		if maxNorm > 0 && norm > maxNorm {
+			k = maxNorm / (norm + 1e-6)
+		}
+		f32(coef)[0] = float32(k / float64(scale))
+		tracker := sc[backend.ScalerTracker] + 1
+		if int(tracker) == s.GrowthInterval {
+			if g := scale * 2; !math.IsInf(float64(g), 0) {
+				sc[backend.ScalerScale] = g
+			}
+			tracker = 0
+		}
+		sc[backend.ScalerTracker] = tracker
+		pos := max(step-int(sc[backend.ScalerSkipped]), 0)
+		lr := f32(s.LRs)[min(pos, s.NLR-1)]
+		t := pos + 1
+		bc1 := 1 - powInt(float64(s.Beta1), t)
+		bc2 := 1 - powInt(float64(s.Beta2), t)
+		sc[backend.ScalerLR] = lr
+		sc[backend.ScalerStepSize] = float32(float64(lr) / bc1)
+		sc[backend.ScalerInvBC2Sqrt] = float32(1 / math.Sqrt(bc2))
+		sc[backend.ScalerAdamSteps] = float32(t)
+	}
+	sc[backend.ScalerSeed] = sc[backend.ScalerScale] * s.SeedFactor
+}
+
+// powInt is b^t by repeated squaring, the CUDA kernel's multiplications in
+// its order (a power function's last bits differ between libraries).
+func powInt(b float64, t int) float64 {
+	r := 1.0
+	for ; t > 0; t >>= 1 {
+		if t&1 != 0 {
+			r *= b
+		}
+		b *= b
+	}
+	return r
 }
 
 // DropoutAdd implements backend.Backend. Each element draws its own

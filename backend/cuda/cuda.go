@@ -548,7 +548,12 @@ func (c *CUDA) rowsOf(r backend.Ref, dim int) int {
 
 // AdamW implements backend.Backend.
 func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
-	c.check("adamw", kernels.AdamW(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), n))
+	c.check("adamw", kernels.AdamWSched(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), c.ptr(p.Sched), n))
+}
+
+// ScalerCoef implements backend.Backend.
+func (c *CUDA) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int, s backend.Scaler) {
+	c.check("scaler_coef", kernels.ScalerCoef(c, c.ptr(coef), c.ptr(stats), c.ptr(sumsq), c.ptr(s.State), c.ptr(s.LRs), maxNorm, step, s))
 }
 
 // TrackLoss implements backend.Backend.

@@ -993,6 +993,8 @@ static inline float fleet_emu_fmaf(float a, float b, float c) { return fmaf(a, b
 #define __fadd_rn fleet_emu_fadd
 #define __fsub_rn fleet_emu_fsub
 #define __fmul_rn fleet_emu_fmul
+static inline double fleet_emu_dmul(double a, double b) { return a * b; }
+#define __dmul_rn fleet_emu_dmul
 #define __fdiv_rn fleet_emu_fdiv
 #define __frcp_rn fleet_emu_frcp
 #define __fsqrt_rn fleet_emu_fsqrt

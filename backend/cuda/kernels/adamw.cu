@@ -8,15 +8,23 @@
 // with the per-step constants folded on the host exactly as the CPU
 // backend does: c1 = 1-b1, c2 = 1-b2, invBC2Sqrt = 1/sqrt(1-b2^t),
 // decay = 1 - lr*wd, stepSize = lr/(1-b1^t); elements from decayEnd on
-// (where it is positive) take decay = 1, no weight decay. Memory traffic: param, m and v
+// (where it is positive) take decay = 1, no weight decay. Where sched is
+// given (three floats on the device, from fleet_scaler_coef_f32: lr,
+// stepSize, invBC2Sqrt), they replace the host's, and decay = 1 - lr*wd.
+// Memory traffic: param, m and v
 // read and written once, grad read once. Launch: 1-D blocks of 256 threads,
 // grid min(ceil(n/256), 8 per SM), grid-stride loop.
 extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m, float *__restrict__ v,
 	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize,
-	long long decayEnd, long long n) {
+	long long decayEnd, long long n, const float *__restrict__ sched, float wd) {
 	float scale = gradScale ? gradScale[0] : 1.0f;
 	if (!isfinite(scale)) {
 		return;
+	}
+	if (sched != 0) {
+		decay = __fsub_rn(1.0f, __fmul_rn(sched[0], wd));
+		stepSize = sched[1];
+		invBC2Sqrt = sched[2];
 	}
 	FLEET_FOR_EACH(i, n) {
 		float g = grad[i] * scale;

@@ -67,6 +67,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 2
 	case "clip_coef":
 		return 4
+	case "scaler_coef": // the clip's few operations and two powers by squaring
+		return 16 + 4*64
 	case "adamw":
 		return 15 * arg("n")
 	case "attention_fwd":

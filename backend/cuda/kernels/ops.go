@@ -255,9 +255,19 @@ func AdamWFold(p backend.AdamW) AdamWConsts {
 // finite skips the step. Elements from p.DecayEnd on (where positive) take
 // no weight decay.
 func AdamW(l Launcher, p backend.AdamW, param, grad, m, v, gradScale any, n int) error {
+	return AdamWSched(l, p, param, grad, m, v, gradScale, nil, n)
+}
+
+// AdamWSched is AdamW with the learning rate and the step's constants
+// read on the device from sched (three F32: lr, stepSize, invBC2Sqrt;
+// nil: from p), as backend.AdamW.Sched says.
+func AdamWSched(l Launcher, p backend.AdamW, param, grad, m, v, gradScale, sched any, n int) error {
+	if p.Step <= 0 && sched != nil {
+		p.Step = 1 // the host's fold is unused; keep it finite
+	}
 	k := AdamWFold(p)
 	return elementwise(l, "fleet_adamw_f32", n, param, grad, m, v, gradScale,
-		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(p.DecayEnd), int64(n))
+		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(p.DecayEnd), int64(n), sched, p.WeightDecay)
 }
 
 // TrackLoss adds x[0]*scale into stats[0] and records step in stats[1]
@@ -270,6 +280,17 @@ func TrackLoss(l Launcher, stats, x any, scale float32, step int) error {
 // and the coefficient that clips it to maxNorm into coef[0] (see step.cu).
 func ClipCoef(l Launcher, coef, stats, sumsq any, maxNorm float64, step int) error {
 	return l.Launch("fleet_clip_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, coef, stats, sumsq, maxNorm, int32(step))
+}
+
+// ScalerCoef is fp16's loss-scaling step on the device with the clip
+// (backend.Scaler; see step.cu). state holds backend.ScalerStateLen F32,
+// lrs s.NLR.
+func ScalerCoef(l Launcher, coef, stats, sumsq, state, lrs any, maxNorm float64, step int, s backend.Scaler) error {
+	if s.NLR <= 0 {
+		return fmt.Errorf("kernels: scaler: an empty learning-rate table")
+	}
+	return l.Launch("fleet_scaler_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, coef, stats, sumsq, state, lrs, maxNorm,
+		int32(step), int32(s.NLR), int32(s.GrowthInterval), s.SeedFactor, s.Beta1, s.Beta2)
 }
 
 // rowsGrid is the grid of a warp-per-row kernel over rows rows.

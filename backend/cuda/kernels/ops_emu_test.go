@@ -296,6 +296,7 @@ func init() {
 		"fleet_adamw_f32":              adamWCase,
 		"fleet_track_loss_f32":         trackLossCase,
 		"fleet_clip_coef_f32":          clipCoefCase,
+		"fleet_scaler_coef_f32":        scalerCoefCase,
 	})
 }
 
@@ -544,14 +545,23 @@ func adamWCase(t *testing.T, m *emu.Module) {
 				v0[i] = float32(math.Abs(float64(v0[i])))
 			}
 			// Without a gradient scale, with a clip coefficient, and with
-			// one that is not finite (the step is skipped).
-			for _, scale := range []float32{1, 0.37, float32(math.NaN())} {
+			// one that is not finite (the step is skipped); and, with the
+			// coefficient, the learning rate and step's constants read on
+			// the device (Sched), as the fp16 scaler writes them.
+			for _, scale := range []float32{1, 0.37, float32(math.NaN()), -2} {
+				var sched []float32
+				if scale == -2 {
+					scale, sched = 0.37, []float32{0.04, 0.61, 1.7}
+				}
 				cp := p
 				if step == 7 { // weight decay on the first third only
 					p.DecayEnd, cp.DecayEnd = n/3, n/3
 				}
 				if scale != 1 {
 					cp.GradScale = cpuF32([]float32{scale})
+				}
+				if sched != nil {
+					cp.Sched = cpuF32(sched)
 				}
 				cw, cm, cv := cpuF32(w0), cpuF32(m0), cpuF32(v0)
 				cpuB.AdamW(cp, cw, cpuF32(g), cm, cv, n)
@@ -562,18 +572,59 @@ func adamWCase(t *testing.T, m *emu.Module) {
 					if scale != 1 {
 						ds = emu.NewF32([]float32{scale})
 					}
-					must(t, kernels.AdamW(l, p, dw, emu.NewF32(g), dm, dv, ds, n))
+					var dsch any
+					if sched != nil {
+						dsch = emu.NewF32(sched)
+					}
+					must(t, kernels.AdamWSched(l, p, dw, emu.NewF32(g), dm, dv, ds, dsch, n))
 					return [][]float32{delta(dw.F32(), w0), dm.F32(), dv.F32()}
 				})
 				// The parameters are compared by their change, which is what
 				// the step computes (the parameters themselves barely move).
 				for k, name := range []string{"param update", "m", "v"} {
-					checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d scale=%v decay end=%d", name, n, step, scale, p.DecayEnd), got[k], want[k], 1e-5)
+					checkClose(t, fmt.Sprintf("adamw %s n=%d step=%d scale=%v decay end=%d sched=%v", name, n, step, scale, p.DecayEnd, sched), got[k], want[k], 1e-5)
 				}
 				if scale != scale && n > 0 && (got[0][0] != 0 || got[1][0] != m0[0]) {
 					t.Errorf("adamw n=%d: a gradient scale of NaN changed the parameters or moments", n)
 				}
 			}
+		}
+	}
+}
+
+// scalerCoefCase holds fp16's scaler step on the device to the CPU's, bit
+// for bit: clean steps (growing the scale at the interval, clipping or
+// not), an overflow (skipped: the scale halves), and steps past the end of
+// the learning-rate table.
+func scalerCoefCase(t *testing.T, m *emu.Module) {
+	lrs := []float32{1e-3, 2e-3, 3e-3}
+	for _, c := range []struct {
+		sq      float32
+		state   []float32 // scale, tracker, skipped, seed, lr, stepSize, invBC2Sqrt, t
+		step    int
+		maxNorm float64
+	}{
+		{4e6, []float32{1024, 0, 0, 0, 0, 0, 0, 0}, 0, 1},
+		{4e6, []float32{1024, 2, 1, 0, 0, 0, 0, 0}, 2, 0},  // the third clean step: the scale grows
+		{1e2, []float32{65536, 1, 0, 0, 0, 0, 0, 0}, 9, 1}, // past the table's end
+		{float32(math.Inf(1)), []float32{65536, 1, 3, 0, 0, 0, 0, 0}, 5, 1},
+		{float32(math.NaN()), []float32{2, 0, 0, 0, 0, 0, 0, 0}, 1, 1},
+	} {
+		s := backend.Scaler{NLR: len(lrs), GrowthInterval: 3, SeedFactor: 0.5, Beta1: 0.9, Beta2: 0.95}
+		st0 := []float32{0, -1, 0, -1}
+		cc, cs, cst := cpuF32([]float32{7}), cpuF32(st0), cpuF32(c.state)
+		s.State, s.LRs = cst, cpuF32(lrs)
+		cpuB.ScalerCoef(cc, cs, cpuF32([]float32{c.sq}), c.maxNorm, c.step, s)
+		want := append(append(cpuGet(cc, 1), cpuGet(cs, 4)...), cpuGet(cst, backend.ScalerStateLen)...)
+		got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			dc, ds, dst := emu.NewF32([]float32{7}), emu.NewF32(st0), emu.NewF32(c.state)
+			must(t, kernels.ScalerCoef(l, dc, ds, emu.NewF32([]float32{c.sq}), dst, emu.NewF32(lrs), c.maxNorm, c.step, s))
+			return [][]float32{append(append(dc.F32(), ds.F32()...), dst.F32()...)}
+		})
+		checkBits(t, fmt.Sprintf("scaler coef of sum %v, state %v, step %d", c.sq, c.state, c.step), got[0], want)
+		finite := !math.IsInf(float64(c.sq), 0) && c.sq == c.sq
+		if sc := want[5]; finite != (sc >= c.state[0]) || (!finite && sc != c.state[0]/2) {
+			t.Errorf("sum %v: the scale went %v -> %v", c.sq, c.state[0], sc)
 		}
 	}
 }

@@ -34,3 +34,68 @@ extern "C" __global__ void fleet_clip_coef_f32(float *__restrict__ coef, float *
 	}
 	coef[0] = (maxNorm > 0.0 && norm > maxNorm) ? (float)(maxNorm / (norm + 1e-6)) : 1.0f;
 }
+
+// fleet_pow_int is b^t by repeated squaring, in double: the same
+// multiplications in the same order as the CPU backend's powInt, so both
+// devices fold AdamW's bias corrections to the same bits.
+__device__ __forceinline__ double fleet_pow_int(double b, long long t) {
+	double r = 1.0;
+	while (t > 0) {
+		if (t & 1) {
+			r = __dmul_rn(r, b);
+		}
+		b = __dmul_rn(b, b);
+		t >>= 1;
+	}
+	return r;
+}
+
+// fleet_scaler_coef_f32: fp16's dynamic loss scaling and the clip, on the
+// device (backend.Scaler, backend.Backend.ScalerCoef). state: scale,
+// growth tracker, skipped steps, backward seed, lr, stepSize, invBC2Sqrt,
+// AdamW steps. The norm of the unscaled gradients is
+// sqrt(sumsq[0])/scale, in double, into stats[2]. Not finite: coef[0] =
+// norm (AdamW skips), the scale halves, the tracker restarts, skipped
+// counts one. Finite: coef[0] = clip/scale (clip as fleet_clip_coef_f32),
+// the tracker counts one and at growthInterval doubles the scale (unless
+// that overflows) and restarts; the step takes the learning rate
+// lrs[min(step - skipped, nlr-1)], t = step - skipped + 1, and its AdamW
+// constants stepSize = lr/(1-b1^t), invBC2Sqrt = 1/sqrt(1-b2^t). Last,
+// seed = scale*seedFactor. Launch: one block of one thread.
+extern "C" __global__ void fleet_scaler_coef_f32(float *__restrict__ coef, float *__restrict__ stats, const float *__restrict__ sumsq,
+	float *__restrict__ state, const float *__restrict__ lrs, double maxNorm, int step, int nlr, int growthInterval, float seedFactor, float b1, float b2) {
+	float scale = state[0];
+	double norm = sqrt((double)sumsq[0]) / (double)scale;
+	stats[2] = (float)norm;
+	if (!isfinite(norm)) {
+		coef[0] = (float)norm;
+		state[0] = scale * 0.5f;
+		state[1] = 0.0f;
+		state[2] = state[2] + 1.0f;
+	} else {
+		double k = (maxNorm > 0.0 && norm > maxNorm) ? maxNorm / (norm + 1e-6) : 1.0;
+		coef[0] = (float)(k / (double)scale);
+		float tracker = state[1] + 1.0f;
+		if ((int)tracker == growthInterval) {
+			float g = scale * 2.0f;
+			if (isfinite(g)) {
+				state[0] = g;
+			}
+			tracker = 0.0f;
+		}
+		state[1] = tracker;
+		int pos = step - (int)state[2];
+		if (pos < 0) {
+			pos = 0;
+		}
+		float lr = lrs[pos < nlr ? pos : nlr - 1];
+		long long t = (long long)pos + 1;
+		double bc1 = 1.0 - fleet_pow_int((double)b1, t);
+		double bc2 = 1.0 - fleet_pow_int((double)b2, t);
+		state[4] = lr;
+		state[5] = (float)((double)lr / bc1);
+		state[6] = (float)(1.0 / sqrt(bc2));
+		state[7] = (float)t;
+	}
+	state[3] = state[0] * seedFactor;
+}
