@@ -613,6 +613,11 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 				return err
 			}
 			sum.FinalTrainLoss = r.lastLoss
+			if r.scalerState != nil {
+				// The rate the device took: the schedule's position
+				// counts the skipped steps read just now.
+				lr = r.sched.At(r.scheduleStep(step))
+			}
 		}
 		if done%cfg.LogInterval == 0 || done == cfg.MaxIters {
 			if err := r.logWindow(done, lr, &st); err != nil {
