@@ -37,10 +37,17 @@ type driverGPU struct {
 	arch, target string // device arch (sm_90) and what NVRTC builds for it
 	fns          map[string]driver.Function
 	fnShared     map[string]int // dynamic shared memory each kernel is allowed
-	file         map[string]kernels.File
-	args         *driver.Args
-	pinned       map[uintptr]int // page-locked host blocks: base -> bytes
-	events       []driver.Event  // released marks, for reuse (inside do)
+	// queued names the work queued since the host last waited for the
+	// device without an error (the newest nqueued, up to its size, in a
+	// ring), so that an error a wait reports, which the driver does not
+	// tie to the launch that caused it, names what may have: the launches
+	// return before the device runs them.
+	queued  [16]string
+	nqueued int
+	file    map[string]kernels.File
+	args    *driver.Args
+	pinned  map[uintptr]int // page-locked host blocks: base -> bytes
+	events  []driver.Event  // released marks, for reuse (inside do)
 
 	mu sync.Mutex // one call at a time
 }
@@ -210,7 +217,7 @@ func (g *driverGPU) elapsed(from, to uintptr) (float64, error) {
 	var ms float32
 	err := g.do(func() (err error) {
 		if err = g.d.EventSynchronize(driver.Event(to)); err != nil {
-			return err
+			return g.waited(err) // (a clean wait for one event leaves the work queued after it listed)
 		}
 		ms, err = g.d.EventElapsedTime(driver.Event(from), driver.Event(to))
 		return err
@@ -266,7 +273,7 @@ func (g *driverGPU) dtoh(dst []byte, src devPtr) error {
 		if err := g.d.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), driver.DevicePtr(src), uint64(len(dst)), g.compute); err != nil {
 			return err
 		}
-		err := g.d.StreamSynchronize(g.compute)
+		err := g.waited(g.d.StreamSynchronize(g.compute))
 		runtime.KeepAlive(dst)
 		return err
 	})
@@ -456,6 +463,7 @@ func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args [
 		if err != nil {
 			return fmt.Errorf("%s grid %v block %v: %w", kernel, grid, block, err)
 		}
+		g.queue(kernel)
 		return nil
 	})
 }
@@ -507,7 +515,34 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 }
 
 func (g *driverGPU) gemm(p *cublas.Gemm) error {
-	return g.do(func() error { return g.blas.GemmStridedBatchedEx(p) })
+	return g.do(func() error { g.queue("cublasGemmStridedBatchedEx"); return g.blas.GemmStridedBatchedEx(p) })
+}
+
+// queue notes work queued on the compute stream. Called inside do.
+func (g *driverGPU) queue(name string) {
+	g.queued[g.nqueued%len(g.queued)] = name
+	g.nqueued++
+}
+
+// waited is what a wait for the device returned, err, with the work
+// queued since the last clean wait named where it failed; a clean wait
+// starts the list anew. Called inside do.
+func (g *driverGPU) waited(err error) error {
+	n := g.nqueued
+	g.nqueued = 0
+	if err == nil || n == 0 {
+		return err
+	}
+	k := min(n, len(g.queued))
+	names := make([]string, k)
+	for i := range k {
+		names[i] = g.queued[(n-k+i)%len(g.queued)]
+	}
+	what := "the work queued since the host last waited"
+	if n > k {
+		what = fmt.Sprintf("the last %d of the %d launches queued since the host last waited", k, n)
+	}
+	return fmt.Errorf("%w; the device failed in %s: %s", err, what, strings.Join(names, ", "))
 }
 
 func (g *driverGPU) ltMatmul(m *cublas.LtMatmul) error {
@@ -516,13 +551,14 @@ func (g *driverGPU) ltMatmul(m *cublas.LtMatmul) error {
 	}
 	return g.do(func() error {
 		m.Stream = uintptr(g.compute)
+		g.queue("cublasLtMatmul")
 		return g.lt.Matmul(g.ltH, m)
 	})
 }
 
 func (g *driverGPU) sync() error {
 	return g.do(func() error {
-		return errors.Join(g.d.StreamSynchronize(g.copies), g.d.StreamSynchronize(g.compute))
+		return g.waited(errors.Join(g.d.StreamSynchronize(g.copies), g.d.StreamSynchronize(g.compute)))
 	})
 }
 

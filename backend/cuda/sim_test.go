@@ -81,3 +81,35 @@ func TestSimCountsEveryLaunch(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceErrorNamesTheWork: a kernel's failure reaches the host at its
+// next wait, where the driver does not say which launch failed; the
+// backend's error names the work queued since the last clean wait.
+func TestDeviceErrorNamesTheWork(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, sd := backend.Device{Kind: "sim"}, be.(*CUDA).Sim()
+	err = tensor.Catch(func() {
+		tensor.Step(func() {
+			x := tensor.Ones(dev, 4, 8)
+			tensor.GELU(tensor.Add(x, x)).Float32s() // a clean wait
+			y := tensor.Softmax(tensor.Add(x, x))
+			sd.FailNextWait(700)
+			y.Float32s()
+		})
+	})
+	if err == nil {
+		t.Fatal("the injected failure was not reported")
+	}
+	msg := err.Error()
+	t.Log(msg)
+	if !strings.Contains(msg, "fleet_softmax_f32") || !strings.Contains(msg, "fleet_binary_f32") || strings.Contains(msg, "fleet_gelu_f32") {
+		t.Fatalf("the error does not name the work queued since the last wait (softmax, binary; not gelu): %v", err)
+	}
+	// The device goes on: the next wait is clean.
+	if err := tensor.Catch(func() { tensor.Step(func() { tensor.Ones(dev, 1).Item() }) }); err != nil {
+		t.Fatal(err)
+	}
+}

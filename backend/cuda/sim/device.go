@@ -97,6 +97,7 @@ type Device struct {
 	modules  map[uintptr][]kernels.Signature
 	funcs    map[uintptr]*function
 	events   map[uintptr]float64 // event -> its stream's clock when recorded
+	failWait uintptr             // a CUresult the next synchronisation returns (FailNextWait)
 	// The timelines: the compute clock is DeviceSeconds +
 	// ExposedCommSeconds (every stream but the collectives' runs on it);
 	// comm is the collectives' streams' clock, commStreams those streams,
@@ -364,6 +365,16 @@ func goString(p uintptr) string {
 		n++
 	}
 	return string(unsafe.Slice((*byte)(ptr(p)), n))
+}
+
+// FailNextWait makes the next stream, event or context synchronisation
+// return the driver error code (700 is CUDA_ERROR_ILLEGAL_ADDRESS), as a
+// real device reports a kernel's failure at the host's next wait: tests
+// check what the backend makes of it.
+func (d *Device) FailNextWait(code int) {
+	d.mu.Lock()
+	d.failWait = uintptr(code)
+	d.mu.Unlock()
 }
 
 // hostSync records a call that made the host wait. Called with mu held.

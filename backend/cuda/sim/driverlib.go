@@ -59,8 +59,12 @@ func (d *Device) Driver() *libs.Lib {
 	sync := func(call string) libs.GoFunc {
 		return func(a []uintptr) uintptr {
 			d.mu.Lock()
+			defer d.mu.Unlock()
 			d.hostSync(call)
-			d.mu.Unlock()
+			if r := d.failWait; r != 0 {
+				d.failWait = 0
+				return r
+			}
 			return cuSuccess
 		}
 	}
