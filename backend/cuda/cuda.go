@@ -145,9 +145,9 @@ func (c *CUDA) buf(s backend.Storage) *Buffer {
 }
 
 // ptr is a Ref's device address, or nil for an operand left out.
-func (c *CUDA) ptr(r backend.Ref) any {
+func (c *CUDA) ptr(r backend.Ref) devPtr {
 	if r.Nil() {
-		return nil
+		return 0
 	}
 	b := c.buf(r.S)
 	return b.ptr + devPtr(r.Off*b.dt.Size())
@@ -156,14 +156,14 @@ func (c *CUDA) ptr(r backend.Ref) any {
 func (c *CUDA) dt(r backend.Ref) backend.DType { return c.buf(r.S).dt }
 
 // Launch implements kernels.Launcher.
-func (c *CUDA) Launch(kernel string, grid, block [3]int, shared int, args ...any) error {
+func (c *CUDA) Launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
 	return c.g.launch(kernel, grid, block, shared, args)
 }
 
 // scratch runs fn with a temporary F32 buffer of n elements. Work is queued
 // in order on one stream, so the block can go back to the pool as soon as
 // fn has queued its kernels.
-func (c *CUDA) scratch(n int, fn func(any) error) error {
+func (c *CUDA) scratch(n int, fn func(devPtr) error) error {
 	s := c.Alloc(backend.F32, max(n, 1))
 	defer c.Free(s)
 	return fn(c.ptr(backend.Ref{S: s}))
@@ -175,7 +175,7 @@ func (c *CUDA) Upload(dst backend.Ref, src []byte) {
 	if len(src)%b.dt.Size() != 0 || dst.Off+len(src)/b.dt.Size() > b.n {
 		c.fail("upload", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(src), dst.Off, b.dt, b.n))
 	}
-	c.check("upload", c.g.htod(c.ptr(dst).(devPtr), src))
+	c.check("upload", c.g.htod(c.ptr(dst), src))
 	c.copied.Add(int64(len(src)))
 }
 
@@ -191,7 +191,7 @@ func (c *CUDA) CopyFrom(dst backend.Ref, from backend.Backend, src backend.Ref, 
 	if d.dt != s.dt || n < 0 || dst.Off+n > d.n || src.Off+n > s.n {
 		c.fail("copy_from", fmt.Errorf("%d elements from %v %v at %d of %d into %v at %d of %d", n, f.dev, s.dt, src.Off, s.n, d.dt, dst.Off, d.n))
 	}
-	err := c.g.peerCopy(c.ptr(dst).(devPtr), f.g, f.ptr(src).(devPtr), n*d.dt.Size())
+	err := c.g.peerCopy(c.ptr(dst), f.g, f.ptr(src), n*d.dt.Size())
 	if errors.Is(err, errNoPeer) {
 		return false
 	}
@@ -223,7 +223,7 @@ func (c *CUDA) UploadAsync(dst backend.Ref, src []byte) backend.Upload {
 	if len(src)%b.dt.Size() != 0 || dst.Off+len(src)/b.dt.Size() > b.n {
 		c.fail("upload_async", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(src), dst.Off, b.dt, b.n))
 	}
-	u, err := c.g.htodAsync(c.ptr(dst).(devPtr), src)
+	u, err := c.g.htodAsync(c.ptr(dst), src)
 	c.check("upload_async", err)
 	c.copied.Add(int64(len(src)))
 	return u
@@ -235,7 +235,7 @@ func (c *CUDA) Download(dst []byte, src backend.Ref) {
 	if len(dst)%b.dt.Size() != 0 || src.Off+len(dst)/b.dt.Size() > b.n {
 		c.fail("download", fmt.Errorf("%d bytes at element %d of a %v buffer of %d", len(dst), src.Off, b.dt, b.n))
 	}
-	c.check("download", c.g.dtoh(dst, c.ptr(src).(devPtr)))
+	c.check("download", c.g.dtoh(dst, c.ptr(src)))
 	c.copied.Add(int64(len(dst)))
 }
 
@@ -248,7 +248,7 @@ func (c *CUDA) Copy(dst, src backend.Ref, n int) {
 	if n == 0 {
 		return
 	}
-	c.check("copy", c.g.dtod(c.ptr(dst).(devPtr), c.ptr(src).(devPtr), n*d.dt.Size()))
+	c.check("copy", c.g.dtod(c.ptr(dst), c.ptr(src), n*d.dt.Size()))
 }
 
 // Cast implements backend.Backend.
@@ -297,8 +297,8 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.fail("matmul", fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(cc).(devPtr)), dataType(at), c.compute(p, at))
-	c.check("matmul", c.g.gemm(&g))
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), c.compute(p, at))
+	c.check("matmul", c.g.gemm(g))
 }
 
 // GELUEpilogues implements backend.GELUProducts: no product has found
@@ -353,17 +353,17 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 			c.fail(op, fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a).(devPtr)), uint64(c.ptr(b).(devPtr)), uint64(c.ptr(out).(devPtr)), dataType(at), c.compute(p, at))
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), c.compute(p, at))
 	m := cublas.LtMatmul{
 		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1,
 		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
 		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
-		Aux: uint64(c.ptr(aux).(devPtr)), AuxLD: p.N,
+		Aux: uint64(c.ptr(aux)), AuxLD: p.N,
 	}
 	if !bias.Nil() {
-		m.Bias = uint64(c.ptr(bias).(devPtr))
+		m.Bias = uint64(c.ptr(bias))
 	}
-	if err := c.g.ltMatmul(&m); err != nil {
+	if err := c.g.ltMatmul(m); err != nil {
 		// cuBLASLt said no (a status of its own, before queuing anything:
 		// not supported, or a layout it will not take, such as an aux
 		// leading dimension it wants aligned): the kernels do it instead.
@@ -446,7 +446,7 @@ func (c *CUDA) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
 
 // SumRows implements backend.Backend.
 func (c *CUDA) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
-	c.check("sum_rows", c.scratch(kernels.SumRowsScratch(rows, cols), func(s any) error {
+	c.check("sum_rows", c.scratch(kernels.SumRowsScratch(rows, cols), func(s devPtr) error {
 		return kernels.SumRows(c, c.dt(src), c.ptr(dst), c.ptr(src), s, rows, cols, beta)
 	}))
 }
@@ -458,7 +458,7 @@ func (c *CUDA) SumCols(dst, src backend.Ref, rows, cols int, alpha float32) {
 
 // SumSquares implements backend.Backend.
 func (c *CUDA) SumSquares(dst, src backend.Ref, n int, beta float32) {
-	c.check("sum_squares", c.scratch(kernels.SumSquaresScratch(n), func(s any) error {
+	c.check("sum_squares", c.scratch(kernels.SumSquaresScratch(n), func(s devPtr) error {
 		return kernels.SumSquares(c, c.dt(src), c.ptr(dst), c.ptr(src), s, n, beta)
 	}))
 }
@@ -480,7 +480,7 @@ func (c *CUDA) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, e
 
 // LayerNormBackward implements backend.Backend.
 func (c *CUDA) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
-	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s any) error {
+	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s devPtr) error {
 		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols,
 			c.ptr(drop.Dst), drop.Mask)
 	}))
@@ -508,7 +508,7 @@ func (c *CUDA) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 
 // AttentionBackward implements backend.Backend.
 func (c *CUDA) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
-	c.check("attention_backward", c.scratch(kernels.AttentionBackwardScratch(p), func(s any) error {
+	c.check("attention_backward", c.scratch(kernels.AttentionBackwardScratch(p), func(s devPtr) error {
 		return kernels.AttentionBackward(c, c.dt(qkv), p, c.ptr(dqkv), c.ptr(dout), c.ptr(out), c.ptr(saved), c.ptr(qkv), s)
 	}))
 }

@@ -426,7 +426,7 @@ func (g *driverGPU) peerCopy(dst devPtr, from gpu, src devPtr, bytes int) error 
 	return f.do(func() error { return f.d.StreamWaitEvent(f.compute, driver.Event(copied)) })
 }
 
-func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {
+func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
 	return g.do(func() error {
 		fn, err := g.function(kernel)
 		if err != nil {
@@ -439,24 +439,22 @@ func (g *driverGPU) launch(kernel string, grid, block [3]int, shared int, args [
 			g.fnShared[kernel] = shared
 		}
 		a := g.args.Reset()
-		for i, v := range args {
-			switch v := v.(type) {
-			case nil:
-				a.Ptr(0)
-			case devPtr:
-				a.Ptr(driver.DevicePtr(v))
-			case int32:
-				a.Int(v)
-			case uint32:
-				a.Uint(v)
-			case int64:
-				a.Int64(v)
-			case float32:
-				a.Float32(v)
-			case float64:
-				a.Float64(v)
+		for i := range args.Len() {
+			switch v := args.At(i); v.Kind {
+			case kernels.ArgBuf:
+				a.Ptr(driver.DevicePtr(v.Buf))
+			case kernels.ArgInt:
+				a.Int(v.Int())
+			case kernels.ArgUint:
+				a.Uint(v.Uint())
+			case kernels.ArgLong:
+				a.Int64(v.Long())
+			case kernels.ArgFloat:
+				a.Float32(v.Float())
+			case kernels.ArgDouble:
+				a.Float64(v.Double())
 			default:
-				return fmt.Errorf("%s: argument %d has type %T", kernel, i, v)
+				return fmt.Errorf("%s: argument %d of kind %d", kernel, i, v.Kind)
 			}
 		}
 		err = g.d.LaunchKernel(fn, dim3(grid), dim3(block), uint32(shared), g.compute, a)
@@ -514,8 +512,10 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 	return g.fns[kernel], nil
 }
 
-func (g *driverGPU) gemm(p *cublas.Gemm) error {
-	return g.do(func() error { g.queue("cublasGemmStridedBatchedEx"); return g.blas.GemmStridedBatchedEx(p) })
+// gemm and ltMatmul take their descriptions by value: a pointer passed
+// through the gpu interface would make each product a heap allocation.
+func (g *driverGPU) gemm(p cublas.Gemm) error {
+	return g.do(func() error { g.queue("cublasGemmStridedBatchedEx"); return g.blas.GemmStridedBatchedEx(&p) })
 }
 
 // queue notes work queued on the compute stream. Called inside do.
@@ -545,14 +545,14 @@ func (g *driverGPU) waited(err error) error {
 	return fmt.Errorf("%w; the device failed in %s: %s", err, what, strings.Join(names, ", "))
 }
 
-func (g *driverGPU) ltMatmul(m *cublas.LtMatmul) error {
+func (g *driverGPU) ltMatmul(m cublas.LtMatmul) error {
 	if g.lt == nil {
 		return errNoLt
 	}
 	return g.do(func() error {
 		m.Stream = uintptr(g.compute)
 		g.queue("cublasLtMatmul")
-		return g.lt.Matmul(g.ltH, m)
+		return g.lt.Matmul(g.ltH, &m)
 	})
 }
 

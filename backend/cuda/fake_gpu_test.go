@@ -179,18 +179,18 @@ func (f *fakeGPU) peerCopy(dst devPtr, from gpu, src devPtr, n int) error {
 	return nil
 }
 
-func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args []any) error {
+func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
 	f.launches = append(f.launches, kernel)
 	if f.launchFn == nil {
 		return fmt.Errorf("fake device: cannot run kernel %s", kernel)
 	}
-	return f.launchFn(kernel, grid, block, shared, args)
+	return f.launchFn(kernel, grid, block, shared, args.Values())
 }
 
 // gemm is cublasGemmStridedBatchedEx's definition, column-major:
 // C[i + j·ldc] = α·Σ_l op(A)(i,l)·op(B)(l,j) + β·C[i + j·ldc] (C unread
 // when β = 0), for each matrix of the batch.
-func (f *fakeGPU) gemm(g *cublas.Gemm) error {
+func (f *fakeGPU) gemm(g cublas.Gemm) error {
 	f.gemms++
 	switch g.Compute {
 	case cublas.Compute32F, cublas.Compute32FFastTF32, cublas.Compute32FFast16BF, cublas.Compute32FFast16F:
@@ -272,18 +272,18 @@ func (f *fakeGPU) gemm(g *cublas.Gemm) error {
 // the product as gemm computes it (D is C), then GELU_AUX(_BIAS) (aux gets
 // the product plus the bias, D its tanh-GELU) or DGELU (D times GELU's
 // derivative at aux), column-major with the bias along D's rows.
-func (f *fakeGPU) ltMatmul(m *cublas.LtMatmul) error {
+func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	f.ltMatmuls++
 	if f.noLt {
 		return errNoLt
 	}
 	if m.D != m.C || m.Batch > 1 || m.CType != cublas.R32F {
-		return fmt.Errorf("fake device: cuBLASLt product %+v", *m)
+		return fmt.Errorf("fake device: cuBLASLt product %+v", m)
 	}
 	g := cublas.Gemm{TransA: m.TransA, TransB: m.TransB, M: m.M, N: m.N, K: m.K, Alpha: m.Alpha, Beta: m.Beta,
 		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: m.CType, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
 		Batch: 1, Compute: m.Compute}
-	if err := f.gemm(&g); err != nil {
+	if err := f.gemm(g); err != nil {
 		return err
 	}
 	f.gemms--

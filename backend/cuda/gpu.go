@@ -5,6 +5,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
 )
 
 // errNoPeer is peerCopy's error where it cannot copy from the other device.
@@ -47,14 +48,14 @@ type gpu interface {
 	// after the compute work queued so far (dst may be a block the pool
 	// just recycled), and returns at once with the copy's handle.
 	htodAsync(dst devPtr, src []byte) (backend.Upload, error)
-	// launch queues a kernel by name; args are devPtr, nil, int32, int64,
-	// uint32 or float32, matching the kernel's parameters.
-	launch(kernel string, grid, block [3]int, shared int, args []any) error
+	// launch queues a kernel by name with its arguments, in the kernel's
+	// parameter order (a zero devPtr is a null pointer).
+	launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error
 	// gemm queues one cuBLAS GemmStridedBatchedEx (addresses in g.A, g.B, g.C).
-	gemm(g *cublas.Gemm) error
+	gemm(g cublas.Gemm) error
 	// ltMatmul queues one cublasLtMatmul with its epilogue on the compute
 	// stream (it sets m.Stream), or returns errNoLt where there is none.
-	ltMatmul(m *cublas.LtMatmul) error
+	ltMatmul(m cublas.LtMatmul) error
 	// sync waits for all queued work.
 	sync() error
 	// onStream runs fn on the device's thread with the compute stream.

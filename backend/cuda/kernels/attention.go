@@ -82,9 +82,9 @@ func attnGrid(B, T, H, hd int) [3]int {
 // Attention launches causal self-attention (backend.Backend.Attention) on
 // packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
 // BF16), lse [B, H, T] is F32. One launch of fleet_attention_fwd_<dt>.
-func Attention(l Launcher, dt backend.DType, p backend.Attention, out, lse, qkv any) error {
+func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, out, lse, qkv B) error {
 	const op = "attention"
-	sfx, err := attnSuffix(op, dt)
+	_, err := attnSuffix(op, dt)
 	if err != nil {
 		return err
 	}
@@ -92,8 +92,7 @@ func Attention(l Launcher, dt backend.DType, p backend.Attention, out, lse, qkv 
 	if err != nil {
 		return err
 	}
-	return l.Launch("fleet_attention_fwd_"+sfx, attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0,
-		out, lse, qkv, int32(p.B), int32(p.T), int32(p.C), int32(p.H))
+	return l.Launch(name("attention_fwd", dt, 0), attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0, *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H)))
 }
 
 // AttentionBackwardScratch is the number of F32 elements of scratch
@@ -107,9 +106,9 @@ func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T 
 // elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
 // (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
 // (reads them, writes dk and dv). Every element of dqkv is written.
-func AttentionBackward(l Launcher, dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch any) error {
+func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch B) error {
 	const op = "attention backward"
-	sfx, err := attnSuffix(op, dt)
+	_, err := attnSuffix(op, dt)
 	if err != nil {
 		return err
 	}
@@ -118,11 +117,11 @@ func AttentionBackward(l Launcher, dt backend.DType, p backend.Attention, dqkv, 
 		return err
 	}
 	grid, block := attnGrid(p.B, p.T, p.H, hd), attnBlock(hd)
-	B, T, C, H := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
-	if err := l.Launch("fleet_attention_bwd_dq_"+sfx, grid, block, 0, dqkv, scratch, dout, out, lse, qkv, B, T, C, H); err != nil {
+	nb, nt, nc, nh := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
+	if err := l.Launch(name("attention_bwd_dq", dt, 0), grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh)); err != nil {
 		return err
 	}
-	return l.Launch("fleet_attention_bwd_dkdv_"+sfx, grid, block, 0, dqkv, scratch, dout, lse, qkv, B, T, C, H)
+	return l.Launch(name("attention_bwd_dkdv", dt, 0), grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh))
 }
 
 // AttentionKV launches inference attention against a key/value cache
@@ -130,9 +129,9 @@ func AttentionBackward(l Launcher, dt backend.DType, p backend.Attention, dqkv, 
 // [B, MaxT, C] at positions [Pos, Pos+T), and out [B, T, C] is attention of
 // each new position over positions [0, Pos+t]. All four buffers are stored
 // as dt. One launch of fleet_attention_kv_<dt>, one warp per (b, t, h).
-func AttentionKV(l Launcher, dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc any) error {
+func AttentionKV[B comparable](l Launcher[B], dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc B) error {
 	const op = "attention with cache"
-	sfx, err := attnSuffix(op, dt)
+	_, err := attnSuffix(op, dt)
 	if err != nil {
 		return err
 	}
@@ -144,6 +143,5 @@ func AttentionKV(l Launcher, dt backend.DType, p backend.AttentionKV, out, qkv, 
 	}
 	warps := p.B * p.T * p.H
 	grid := [3]int{(warps + attnKVWarps - 1) / attnKVWarps, 1, 1}
-	return l.Launch("fleet_attention_kv_"+sfx, grid, [3]int{attnKVThreads, 1, 1}, 0,
-		out, qkv, kc, vc, int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.Pos), int32(p.MaxT))
+	return l.Launch(name("attention_kv", dt, 0), grid, [3]int{attnKVThreads, 1, 1}, 0, *new(Args[B]).Buf(out, qkv, kc, vc).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.Pos), int32(p.MaxT)))
 }

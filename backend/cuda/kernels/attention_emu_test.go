@@ -136,7 +136,7 @@ func testAttnForward(t *testing.T, m *emu.Module, dt backend.DType) {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 1)
 			out, lse := devOut(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
-			if err := kernels.Attention(m, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
+			if err := kernels.Attention(launcher{m, kernels.DefaultSMCount}, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
 				t.Fatal(err)
 			}
 			attnCheckNorm(t, "out", devGet(out), r.out, attnTol(dt))
@@ -247,7 +247,7 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			}
 
 			out, kb, vb := devOut(dt, p.B*p.T*p.C), devIn(dt, kdev), devIn(dt, vdev)
-			if err := kernels.AttentionKV(m, dt, p, out, devIn(dt, qkv), kb, vb); err != nil {
+			if err := kernels.AttentionKV(launcher{m, kernels.DefaultSMCount}, dt, p, out, devIn(dt, qkv), kb, vb); err != nil {
 				t.Fatal(err)
 			}
 			attnCheckNorm(t, "out", devGet(out), want, attnTol(dt))
@@ -272,11 +272,11 @@ type attnLauncher struct {
 	after func(kernel string)
 }
 
-func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error {
+func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int, args kernels.Args[*emu.Buffer]) error {
 	if l.only != "" && kernel != l.only {
 		return nil
 	}
-	if err := l.m.Launch(kernel, grid, block, sharedBytes, args...); err != nil {
+	if err := l.m.Launch(kernel, grid, block, sharedBytes, args.Values()...); err != nil {
 		return err
 	}
 	if l.after != nil {
@@ -398,11 +398,11 @@ type launchRecorder struct {
 	nargs         []int
 }
 
-func (r *launchRecorder) Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error {
+func (r *launchRecorder) Launch(kernel string, grid, block [3]int, sharedBytes int, args kernels.Args[*emu.Buffer]) error {
 	r.names = append(r.names, kernel)
 	r.grids = append(r.grids, grid)
 	r.blocks = append(r.blocks, block)
-	r.nargs = append(r.nargs, len(args))
+	r.nargs = append(r.nargs, args.Len())
 	return nil
 }
 

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
@@ -10,14 +11,16 @@ import (
 // Launcher runs one kernel launch. The same op functions below drive a
 // real GPU and the CPU emulation harness through it.
 //
-// Buffers are opaque to this package: each op passes them through as they
-// came (a device pointer, an emulator buffer), and a nil buffer stands for
-// an optional operand left out, which the launcher must pass to the kernel
-// as a null pointer. Scalars are passed as int32 (C int), int64 (long long)
-// or float32 (float), matching each kernel's parameter types. Kernels are
-// named by their full symbol, e.g. "fleet_softmax_bf16".
-type Launcher interface {
-	Launch(kernel string, grid, block [3]int, sharedBytes int, args ...any) error
+// Buffers are of the launcher's type B and opaque to this package: each op
+// passes them through as they came (a device pointer, an emulator buffer),
+// and B's zero value stands for an optional operand left out, which the
+// launcher must pass to the kernel as a null pointer. The arguments come
+// in the kernel's parameter order, scalars as the C types of its
+// parameters (see Args). Kernels are named by their full symbol, e.g.
+// "fleet_softmax_bf16". The arguments are a value, so a launch allocates
+// nothing.
+type Launcher[B comparable] interface {
+	Launch(kernel string, grid, block [3]int, sharedBytes int, args Args[B]) error
 }
 
 // SMCounter is implemented by a Launcher that knows its device's number
@@ -51,7 +54,7 @@ const (
 
 var block1D = [3]int{BlockSize, 1, 1}
 
-func smCount(l Launcher) int {
+func smCount(l any) int {
 	if s, ok := l.(SMCounter); ok && s.SMCount() > 0 {
 		return s.SMCount()
 	}
@@ -61,7 +64,7 @@ func smCount(l Launcher) int {
 // gridFor returns the number of blocks for units of work, perBlock of them
 // per block, capped at BlocksPerSM blocks per SM (the kernels loop over the
 // rest). units must be positive.
-func gridFor(l Launcher, units int64, perBlock int) [3]int {
+func gridFor[B comparable](l Launcher[B], units int64, perBlock int) [3]int {
 	g := (units + int64(perBlock) - 1) / int64(perBlock)
 	g = min(g, int64(smCount(l)*BlocksPerSM))
 	return [3]int{int(max(g, 1)), 1, 1}
@@ -82,12 +85,44 @@ func suffix(dt backend.DType) string {
 	return dt.String()
 }
 
+// names holds the kernel names made so far: "fleet_<op>_<dt>", or with a
+// second dtype "fleet_<op>_<dt>_<dt2>" (a cast). A launch looks its name
+// up instead of concatenating it, which would allocate every launch.
+var names = struct {
+	sync.RWMutex
+	m map[nameKey]string
+}{m: map[nameKey]string{}}
+
+type nameKey struct {
+	op      string
+	dt, dt2 backend.DType
+}
+
+// name returns the kernel name of op for dt (and dt2 where not 0).
+func name(op string, dt, dt2 backend.DType) string {
+	k := nameKey{op, dt, dt2}
+	names.RLock()
+	s, ok := names.m[k]
+	names.RUnlock()
+	if ok {
+		return s
+	}
+	s = "fleet_" + op + "_" + suffix(dt)
+	if dt2 != 0 {
+		s += "_" + suffix(dt2)
+	}
+	names.Lock()
+	names.m[k] = s
+	names.Unlock()
+	return s
+}
+
 // kernel returns "fleet_<op>_<dtype>", or an error when dt is not among
 // those the op has kernels for.
 func kernel(op string, dt backend.DType, have ...backend.DType) (string, error) {
 	for _, h := range have {
 		if h == dt {
-			return "fleet_" + op + "_" + suffix(dt), nil
+			return name(op, dt, 0), nil
 		}
 	}
 	return "", fmt.Errorf("kernels: %s: no kernel for %v storage", op, dt)
@@ -113,20 +148,20 @@ var (
 )
 
 // elementwise launches a grid-stride kernel over n elements.
-func elementwise(l Launcher, name string, n int, args ...any) error {
+func elementwise[B comparable](l Launcher[B], name string, n int, args Args[B]) error {
 	if n < 0 {
 		return fmt.Errorf("kernels: %s: negative size %d", name, n)
 	}
 	if n == 0 {
 		return nil
 	}
-	return l.Launch(name, gridFor(l, int64(n), BlockSize), block1D, 0, args...)
+	return l.Launch(name, gridFor(l, int64(n), BlockSize), block1D, 0, args)
 }
 
 // Fill sets n elements of dst (F32, BF16, F16 or I32) to v, rounded to
 // nearest even for 16-bit types and truncated toward zero for I32. As in the
 // CPU backend, an F32 fill with zero stores +0 even for v = -0.
-func Fill(l Launcher, dt backend.DType, dst any, v float32, n int) error {
+func Fill[B comparable](l Launcher[B], dt backend.DType, dst B, v float32, n int) error {
 	k, err := kernel("fill", dt, backend.F32, backend.BF16, backend.F16, backend.I32)
 	if err != nil {
 		return err
@@ -134,12 +169,12 @@ func Fill(l Launcher, dt backend.DType, dst any, v float32, n int) error {
 	if dt == backend.F32 && v == 0 {
 		v = 0
 	}
-	return elementwise(l, k, n, dst, v, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst).Float(v).Long(int64(n)))
 }
 
 // Binary computes dst[i] = a[i] op b[i] for n F32 or BF16 elements; dst
 // may alias a or b.
-func Binary(l Launcher, dt backend.DType, op backend.BinaryOp, dst, a, b any, n int) error {
+func Binary[B comparable](l Launcher[B], dt backend.DType, op backend.BinaryOp, dst, a, b B, n int) error {
 	k, err := kernel("binary", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -147,42 +182,42 @@ func Binary(l Launcher, dt backend.DType, op backend.BinaryOp, dst, a, b any, n 
 	if op > backend.Div {
 		return fmt.Errorf("kernels: binary: unknown op %d", op)
 	}
-	return elementwise(l, k, n, dst, a, b, int32(op), int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, a, b).Int(int32(op)).Long(int64(n)))
 }
 
 // DropoutAdd computes dst[i] = x[i] + y[i]*m.Factor(i) for n F32 or BF16
 // elements, or y[i]*m.Factor(i) where x is nil (backend.DropoutAdd); dst
 // may alias x or y.
-func DropoutAdd(l Launcher, dt backend.DType, dst, x, y any, n int, m backend.DropoutMask) error {
+func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n int, m backend.DropoutMask) error {
 	k, err := kernel("dropout_add", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, dst, x, y, int64(m.Seed), int64(m.Threshold), m.Scale, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Long(int64(n)))
 }
 
 // Axpy computes dst[i] += alpha*x[i] for n F32 or BF16 elements.
-func Axpy(l Launcher, dt backend.DType, dst, x any, alpha float32, n int) error {
+func Axpy[B comparable](l Launcher[B], dt backend.DType, dst, x B, alpha float32, n int) error {
 	k, err := kernel("axpy", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, dst, x, alpha, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x).Float(alpha).Long(int64(n)))
 }
 
 // Scale computes dst[i] = alpha*src[i] for n F32 or BF16 elements; dst may
 // alias src.
-func Scale(l Launcher, dt backend.DType, dst, src any, alpha float32, n int) error {
+func Scale[B comparable](l Launcher[B], dt backend.DType, dst, src B, alpha float32, n int) error {
 	k, err := kernel("scale", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, dst, src, alpha, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, src).Float(alpha).Long(int64(n)))
 }
 
 // Unary computes dst[i] = op(src[i]) for n F32 or BF16 elements; dst may
 // alias src.
-func Unary(l Launcher, dt backend.DType, op backend.UnaryOp, dst, src any, n int) error {
+func Unary[B comparable](l Launcher[B], dt backend.DType, op backend.UnaryOp, dst, src B, n int) error {
 	k, err := kernel("unary", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -190,14 +225,14 @@ func Unary(l Launcher, dt backend.DType, op backend.UnaryOp, dst, src any, n int
 	if op > backend.Sqrt {
 		return fmt.Errorf("kernels: unary: unknown op %d", op)
 	}
-	return elementwise(l, k, n, dst, src, int32(op), int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, src).Int(int32(op)).Long(int64(n)))
 }
 
 // Cast converts n elements from src (of type from: F32, BF16, F16 or I32)
 // into dst (of type to: F32, BF16 or F16), bit for bit as the CPU backend.
 // Equal types are a copy, which the caller does with a memcpy; Cast
 // refuses them.
-func Cast(l Launcher, to, from backend.DType, dst, src any, n int) error {
+func Cast[B comparable](l Launcher[B], to, from backend.DType, dst, src B, n int) error {
 	ok := func(dt backend.DType, set ...backend.DType) bool {
 		for _, s := range set {
 			if s == dt {
@@ -209,27 +244,27 @@ func Cast(l Launcher, to, from backend.DType, dst, src any, n int) error {
 	if to == from || !ok(from, backend.F32, backend.BF16, backend.F16, backend.I32) || !ok(to, backend.F32, backend.BF16, backend.F16) {
 		return fmt.Errorf("kernels: cast: no kernel from %v to %v", from, to)
 	}
-	return elementwise(l, "fleet_cast_"+suffix(from)+"_"+suffix(to), n, dst, src, int64(n))
+	return elementwise(l, name("cast", from, to), n, *new(Args[B]).Buf(dst, src).Long(int64(n)))
 }
 
 // GELU computes dst = gelu(src) (tanh approximation) for n F32 or BF16
 // elements; dst may alias src.
-func GELU(l Launcher, dt backend.DType, dst, src any, n int) error {
+func GELU[B comparable](l Launcher[B], dt backend.DType, dst, src B, n int) error {
 	k, err := kernel("gelu", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, dst, src, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, src).Long(int64(n)))
 }
 
 // GELUBackward computes dx = dy*gelu'(x) for n F32 or BF16 elements; dx
 // may alias dy.
-func GELUBackward(l Launcher, dt backend.DType, dx, x, dy any, n int) error {
+func GELUBackward[B comparable](l Launcher[B], dt backend.DType, dx, x, dy B, n int) error {
 	k, err := kernel("gelu_backward", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, dx, x, dy, int64(n))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dx, x, dy).Long(int64(n)))
 }
 
 // AdamWConsts are one AdamW step's per-element constants, folded on the
@@ -254,47 +289,49 @@ func AdamWFold(p backend.AdamW) AdamWConsts {
 // device F32 scalar the gradients are multiplied by; one that is not
 // finite skips the step. Elements from p.DecayEnd on (where positive) take
 // no weight decay.
-func AdamW(l Launcher, p backend.AdamW, param, grad, m, v, gradScale any, n int) error {
-	return AdamWSched(l, p, param, grad, m, v, gradScale, nil, n)
+func AdamW[B comparable](l Launcher[B], p backend.AdamW, param, grad, m, v, gradScale B, n int) error {
+	var none B
+	return AdamWSched(l, p, param, grad, m, v, gradScale, none, n)
 }
 
 // AdamWSched is AdamW with the learning rate and the step's constants
 // read on the device from sched (three F32: lr, stepSize, invBC2Sqrt;
 // nil: from p), as backend.AdamW.Sched says.
-func AdamWSched(l Launcher, p backend.AdamW, param, grad, m, v, gradScale, sched any, n int) error {
-	if p.Step <= 0 && sched != nil {
+func AdamWSched[B comparable](l Launcher[B], p backend.AdamW, param, grad, m, v, gradScale, sched B, n int) error {
+	var none B
+	if p.Step <= 0 && sched != none {
 		p.Step = 1 // the host's fold is unused; keep it finite
 	}
 	k := AdamWFold(p)
-	return elementwise(l, "fleet_adamw_f32", n, param, grad, m, v, gradScale,
-		k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize, int64(p.DecayEnd), int64(n), sched, p.WeightDecay)
+	return elementwise(l, "fleet_adamw_f32", n, *new(Args[B]).Buf(param, grad, m, v, gradScale).Float(k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize).Long(int64(p.DecayEnd)).Long(int64(n)).Buf(sched).Float(p.WeightDecay))
 }
 
 // TrackLoss adds x[0]*scale into stats[0] and records step in stats[1]
 // the first time x[0] is not finite (see step.cu).
-func TrackLoss(l Launcher, stats, x any, scale float32, step int) error {
-	return l.Launch("fleet_track_loss_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, stats, x, scale, int32(step))
+func TrackLoss[B comparable](l Launcher[B], stats, x B, scale float32, step int) error {
+	return l.Launch("fleet_track_loss_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(stats, x).Float(scale).Int(int32(step)))
 }
 
 // ClipCoef writes the gradient norm from its sum of squares into stats[2]
 // and the coefficient that clips it to maxNorm into coef[0] (see step.cu).
-func ClipCoef(l Launcher, coef, stats, sumsq any, maxNorm float64, step int) error {
-	return l.Launch("fleet_clip_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, coef, stats, sumsq, maxNorm, int32(step))
+func ClipCoef[B comparable](l Launcher[B], coef, stats, sumsq B, maxNorm float64, step int) error {
+	return l.Launch("fleet_clip_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(coef, stats, sumsq).Double(maxNorm).Int(int32(step)))
 }
 
 // ScalerCoef is fp16's loss-scaling step on the device with the clip
 // (backend.Scaler; see step.cu). state holds backend.ScalerStateLen F32,
 // lrs s.NLR.
-func ScalerCoef(l Launcher, coef, stats, sumsq, state, lrs any, maxNorm float64, step int, s backend.Scaler) error {
+func ScalerCoef[B comparable](l Launcher[B], coef, stats, sumsq, state, lrs B, maxNorm float64, step int, s backend.Scaler) error {
 	if s.NLR <= 0 {
 		return fmt.Errorf("kernels: scaler: an empty learning-rate table")
 	}
-	return l.Launch("fleet_scaler_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, coef, stats, sumsq, state, lrs, maxNorm,
-		int32(step), int32(s.NLR), int32(s.GrowthInterval), s.SeedFactor, s.Beta1, s.Beta2)
+	return l.Launch("fleet_scaler_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(coef, stats, sumsq, state, lrs).Double(maxNorm).Int(int32(step), int32(s.NLR), int32(s.GrowthInterval)).Float(s.SeedFactor, s.Beta1, s.Beta2))
 }
 
 // rowsGrid is the grid of a warp-per-row kernel over rows rows.
-func rowsGrid(l Launcher, rows int) [3]int { return gridFor(l, int64(rows), BlockSize/32) }
+func rowsGrid[B comparable](l Launcher[B], rows int) [3]int {
+	return gridFor(l, int64(rows), BlockSize/32)
+}
 
 // chunkRows is ChunkRows; tests lower it to reach several chunks with
 // few rows.
@@ -311,7 +348,7 @@ func SumRowsScratch(rows, cols int) int { return chunks(rows) * cols }
 // whatever it held. scratch holds SumRowsScratch(rows, cols) F32 elements
 // (it may be nil when that is 0). Column sums over fixed chunks of
 // ChunkRows rows are added in chunk order: deterministic, no atomics.
-func SumRows(l Launcher, dt backend.DType, dst, src, scratch any, rows, cols int, beta float32) error {
+func SumRows[B comparable](l Launcher[B], dt backend.DType, dst, src, scratch B, rows, cols int, beta float32) error {
 	k, err := kernel("sumrows_partial", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -328,16 +365,16 @@ func SumRows(l Launcher, dt backend.DType, dst, src, scratch any, rows, cols int
 	}
 	if nc > 0 {
 		grid := [3]int{(cols + 31) / 32, nc, 1}
-		if err := l.Launch(k, grid, block1D, 0, scratch, src, int32(rows), int32(cols), int32(chunkRows)); err != nil {
+		if err := l.Launch(k, grid, block1D, 0, *new(Args[B]).Buf(scratch, src).Int(int32(rows), int32(cols), int32(chunkRows))); err != nil {
 			return err
 		}
 	}
-	return l.Launch("fleet_colsum_f32", gridFor(l, int64(cols), BlockSize), block1D, 0, dst, scratch, int32(nc), int32(cols), beta)
+	return l.Launch("fleet_colsum_f32", gridFor(l, int64(cols), BlockSize), block1D, 0, *new(Args[B]).Buf(dst, scratch).Int(int32(nc), int32(cols)).Float(beta))
 }
 
 // SumCols computes dst[i] = alpha * sum_j src[i*cols+j] for an F32
 // rows×cols src.
-func SumCols(l Launcher, dt backend.DType, dst, src any, rows, cols int, alpha float32) error {
+func SumCols[B comparable](l Launcher[B], dt backend.DType, dst, src B, rows, cols int, alpha float32) error {
 	k, err := kernel("sumcols", dt, f32Only...)
 	if err != nil {
 		return err
@@ -348,7 +385,7 @@ func SumCols(l Launcher, dt backend.DType, dst, src any, rows, cols int, alpha f
 	if rows == 0 {
 		return nil
 	}
-	return l.Launch(k, rowsGrid(l, rows), block1D, 0, dst, src, int32(rows), int32(cols), alpha)
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dst, src).Int(int32(rows), int32(cols)).Float(alpha))
 }
 
 // sumSquaresParts is the number of partial sums SumSquares splits n
@@ -371,7 +408,7 @@ func SumSquaresScratch(n int) int {
 // SumSquaresScratch(n) F32 elements. Each of a fixed number of blocks (set
 // by n) sums a grid-strided share, then one block adds the partials in a
 // fixed tree: deterministic, no atomics.
-func SumSquares(l Launcher, dt backend.DType, dst, src, scratch any, n int, beta float32) error {
+func SumSquares[B comparable](l Launcher[B], dt backend.DType, dst, src, scratch B, n int, beta float32) error {
 	k, err := kernel("sumsquares_partial", dt, f32Only...)
 	if err != nil {
 		return err
@@ -384,18 +421,18 @@ func SumSquares(l Launcher, dt backend.DType, dst, src, scratch any, n int, beta
 			return nil
 		}
 		// No partials: the finish scales dst alone.
-		return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, dst, scratch, int32(0), beta)
+		return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, *new(Args[B]).Buf(dst, scratch).Int(int32(0)).Float(beta))
 	}
 	parts := sumSquaresParts(n)
-	if err := l.Launch(k, [3]int{parts, 1, 1}, block1D, 0, scratch, src, int64(n)); err != nil {
+	if err := l.Launch(k, [3]int{parts, 1, 1}, block1D, 0, *new(Args[B]).Buf(scratch, src).Long(int64(n))); err != nil {
 		return err
 	}
-	return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, dst, scratch, int32(parts), beta)
+	return l.Launch("fleet_sumsquares_finish_f32", [3]int{1, 1, 1}, block1D, 0, *new(Args[B]).Buf(dst, scratch).Int(int32(parts)).Float(beta))
 }
 
 // Softmax computes a softmax over each row of a rows×cols F32 or BF16 src
 // into dst (not aliased).
-func Softmax(l Launcher, dt backend.DType, dst, src any, rows, cols int) error {
+func Softmax[B comparable](l Launcher[B], dt backend.DType, dst, src B, rows, cols int) error {
 	k, err := kernel("softmax", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -406,11 +443,11 @@ func Softmax(l Launcher, dt backend.DType, dst, src any, rows, cols int) error {
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	return l.Launch(k, rowsGrid(l, rows), block1D, 0, dst, src, int32(rows), int32(cols))
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dst, src).Int(int32(rows), int32(cols)))
 }
 
 // SoftmaxBackward computes dx = y*(dy - sum(dy*y)) over each row.
-func SoftmaxBackward(l Launcher, dt backend.DType, dx, y, dy any, rows, cols int) error {
+func SoftmaxBackward[B comparable](l Launcher[B], dt backend.DType, dx, y, dy B, rows, cols int) error {
 	k, err := kernel("softmax_backward", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -421,13 +458,13 @@ func SoftmaxBackward(l Launcher, dt backend.DType, dx, y, dy any, rows, cols int
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	return l.Launch(k, rowsGrid(l, rows), block1D, 0, dx, y, dy, int32(rows), int32(cols))
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, y, dy).Int(int32(rows), int32(cols)))
 }
 
 // LayerNorm normalises each row of a rows×cols x into out (both of storage
 // dt, F32 or BF16), with F32 w, optional b (nil) and F32 mean and rstd
 // (rows each; nil skips saving them).
-func LayerNorm(l Launcher, dt backend.DType, out, mean, rstd, x, w, b any, rows, cols int, eps float32) error {
+func LayerNorm[B comparable](l Launcher[B], dt backend.DType, out, mean, rstd, x, w, b B, rows, cols int, eps float32) error {
 	k, err := kernel("layernorm", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -438,7 +475,7 @@ func LayerNorm(l Launcher, dt backend.DType, out, mean, rstd, x, w, b any, rows,
 	if rows == 0 {
 		return nil
 	}
-	return l.Launch(k, rowsGrid(l, rows), block1D, 0, out, mean, rstd, x, w, b, int32(rows), int32(cols), eps)
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(out, mean, rstd, x, w, b).Int(int32(rows), int32(cols)).Float(eps))
 }
 
 // LayerNormBackwardScratch is the number of F32 elements of scratch
@@ -453,7 +490,7 @@ func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols +
 // LayerNormBackwardScratch(rows, cols) F32 elements. dw and db are summed
 // over fixed chunks of ChunkRows rows, then the chunks are added in order:
 // deterministic, the only atomic an integer count of the chunks done.
-func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch any, rows, cols int, ddrop any, m backend.DropoutMask) error {
+func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask) error {
 	kdx, err := kernel("layernorm_backward_dx", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -469,18 +506,17 @@ func LayerNormBackward(l Launcher, dt backend.DType, dx, dres, dw, db, dout, x, 
 	if nc > maxGridY {
 		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
 	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, dx, dres, scratch, int32(nc), dout, x, mean, rstd, w, int32(rows), int32(cols),
-		ddrop, int64(m.Seed), int64(m.Threshold), m.Scale); err != nil {
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale)); err != nil {
 		return err
 	}
 	grid := [3]int{(cols + 31) / 32, nc, 1}
-	return l.Launch(kdw, grid, block1D, 0, dw, db, scratch, dout, x, mean, rstd, int32(rows), int32(cols), int32(chunkRows))
+	return l.Launch(kdw, grid, block1D, 0, *new(Args[B]).Buf(dw, db, scratch, dout, x, mean, rstd).Int(int32(rows), int32(cols), int32(chunkRows)))
 }
 
 // CrossEntropy writes losses[r] = lse[r] - logits[r, targets[r]] and the
 // log-sum-exp lse[r] of each row of n×v logits (F32 or BF16; losses and lse
 // F32, targets I32). Rows whose target is outside [0, v) get loss 0.
-func CrossEntropy(l Launcher, dt backend.DType, losses, lse, logits, targets any, n, v int) error {
+func CrossEntropy[B comparable](l Launcher[B], dt backend.DType, losses, lse, logits, targets B, n, v int) error {
 	k, err := kernel("crossentropy", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -491,13 +527,13 @@ func CrossEntropy(l Launcher, dt backend.DType, losses, lse, logits, targets any
 	if n == 0 {
 		return nil
 	}
-	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, losses, lse, logits, targets, int32(n), int32(v))
+	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, *new(Args[B]).Buf(losses, lse, logits, targets).Int(int32(n), int32(v)))
 }
 
 // CrossEntropyBackward writes dlogits = dloss[0]*scale*(softmax(logits) -
 // onehot(target)) for n×v logits and dlogits of storage dt, using the
 // forward's lse; rows with an out-of-range target get zeros.
-func CrossEntropyBackward(l Launcher, dt backend.DType, dlogits, logits, lse, targets, dloss any, scale float32, n, v int) error {
+func CrossEntropyBackward[B comparable](l Launcher[B], dt backend.DType, dlogits, logits, lse, targets, dloss B, scale float32, n, v int) error {
 	k, err := kernel("crossentropy_backward", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -508,13 +544,13 @@ func CrossEntropyBackward(l Launcher, dt backend.DType, dlogits, logits, lse, ta
 	if n == 0 || v == 0 {
 		return nil
 	}
-	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, dlogits, logits, lse, targets, dloss, scale, int32(n), int32(v))
+	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, *new(Args[B]).Buf(dlogits, logits, lse, targets, dloss).Float(scale).Int(int32(n), int32(v)))
 }
 
 // Embedding gathers out[i] = table[ids[i]] (rows dim wide) for n tokens
 // from an F32 table of vocab rows into out of storage dt (F32 or BF16).
 // A token whose id is outside [0, vocab) gets a row of zeros.
-func Embedding(l Launcher, dt backend.DType, out, table, ids any, n, dim, vocab int) error {
+func Embedding[B comparable](l Launcher[B], dt backend.DType, out, table, ids B, n, dim, vocab int) error {
 	k, err := kernel("embedding", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -525,14 +561,14 @@ func Embedding(l Launcher, dt backend.DType, out, table, ids any, n, dim, vocab 
 	if n == 0 || dim == 0 {
 		return nil
 	}
-	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, out, table, ids, int32(n), int32(dim), int32(vocab))
+	return l.Launch(k, gridFor(l, int64(n), 1), block1D, 0, *new(Args[B]).Buf(out, table, ids).Int(int32(n), int32(dim), int32(vocab)))
 }
 
 // EmbeddingBackward accumulates dtable[ids[i]] += dout[i] for i in token
 // order, dtable F32 (vocab rows of dim), dout of storage dt (F32 or BF16).
 // Tokens with ids outside [0, vocab) are skipped. Each element of dtable is
 // owned by one thread: deterministic, no atomics, equal to the CPU's sums.
-func EmbeddingBackward(l Launcher, dt backend.DType, dtable, dout, ids any, n, dim, vocab int) error {
+func EmbeddingBackward[B comparable](l Launcher[B], dt backend.DType, dtable, dout, ids B, n, dim, vocab int) error {
 	k, err := kernel("embedding_backward", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -545,5 +581,5 @@ func EmbeddingBackward(l Launcher, dt backend.DType, dtable, dout, ids any, n, d
 	}
 	colBlocks := (dim + BlockSize - 1) / BlockSize
 	buckets := min(vocab, maxGridY, max(1, smCount(l)*BlocksPerSM/colBlocks))
-	return l.Launch(k, [3]int{colBlocks, buckets, 1}, block1D, 0, dtable, dout, ids, int32(n), int32(dim), int32(vocab))
+	return l.Launch(k, [3]int{colBlocks, buckets, 1}, block1D, 0, *new(Args[B]).Buf(dtable, dout, ids).Int(int32(n), int32(dim), int32(vocab)))
 }

@@ -55,6 +55,11 @@ type launcher struct {
 
 func (l launcher) SMCount() int { return l.sms }
 
+// Launch runs a kernels op's launch in the emulator.
+func (l launcher) Launch(kernel string, grid, block [3]int, shared int, args kernels.Args[*emu.Buffer]) error {
+	return l.Module.Launch(kernel, grid, block, shared, args.Values()...)
+}
+
 // smCounts are the SM counts each case runs under; the outputs must agree
 // bit for bit.
 var smCounts = []int{1, 2}
@@ -198,7 +203,7 @@ func checkBits(t *testing.T, what string, got, want []float32) {
 // bit-identical; it returns the first run's. f builds its own buffers and
 // returns its outputs as float32 (raw bits for integer and 16-bit results
 // compared bit for bit).
-func twice(t *testing.T, m *emu.Module, f func(l kernels.Launcher) [][]float32) [][]float32 {
+func twice(t *testing.T, m *emu.Module, f func(l kernels.Launcher[*emu.Buffer]) [][]float32) [][]float32 {
 	t.Helper()
 	return runWith(t, m, smCounts, f)
 }
@@ -206,7 +211,7 @@ func twice(t *testing.T, m *emu.Module, f func(l kernels.Launcher) [][]float32) 
 // once runs f at one SM, for elementwise kernels: each element is computed
 // by one thread on its own, so there is no order to check, and one SM makes
 // the grid-stride loop wrap soonest.
-func once(t *testing.T, m *emu.Module, f func(l kernels.Launcher) [][]float32) [][]float32 {
+func once(t *testing.T, m *emu.Module, f func(l kernels.Launcher[*emu.Buffer]) [][]float32) [][]float32 {
 	t.Helper()
 	return runWith(t, m, smCounts[:1], f)
 }
@@ -221,7 +226,7 @@ func elemSizesFor(m *emu.Module) []int {
 	return elemSizes[:4]
 }
 
-func runWith(t *testing.T, m *emu.Module, counts []int, f func(l kernels.Launcher) [][]float32) [][]float32 {
+func runWith(t *testing.T, m *emu.Module, counts []int, f func(l kernels.Launcher[*emu.Buffer]) [][]float32) [][]float32 {
 	t.Helper()
 	var first [][]float32
 	for i, sms := range counts {
@@ -313,7 +318,7 @@ func fillCase(dt backend.DType) emu.Case {
 				r := backend.Ref{S: cpuB.Alloc(dt, n)}
 				cpuB.Fill(r, v, n)
 				want := cpuRaw(r, n)
-				got := once(t, m, func(l kernels.Launcher) [][]float32 {
+				got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					b := emu.Poison(emuType(dt), n)
 					must(t, kernels.Fill(l, dt, b, v, n))
 					return [][]float32{rawBits(b)}
@@ -365,7 +370,7 @@ func binaryCase(dt backend.DType) emu.Case {
 				cpuB.Binary(op, out, cpuF32(a), cpuF32(b), n)
 				want := cpuGet(out, n)
 				for _, alias := range []bool{false, true} {
-					got := once(t, m, func(l kernels.Launcher) [][]float32 {
+					got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 						da, db := devIn(dt, a), devIn(dt, b)
 						dst := devOut(dt, n)
 						if alias {
@@ -399,7 +404,7 @@ func dropoutAddCase(dt backend.DType) emu.Case {
 				cpuB.DropoutAdd(out, cx, cpuF32(y), n, mask)
 				want := cpuGet(out, n)
 				for _, alias := range []bool{false, true} {
-					got := once(t, m, func(l kernels.Launcher) [][]float32 {
+					got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 						dy := devIn(dt, y)
 						var dx *emu.Buffer
 						if withX {
@@ -432,7 +437,7 @@ func axpyCase(dt backend.DType) emu.Case {
 			cd := cpuF32(d)
 			cpuB.Axpy(cd, cpuF32(x), 0.7, n)
 			want := cpuGet(cd, n)
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dd := devIn(dt, d)
 				must(t, kernels.Axpy(l, dt, dd, devIn(dt, x), 0.7, n))
 				return [][]float32{devGet(dd)}
@@ -451,7 +456,7 @@ func scaleCase(dt backend.DType) emu.Case {
 			cpuB.Scale(cd, cpuF32(x), -1.7, n)
 			want := cpuGet(cd, n)
 			for _, alias := range []bool{false, true} {
-				got := once(t, m, func(l kernels.Launcher) [][]float32 {
+				got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					src := devIn(dt, x)
 					dst := devOut(dt, n)
 					if alias {
@@ -482,7 +487,7 @@ func unaryCase(dt backend.DType) emu.Case {
 				cpuB.Unary(op, cd, cpuF32(x), n)
 				want := cpuGet(cd, n)
 				for _, alias := range []bool{false, true} {
-					got := once(t, m, func(l kernels.Launcher) [][]float32 {
+					got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 						src := devIn(dt, x)
 						dst := devOut(dt, n)
 						if alias {
@@ -506,7 +511,7 @@ func geluCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, n))
 			cpuB.GELU(cd, cpuF32(x), n)
 			want := cpuGet(cd, n)
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dst := devOut(dt, n)
 				must(t, kernels.GELU(l, dt, dst, devIn(dt, x), n))
 				return [][]float32{devGet(dst)}
@@ -524,7 +529,7 @@ func geluBackwardCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, n))
 			cpuB.GELUBackward(cd, cpuF32(x), cpuF32(dy), n)
 			want := cpuGet(cd, n)
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dx := devOut(dt, n)
 				must(t, kernels.GELUBackward(l, dt, dx, devIn(dt, x), devIn(dt, dy), n))
 				return [][]float32{devGet(dx)}
@@ -566,13 +571,13 @@ func adamWCase(t *testing.T, m *emu.Module) {
 				cw, cm, cv := cpuF32(w0), cpuF32(m0), cpuF32(v0)
 				cpuB.AdamW(cp, cw, cpuF32(g), cm, cv, n)
 				want := [][]float32{delta(cpuGet(cw, n), w0), cpuGet(cm, n), cpuGet(cv, n)}
-				got := once(t, m, func(l kernels.Launcher) [][]float32 {
+				got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					dw, dm, dv := emu.NewF32(w0), emu.NewF32(m0), emu.NewF32(v0)
-					var ds any
+					var ds *emu.Buffer
 					if scale != 1 {
 						ds = emu.NewF32([]float32{scale})
 					}
-					var dsch any
+					var dsch *emu.Buffer
 					if sched != nil {
 						dsch = emu.NewF32(sched)
 					}
@@ -616,7 +621,7 @@ func scalerCoefCase(t *testing.T, m *emu.Module) {
 		s.State, s.LRs = cst, cpuF32(lrs)
 		cpuB.ScalerCoef(cc, cs, cpuF32([]float32{c.sq}), c.maxNorm, c.step, s)
 		want := append(append(cpuGet(cc, 1), cpuGet(cs, 4)...), cpuGet(cst, backend.ScalerStateLen)...)
-		got := once(t, m, func(l kernels.Launcher) [][]float32 {
+		got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 			dc, ds, dst := emu.NewF32([]float32{7}), emu.NewF32(st0), emu.NewF32(c.state)
 			must(t, kernels.ScalerCoef(l, dc, ds, emu.NewF32([]float32{c.sq}), dst, emu.NewF32(lrs), c.maxNorm, c.step, s))
 			return [][]float32{append(append(dc.F32(), ds.F32()...), dst.F32()...)}
@@ -704,7 +709,7 @@ func castCase(from, to backend.DType) emu.Case {
 		cpuB.Cast(dst, src, n)
 		want := cpuRaw(dst, n)
 		for _, k := range []int{n, 1, 0} { // the whole input, one element, none
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				var s *emu.Buffer
 				switch v := in.(type) {
 				case []float32:
@@ -761,7 +766,7 @@ func sumRowsCase(dt backend.DType) emu.Case {
 				cd := cpuF32(d0)
 				cpuB.SumRows(cd, cpuF32(src), rows, cols, beta)
 				want := cpuGet(cd, cols)
-				got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+				got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					dst := emu.NewF32(d0)
 					if beta == 0 {
 						dst = emu.Poison(emu.F32, cols) // NaN garbage must not survive
@@ -796,12 +801,12 @@ func colSumCase(t *testing.T, m *emu.Module) {
 						want[j] = beta*d0[j] + s
 					}
 				}
-				got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+				got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					dst := emu.NewF32(d0)
 					if beta == 0 {
 						dst = emu.Poison(emu.F32, cols)
 					}
-					must(t, l.Launch("fleet_colsum_f32", emu.Dim(min(l.(launcher).sms, 2)), emu.Dim(kernels.BlockSize), 0,
+					must(t, l.(launcher).Module.Launch("fleet_colsum_f32", emu.Dim(min(l.(launcher).sms, 2)), emu.Dim(kernels.BlockSize), 0,
 						dst, emu.NewF32(part), int32(nparts), int32(cols), beta))
 					return [][]float32{dst.F32()}
 				})
@@ -819,7 +824,7 @@ func sumColsCase(t *testing.T, m *emu.Module) {
 		cd := cpuF32(make([]float32, rows))
 		cpuB.SumCols(cd, cpuF32(src), rows, cols, 0.75)
 		want := cpuGet(cd, rows)
-		got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+		got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 			dst := emu.Poison(emu.F32, rows)
 			must(t, kernels.SumCols(l, backend.F32, dst, emu.NewF32(src), rows, cols, 0.75))
 			return [][]float32{dst.F32()}
@@ -836,7 +841,7 @@ func sumSquaresCase(t *testing.T, m *emu.Module) {
 			cd := cpuF32([]float32{0.75})
 			cpuB.SumSquares(cd, cpuF32(src), n, beta)
 			want := cpuGet(cd, 1)
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				start := float32(0.75)
 				if beta == 0 {
 					start = float32(math.NaN()) // not read
@@ -860,9 +865,9 @@ func sumSquaresFinishCase(t *testing.T, m *emu.Module) {
 		for _, p := range part {
 			sum += float64(p)
 		}
-		got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+		got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 			dst := emu.NewF32([]float32{0.75})
-			must(t, l.Launch("fleet_sumsquares_finish_f32", emu.Dim(1), emu.Dim(kernels.BlockSize), 0, dst, emu.NewF32(part), int32(nparts), float32(1)))
+			must(t, l.(launcher).Module.Launch("fleet_sumsquares_finish_f32", emu.Dim(1), emu.Dim(kernels.BlockSize), 0, dst, emu.NewF32(part), int32(nparts), float32(1)))
 			return [][]float32{dst.F32()}
 		})
 		checkClose(t, fmt.Sprintf("sumsquares finish parts=%d", nparts), got[0], []float32{float32(sum)}, 1e-5)
@@ -903,7 +908,7 @@ func softmaxCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, rows*cols))
 			cpuB.Softmax(cd, cpuF32(x), rows, cols)
 			want := cpuGet(cd, rows*cols)
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dst := devOut(dt, rows*cols)
 				must(t, kernels.Softmax(l, dt, dst, devIn(dt, x), rows, cols))
 				return [][]float32{devGet(dst)}
@@ -925,7 +930,7 @@ func softmaxBackwardCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, rows*cols))
 			cpuB.SoftmaxBackward(cd, cpuF32(y), cpuF32(dy), rows, cols)
 			want := cpuGet(cd, rows*cols)
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dx := devOut(dt, rows*cols)
 				must(t, kernels.SoftmaxBackward(l, dt, dx, devIn(dt, y), devIn(dt, dy), rows, cols))
 				return [][]float32{devGet(dx)}
@@ -975,7 +980,7 @@ func layerNormCase(dt backend.DType) emu.Case {
 			}
 			cpuB.LayerNorm(co, cm, cr, cpuF32(x), cpuF32(w), cb, rows, cols, eps)
 			want := [][]float32{cpuGet(co, rows*cols), cpuGet(cm, rows), cpuGet(cr, rows)}
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				out, mean, rstd := devOut(dt, rows*cols), emu.Poison(emu.F32, rows), emu.Poison(emu.F32, rows)
 				var db *emu.Buffer
 				if sh.bias {
@@ -1028,7 +1033,7 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 			if withRes {
 				want[3] = cpuGet(cdrop, rows*cols)
 			}
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dx, dw, db := devOut(dt, rows*cols), emu.NewF32(dw0), emu.NewF32(db0)
 				var dbArg *emu.Buffer
 				if sh.bias {
@@ -1089,7 +1094,7 @@ func crossEntropyCase(dt backend.DType) emu.Case {
 			cl, cz := cpuF32(make([]float32, n)), cpuF32(make([]float32, n))
 			cpuB.CrossEntropy(cl, cz, cpuF32(x), cpuI32(tg), n, v)
 			want := [][]float32{cpuGet(cl, n), cpuGet(cz, n)}
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				losses, lse := emu.Poison(emu.F32, n), emu.Poison(emu.F32, n)
 				must(t, kernels.CrossEntropy(l, dt, losses, lse, devIn(dt, x), emu.NewI32(tg), n, v))
 				return [][]float32{losses.F32(), lse.F32()}
@@ -1116,7 +1121,7 @@ func crossEntropyBackwardCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, n*v))
 			cpuB.CrossEntropyBackward(cd, cpuF32(x), cpuF32(lse), cpuI32(tg), cpuF32(dloss), scale, n, v)
 			want := cpuGet(cd, n*v)
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				d := devOut(dt, n*v)
 				must(t, kernels.CrossEntropyBackward(l, dt, d, devIn(dt, x), emu.NewF32(lse), emu.NewI32(tg), emu.NewF32(dloss), scale, n, v))
 				return [][]float32{devGet(d)}
@@ -1167,7 +1172,7 @@ func embeddingCase(dt backend.DType) emu.Case {
 					clear(want[i*dim : (i+1)*dim])
 				}
 			}
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				out := devOut(dt, n*dim)
 				must(t, kernels.Embedding(l, dt, out, emu.NewF32(table), emu.NewI32(ids), n, dim, vocab))
 				return [][]float32{devGet(out)}
@@ -1197,7 +1202,7 @@ func embeddingBackwardCase(dt backend.DType) emu.Case {
 			cdt := cpuF32(dt0)
 			cpuB.EmbeddingBackward(cdt, cpuF32(vOut), cpuI32(vIDs), len(vIDs), dim)
 			want := cpuGet(cdt, vocab*dim)
-			got := twice(t, m, func(l kernels.Launcher) [][]float32 {
+			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				d := emu.NewF32(dt0)
 				must(t, kernels.EmbeddingBackward(l, dt, d, devIn(dt, dout), emu.NewI32(ids), n, dim, vocab))
 				return [][]float32{d.F32()}
@@ -1220,7 +1225,7 @@ func trackLossCase(t *testing.T, m *emu.Module) {
 		cpuB.TrackLoss(cs, cpuF32([]float32{v}), 0.25, i+1)
 	}
 	want := cpuGet(cs, 4)
-	got := once(t, m, func(l kernels.Launcher) [][]float32 {
+	got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 		ds := emu.NewF32(st0)
 		for i, v := range losses {
 			must(t, kernels.TrackLoss(l, ds, emu.NewF32([]float32{v}), 0.25, i+1))
@@ -1242,7 +1247,7 @@ func clipCoefCase(t *testing.T, m *emu.Module) {
 			cc, cs := cpuF32([]float32{7}), cpuF32(st0)
 			cpuB.ClipCoef(cc, cs, cpuF32([]float32{sq}), maxNorm, 9)
 			want := append(cpuGet(cc, 1), cpuGet(cs, 4)...)
-			got := once(t, m, func(l kernels.Launcher) [][]float32 {
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dc, ds := emu.NewF32([]float32{7}), emu.NewF32(st0)
 				must(t, kernels.ClipCoef(l, dc, ds, emu.NewF32([]float32{sq}), maxNorm, 9))
 				return [][]float32{append(dc.F32(), ds.F32()...)}

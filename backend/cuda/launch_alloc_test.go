@@ -1,0 +1,42 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// TestLaunchAllocatesNothing: queuing a kernel on the simulated H200
+// (through the real launcher and driver binding) makes no heap
+// allocation: the arguments are a value, nothing is boxed.
+func TestLaunchAllocatesNothing(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := be.(*CUDA)
+	a, b := c.Alloc(backend.F32, 1<<20), c.Alloc(backend.F32, 1<<20)
+	defer c.Free(a)
+	defer c.Free(b)
+	ra, rb := backend.Ref{S: a}, backend.Ref{S: b}
+	launches := map[string]func(){
+		"binary":      func() { c.Binary(backend.Add, ra, ra, rb, 1<<20) },
+		"dropout_add": func() { c.DropoutAdd(ra, ra, rb, 1<<20, backend.NewDropoutMask(7, 0.1)) },
+		"layer_norm":  func() { c.LayerNorm(ra, rb, rb, ra, rb, backend.Ref{}, 1024, 1024, 1e-5) },
+		"adamw": func() {
+			c.AdamW(backend.AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 3}, ra, rb, ra, rb, 1<<20)
+		},
+		"attention": func() {
+			c.Attention(backend.Attention{B: 2, T: 64, C: 128, H: 4}, ra, rb, ra)
+		},
+		"matmul": func() {
+			c.MatMul(backend.MatMul{M: 256, N: 256, K: 256, Batch: 1, Alpha: 1}, ra, rb, ra, backend.Ref{})
+		},
+	}
+	for name, f := range launches {
+		f() // compiles and loads the kernel
+		if n := testing.AllocsPerRun(20, f); n != 0 {
+			t.Errorf("%s: %v heap allocations per launch, want 0", name, n)
+		}
+	}
+}
