@@ -22,6 +22,9 @@ type Lt struct {
 	layoutCreate, layoutDestroy          libs.Func
 	layoutSetAttr                        libs.Func
 	prefCreate, prefDestroy, prefSetAttr libs.Func
+
+	mu    sync.Mutex
+	plans map[ltKey]*ltPlan // the products' plans, by shape (Matmul)
 }
 
 var (
@@ -91,6 +94,7 @@ func (l *Lt) Create() (LtHandle, error) {
 
 // Destroy releases h.
 func (l *Lt) Destroy(h LtHandle) error {
+	l.forget(h)
 	r, err := l.destroy.Fast(uintptr(h))
 	return check("cublasLtDestroy", r, err)
 }

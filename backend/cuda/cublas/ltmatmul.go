@@ -75,32 +75,122 @@ type heuristicResult struct {
 	reserved  [4]int32
 }
 
-// Matmul runs one product with its epilogue on h: it describes the
-// operation and its matrices, asks cuBLASLt's heuristic for one
-// algorithm that fits the workspace, and queues the product on m.Stream.
-func (l *Lt) Matmul(h LtHandle, m *LtMatmul) (err error) {
+// ltKey is what a product's plan depends on: everything but its
+// pointers, scalars and stream.
+type ltKey struct {
+	h                   LtHandle
+	transA, transB      Op
+	m, n, k             int
+	aType, bType, cType DataType
+	lda, ldb, ldc       int
+	batch               int
+	strideA, strideB    int64
+	strideC             int64
+	compute             ComputeType
+	epilogue            Epilogue
+	bias, aux           bool
+	auxLD               int
+	workspace           int
+}
+
+// ltPlan is a product's cuBLASLt description, kept for every later product
+// of its shape: the operation, its three layouts and the algorithm the
+// heuristic chose.
+type ltPlan struct {
+	desc, la, lb, lc uintptr
+	algo             [64]byte
+}
+
+// Matmul runs one product with its epilogue on h. The first product of a
+// shape describes the operation and its matrices and asks cuBLASLt's
+// heuristic for one algorithm that fits the workspace; that plan is kept
+// (a training step repeats its shapes, and the heuristic costs more host
+// time than the launch), so later ones only set the bias and aux pointers
+// and queue the product on m.Stream.
+func (l *Lt) Matmul(h LtHandle, m *LtMatmul) error {
 	if err := (&Gemm{Compute: m.Compute}).checkCompute(); err != nil {
 		return err
 	}
-	var desc, la, lb, lc, pref uintptr
-	defer func() {
-		for _, d := range []struct {
-			f interface {
-				Fast(...uintptr) (uintptr, error)
-			}
-			p uintptr
-		}{{l.descDestroy, desc}, {l.layoutDestroy, la}, {l.layoutDestroy, lb}, {l.layoutDestroy, lc}, {l.prefDestroy, pref}} {
-			if d.p != 0 {
-				d.f.Fast(d.p)
+	key := ltKey{h, m.TransA, m.TransB, m.M, m.N, m.K, m.AType, m.BType, m.CType, m.LDA, m.LDB, m.LDC, max(m.Batch, 1),
+		m.StrideA, m.StrideB, m.StrideC, m.Compute, m.Epilogue, m.Bias != 0, m.Aux != 0, m.AuxLD, m.WorkspaceBytes}
+	l.mu.Lock()
+	p, ok := l.plans[key]
+	l.mu.Unlock()
+	if !ok {
+		var err error
+		if p, err = l.plan(h, m); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		if l.plans == nil {
+			l.plans = map[ltKey]*ltPlan{}
+		}
+		l.plans[key] = p
+		l.mu.Unlock()
+	}
+	for _, a := range [...]struct {
+		attr int
+		v    *uint64
+	}{{ltDescBiasPointer, &m.Bias}, {ltDescAuxPointer, &m.Aux}} {
+		if *a.v != 0 {
+			r, err := l.descSetAttr.Fast(p.desc, uintptr(a.attr), uintptr(unsafe.Pointer(a.v)), 8)
+			if err := check("cublasLtMatmulDescSetAttribute", r, err); err != nil {
+				return err
 			}
 		}
-	}()
-	r, cerr := l.descCreate.Call(uintptr(unsafe.Pointer(&desc)), uintptr(m.Compute), uintptr(R32F))
-	if err := check("cublasLtMatmulDescCreate", r, cerr); err != nil {
-		return err
 	}
-	set := func(attr int, p unsafe.Pointer, size uintptr) error {
-		r, err := l.descSetAttr.Call(desc, uintptr(attr), uintptr(p), size)
+	alpha, beta := m.Alpha, m.Beta
+	r, cerr := l.matmul.Fast(uintptr(h), p.desc, uintptr(unsafe.Pointer(&alpha)), uintptr(m.A), p.la, uintptr(m.B), p.lb,
+		uintptr(unsafe.Pointer(&beta)), uintptr(m.C), p.lc, uintptr(m.D), p.lc, uintptr(unsafe.Pointer(&p.algo)),
+		uintptr(m.Workspace), uintptr(m.WorkspaceBytes), m.Stream)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(m)
+	return check("cublasLtMatmul", r, cerr)
+}
+
+// forget destroys the plans made on h (Destroy calls it).
+func (l *Lt) forget(h LtHandle) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, p := range l.plans {
+		if k.h == h {
+			p.destroy(l)
+			delete(l.plans, k)
+		}
+	}
+}
+
+func (p *ltPlan) destroy(l *Lt) {
+	for _, d := range []struct {
+		f interface {
+			Fast(...uintptr) (uintptr, error)
+		}
+		p uintptr
+	}{{l.descDestroy, p.desc}, {l.layoutDestroy, p.la}, {l.layoutDestroy, p.lb}, {l.layoutDestroy, p.lc}} {
+		if d.p != 0 {
+			d.f.Fast(d.p)
+		}
+	}
+}
+
+// plan describes m's product and picks its algorithm.
+func (l *Lt) plan(h LtHandle, m *LtMatmul) (_ *ltPlan, err error) {
+	p := &ltPlan{}
+	var pref uintptr
+	defer func() {
+		if pref != 0 {
+			l.prefDestroy.Fast(pref)
+		}
+		if err != nil {
+			p.destroy(l)
+		}
+	}()
+	r, cerr := l.descCreate.Call(uintptr(unsafe.Pointer(&p.desc)), uintptr(m.Compute), uintptr(R32F))
+	if err := check("cublasLtMatmulDescCreate", r, cerr); err != nil {
+		return nil, err
+	}
+	set := func(attr int, v unsafe.Pointer, size uintptr) error {
+		r, err := l.descSetAttr.Call(p.desc, uintptr(attr), uintptr(v), size)
 		return check(fmt.Sprintf("cublasLtMatmulDescSetAttribute(%d)", attr), r, err)
 	}
 	ta, tb, ep := int32(m.TransA), int32(m.TransB), uint32(m.Epilogue)
@@ -120,7 +210,7 @@ func (l *Lt) Matmul(h LtHandle, m *LtMatmul) (err error) {
 	} {
 		if !a.skip {
 			if err := set(a.attr, a.p, a.size); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -132,8 +222,8 @@ func (l *Lt) Matmul(h LtHandle, m *LtMatmul) (err error) {
 	if m.TransB == OpT {
 		rowsB, colsB = m.N, m.K
 	}
-	layout := func(p *uintptr, t DataType, rows, cols, ld int, stride int64) error {
-		r, err := l.layoutCreate.Call(uintptr(unsafe.Pointer(p)), uintptr(t), uintptr(rows), uintptr(cols), uintptr(int64(ld)))
+	layout := func(lp *uintptr, t DataType, rows, cols, ld int, stride int64) error {
+		r, err := l.layoutCreate.Call(uintptr(unsafe.Pointer(lp)), uintptr(t), uintptr(rows), uintptr(cols), uintptr(int64(ld)))
 		if err := check("cublasLtMatrixLayoutCreate", r, err); err != nil {
 			return err
 		}
@@ -141,45 +231,41 @@ func (l *Lt) Matmul(h LtHandle, m *LtMatmul) (err error) {
 			return nil
 		}
 		n := int32(m.Batch)
-		r, err = l.layoutSetAttr.Call(*p, ltLayoutBatchCount, uintptr(unsafe.Pointer(&n)), 4)
+		r, err = l.layoutSetAttr.Call(*lp, ltLayoutBatchCount, uintptr(unsafe.Pointer(&n)), 4)
 		if err := check("cublasLtMatrixLayoutSetAttribute(batch count)", r, err); err != nil {
 			return err
 		}
-		r, err = l.layoutSetAttr.Call(*p, ltLayoutBatchStride, uintptr(unsafe.Pointer(&stride)), 8)
+		r, err = l.layoutSetAttr.Call(*lp, ltLayoutBatchStride, uintptr(unsafe.Pointer(&stride)), 8)
 		return check("cublasLtMatrixLayoutSetAttribute(batch stride)", r, err)
 	}
-	if err := layout(&la, m.AType, rowsA, colsA, m.LDA, m.StrideA); err != nil {
-		return err
+	if err := layout(&p.la, m.AType, rowsA, colsA, m.LDA, m.StrideA); err != nil {
+		return nil, err
 	}
-	if err := layout(&lb, m.BType, rowsB, colsB, m.LDB, m.StrideB); err != nil {
-		return err
+	if err := layout(&p.lb, m.BType, rowsB, colsB, m.LDB, m.StrideB); err != nil {
+		return nil, err
 	}
-	if err := layout(&lc, m.CType, m.M, m.N, m.LDC, m.StrideC); err != nil {
-		return err
+	if err := layout(&p.lc, m.CType, m.M, m.N, m.LDC, m.StrideC); err != nil {
+		return nil, err
 	}
 	r, cerr = l.prefCreate.Call(uintptr(unsafe.Pointer(&pref)))
 	if err := check("cublasLtMatmulPreferenceCreate", r, cerr); err != nil {
-		return err
+		return nil, err
 	}
 	ws := uint64(m.WorkspaceBytes)
 	r, cerr = l.prefSetAttr.Call(pref, ltPrefMaxWorkspace, uintptr(unsafe.Pointer(&ws)), 8)
 	if err := check("cublasLtMatmulPreferenceSetAttribute", r, cerr); err != nil {
-		return err
+		return nil, err
 	}
 	var res heuristicResult
 	var found int32
-	r, cerr = l.heuristic.Call(uintptr(h), desc, la, lb, lc, lc, pref, 1, uintptr(unsafe.Pointer(&res)), uintptr(unsafe.Pointer(&found)))
+	r, cerr = l.heuristic.Call(uintptr(h), p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, uintptr(unsafe.Pointer(&res)), uintptr(unsafe.Pointer(&found)))
 	if err := check("cublasLtMatmulAlgoGetHeuristic", r, cerr); err != nil {
-		return err
+		return nil, err
 	}
 	if found < 1 {
-		return fmt.Errorf("cublas: cuBLASLt has no algorithm for a %d×%d×%d product with epilogue %d within %d bytes of workspace (%w)",
+		return nil, fmt.Errorf("cublas: cuBLASLt has no algorithm for a %d×%d×%d product with epilogue %d within %d bytes of workspace (%w)",
 			m.M, m.N, m.K, m.Epilogue, m.WorkspaceBytes, ErrNotSupported)
 	}
-	alpha, beta := m.Alpha, m.Beta
-	r, cerr = l.matmul.Call(uintptr(h), desc, uintptr(unsafe.Pointer(&alpha)), uintptr(m.A), la, uintptr(m.B), lb,
-		uintptr(unsafe.Pointer(&beta)), uintptr(m.C), lc, uintptr(m.D), lc, uintptr(unsafe.Pointer(&res.algo)),
-		uintptr(m.Workspace), uintptr(m.WorkspaceBytes), m.Stream)
-	runtime.KeepAlive(&res)
-	return check("cublasLtMatmul", r, cerr)
+	p.algo = res.algo
+	return p, nil
 }

@@ -92,6 +92,26 @@ func TestLtMatmulEpilogues(t *testing.T) {
 		t.Errorf("the library saw workspace limit %d, stream %#x, workspace %#x, epilogue %d", lib(0), lib(1), lib(2), lib(4))
 	}
 
+	// The same shape again keeps its plan (no second heuristic), but with
+	// a bias and aux of their own: the pointers are set per product.
+	bias2, aux2, d2 := rnd(m), make([]float32, m*n), make([]float32, m*n)
+	again := *mm
+	again.Bias, again.Aux, again.C, again.D = ltAddr(bias2), ltAddr(aux2), ltAddr(d2), ltAddr(d2)
+	if err := lt.Matmul(h, &again); err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < n; j++ {
+		for i := 0; i < m; i++ {
+			want := pre[i+j*m] - float64(bias[i]) + float64(bias2[i])
+			if e := math.Abs(float64(aux2[i+j*m]) - want); e > 1e-5 {
+				t.Fatalf("second product's aux[%d,%d] = %v, want %v (the plan kept the first bias?)", i, j, aux2[i+j*m], want)
+			}
+		}
+	}
+	if len(lt.plans) != 1 {
+		t.Errorf("%d plans for one shape", len(lt.plans))
+	}
+
 	// The backward pass: dpre = (dY·B) · gelu'(aux), with the bias
 	// gradient, the sum of dpre over its columns.
 	dy, bgrad := rnd(m*n), make([]float32, m)
