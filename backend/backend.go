@@ -493,6 +493,26 @@ type CommQueue interface {
 	JoinComm() (CommProbe, error)
 }
 
+// Grapher is a Backend that can record the work queued on its compute
+// stream into a graph and queue the whole graph again with one call (CUDA
+// graphs), so that a training step's hundreds of launches cost the host
+// one. Between BeginCapture and EndCapture the work is recorded, not run,
+// and nothing may wait for the device; the graph then reads and writes
+// the same device addresses every time it is launched, so what it reads
+// must be written in place before each launch and its memory must not be
+// reused by anything else.
+type Grapher interface {
+	BeginCapture() error
+	EndCapture() (Graph, error)
+}
+
+// Graph is captured work: Launch queues it all on the compute stream,
+// Free releases it.
+type Graph interface {
+	Launch() error
+	Free() error
+}
+
 // CommProbe tells whether the communication work queued before it was
 // made has finished, without waiting: a watchdog may call Done from any
 // goroutine, also while another waits for the device. Release frees it

@@ -596,5 +596,11 @@ func (c *CUDA) OnQueue(fn func(stream uintptr) error) error { return c.g.onStrea
 // OnCommQueue implements backend.CommQueue.
 func (c *CUDA) OnCommQueue(fn func(stream uintptr) error) error { return c.g.onCommStream(fn) }
 
+// BeginCapture implements backend.Grapher.
+func (c *CUDA) BeginCapture() error { return c.g.beginCapture() }
+
+// EndCapture implements backend.Grapher.
+func (c *CUDA) EndCapture() (backend.Graph, error) { return c.g.endCapture() }
+
 // JoinComm implements backend.CommQueue.
 func (c *CUDA) JoinComm() (backend.CommProbe, error) { return c.g.joinComm() }

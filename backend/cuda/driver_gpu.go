@@ -662,6 +662,50 @@ func (p *commProbe) Release() {
 	p.e = 0
 }
 
+// beginCapture starts recording the compute stream's work (relaxed mode:
+// the allocator and the watchdog call the driver from other threads).
+func (g *driverGPU) beginCapture() error {
+	return g.do(func() error { return g.d.StreamBeginCapture(g.compute, driver.CaptureRelaxed) })
+}
+
+// endCapture ends the recording and makes the graph launchable.
+func (g *driverGPU) endCapture() (backend.Graph, error) {
+	gr := &cudaGraph{g: g}
+	err := g.do(func() error {
+		graph, err := g.d.StreamEndCapture(g.compute)
+		if err != nil {
+			return err
+		}
+		gr.graph = graph
+		if gr.exec, err = g.d.GraphInstantiate(graph); err != nil {
+			g.d.GraphDestroy(graph)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gr, nil
+}
+
+// cudaGraph is a captured graph and its launchable form.
+type cudaGraph struct {
+	g     *driverGPU
+	graph driver.Graph
+	exec  driver.GraphExec
+}
+
+// Launch implements backend.Graph.
+func (c *cudaGraph) Launch() error {
+	return c.g.do(func() error { c.g.queue("cuGraphLaunch"); return c.g.d.GraphLaunch(c.exec, c.g.compute) })
+}
+
+// Free implements backend.Graph.
+func (c *cudaGraph) Free() error {
+	return c.g.do(func() error { return errors.Join(c.g.d.GraphExecDestroy(c.exec), c.g.d.GraphDestroy(c.graph)) })
+}
+
 func (g *driverGPU) smCount() int { return g.info.SMs }
 
 func (g *driverGPU) name() string { return g.info.Name }

@@ -35,6 +35,7 @@ type fakeGPU struct {
 	ltMatmuls              int  // cuBLASLt products, tried
 	noLt                   bool // no cuBLASLt: ltMatmul fails with errNoLt
 	marks                  []time.Time
+	capture                *[]func() error // while capturing: the work recorded, not run
 }
 
 func newFakeGPU(limit int) *fakeGPU {
@@ -180,6 +181,10 @@ func (f *fakeGPU) peerCopy(dst devPtr, from gpu, src devPtr, n int) error {
 }
 
 func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
+	if f.capture != nil {
+		*f.capture = append(*f.capture, func() error { return f.launch(kernel, grid, block, shared, args) })
+		return nil
+	}
 	f.launches = append(f.launches, kernel)
 	if f.launchFn == nil {
 		return fmt.Errorf("fake device: cannot run kernel %s", kernel)
@@ -191,6 +196,10 @@ func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args ker
 // C[i + j·ldc] = α·Σ_l op(A)(i,l)·op(B)(l,j) + β·C[i + j·ldc] (C unread
 // when β = 0), for each matrix of the batch.
 func (f *fakeGPU) gemm(g cublas.Gemm) error {
+	if f.capture != nil {
+		*f.capture = append(*f.capture, func() error { return f.gemm(g) })
+		return nil
+	}
 	f.gemms++
 	switch g.Compute {
 	case cublas.Compute32F, cublas.Compute32FFastTF32, cublas.Compute32FFast16BF, cublas.Compute32FFast16F:
@@ -273,6 +282,10 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 // the product plus the bias, D its tanh-GELU) or DGELU (D times GELU's
 // derivative at aux), column-major with the bias along D's rows.
 func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
+	if f.capture != nil && !f.noLt {
+		*f.capture = append(*f.capture, func() error { return f.ltMatmul(m) })
+		return nil
+	}
 	f.ltMatmuls++
 	if f.noLt {
 		return errNoLt
@@ -348,6 +361,38 @@ func (f *fakeGPU) onStream(fn func(stream uintptr) error) error { return fn(0) }
 // compute stream, and its work is always done.
 func (f *fakeGPU) onCommStream(fn func(stream uintptr) error) error { return fn(0) }
 func (f *fakeGPU) joinComm() (backend.CommProbe, error)             { return doneProbe{}, nil }
+
+// Capture records launches and products as closures that the graph's
+// launch runs in order. (Copies and fills are not captured: the fake runs
+// them at once, so a test must not capture them.)
+func (f *fakeGPU) beginCapture() error {
+	if f.capture != nil {
+		return fmt.Errorf("fake device: already capturing")
+	}
+	f.capture = &[]func() error{}
+	return nil
+}
+
+func (f *fakeGPU) endCapture() (backend.Graph, error) {
+	if f.capture == nil {
+		return nil, fmt.Errorf("fake device: not capturing")
+	}
+	g := fakeGraph(*f.capture)
+	f.capture = nil
+	return g, nil
+}
+
+type fakeGraph []func() error
+
+func (g fakeGraph) Launch() error {
+	for _, op := range g {
+		if err := op(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (g fakeGraph) Free() error { return nil }
 
 type doneProbe struct{}
 

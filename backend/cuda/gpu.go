@@ -66,6 +66,10 @@ type gpu interface {
 	// queued so far and returns a probe of it (backend.CommQueue).
 	onCommStream(fn func(stream uintptr) error) error
 	joinComm() (backend.CommProbe, error)
+	// beginCapture and endCapture record the work queued on the compute
+	// stream into a graph (backend.Grapher).
+	beginCapture() error
+	endCapture() (backend.Graph, error)
 	// mark records an event on the compute stream after the work queued
 	// so far; elapsed waits for the later of two marks and returns the
 	// milliseconds between them; releaseMark recycles a mark.

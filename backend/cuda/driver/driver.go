@@ -18,6 +18,8 @@ type (
 	Stream    uintptr
 	Event     uintptr
 	DevicePtr uint64
+	Graph     uintptr // a CUgraph: work captured from a stream
+	GraphExec uintptr // a CUgraphExec: a graph made launchable
 )
 
 // Dim3 is a grid or block shape.
@@ -99,6 +101,8 @@ type Driver struct {
 	cuEventElapsedTime, cuEventDestroy                                        libs.Func
 	cuModuleLoadData, cuModuleGetFunction, cuModuleUnload, cuFuncSetAttribute libs.Func
 	cuLaunchKernel                                                            libs.Func
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate              libs.Func
+	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                         libs.Func
 	all                                                                       []*libs.Func
 }
 
@@ -183,6 +187,12 @@ func Load(lib *libs.Lib) *Driver {
 	bind(&d.cuModuleUnload, "cuModuleUnload")
 	bind(&d.cuFuncSetAttribute, "cuFuncSetAttribute")
 	bind(&d.cuLaunchKernel, "cuLaunchKernel")
+	bind(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2")
+	bind(&d.cuStreamEndCapture, "cuStreamEndCapture")
+	bind(&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags")
+	bind(&d.cuGraphLaunch, "cuGraphLaunch")
+	bind(&d.cuGraphExecDestroy, "cuGraphExecDestroy")
+	bind(&d.cuGraphDestroy, "cuGraphDestroy")
 	return d
 }
 
@@ -543,6 +553,50 @@ func (d *Driver) EventElapsedTime(start, end Event) (float32, error) {
 func (d *Driver) EventDestroy(e Event) error {
 	r, err := d.cuEventDestroy.Fast(uintptr(e))
 	return d.result("cuEventDestroy_v2", r, err)
+}
+
+// CaptureRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: other threads may
+// call the driver while a stream captures (fleet's allocator and its
+// watchdog do; nothing of theirs is captured).
+const CaptureRelaxed = 2
+
+// StreamBeginCapture starts recording the work queued on s into a graph,
+// instead of running it, until StreamEndCapture.
+func (d *Driver) StreamBeginCapture(s Stream, mode int) error {
+	r, err := d.cuStreamBeginCapture.Fast(uintptr(s), uintptr(mode))
+	return d.result("cuStreamBeginCapture_v2", r, err)
+}
+
+// StreamEndCapture ends s's capture and returns the graph it recorded.
+func (d *Driver) StreamEndCapture(s Stream) (Graph, error) {
+	var g uintptr
+	r, err := d.cuStreamEndCapture.Fast(uintptr(s), uintptr(unsafe.Pointer(&g)))
+	return Graph(g), d.result("cuStreamEndCapture", r, err)
+}
+
+// GraphInstantiate makes g launchable.
+func (d *Driver) GraphInstantiate(g Graph) (GraphExec, error) {
+	var e uintptr
+	r, err := d.cuGraphInstantiate.Call(uintptr(unsafe.Pointer(&e)), uintptr(g), 0)
+	return GraphExec(e), d.result("cuGraphInstantiateWithFlags", r, err)
+}
+
+// GraphLaunch queues all of e's work on s, as one call.
+func (d *Driver) GraphLaunch(e GraphExec, s Stream) error {
+	r, err := d.cuGraphLaunch.Fast(uintptr(e), uintptr(s))
+	return d.result("cuGraphLaunch", r, err)
+}
+
+// GraphExecDestroy frees a launchable graph; GraphDestroy a graph.
+func (d *Driver) GraphExecDestroy(e GraphExec) error {
+	r, err := d.cuGraphExecDestroy.Fast(uintptr(e))
+	return d.result("cuGraphExecDestroy", r, err)
+}
+
+// GraphDestroy frees a graph.
+func (d *Driver) GraphDestroy(g Graph) error {
+	r, err := d.cuGraphDestroy.Fast(uintptr(g))
+	return d.result("cuGraphDestroy", r, err)
 }
 
 // ModuleLoadData loads a cubin (or NUL-terminated PTX; a missing NUL is

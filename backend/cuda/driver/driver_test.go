@@ -237,6 +237,31 @@ func TestFakeDriver(t *testing.T) {
 		t.Errorf("fill kernel wrote %v", back[:4])
 	}
 
+	// A captured fill runs only when its graph is launched, each time.
+	must(t, d.StreamBeginCapture(s, CaptureRelaxed))
+	if fakeGet(t, d, 15) != CaptureRelaxed {
+		t.Errorf("capture mode %d", fakeGet(t, d, 15))
+	}
+	must(t, d.LaunchKernel(f, Dim3{1, 1, 1}, Dim3{256, 1, 1}, 0, s, args.Reset().Ptr(dev).Float32(7).Int64(n)))
+	g, err := d.StreamEndCapture(s)
+	must(t, err)
+	must(t, d.MemcpyDtoH(unsafe.Pointer(&back[0]), dev, 4*n))
+	if back[0] != 2.5 {
+		t.Fatalf("a captured fill ran at once: %v", back[:2])
+	}
+	ge, err := d.GraphInstantiate(g)
+	must(t, err)
+	for range 2 {
+		must(t, d.MemsetD32(dev, 0, n))
+		must(t, d.GraphLaunch(ge, s))
+		must(t, d.MemcpyDtoH(unsafe.Pointer(&back[0]), dev, 4*n))
+		if back[0] != 7 || back[n-1] != 7 || fakeGet(t, d, 2) != int64(s) {
+			t.Fatalf("the graph's launch wrote %v on stream %#x", back[:2], fakeGet(t, d, 2))
+		}
+	}
+	must(t, d.GraphExecDestroy(ge))
+	must(t, d.GraphDestroy(g))
+
 	// The hot calls do not allocate.
 	for name, fn := range map[string]func(){
 		"LaunchKernel": func() {
@@ -248,6 +273,7 @@ func TestFakeDriver(t *testing.T) {
 		"MemcpyDtoHAsync": func() { d.MemcpyDtoHAsync(pinned, dev, 16, s) },
 		"MemcpyDtoDAsync": func() { d.MemcpyDtoDAsync(dev2, dev, 16, s) },
 		"MemcpyPeerAsync": func() { d.MemcpyPeerAsync(dev2, 0, dev, 0, 16, s) },
+		"GraphLaunch":     func() { d.GraphLaunch(0xb000, s) },
 	} {
 		if a := testing.AllocsPerRun(100, fn); a != 0 {
 			t.Errorf("%s allocates %v times a call", name, a)

@@ -98,6 +98,12 @@ type Device struct {
 	funcs    map[uintptr]*function
 	events   map[uintptr]float64 // event -> its stream's clock when recorded
 	failWait uintptr             // a CUresult the next synchronisation returns (FailNextWait)
+	// capture, while a stream captures, is the work it records instead
+	// of running; graphs and execs hold captured graphs and their
+	// launchable forms, by handle.
+	capture *[]node
+	graphs  map[uintptr][]node
+	execs   map[uintptr][]node
 	// The timelines: the compute clock is DeviceSeconds +
 	// ExposedCommSeconds (every stream but the collectives' runs on it);
 	// comm is the collectives' streams' clock, commStreams those streams,
@@ -123,6 +129,7 @@ func New(spec Spec) *Device {
 		programs: map[uintptr]string{}, images: map[uintptr]string{}, modules: map[uintptr][]kernels.Signature{},
 		funcs: map[uintptr]*function{}, events: map[uintptr]float64{},
 		commStreams: map[uintptr]bool{}, waits: map[uintptr]float64{},
+		graphs: map[uintptr][]node{}, execs: map[uintptr][]node{},
 		c: Counters{ByKernel: map[string]int64{}, SyncsBy: map[string]int64{}}}
 }
 
@@ -204,8 +211,32 @@ func (d *Device) extent(p uint64) float64 {
 	return 0
 }
 
-// work records one unit of work. Called with mu held.
+// node is one unit of captured work: a graph's node.
+type node struct {
+	name                               string
+	bytes, flops, peakTFLOPs, efficacy float64
+	copy                               bool
+}
+
+// replay records a graph's nodes as the work they are, each counted as a
+// launch. Called with mu held.
+func (d *Device) replay(nodes []node) {
+	for _, n := range nodes {
+		if n.copy {
+			d.copyWork(n.name, n.bytes)
+		} else {
+			d.work(n.name, n.bytes, n.flops, n.peakTFLOPs, n.efficacy)
+		}
+	}
+}
+
+// work records one unit of work, or, while a stream captures, adds it to
+// the capture. Called with mu held.
 func (d *Device) work(name string, bytes, flops, peakTFLOPs, efficiency float64) {
+	if d.capture != nil {
+		*d.capture = append(*d.capture, node{name, bytes, flops, peakTFLOPs, efficiency, false})
+		return
+	}
 	t := bytes / (BandwidthEfficiency * d.Spec.HBM)
 	if flops > 0 && peakTFLOPs > 0 {
 		t = max(t, flops/(efficiency*peakTFLOPs*1e12))
@@ -264,6 +295,10 @@ func (d *Device) Collective(name string, bytes float64, world int, stream uintpt
 // copyWork records a copy between host and device: over PCIe, not HBM.
 // Called with mu held.
 func (d *Device) copyWork(name string, bytes float64) {
+	if d.capture != nil {
+		*d.capture = append(*d.capture, node{name: name, bytes: bytes, copy: true})
+		return
+	}
 	d.c.Launches++
 	d.c.ByKernel[name]++
 	d.c.DeviceSeconds += bytes/(BandwidthEfficiency*d.Spec.PCIe) + LaunchSeconds

@@ -17,7 +17,10 @@ const (
 	cuInvalidValue  = 1
 	cuOutOfMemory   = 2
 	cuInvalidHandle = 400
-	cuNotFound      = 500
+	// cuCaptureUnsupported is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: what
+	// the driver says to a host wait while a stream captures.
+	cuCaptureUnsupported = 900
+	cuNotFound           = 500
 )
 
 // imagePrefix starts what the NVRTC stand-in compiles a program to: an
@@ -61,6 +64,9 @@ func (d *Device) Driver() *libs.Lib {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			d.hostSync(call)
+			if d.capture != nil {
+				return cuCaptureUnsupported // the host cannot wait on work that is being recorded
+			}
 			if r := d.failWait; r != 0 {
 				d.failWait = 0
 				return r
@@ -132,6 +138,52 @@ func (d *Device) Driver() *libs.Lib {
 		"cuEventSynchronize":           sync("cuEventSynchronize"),
 		"cuStreamCreate":               func(a []uintptr) uintptr { d.mu.Lock(); setPtr(a[0], d.newHandle()); d.mu.Unlock(); return cuSuccess },
 		"cuStreamDestroy_v2":           ok,
+		// Stream capture: the work of the capture goes into a graph, which
+		// a launch replays, each node counted as the launch it is.
+		"cuStreamBeginCapture_v2": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.capture != nil {
+				return cuCaptureUnsupported
+			}
+			d.capture = &[]node{}
+			return cuSuccess
+		},
+		"cuStreamEndCapture": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.capture == nil {
+				return cuInvalidValue
+			}
+			h := d.newHandle()
+			d.graphs[h], d.capture = *d.capture, nil
+			setPtr(a[1], h)
+			return cuSuccess
+		},
+		"cuGraphInstantiateWithFlags": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			g, ok := d.graphs[a[1]]
+			if !ok {
+				return cuInvalidHandle
+			}
+			h := d.newHandle()
+			d.execs[h] = g
+			setPtr(a[0], h)
+			return cuSuccess
+		},
+		"cuGraphLaunch": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			g, ok := d.execs[a[0]]
+			if !ok {
+				return cuInvalidHandle
+			}
+			d.replay(g)
+			return cuSuccess
+		},
+		"cuGraphExecDestroy": func(a []uintptr) uintptr { d.mu.Lock(); delete(d.execs, a[0]); d.mu.Unlock(); return cuSuccess },
+		"cuGraphDestroy":     func(a []uintptr) uintptr { d.mu.Lock(); delete(d.graphs, a[0]); d.mu.Unlock(); return cuSuccess },
 		"cuStreamWaitEvent": func(a []uintptr) uintptr { // (stream, event, flags)
 			d.mu.Lock()
 			defer d.mu.Unlock()

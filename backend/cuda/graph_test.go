@@ -1,0 +1,161 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// TestGraphOnSimulatedGPU captures some work on the simulated H200: the
+// capture runs nothing and counts nothing, a wait for the device during it
+// is refused, and each launch of the graph counts each of its nodes.
+func TestGraphOnSimulatedGPU(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, dev := be.(*CUDA), backend.Device{Kind: "sim"}
+	sd := c.Sim()
+	x := tensor.Ones(dev, 64, 64)
+	defer x.Free()
+	before := sd.Counters()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.BeginCapture())
+	err = tensor.Catch(func() {
+		tensor.Step(func() { tensor.Softmax(tensor.GELU(tensor.Add(x, x))) })
+	})
+	must(err)
+	g, err := c.EndCapture()
+	must(err)
+	defer g.Free()
+	if w := sd.Counters().Sub(before); w.Launches != 0 {
+		t.Fatalf("the capture counted %d launches (%v)", w.Launches, w.ByKernel)
+	}
+	for range 3 {
+		must(g.Launch())
+	}
+	w := sd.Counters().Sub(before)
+	for _, k := range []string{"fleet_binary_f32", "fleet_gelu_f32", "fleet_softmax_f32"} {
+		if w.ByKernel[k] != 3 {
+			t.Errorf("%s ran %d times in 3 launches of the graph (%v)", k, w.ByKernel[k], w.ByKernel)
+		}
+	}
+	if w.Launches != 9 {
+		t.Errorf("%d launches counted, want 9", w.Launches)
+	}
+	// The host cannot wait for work that is only being recorded.
+	must(c.BeginCapture())
+	err = tensor.Catch(func() { tensor.Step(func() { x.Float32s() }) })
+	if err == nil || !strings.Contains(err.Error(), "CAPTURE") {
+		t.Errorf("a read during a capture: %v", err)
+	}
+	if g, err := c.EndCapture(); err == nil {
+		g.Free()
+	}
+}
+
+// TestGraphReplaysABackwardPass captures a GPT's forward and backward pass
+// on the emulated device, reading its batch from tensors made before the
+// capture, and replays it on new batches copied into them: the gradients
+// are bit for bit those of running the pass itself.
+func TestGraphReplaysABackwardPass(t *testing.T) {
+	dev := fakeDevice(t, 22, newFakeGPU(256<<20).withEmulator(t))
+	cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 16}
+	m, err := model.New(cfg, dev, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, _ := backend.Get(dev)
+	gr := be.(backend.Grapher)
+	B, T := 2, 7
+	r := rand.New(rand.NewPCG(3, 4))
+	batch := func() ([]int32, []int32) {
+		x, y := make([]int32, B*T), make([]int32, B*T)
+		for i := range x {
+			x[i], y[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
+		}
+		return x, y
+	}
+	params := m.Parameters()
+	grads := func() [][]float32 {
+		var out [][]float32
+		for _, p := range params {
+			out = append(out, p.T.Grad.Float32s())
+		}
+		return out
+	}
+	var xs, ys *tensor.Tensor
+	pass := func() {
+		tensor.Step(func() { m.Loss(xs, ys).Backward() })
+	}
+	err = tensor.Catch(func() {
+		x0, y0 := batch()
+		xs, ys = tensor.FromInt32s(dev, x0, B, T), tensor.FromInt32s(dev, y0, B, T)
+		pass() // the first pass makes the gradients and fills the pool
+		for _, p := range params {
+			tensor.ZeroGradInPlace(p.T)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gr.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	err = tensor.Catch(func() {
+		for _, p := range params {
+			tensor.ZeroGradInPlace(p.T)
+		}
+		pass()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gr.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free()
+	for round := 0; round < 2; round++ {
+		xv, yv := batch()
+		var want, got [][]float32
+		err := tensor.Catch(func() {
+			xn, yn := tensor.FromInt32s(dev, xv, B, T), tensor.FromInt32s(dev, yv, B, T)
+			xs.CopyFrom(xn)
+			ys.CopyFrom(yn)
+			xn.Free()
+			yn.Free()
+			for _, p := range params { // the pass itself
+				tensor.ZeroGradInPlace(p.T)
+			}
+			pass()
+			want = grads()
+			for _, p := range params {
+				tensor.Fill(p.T.Grad, 7) // the graph zeroes them itself
+			}
+			if err := g.Launch(); err != nil {
+				panic(err)
+			}
+			got = grads()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			for j := range want[i] {
+				if got[i][j] != want[i][j] {
+					t.Fatalf("round %d: gradient of %s[%d] is %v from the graph, %v from the pass", round, params[i].Name, j, got[i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
