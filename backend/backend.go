@@ -142,10 +142,13 @@ type Backend interface {
 	// AdamW updates params in place (decoupled weight decay).
 	AdamW(p AdamW, param, grad, m, v Ref, n int)
 	// TrackLoss and ClipCoef keep a trainer's per-step bookkeeping on the
-	// device, so that a step reads nothing back. stats is F32 [4]: the
-	// loss summed since last read, the first step whose loss was not
+	// device, so that a step reads nothing back. stats is F32 [4] or [5]:
+	// the loss summed since last read, the first step whose loss was not
 	// finite (-1: none), the last gradient norm, the first step whose
-	// gradients were not finite (-1: none). TrackLoss adds x[0]*scale to
+	// gradients were not finite (-1: none), and, for a step replayed from
+	// a graph, the step clock (StepClock). A negative step means the
+	// clock's: stats[4], the step's number from 1 (ScalerCoef: stats[4]-1,
+	// its index from 0). TrackLoss adds x[0]*scale to
 	// stats[0] and records step in stats[1] the first time x[0] is not
 	// finite. ClipCoef computes the norm sqrt(sumsq[0]) in float64 into
 	// stats[2], and into coef[0] the factor that clips it to maxNorm:
@@ -166,6 +169,13 @@ type Backend interface {
 	// is the scaler's business). step is the optimizer step's index from
 	// 0.
 	ScalerCoef(coef, stats, sumsq Ref, maxNorm float64, step int, s Scaler)
+	// StepClock starts a step replayed from a graph, whose launches cannot
+	// be given its number: with i = stats[4] the step's index from 0, it
+	// sets stats[4] = i+1 (the number the step's bookkeeping reads), and
+	// unless sched is Nil writes AdamW's three constants for update t =
+	// i+1 at the learning rate lrs[min(i, nlr-1)] into sched (as
+	// ScalerCoef does into Scaler.State from ScalerLR on; see AdamW.Sched).
+	StepClock(stats, sched, lrs Ref, nlr int, beta1, beta2 float32)
 }
 
 // Scaler is fp16's dynamic loss scaling kept on the device, with PyTorch

@@ -777,15 +777,17 @@ func AdamWStepSched(param, m, v *Tensor, hp backend.AdamW, gradScale, sched *Ten
 }
 
 // StatsLen is the size of a trainer's step statistics (see TrackLoss).
-const StatsLen = 4
+const StatsLen = 5
 
 // NewStats returns a trainer's step statistics on dev, F32 [StatsLen]:
 // the loss summed since last read (0), the first step whose loss was not
 // finite (-1: none), the last gradient norm (0), the first step whose
-// gradients were not finite (-1: none). TrackLoss and ClipCoef update
-// them on the device, so that a training step reads nothing back.
+// gradients were not finite (-1: none), and the step clock of steps
+// replayed from a graph (StepClock). TrackLoss and ClipCoef update them on
+// the device, so that a training step reads nothing back; given a negative
+// step, they take the step number from the clock.
 func NewStats(dev Device) *Tensor {
-	return FromFloat32s(dev, []float32{0, -1, 0, -1}, StatsLen)
+	return FromFloat32s(dev, []float32{0, -1, 0, -1, 0}, StatsLen)
 }
 
 // TrackLoss adds loss*scale (loss a one-element F32 tensor) into stats[0]
@@ -814,6 +816,29 @@ func ClipCoef(coef, stats, sumsq *Tensor, maxNorm float64, step int) {
 	wantScalar(op, coef)
 	wantScalar(op, sumsq)
 	stats.be.ClipCoef(coef.ref(), stats.ref(), sumsq.ref(), maxNorm, step)
+}
+
+// StepClock starts a step replayed from a graph: it advances the clock in
+// stats (which must hold the step's index from 0) to the step's number,
+// which the step's TrackLoss and ClipCoef (given step -1) record, and,
+// unless sched is nil, writes AdamW's learning rate and constants for the
+// step into sched (three F32, for AdamWStepSched) from the schedule lrs.
+// backend.Backend.StepClock has the details.
+func StepClock(stats, sched, lrs *Tensor, beta1, beta2 float32) {
+	const op = "step_clock"
+	check(op, stats)
+	wantStats(op, stats)
+	var sr, lr backend.Ref
+	n := 0
+	if sched != nil {
+		check(op, stats, sched, lrs)
+		wantDType(op, F32, sched, lrs)
+		if sched.Numel() != 3 || lrs.Numel() == 0 {
+			panic(&Error{Op: op, Msg: "want a schedule of 3 elements and a non-empty table", Operands: []*Tensor{sched, lrs}})
+		}
+		sr, lr, n = sched.ref(), lrs.ref(), lrs.Numel()
+	}
+	stats.be.StepClock(stats.ref(), sr, lr, n, beta1, beta2)
 }
 
 // ScalerCoef is ClipCoef for fp16's dynamic loss scaling on the device

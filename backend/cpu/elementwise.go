@@ -394,6 +394,9 @@ func adamwGo(w, g, m, v []float32, k *adamConsts) {
 
 // TrackLoss implements backend.Backend.
 func (c *CPU) TrackLoss(stats, x backend.Ref, scale float32, step int) {
+	if step < 0 {
+		step = int(f32(stats)[4])
+	}
 	st, v := f32(stats)[:2], f32(x)[0]
 	st[0] += v * scale
 	if (math.IsNaN(float64(v)) || math.IsInf(float64(v), 0)) && st[1] < 0 {
@@ -403,6 +406,9 @@ func (c *CPU) TrackLoss(stats, x backend.Ref, scale float32, step int) {
 
 // ClipCoef implements backend.Backend.
 func (c *CPU) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int) {
+	if step < 0 {
+		step = int(f32(stats)[4])
+	}
 	st := f32(stats)[:4]
 	norm := math.Sqrt(float64(f32(sumsq)[0]))
 	st[2] = float32(norm)
@@ -422,6 +428,9 @@ func (c *CPU) ClipCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int
 
 // ScalerCoef implements backend.Backend, in float64 where ClipCoef is.
 func (c *CPU) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int, s backend.Scaler) {
+	if step < 0 {
+		step = int(f32(stats)[4]) - 1
+	}
 	st, sc := f32(stats)[:4], f32(s.State)[:backend.ScalerStateLen]
 	scale := sc[backend.ScalerScale]
 	norm := math.Sqrt(float64(f32(sumsq)[0])) / float64(scale)
@@ -456,6 +465,21 @@ func (c *CPU) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step i
 		sc[backend.ScalerAdamSteps] = float32(t)
 	}
 	sc[backend.ScalerSeed] = sc[backend.ScalerScale] * s.SeedFactor
+}
+
+// StepClock implements backend.Backend.
+func (c *CPU) StepClock(stats, sched, lrs backend.Ref, nlr int, beta1, beta2 float32) {
+	st := f32(stats)[:5]
+	i := int(st[4])
+	st[4] = float32(i + 1)
+	if sched.Nil() {
+		return
+	}
+	lr := f32(lrs)[min(max(i, 0), nlr-1)]
+	bc1 := 1 - powInt(float64(beta1), i+1)
+	bc2 := 1 - powInt(float64(beta2), i+1)
+	s := f32(sched)[:3]
+	s[0], s[1], s[2] = lr, float32(float64(lr)/bc1), float32(1/math.Sqrt(bc2))
 }
 
 // powInt is b^t by repeated squaring, the CUDA kernel's multiplications in

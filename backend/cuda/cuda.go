@@ -551,6 +551,11 @@ func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 	c.check("adamw", kernels.AdamWSched(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), c.ptr(p.Sched), n))
 }
 
+// StepClock implements backend.Backend.
+func (c *CUDA) StepClock(stats, sched, lrs backend.Ref, nlr int, beta1, beta2 float32) {
+	c.check("step_clock", kernels.StepClock(c, c.ptr(stats), c.ptr(sched), c.ptr(lrs), nlr, beta1, beta2))
+}
+
 // ScalerCoef implements backend.Backend.
 func (c *CUDA) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step int, s backend.Scaler) {
 	c.check("scaler_coef", kernels.ScalerCoef(c, c.ptr(coef), c.ptr(stats), c.ptr(sumsq), c.ptr(s.State), c.ptr(s.LRs), maxNorm, step, s))

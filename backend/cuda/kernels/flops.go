@@ -69,6 +69,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 4
 	case "scaler_coef": // the clip's few operations and two powers by squaring
 		return 16 + 4*64
+	case "step_clock":
+		return 4 + 4*64
 	case "adamw":
 		return 15 * arg("n")
 	case "attention_fwd":

@@ -328,6 +328,18 @@ func ScalerCoef[B comparable](l Launcher[B], coef, stats, sumsq, state, lrs B, m
 	return l.Launch("fleet_scaler_coef_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(coef, stats, sumsq, state, lrs).Double(maxNorm).Int(int32(step), int32(s.NLR), int32(s.GrowthInterval)).Float(s.SeedFactor, s.Beta1, s.Beta2))
 }
 
+// StepClock starts a step replayed from a graph (backend.Backend.StepClock;
+// see step.cu). sched may be the zero buffer.
+func StepClock[B comparable](l Launcher[B], stats, sched, lrs B, nlr int, beta1, beta2 float32) error {
+	if nlr <= 0 {
+		var none B
+		if sched != none {
+			return fmt.Errorf("kernels: step clock: an empty learning-rate table")
+		}
+	}
+	return l.Launch("fleet_step_clock_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(stats, sched, lrs).Int(int32(nlr)).Float(beta1, beta2))
+}
+
 // rowsGrid is the grid of a warp-per-row kernel over rows rows.
 func rowsGrid[B comparable](l Launcher[B], rows int) [3]int {
 	return gridFor(l, int64(rows), BlockSize/32)

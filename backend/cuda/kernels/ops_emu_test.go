@@ -302,6 +302,7 @@ func init() {
 		"fleet_track_loss_f32":         trackLossCase,
 		"fleet_clip_coef_f32":          clipCoefCase,
 		"fleet_scaler_coef_f32":        scalerCoefCase,
+		"fleet_step_clock_f32":         stepClockCase,
 	})
 }
 
@@ -630,6 +631,44 @@ func scalerCoefCase(t *testing.T, m *emu.Module) {
 		finite := !math.IsInf(float64(c.sq), 0) && c.sq == c.sq
 		if sc := want[5]; finite != (sc >= c.state[0]) || (!finite && sc != c.state[0]/2) {
 			t.Errorf("sum %v: the scale went %v -> %v", c.sq, c.state[0], sc)
+		}
+	}
+}
+
+// stepClockCase holds a replayed step's clock and schedule on the device
+// to the CPU's, bit for bit, and the bookkeeping kernels reading the step
+// number from the clock.
+func stepClockCase(t *testing.T, m *emu.Module) {
+	lrs := []float32{1e-3, 2e-3, 3e-3}
+	for _, i := range []float32{0, 2, 40} {
+		st0 := []float32{0.5, -1, 0, -1, i}
+		for _, withSched := range []bool{false, true} {
+			cs, csch := cpuF32(st0), cpuF32([]float32{9, 9, 9})
+			var sch backend.Ref
+			if withSched {
+				sch = csch
+			}
+			cpuB.StepClock(cs, sch, cpuF32(lrs), len(lrs), 0.9, 0.95)
+			// then the step's bookkeeping, from the clock: a loss that is
+			// not finite and gradients that are not finite
+			cpuB.TrackLoss(cs, cpuF32([]float32{float32(math.NaN())}), 1, -1)
+			cpuB.ClipCoef(cpuF32([]float32{0}), cs, cpuF32([]float32{float32(math.Inf(1))}), 1, -1)
+			want := append(cpuGet(cs, 5), cpuGet(csch, 3)...)
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+				ds, dsch := emu.NewF32(st0), emu.NewF32([]float32{9, 9, 9})
+				var s *emu.Buffer
+				if withSched {
+					s = dsch
+				}
+				must(t, kernels.StepClock(l, ds, s, emu.NewF32(lrs), len(lrs), 0.9, 0.95))
+				must(t, kernels.TrackLoss(l, ds, emu.NewF32([]float32{float32(math.NaN())}), 1, -1))
+				must(t, kernels.ClipCoef(l, emu.NewF32([]float32{0}), ds, emu.NewF32([]float32{float32(math.Inf(1))}), 1, -1))
+				return [][]float32{append(ds.F32(), dsch.F32()...)}
+			})
+			checkBits(t, fmt.Sprintf("step clock at %v, sched %v", i, withSched), got[0], want)
+			if want[4] != i+1 || want[1] != i+1 || want[3] != i+1 {
+				t.Errorf("clock at %v: stats %v, want the step number %v recorded", i, want[:5], i+1)
+			}
 		}
 	}
 }

@@ -9,6 +9,9 @@
 // fleet_track_loss_f32: stats[0] += x[0] * scale, and stats[1] = step the
 // first time x[0] is not finite. Launch: one block of one thread.
 extern "C" __global__ void fleet_track_loss_f32(float *__restrict__ stats, const float *__restrict__ x, float scale, int step) {
+	if (step < 0) {
+		step = (int)stats[4]; // a replayed step's number, from its clock
+	}
 	float v = x[0];
 	stats[0] += v * scale;
 	if (!isfinite(v) && stats[1] < 0.0f) {
@@ -23,6 +26,9 @@ extern "C" __global__ void fleet_track_loss_f32(float *__restrict__ stats, const
 // the norm (the AdamW kernel then skips the step) and stats[3] = step the
 // first time. stats[2] = norm. Launch: one block of one thread.
 extern "C" __global__ void fleet_clip_coef_f32(float *__restrict__ coef, float *__restrict__ stats, const float *__restrict__ sumsq, double maxNorm, int step) {
+	if (step < 0) {
+		step = (int)stats[4];
+	}
 	double norm = sqrt((double)sumsq[0]);
 	stats[2] = (float)norm;
 	if (!isfinite(norm)) {
@@ -64,6 +70,9 @@ __device__ __forceinline__ double fleet_pow_int(double b, long long t) {
 // seed = scale*seedFactor. Launch: one block of one thread.
 extern "C" __global__ void fleet_scaler_coef_f32(float *__restrict__ coef, float *__restrict__ stats, const float *__restrict__ sumsq,
 	float *__restrict__ state, const float *__restrict__ lrs, double maxNorm, int step, int nlr, int growthInterval, float seedFactor, float b1, float b2) {
+	if (step < 0) {
+		step = (int)stats[4] - 1;
+	}
 	float scale = state[0];
 	double norm = sqrt((double)sumsq[0]) / (double)scale;
 	stats[2] = (float)norm;
@@ -98,4 +107,25 @@ extern "C" __global__ void fleet_scaler_coef_f32(float *__restrict__ coef, float
 		state[7] = (float)t;
 	}
 	state[3] = state[0] * seedFactor;
+}
+
+// fleet_step_clock_f32: the start of a step replayed from a graph
+// (backend.Backend.StepClock): i = stats[4], stats[4] = i+1, and unless
+// sched is null, AdamW's constants for update t = i+1 at lr =
+// lrs[min(i, nlr-1)]: sched = lr, lr/(1-b1^t), 1/sqrt(1-b2^t), the powers
+// as fleet_scaler_coef_f32 takes them. Launch: one block of one thread.
+extern "C" __global__ void fleet_step_clock_f32(float *__restrict__ stats, float *__restrict__ sched, const float *__restrict__ lrs, int nlr, float b1, float b2) {
+	int i = (int)stats[4];
+	stats[4] = (float)(i + 1);
+	if (sched == 0) {
+		return;
+	}
+	int pos = i < 0 ? 0 : i;
+	float lr = lrs[pos < nlr ? pos : nlr - 1];
+	long long t = (long long)i + 1;
+	double bc1 = 1.0 - fleet_pow_int((double)b1, t);
+	double bc2 = 1.0 - fleet_pow_int((double)b2, t);
+	sched[0] = lr;
+	sched[1] = (float)((double)lr / bc1);
+	sched[2] = (float)(1.0 / sqrt(bc2));
 }
