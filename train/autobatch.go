@@ -257,6 +257,14 @@ func (r *run) free() {
 	}
 	r.stats, r.lossSum, r.clipAcc, r.clipCoef = nil, nil, nil, nil
 	r.scalerState, r.seed, r.sched16, r.lrs = nil, nil, nil, nil
+	for _, in := range r.graphIn {
+		in[0].Free()
+		in[1].Free()
+	}
+	if r.graphSched != nil {
+		r.graphSched.Free()
+	}
+	r.graphIn, r.graphSched = nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

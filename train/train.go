@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -236,6 +237,14 @@ type run struct {
 	// sched16 is the state's learning rate and AdamW constants (a view).
 	scalerState, seed, sched16, lrs *tensor.Tensor
 	lrFill                          bool
+	// graph is the captured step (--cuda-graphs), launched for every step
+	// after graphWarm plain ones; graphIn the batch buffers it reads, one
+	// pair per micro-step; graphSched AdamW's constants the step clock
+	// writes (fp16's scaler writes its own).
+	graph      backend.Graph
+	graphIn    [][2]*tensor.Tensor
+	graphSched *tensor.Tensor
+	graphWarm  int
 	// hostScaler keeps fp16's scaler on the host (as pipelines have it),
 	// reading the gradient norm every step: tests hold the device's
 	// scaler to it.
@@ -269,6 +278,12 @@ func (r *run) close() {
 	}
 	if r.pipe != nil {
 		r.pipe.close()
+	}
+	if r.graph != nil {
+		if err := r.graph.Free(); err != nil && r.log != nil {
+			fmt.Fprintf(r.log, "warning: freeing the step's graph: %v\n", err)
+		}
+		r.graph = nil
 	}
 }
 
@@ -883,6 +898,12 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 		r.openStepState(step)
 	}
 	cfg := r.cfg
+	if cfg.CUDAGraphs && r.pipe == nil && r.ddp == nil && hook == nil {
+		if r.graphWarm >= graphWarmSteps {
+			return r.stepGraph(step, lr)
+		}
+		r.graphWarm++
+	}
 	if r.pipe != nil {
 		r.pipe.beginStep()
 	}
@@ -945,6 +966,117 @@ func (r *run) openStepState(step int) {
 	}
 }
 
+// graphWarmSteps is how many plain steps run before a step is captured:
+// the first makes the gradients and fills the memory pool, the second
+// runs as every later one will.
+const graphWarmSteps = 2
+
+// stepGraph is a step under --cuda-graphs: the micro-batches are copied
+// into the buffers the graph reads and the graph is launched. The first
+// time, the step is captured: the step clock (in the step statistics)
+// starts at this step, and the micro-steps and the update are recorded
+// with every per-step value taken on the device: the step's number from
+// the clock, the learning rate and AdamW's constants from the schedule
+// (StepClock, or fp16's scaler). The host's work per step is then the
+// copies and one launch.
+func (r *run) stepGraph(step int, lr float64) error {
+	cfg, tel := r.cfg, r.tel
+	tel.to(phH2D)
+	if r.graphIn == nil {
+		if err := tensor.Catch(func() { r.openGraph(step) }); err != nil {
+			return fmt.Errorf("--cuda-graphs: %w", err)
+		}
+	}
+	for micro := 0; micro < cfg.GradAccum; micro++ {
+		w0 := r.dataWait
+		x, y, err := r.staged.get(step, micro, nextMicro(step, micro, cfg.GradAccum), r.fill)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		tel.move(phH2D, phData, r.dataWait-w0)
+		if err := tensor.Catch(func() {
+			r.graphIn[micro][0].CopyFrom(x)
+			r.graphIn[micro][1].CopyFrom(y)
+		}); err != nil {
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+	}
+	if r.lrFill { // no schedule (a Stepper): the rate given, outside the graph
+		if err := tensor.Catch(func() { tensor.Fill(r.lrs, float32(lr)) }); err != nil {
+			return err
+		}
+	}
+	tel.to(phForward) // the graph's phases are not told apart
+	if r.graph == nil {
+		if err := r.captureStep(step); err != nil {
+			return fmt.Errorf("--cuda-graphs: capturing step %d: %w", step+1, err)
+		}
+	}
+	if err := r.graph.Launch(); err != nil {
+		return fmt.Errorf("step %d: launching its graph: %w", step+1, err)
+	}
+	tel.to(phOptimizer)
+	return nil
+}
+
+// openGraph readies what the graph reads: the batch buffers, the
+// learning-rate schedule and AdamW's constants (fp16's scaler has its
+// own), and the step clock, set to step.
+func (r *run) openGraph(step int) {
+	if _, ok := backendOf(r.dev).(backend.Grapher); !ok {
+		panic(&tensor.Error{Op: "cuda_graphs", Msg: fmt.Sprintf("%v cannot capture graphs (a CUDA device can)", r.dev)})
+	}
+	tensor.Persist(func() {
+		for range r.cfg.GradAccum {
+			r.graphIn = append(r.graphIn, [2]*tensor.Tensor{
+				tensor.Empty(r.dev, tensor.I32, r.cfg.BatchSize, r.cfg.BlockSize),
+				tensor.Empty(r.dev, tensor.I32, r.cfg.BatchSize, r.cfg.BlockSize)})
+		}
+		if r.scalerState == nil {
+			r.graphSched = tensor.Zeros(r.dev, 3)
+			r.openLRs()
+		}
+	})
+	tensor.Fill(r.stats.Rows(4, 5), float32(step))
+}
+
+// backendOf is dev's backend (nil where it has none).
+func backendOf(dev tensor.Device) backend.Backend {
+	b, _ := backend.Get(dev)
+	return b
+}
+
+// captureStep records one step's micro-steps and update into r.graph.
+func (r *run) captureStep(step int) error {
+	gr := backendOf(r.dev).(backend.Grapher)
+	if err := gr.BeginCapture(); err != nil {
+		return err
+	}
+	tel := r.tel
+	r.tel = nil // no device marks inside a graph
+	err := tensor.Catch(func() {
+		sched, lrs := r.graphSched, r.lrs
+		if r.scalerState != nil {
+			sched, lrs = nil, nil // the scaler schedules fp16's steps itself
+		}
+		tensor.StepClock(r.stats, sched, lrs, r.opt.Config.Beta1, r.opt.Config.Beta2)
+		for micro := 0; micro < r.cfg.GradAccum; micro++ {
+			r.microStep(-2, micro, r.graphIn[micro][0], r.graphIn[micro][1]) // -2: the step's number from the clock
+		}
+		r.update(-2, 0, nil)
+	})
+	r.tel = tel
+	g, endErr := gr.EndCapture()
+	if err != nil || endErr != nil {
+		if g != nil {
+			g.Free()
+		}
+		return errors.Join(err, endErr)
+	}
+	r.graph = g
+	return nil
+}
+
 // openScaler puts fp16's loss scaler on the device: its state from the
 // host's scaler (a resumed one's), and the learning-rate schedule as a
 // table of the run's steps, so that a skipped step, decided there, holds
@@ -957,6 +1089,15 @@ func (r *run) openScaler() {
 	r.scalerState = tensor.FromFloat32s(r.dev, st, len(st))
 	r.seed = r.scalerState.Rows(backend.ScalerSeed, backend.ScalerSeed+1).Reshape()
 	r.sched16 = r.scalerState.Rows(backend.ScalerLR, backend.ScalerLR+3)
+	r.openLRs()
+}
+
+// openLRs puts the learning-rate schedule on the device, a rate per step
+// of the run (lrFill: one, set each step, where there is no schedule).
+func (r *run) openLRs() {
+	if r.lrs != nil {
+		return
+	}
 	if r.sched == (optim.Schedule{}) {
 		r.lrs, r.lrFill = tensor.Zeros(r.dev, 1), true
 		return
@@ -1002,6 +1143,8 @@ func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads in
 	}
 	if r.scalerState != nil {
 		r.readScaler(done)
+	} else if r.graph != nil {
+		r.opt.Steps = done // the replays' updates, which the host does not count
 	}
 	if r.hostBadGrads > 0 && (badGrads == 0 || r.hostBadGrads < badGrads) {
 		badGrads = r.hostBadGrads
@@ -1060,13 +1203,19 @@ func (r *run) update(step int, lr float64, hook func()) bool {
 		// (which the schedule's position, held back by skipped steps,
 		// gives), read by nothing. Whether the weights moved is known
 		// there only.
-		if r.lrFill {
+		if r.lrFill && step >= 0 { // (a captured step's is set outside its graph)
 			tensor.Fill(r.lrs, float32(lr))
 		}
 		r.opt.GradSumSquares(r.clipAcc)
 		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
 			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
 		r.opt.StepSched(r.clipCoef, r.sched16)
+		r.opt.ZeroGrad()
+		return true
+	}
+	if r.clipCoef != nil && step < 0 { // captured: the rate and constants from the step clock
+		r.opt.ClipCoef(r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, -1)
+		r.opt.StepSched(r.clipCoef, r.graphSched)
 		r.opt.ZeroGrad()
 		return true
 	}

@@ -1,0 +1,81 @@
+package cuda_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fleetml/fleet/backend/cuda"
+	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train"
+)
+
+// TestTrainerStepWithGraphs trains with --cuda-graphs on the emulated
+// device through the trainer's own step (train.Stepper): two plain steps,
+// then the captured step launched as a graph, every later step reading
+// its batch, its number, its learning rate and AdamW's constants on the
+// device. The weights and the loss must be those of the same steps
+// without graphs. bf16, and fp16 with its loss scaler on the device, with
+// accumulation and clipping.
+func TestTrainerStepWithGraphs(t *testing.T) {
+	toks := make([]int32, 4096)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range toks {
+		toks[i] = int32(r.IntN(11))
+	}
+	for i, prec := range []string{"bf16", "fp16"} {
+		run := func(dev tensor.Device, graphs bool) ([][]float32, float64) {
+			cfg := train.Default()
+			cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize, cfg.GradAccum = 2, 2, 16, 8, 2, 2
+			cfg.Precision, cfg.CUDAGraphs, cfg.GradClip = prec, graphs, 0.5
+			m, err := model.New(cfg.ModelConfig(11), dev, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := data.NewSampler(toks, cfg.BlockSize, 7, data.StreamTrain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st *train.Stepper
+			var out [][]float32
+			var loss float64
+			err = tensor.Catch(func() {
+				st = train.NewStepper(cfg, dev, m, s)
+				defer st.Close()
+				for step := 0; step < 6; step++ {
+					if err := st.Step(step, 3e-3); err != nil {
+						panic(err)
+					}
+				}
+				loss = st.Loss(6)
+				for _, p := range m.Parameters() {
+					out = append(out, p.T.Float32s())
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out, loss
+		}
+		plain, lossPlain := run(cuda.EmulatedDevice(t, 30+2*i), false)
+		graphed, lossGraphed := run(cuda.EmulatedDevice(t, 31+2*i), true)
+		if d := lossGraphed - lossPlain; !(d < 1e-6 && d > -1e-6) {
+			t.Errorf("%s: mean loss %v with graphs, %v without", prec, lossGraphed, lossPlain)
+		}
+		moved := 0.0
+		for k := range plain {
+			for j := range plain[k] {
+				if d := float64(graphed[k][j] - plain[k][j]); d > 1e-6 || d < -1e-6 {
+					t.Fatalf("%s: weight %d[%d] is %v with graphs, %v without", prec, k, j, graphed[k][j], plain[k][j])
+				}
+			}
+		}
+		for j := range plain[0] {
+			moved = max(moved, float64(plain[0][j]))
+		}
+		if moved == 0 {
+			t.Fatalf("%s: the weights are zero", prec)
+		}
+	}
+}
