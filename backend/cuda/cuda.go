@@ -601,11 +601,47 @@ func (c *CUDA) OnQueue(fn func(stream uintptr) error) error { return c.g.onStrea
 // OnCommQueue implements backend.CommQueue.
 func (c *CUDA) OnCommQueue(fn func(stream uintptr) error) error { return c.g.onCommStream(fn) }
 
-// BeginCapture implements backend.Grapher.
-func (c *CUDA) BeginCapture() error { return c.g.beginCapture() }
+// BeginCapture implements backend.Grapher. The blocks the pool hands out
+// until EndCapture belong to the graphs from then on (see pool).
+func (c *CUDA) BeginCapture() error {
+	if err := c.g.beginCapture(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pool.capture(true)
+	c.mu.Unlock()
+	return nil
+}
 
 // EndCapture implements backend.Grapher.
-func (c *CUDA) EndCapture() (backend.Graph, error) { return c.g.endCapture() }
+func (c *CUDA) EndCapture() (backend.Graph, error) {
+	c.mu.Lock()
+	c.pool.capture(false)
+	c.mu.Unlock()
+	g, err := c.g.endCapture()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.pool.graphMade()
+	c.mu.Unlock()
+	return &graph{Graph: g, c: c}, nil
+}
+
+// graph is a captured graph of c's; freeing the last of them returns
+// their memory to the pool.
+type graph struct {
+	backend.Graph
+	c *CUDA
+}
+
+func (g *graph) Free() error {
+	err := g.Graph.Free()
+	g.c.mu.Lock()
+	g.c.pool.graphFreed()
+	g.c.mu.Unlock()
+	return err
+}
 
 // JoinComm implements backend.CommQueue.
 func (c *CUDA) JoinComm() (backend.CommProbe, error) { return c.g.joinComm() }

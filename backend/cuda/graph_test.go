@@ -159,3 +159,54 @@ func TestGraphReplaysABackwardPass(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphKeepsItsMemory: blocks a capture was handed belong to the
+// graph: freed, they go to later captures only, never to other tensors
+// (which the graph's launches would overwrite), until the graph is freed.
+func TestGraphKeepsItsMemory(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := be.(*CUDA)
+	const n = 3<<20 + 7 // a size class of its own in this test
+	if err := c.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	inGraph := c.Alloc(backend.F32, n)
+	addr := c.buf(inGraph).ptr
+	c.Free(inGraph)
+	g, err := c.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := c.Alloc(backend.F32, n)
+	if c.buf(other).ptr == addr {
+		t.Fatal("a tensor made after the capture got the graph's block")
+	}
+	c.Free(other)
+	if err := c.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	again := c.Alloc(backend.F32, n)
+	if c.buf(again).ptr != addr {
+		t.Error("a later capture did not reuse the graphs' block")
+	}
+	c.Free(again)
+	g2, err := c.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2.Free()
+	g.Free()
+	// With no graph left, the block is everyone's again.
+	back := []backend.Storage{c.Alloc(backend.F32, n), c.Alloc(backend.F32, n)}
+	found := false
+	for _, s := range back {
+		found = found || c.buf(s).ptr == addr
+		c.Free(s)
+	}
+	if !found {
+		t.Error("the graphs' block did not return to the pool")
+	}
+}

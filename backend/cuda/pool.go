@@ -13,15 +13,44 @@ import (
 // their size class for the next request of that class, so steady-state
 // training (the same sizes every step) stops calling the driver after its
 // first step. Blocks are never split or merged.
+//
+// Blocks a captured graph uses (those handed out while a capture runs)
+// belong to the graphs from then on: a graph reads and writes the same
+// addresses at every launch, so when freed they wait in graphBins, for
+// later captures only, never for other tensors, until the last graph is
+// freed (graphsFreed).
 type pool struct {
 	g    gpu
 	bins map[int][]devPtr // size class -> cached blocks
 
+	capturing bool
+	graphs    int              // graphs alive
+	owned     map[devPtr]bool  // blocks the graphs use
+	graphBins map[int][]devPtr // freed blocks of the graphs
+
 	allocated, reserved, peak int64
-	cached                    int64 // bytes in bins
+	cached                    int64 // bytes in bins and graphBins
 }
 
-func newPool(g gpu) *pool { return &pool{g: g, bins: map[int][]devPtr{}} }
+func newPool(g gpu) *pool {
+	return &pool{g: g, bins: map[int][]devPtr{}, owned: map[devPtr]bool{}, graphBins: map[int][]devPtr{}}
+}
+
+// capture starts or ends handing out blocks to a capture; graphMade and
+// graphFreed count the graphs alive, and when none is left their blocks
+// go back to the bins.
+func (p *pool) capture(on bool) { p.capturing = on }
+func (p *pool) graphMade()      { p.graphs++ }
+func (p *pool) graphFreed() {
+	if p.graphs--; p.graphs > 0 {
+		return
+	}
+	for c, l := range p.graphBins {
+		p.bins[c] = append(p.bins[c], l...)
+		delete(p.graphBins, c)
+	}
+	clear(p.owned)
+}
 
 // sizeClass rounds a request up to its class: a multiple of 512 bytes up to
 // 1 MiB, then one of eight steps between powers of two, so a class wastes
@@ -44,6 +73,24 @@ func sizeClass(bytes int) int {
 // stands.
 func (p *pool) alloc(bytes int) (devPtr, int, error) {
 	class := sizeClass(bytes)
+	if p.capturing {
+		if l := p.graphBins[class]; len(l) > 0 {
+			ptr := l[len(l)-1]
+			p.graphBins[class] = l[:len(l)-1]
+			p.cached -= int64(class)
+			p.take(class)
+			return ptr, class, nil
+		}
+	}
+	ptr, class, err := p.allocShared(bytes, class)
+	if err == nil && p.capturing {
+		p.owned[ptr] = true
+	}
+	return ptr, class, err
+}
+
+// allocShared is alloc from the bins every tensor shares, or the driver.
+func (p *pool) allocShared(bytes, class int) (devPtr, int, error) {
 	if l := p.bins[class]; len(l) > 0 {
 		ptr := l[len(l)-1]
 		p.bins[class] = l[:len(l)-1]
@@ -76,9 +123,13 @@ func (p *pool) take(class int) {
 	p.peak = max(p.peak, p.allocated)
 }
 
-// free puts a block back in its bin.
+// free puts a block back in its bin (a graph's in the graphs' bins).
 func (p *pool) free(ptr devPtr, class int) {
-	p.bins[class] = append(p.bins[class], ptr)
+	if p.owned[ptr] {
+		p.graphBins[class] = append(p.graphBins[class], ptr)
+	} else {
+		p.bins[class] = append(p.bins[class], ptr)
+	}
 	p.allocated -= int64(class)
 	p.cached += int64(class)
 }
