@@ -135,6 +135,7 @@ quick() {
   run torch-bench-a torchbench char "${A[@]}"
   run torch-compile-a torchbench char-compile "${A[@]}" --compile
   run fleet-bench-b fleetbench gpt2 "${B[@]}"
+  run fleet-bench-b-graphs fleetbench gpt2-graphs "${B[@]}" --cuda-graphs
   run torch-bench-b torchbench gpt2 "${B[@]}"
   run torch-compile-b torchbench gpt2-compile "${B[@]}" --compile
 }

@@ -19,6 +19,17 @@ import (
 // without graphs. bf16, and fp16 with its loss scaler on the device, with
 // accumulation and clipping.
 func TestTrainerStepWithGraphs(t *testing.T) {
+	checkTrainerGraphs(t, func(i int) tensor.Device { return cuda.EmulatedDevice(t, 30+i) }, 1e-6)
+}
+
+// TestTrainerStepWithGraphsOnGPU is the same check on cuda:0, where there
+// is one: the first run of --cuda-graphs on real hardware.
+func TestTrainerStepWithGraphsOnGPU(t *testing.T) {
+	dev := cuda.RealDevice(t)
+	checkTrainerGraphs(t, func(int) tensor.Device { return dev }, 1e-5)
+}
+
+func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol float64) {
 	toks := make([]int32, 4096)
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range toks {
@@ -58,15 +69,15 @@ func TestTrainerStepWithGraphs(t *testing.T) {
 			}
 			return out, loss
 		}
-		plain, lossPlain := run(cuda.EmulatedDevice(t, 30+2*i), false)
-		graphed, lossGraphed := run(cuda.EmulatedDevice(t, 31+2*i), true)
-		if d := lossGraphed - lossPlain; !(d < 1e-6 && d > -1e-6) {
+		plain, lossPlain := run(device(2*i), false)
+		graphed, lossGraphed := run(device(2*i+1), true)
+		if d := lossGraphed - lossPlain; !(d < tol && d > -tol) {
 			t.Errorf("%s: mean loss %v with graphs, %v without", prec, lossGraphed, lossPlain)
 		}
 		moved := 0.0
 		for k := range plain {
 			for j := range plain[k] {
-				if d := float64(graphed[k][j] - plain[k][j]); d > 1e-6 || d < -1e-6 {
+				if d := float64(graphed[k][j] - plain[k][j]); d > tol || d < -tol {
 					t.Fatalf("%s: weight %d[%d] is %v with graphs, %v without", prec, k, j, graphed[k][j], plain[k][j])
 				}
 			}
