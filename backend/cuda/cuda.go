@@ -283,6 +283,12 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		if p.StrideC != p.M*p.N && p.Batch > 1 {
 			c.fail("matmul", fmt.Errorf("a bias needs contiguous outputs (stride %d, %d×%d)", p.StrideC, p.M, p.N))
 		}
+		// One product with cuBLASLt's bias epilogue where it takes it
+		// (a Linear's forward: one matrix, C overwritten).
+		if p.Batch == 1 && p.Beta == 0 && p.Alpha == 1 && p.K > 0 && p.M > 0 &&
+			c.ltProduct("matmul", p, a, b, cc, backend.Ref{}, bias, cublas.EpilogueBias) {
+			return
+		}
 		c.check("matmul bias", kernels.BiasRows(c, c.ptr(cc), c.ptr(bias), p.Beta, p.Batch*p.M, p.N))
 		p.Beta = 1
 	}
@@ -342,7 +348,7 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 		return false
 	}
 	at, bt := c.dt(a), c.dt(b)
-	if p.Batch != 1 || p.Beta != 0 || p.Alpha != 1 || at != bt || c.dt(out) != backend.F32 || c.dt(aux) != backend.F32 {
+	if p.Batch != 1 || p.Beta != 0 || p.Alpha != 1 || at != bt || c.dt(out) != backend.F32 || (!aux.Nil() && c.dt(aux) != backend.F32) {
 		c.fail(op, fmt.Errorf("want one product, alpha 1, beta 0, one operand type and F32 outputs (%+v, %v @ %v)", p, at, bt))
 	}
 	if p.M == 0 || p.N == 0 {
@@ -358,7 +364,9 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1,
 		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
 		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
-		Aux: uint64(c.ptr(aux)), AuxLD: p.N,
+	}
+	if !aux.Nil() {
+		m.Aux, m.AuxLD = uint64(c.ptr(aux)), p.N
 	}
 	if !bias.Nil() {
 		m.Bias = uint64(c.ptr(bias))

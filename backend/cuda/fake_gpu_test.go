@@ -304,9 +304,11 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	if err != nil {
 		return fmt.Errorf("D: %w", err)
 	}
-	aux, err := f.mem(devPtr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*4)
-	if err != nil {
-		return fmt.Errorf("aux: %w", err)
+	var aux []byte
+	if m.Aux != 0 {
+		if aux, err = f.mem(devPtr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*4); err != nil {
+			return fmt.Errorf("aux: %w", err)
+		}
 	}
 	var bias []byte
 	if m.Bias != 0 {
@@ -323,6 +325,8 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 		for i := 0; i < m.M; i++ {
 			v, a := get(d, i+j*m.LDC), i+j*m.AuxLD
 			switch m.Epilogue {
+			case cublas.EpilogueBias:
+				put(d, i+j*m.LDC, v+get(bias, i))
 			case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias:
 				if bias != nil {
 					v = float64(float32(v + get(bias, i)))
