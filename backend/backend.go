@@ -176,6 +176,11 @@ type Backend interface {
 	// i+1 at the learning rate lrs[min(i, nlr-1)] into sched (as
 	// ScalerCoef does into Scaler.State from ScalerLR on; see AdamW.Sched).
 	StepClock(stats, sched, lrs Ref, nlr int, beta1, beta2 float32)
+	// DropoutBases writes, for a step replayed from a graph, each of its
+	// micro-steps' dropout state into bases (micros pairs of I32, low
+	// half first): rng.Mix of DropoutSeedWords(seed, i, micro), i =
+	// stats[4]-1 the step's index after StepClock.
+	DropoutBases(bases, stats Ref, micros int, seed uint64)
 }
 
 // Scaler is fp16's dynamic loss scaling kept on the device, with PyTorch

@@ -169,6 +169,11 @@ func (m *GPT) SetTraining(on bool) (was bool) {
 // run's masks do not depend on how many forward passes came before.
 func (m *GPT) SetDropoutSeed(seed uint64) { m.pass.Dropout.RNG.State = seed }
 
+// SetDropoutBase makes the seed an offset into a state read on the device
+// when the step runs (two I32, written there every step: a step replayed
+// from a graph); nil turns it off.
+func (m *GPT) SetDropoutBase(base *tensor.Tensor) { m.pass.Dropout.Base = base }
+
 // SetRecompute turns activation recomputation on or off (it is off by
 // default). With it on, each block's forward pass keeps only its output:
 // the backward pass runs the block again, with the same dropout masks and

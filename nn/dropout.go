@@ -18,7 +18,7 @@ func (d *Dropout) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	if masks == nil || !d.Training || d.P == 0 {
 		return x
 	}
-	y := tensor.Dropout(x, d.P, masks.RNG)
+	y := tensor.DropoutAt(x, d.P, masks.RNG, masks.Base)
 	if rows := x.Dim(0); masks.Rows > rows {
 		masks.skip(uint64(masks.Rows-rows) * uint64(x.Numel()/rows))
 	}
@@ -32,7 +32,7 @@ func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	if masks == nil || !d.Training || d.P == 0 {
 		return tensor.Add(x, y)
 	}
-	out := tensor.AddDropout(x, y, d.P, masks.RNG)
+	out := tensor.AddDropoutAt(x, y, d.P, masks.RNG, masks.Base)
 	if rows := y.Dim(0); masks.Rows > rows {
 		masks.skip(uint64(masks.Rows-rows) * uint64(y.Numel()/rows))
 	}
@@ -51,9 +51,13 @@ func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
 // RNG started at the first layer's draws for the input's first row (Seek),
 // every layer then draws from the whole batch's place for those rows.
 // Rows 0 is the input's own rows.
+//
+// Base, where not nil, makes RNG's state an offset into a state read on
+// the device (tensor.DropoutAt): a step replayed from a graph.
 type Masks struct {
 	RNG  *tensor.RNG
 	Rows int
+	Base *tensor.Tensor
 }
 
 // Seek points RNG at dropout layer j's draws for row row0 of the batch

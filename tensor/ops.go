@@ -618,7 +618,7 @@ func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
 	if p == 0 {
 		return x
 	}
-	return dropout("dropout", nil, x, p, r)
+	return dropout("dropout", nil, x, p, r, nil)
 }
 
 // AddDropout returns x + Dropout(y, p, r) in one pass: a residual add of
@@ -627,7 +627,41 @@ func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor {
 	if p == 0 {
 		return Add(x, y)
 	}
-	return dropout("add_dropout", x, y, p, r)
+	return dropout("add_dropout", x, y, p, r, nil)
+}
+
+// DropoutAt and AddDropoutAt are Dropout and AddDropout for a step replayed
+// from a graph: r's state is an offset, and the state it offsets, two I32
+// (the low half first), is read on the device when the step runs
+// (backend.DropoutMask.Base), where DropoutBases writes it every step.
+// base nil is Dropout and AddDropout.
+func DropoutAt(x *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+	if p == 0 {
+		return x
+	}
+	return dropout("dropout", nil, x, p, r, base)
+}
+
+// AddDropoutAt: see DropoutAt.
+func AddDropoutAt(x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+	if p == 0 {
+		return Add(x, y)
+	}
+	return dropout("add_dropout", x, y, p, r, base)
+}
+
+// DropoutBases writes each micro-step's dropout state for a step replayed
+// from a graph into bases (I32, two per micro-step), from the step clock
+// in stats: see backend.Backend.DropoutBases.
+func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
+	const op = "dropout_bases"
+	check(op, bases, stats)
+	wantDType(op, I32, bases)
+	wantStats(op, stats)
+	if bases.Numel() != 2*micros {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("want 2 elements per micro-step (%d)", micros), Operands: []*Tensor{bases}})
+	}
+	stats.be.DropoutBases(bases.ref(), stats.ref(), micros, seed)
 }
 
 // dropout is Dropout (x nil) and AddDropout. Its node keeps the mask (the
@@ -635,7 +669,7 @@ func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor {
 // and hands it on unchanged to x; where a LayerNorm reading the output
 // has masked that gradient already, in its own backward pass (see
 // stashDropoutGrad), it takes the masked copy instead of another pass.
-func dropout(op string, x, y *Tensor, p float32, r *RNG) *Tensor {
+func dropout(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 	if p < 0 || p >= 1 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
 	}
@@ -649,11 +683,20 @@ func dropout(op string, x, y *Tensor, p float32, r *RNG) *Tensor {
 	}
 	n := y.Numel()
 	m := backend.NewDropoutMask(r.State, p)
+	if base != nil {
+		check(op, y, base)
+		wantDType(op, I32, base)
+		if base.Numel() != 2 {
+			panic(&Error{Op: op, Msg: "want a base of 2 I32", Operands: []*Tensor{base}})
+		}
+		m.Base = base.ref()
+	}
 	r.State += uint64(n) * rng.Gamma
 	out := like(op, y, y.shape)
 	y.be.DropoutAdd(out.ref(), xr, y.ref(), n, m)
 	if nd := record(out, op, dropoutBackward, y, x); nd != nil {
 		nd.u, nd.f = m.Seed, p
+		nd.saved[0] = base
 	}
 	return out
 }
@@ -673,7 +716,7 @@ func dropoutBackward(n *node, g *Tensor) {
 		return
 	}
 	dy := like("dropout_backward", g, g.shape)
-	g.be.DropoutAdd(dy.ref(), backend.Ref{}, g.ref(), g.Numel(), backend.NewDropoutMask(n.u, n.f))
+	g.be.DropoutAdd(dy.ref(), backend.Ref{}, g.ref(), g.Numel(), maskOf(n))
 	n.gin[0] = dy
 }
 
@@ -692,7 +735,16 @@ func stashDropoutGrad(x, g *Tensor) backend.DropoutOut {
 	}
 	masked := like("dropout_backward", g, g.shape)
 	xn.saved[1], xn.saved[2] = g, masked
-	return backend.DropoutOut{Dst: masked.ref(), Mask: backend.NewDropoutMask(xn.u, xn.f)}
+	return backend.DropoutOut{Dst: masked.ref(), Mask: maskOf(xn)}
+}
+
+// maskOf is the mask a dropout's node recorded.
+func maskOf(n *node) backend.DropoutMask {
+	m := backend.NewDropoutMask(n.u, n.f)
+	if b := n.saved[0]; b != nil {
+		m.Base = b.ref()
+	}
+	return m
 }
 
 // isDropout reports whether n is a Dropout's or an AddDropout's node.

@@ -264,7 +264,10 @@ func (r *run) free() {
 	if r.graphSched != nil {
 		r.graphSched.Free()
 	}
-	r.graphIn, r.graphSched = nil, nil
+	if r.dropBases != nil {
+		r.dropBases.Free()
+	}
+	r.graphIn, r.graphSched, r.dropBases, r.dropBase = nil, nil, nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

@@ -78,8 +78,8 @@ type Config struct {
 	Recompute bool `json:"recompute,omitempty"`
 	// CUDAGraphs captures the steady-state step on a CUDA device into a
 	// graph and launches the graph each step after (one call instead of
-	// hundreds). Experimental until a GPU has confirmed it; not with
-	// dropout, data parallelism or a pipeline yet.
+	// hundreds). Experimental until a GPU has confirmed it; not with data
+	// parallelism or a pipeline yet.
 	CUDAGraphs bool `json:"cuda_graphs,omitempty"`
 	// BatchAuto (--batch-size auto) replaces BatchSize with the largest
 	// micro-batch that fits the device (see ChooseBatch); MemoryLimit is
@@ -253,8 +253,8 @@ func (c Config) Validate() error {
 		return setting.Errorf("{BatchSize} auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give {BatchSize} N")
 	case c.MemoryLimit < 0:
 		return setting.Errorf("{MemoryLimit} must not be negative")
-	case c.CUDAGraphs && (c.Dropout > 0 || c.WorldSize > 1 || c.Pipeline != ""):
-		return setting.Errorf("{CUDAGraphs} is not supported yet with {Dropout} above 0 (its masks' seeds change every step), data parallelism or {Pipeline}")
+	case c.CUDAGraphs && (c.WorldSize > 1 || c.Pipeline != ""):
+		return setting.Errorf("{CUDAGraphs} is not supported yet with data parallelism or {Pipeline}")
 	}
 	if c.BatchAuto {
 		if _, err := c.maxMicro(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/internal/setting"
@@ -315,8 +316,9 @@ func (d *ddp) close() {
 // a data-parallel group, whose ranks must not draw the same masks for
 // their different rows.
 func (r *run) dropoutSeed(step, micro int) uint64 {
-	if r.cfg.Rank == 0 {
-		return rng.Mix(r.cfg.Seed, 0xd0, uint64(step), uint64(micro))
+	if r.cfg.Rank == 0 { // (as the device hashes it for a step replayed from a graph)
+		w := backend.DropoutSeedWords(r.cfg.Seed, step, micro)
+		return rng.Mix(w[:]...)
 	}
 	return rng.Mix(r.cfg.Seed, 0xd0, uint64(step), uint64(micro), uint64(r.cfg.Rank))
 }

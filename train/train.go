@@ -245,6 +245,11 @@ type run struct {
 	graphIn    [][2]*tensor.Tensor
 	graphSched *tensor.Tensor
 	graphWarm  int
+	// dropBases are the captured step's micro-steps' dropout states, two
+	// I32 each, hashed on the device every step (tensor.DropoutBases);
+	// dropBase the view each micro-step reads.
+	dropBases *tensor.Tensor
+	dropBase  []*tensor.Tensor
 	// hostScaler keeps fp16's scaler on the host (as pipelines have it),
 	// reading the gradient norm every step: tests hold the device's
 	// scaler to it.
@@ -1036,6 +1041,12 @@ func (r *run) openGraph(step int) {
 			r.graphSched = tensor.Zeros(r.dev, 3)
 			r.openLRs()
 		}
+		if r.cfg.Dropout > 0 {
+			r.dropBases = tensor.Empty(r.dev, tensor.I32, 2*r.cfg.GradAccum)
+			for micro := range r.cfg.GradAccum {
+				r.dropBase = append(r.dropBase, r.dropBases.Rows(2*micro, 2*micro+2))
+			}
+		}
 	})
 	tensor.Fill(r.stats.Rows(4, 5), float32(step))
 }
@@ -1060,6 +1071,10 @@ func (r *run) captureStep(step int) error {
 			sched, lrs = nil, nil // the scaler schedules fp16's steps itself
 		}
 		tensor.StepClock(r.stats, sched, lrs, r.opt.Config.Beta1, r.opt.Config.Beta2)
+		if r.dropBases != nil {
+			tensor.DropoutBases(r.dropBases, r.stats, r.cfg.GradAccum, r.cfg.Seed)
+		}
+		defer r.model.SetDropoutBase(nil)
 		for micro := 0; micro < r.cfg.GradAccum; micro++ {
 			r.microStep(-2, micro, r.graphIn[micro][0], r.graphIn[micro][1]) // -2: the step's number from the clock
 		}
@@ -1161,7 +1176,14 @@ func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads in
 func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	cfg, tel := r.cfg, r.tel
 	tel.to(phForward)
-	r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
+	if step < 0 { // captured: the micro-step's state is hashed on the device each step
+		r.model.SetDropoutSeed(0)
+		if r.dropBase != nil {
+			r.model.SetDropoutBase(r.dropBase[micro])
+		}
+	} else {
+		r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
+	}
 	tensor.Step(func() {
 		var loss *tensor.Tensor
 		tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(x, y) })

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/internal/rng"
 )
 
 // elemGrain is the elementwise kernels' grain. They run over
@@ -482,6 +483,17 @@ func (c *CPU) StepClock(stats, sched, lrs backend.Ref, nlr int, beta1, beta2 flo
 	s[0], s[1], s[2] = lr, float32(float64(lr)/bc1), float32(1/math.Sqrt(bc2))
 }
 
+// DropoutBases implements backend.Backend.
+func (c *CPU) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
+	i := int(f32(stats)[4]) - 1
+	b := i32(bases)[:2*micros]
+	for micro := range micros {
+		w := backend.DropoutSeedWords(seed, i, micro)
+		h := rng.Mix(w[:]...)
+		b[2*micro], b[2*micro+1] = int32(uint32(h)), int32(uint32(h>>32))
+	}
+}
+
 // powInt is b^t by repeated squaring, the CUDA kernel's multiplications in
 // its order (a power function's last bits differ between libraries).
 func powInt(b float64, t int) float64 {
@@ -499,6 +511,9 @@ func powInt(b float64, t int) float64 {
 // number (a counter-based draw), so chunks run in parallel and give the
 // mask a serial draw would.
 func (c *CPU) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
+	if !m.Base.Nil() {
+		m = m.Resolved(i32(m.Base)[:2])
+	}
 	t := dropoutAddTask{d: f32(out)[:n], y: f32(y)[:n], m: m}
 	if !x.Nil() {
 		t.x = f32(x)[:n]

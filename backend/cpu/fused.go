@@ -180,6 +180,9 @@ func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend
 	}
 	if !drop.Dst.Nil() {
 		t.drop, t.mask = f32(drop.Dst)[:rows*cols], drop.Mask
+		if !t.mask.Base.Nil() {
+			t.mask = t.mask.Resolved(i32(t.mask.Base)[:2])
+		}
 	}
 	runTask(c, &layerNormBackwardTasks, chunks, 1, t)
 	dws := f32(dw)[:cols]

@@ -490,13 +490,18 @@ func (c *CUDA) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, e
 func (c *CUDA) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
 	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s devPtr) error {
 		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols,
-			c.ptr(drop.Dst), drop.Mask)
+			c.ptr(drop.Dst), drop.Mask, c.ptr(drop.Mask.Base))
 	}))
 }
 
 // DropoutAdd implements backend.Backend: the mask is drawn on the device.
 func (c *CUDA) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
-	c.check("dropout_add", kernels.DropoutAdd(c, c.dt(y), c.ptr(out), c.ptr(x), c.ptr(y), n, m))
+	c.check("dropout_add", kernels.DropoutAdd(c, c.dt(y), c.ptr(out), c.ptr(x), c.ptr(y), n, m, c.ptr(m.Base)))
+}
+
+// DropoutBases implements backend.Backend.
+func (c *CUDA) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
+	c.check("dropout_bases", kernels.DropoutBases(c, c.ptr(bases), c.ptr(stats), micros, seed))
 }
 
 // GELU implements backend.Backend.

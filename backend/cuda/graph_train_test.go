@@ -16,8 +16,9 @@ import (
 // then the captured step launched as a graph, every later step reading
 // its batch, its number, its learning rate and AdamW's constants on the
 // device. The weights and the loss must be those of the same steps
-// without graphs. bf16, and fp16 with its loss scaler on the device, with
-// accumulation and clipping.
+// without graphs. bf16 with dropout (each micro-step's masks from a state
+// hashed on the device), and fp16 with its loss scaler on the device,
+// with accumulation and clipping.
 func TestTrainerStepWithGraphs(t *testing.T) {
 	checkTrainerGraphs(t, func(i int) tensor.Device { return cuda.EmulatedDevice(t, 30+i) }, 1e-6)
 }
@@ -35,11 +36,15 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 	for i := range toks {
 		toks[i] = int32(r.IntN(11))
 	}
-	for i, prec := range []string{"bf16", "fp16"} {
+	for i, c := range []struct {
+		prec    string
+		dropout float64 // masks hashed on the device every replayed step
+	}{{"bf16", 0.2}, {"fp16", 0}} {
+		prec := c.prec
 		run := func(dev tensor.Device, graphs bool) ([][]float32, float64) {
 			cfg := train.Default()
 			cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize, cfg.GradAccum = 2, 2, 16, 8, 2, 2
-			cfg.Precision, cfg.CUDAGraphs, cfg.GradClip = prec, graphs, 0.5
+			cfg.Precision, cfg.CUDAGraphs, cfg.GradClip, cfg.Dropout = prec, graphs, 0.5, c.dropout
 			m, err := model.New(cfg.ModelConfig(11), dev, 5)
 			if err != nil {
 				t.Fatal(err)

@@ -30,7 +30,7 @@ func modelFlags(fs *flag.FlagSet, c *train.Config) {
 	fs.Var(batchFlag{c}, "batch-size", "micro-batch size per process, or auto: the largest that fits the device (real trial steps on a GPU; an estimate and --memory-limit on the CPU)")
 	fs.Var(bytesFlag{&c.MemoryLimit}, "memory-limit", "memory --batch-size auto may plan for on the CPU, e.g. 8GiB or 500MB (default: half the RAM)")
 	fs.BoolVar(&c.Recompute, "recompute", c.Recompute, "recompute each block in the backward pass (gradient checkpointing): much less activation memory, about 1.3× the step time")
-	fs.BoolVar(&c.CUDAGraphs, "cuda-graphs", c.CUDAGraphs, "on a CUDA device, capture the steady-state step into a CUDA graph and launch it each step (experimental: not yet run on a GPU; not with dropout, data parallelism or a pipeline)")
+	fs.BoolVar(&c.CUDAGraphs, "cuda-graphs", c.CUDAGraphs, "on a CUDA device, capture the steady-state step into a CUDA graph and launch it each step (experimental: not yet run on a GPU; not with data parallelism or a pipeline)")
 	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "micro-steps per optimizer step (default 1; --tokens-per-step sets it instead)")
 	fs.Float64Var(&c.LR, "lr", c.LR, "peak learning rate")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")

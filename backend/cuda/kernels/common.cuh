@@ -220,3 +220,14 @@ __device__ __forceinline__ float fleet_dropout_factor(unsigned long long seed, u
 	z ^= z >> 31;
 	return (z >> 11) >= threshold ? scale : 0.0f;
 }
+
+// fleet_dropout_seed is a dropout's state: seed, plus the state its step
+// draws from where base is given (two ints on the device, the low half
+// first: backend.DropoutMask.Base).
+__device__ __forceinline__ unsigned long long fleet_dropout_seed(long long seed, const int *base) {
+	unsigned long long s = (unsigned long long)seed;
+	if (base != 0) {
+		s += (unsigned long long)(unsigned int)base[0] | ((unsigned long long)(unsigned int)base[1] << 32);
+	}
+	return s;
+}

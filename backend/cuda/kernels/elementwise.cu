@@ -40,14 +40,16 @@ extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const fl
 extern "C" __global__ void fleet_binary_bf16(unsigned short *dst, const unsigned short *a, const unsigned short *b, int op, long long n) { fleet_binary_impl<fleet_bf16>(dst, a, b, op, n); }
 
 // fleet_dropout_add_<t>: dst[i] = x[i] + y[i]*f(i), or y[i]*f(i) where x
-// is null, with f(i) = fleet_dropout_factor(seed, threshold, scale, i)
+// is null, with f(i) = fleet_dropout_factor(fleet_dropout_seed(seed,
+// seedBase), threshold, scale, i)
 // (backend.DropoutAdd). The product is rounded before the sum (no fused
 // multiply-add), as the CPU does it. dst may alias x or y.
 template <class S>
 __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const typename S::T *x, const typename S::T *y,
-	long long seed, long long threshold, float scale, long long n) {
+	long long seed, long long threshold, float scale, long long n, const int *seedBase) {
+	unsigned long long s = fleet_dropout_seed(seed, seedBase);
 	FLEET_FOR_EACH(i, n) {
-		float v = __fmul_rn(S::ld(y, i), fleet_dropout_factor((unsigned long long)seed, (unsigned long long)threshold, scale, i));
+		float v = __fmul_rn(S::ld(y, i), fleet_dropout_factor(s, (unsigned long long)threshold, scale, i));
 		if (x != 0) {
 			v = __fadd_rn(S::ld(x, i), v);
 		}
@@ -55,11 +57,13 @@ __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const
 	}
 }
 
-extern "C" __global__ void fleet_dropout_add_f32(float *dst, const float *x, const float *y, long long seed, long long threshold, float scale, long long n) {
-	fleet_dropout_add_impl<fleet_f32>(dst, x, y, seed, threshold, scale, n);
+extern "C" __global__ void fleet_dropout_add_f32(float *dst, const float *x, const float *y, long long seed, long long threshold, float scale, long long n,
+	const int *seedBase) {
+	fleet_dropout_add_impl<fleet_f32>(dst, x, y, seed, threshold, scale, n, seedBase);
 }
-extern "C" __global__ void fleet_dropout_add_bf16(unsigned short *dst, const unsigned short *x, const unsigned short *y, long long seed, long long threshold, float scale, long long n) {
-	fleet_dropout_add_impl<fleet_bf16>(dst, x, y, seed, threshold, scale, n);
+extern "C" __global__ void fleet_dropout_add_bf16(unsigned short *dst, const unsigned short *x, const unsigned short *y, long long seed, long long threshold, float scale, long long n,
+	const int *seedBase) {
+	fleet_dropout_add_impl<fleet_bf16>(dst, x, y, seed, threshold, scale, n, seedBase);
 }
 
 // fleet_axpy_<t>: dst[i] += alpha * x[i] (dst is read and written).

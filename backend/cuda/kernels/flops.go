@@ -6,9 +6,10 @@ import (
 )
 
 // MovesData reports whether kernel does no floating-point work: it only
-// converts, fills or gathers (a cast, a fill, an embedding's forward).
+// converts, fills, gathers or hashes (a cast, a fill, an embedding's
+// forward, the dropout states of a replayed step).
 func MovesData(kernel string) bool {
-	for _, p := range []string{"fleet_cast_", "fleet_fill_", "fleet_embedding_f", "fleet_embedding_bf"} {
+	for _, p := range []string{"fleet_cast_", "fleet_fill_", "fleet_embedding_f", "fleet_embedding_bf", "fleet_dropout_bases_"} {
 		if strings.HasPrefix(kernel, p) {
 			return true
 		}

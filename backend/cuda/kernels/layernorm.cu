@@ -59,7 +59,8 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 // dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row, plus
 // dres[same element] unless dres is null (the gradient x gathered from its
 // other uses; it must not overlap dx). Where ddrop is not null it also
-// gets dx times fleet_dropout_factor(seed, threshold, scale, element) (a
+// gets dx times fleet_dropout_factor(fleet_dropout_seed(seed, seedBase),
+// threshold, scale, element) (a
 // dropout's backward pass, for the dropout whose output x is). One warp per
 // row, grid-stride over rows. It also zeroes the chunk counters of the fleet_layernorm_backward_dwdb_<t>
 // launch that follows on the stream (part and nparts are that launch's
@@ -68,7 +69,7 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 template <class S>
 __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ part, int nparts,
 	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	typename S::T *__restrict__ ddrop, long long seed, long long threshold, float scale) {
+	typename S::T *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
 	if (blockIdx.x == 0) {
 		unsigned int *done = (unsigned int *)(part + 2LL * nparts * cols);
 		for (int i = threadIdx.x; i < (cols + 31) / 32; i += blockDim.x) {
@@ -97,7 +98,7 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 			S::st(dx, o + j, v);
 			if (ddrop != 0) {
 				// The gradient as stored, as the CPU masks it.
-				S::st(ddrop, o + j, __fmul_rn(S::ld(dx, o + j), fleet_dropout_factor((unsigned long long)seed, (unsigned long long)threshold, scale, o + j)));
+				S::st(ddrop, o + j, __fmul_rn(S::ld(dx, o + j), fleet_dropout_factor(fleet_dropout_seed(seed, seedBase), (unsigned long long)threshold, scale, o + j)));
 			}
 		}
 	}
@@ -105,13 +106,13 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 
 extern "C" __global__ void fleet_layernorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ part, int nparts,
 	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	float *__restrict__ ddrop, long long seed, long long threshold, float scale) {
-	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale);
+	float *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale, seedBase);
 }
 extern "C" __global__ void fleet_layernorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ part, int nparts,
 	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	unsigned short *__restrict__ ddrop, long long seed, long long threshold, float scale) {
-	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale);
+	unsigned short *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale, seedBase);
 }
 
 // fleet_layernorm_backward_dwdb_<t>: dw[j] += sum_r g*xhat and, unless db

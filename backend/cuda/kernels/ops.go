@@ -187,13 +187,19 @@ func Binary[B comparable](l Launcher[B], dt backend.DType, op backend.BinaryOp, 
 
 // DropoutAdd computes dst[i] = x[i] + y[i]*m.Factor(i) for n F32 or BF16
 // elements, or y[i]*m.Factor(i) where x is nil (backend.DropoutAdd); dst
-// may alias x or y.
-func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n int, m backend.DropoutMask) error {
+// may alias x or y. base (the zero buffer for none) is m.Base.
+func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n int, m backend.DropoutMask, base B) error {
 	k, err := kernel("dropout_add", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Long(int64(n)))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Long(int64(n)).Buf(base))
+}
+
+// DropoutBases writes a replayed step's micro-steps' dropout states
+// (backend.Backend.DropoutBases; see step.cu).
+func DropoutBases[B comparable](l Launcher[B], bases, stats B, micros int, seed uint64) error {
+	return l.Launch("fleet_dropout_bases_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(bases, stats).Int(int32(micros)).Long(int64(seed)))
 }
 
 // Axpy computes dst[i] += alpha*x[i] for n F32 or BF16 elements.
@@ -502,7 +508,7 @@ func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols +
 // LayerNormBackwardScratch(rows, cols) F32 elements. dw and db are summed
 // over fixed chunks of ChunkRows rows, then the chunks are added in order:
 // deterministic, the only atomic an integer count of the chunks done.
-func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask) error {
+func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
 	kdx, err := kernel("layernorm_backward_dx", dt, floatTypes...)
 	if err != nil {
 		return err
@@ -518,7 +524,7 @@ func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, 
 	if nc > maxGridY {
 		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
 	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale)); err != nil {
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Buf(base)); err != nil {
 		return err
 	}
 	grid := [3]int{(cols + 31) / 32, nc, 1}

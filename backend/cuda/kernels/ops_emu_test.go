@@ -24,6 +24,7 @@ import (
 	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/backend/cuda/emu"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/internal/rng"
 )
 
 // opCases registers a case for every kernel of the files opFiles lists.
@@ -303,6 +304,7 @@ func init() {
 		"fleet_clip_coef_f32":          clipCoefCase,
 		"fleet_scaler_coef_f32":        scalerCoefCase,
 		"fleet_step_clock_f32":         stepClockCase,
+		"fleet_dropout_bases_f32":      dropoutBasesCase,
 	})
 }
 
@@ -396,26 +398,28 @@ func dropoutAddCase(dt backend.DType) emu.Case {
 		for _, n := range elemSizesFor(m) {
 			x, y := round(dt, randF32(rng, n, 1)), round(dt, randF32(rng, n, 1))
 			mask := backend.NewDropoutMask(rng.Uint64(), 0.3)
+			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
 			for _, withX := range []bool{false, true} {
 				out := cpuF32(make([]float32, n))
 				var cx backend.Ref
-				if withX {
-					cx = cpuF32(x)
+				cmask := mask
+				if withX { // and a state read on the device: a replayed step's
+					cx, cmask.Base = cpuF32(x), cpuI32(base)
 				}
-				cpuB.DropoutAdd(out, cx, cpuF32(y), n, mask)
+				cpuB.DropoutAdd(out, cx, cpuF32(y), n, cmask)
 				want := cpuGet(out, n)
 				for _, alias := range []bool{false, true} {
 					got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 						dy := devIn(dt, y)
-						var dx *emu.Buffer
+						var dx, db *emu.Buffer
 						if withX {
-							dx = devIn(dt, x)
+							dx, db = devIn(dt, x), emu.NewI32(base)
 						}
 						dst := devOut(dt, n)
 						if alias {
 							dst = dy
 						}
-						must(t, kernels.DropoutAdd(l, dt, dst, dx, dy, n, mask))
+						must(t, kernels.DropoutAdd(l, dt, dst, dx, dy, n, mask, db))
 						return [][]float32{devGet(dst)}
 					})
 					what := fmt.Sprintf("dropout_add %v n=%d x=%v alias=%v", dt, n, withX, alias)
@@ -669,6 +673,37 @@ func stepClockCase(t *testing.T, m *emu.Module) {
 			if want[4] != i+1 || want[1] != i+1 || want[3] != i+1 {
 				t.Errorf("clock at %v: stats %v, want the step number %v recorded", i, want[:5], i+1)
 			}
+		}
+	}
+}
+
+// dropoutBasesCase holds a replayed step's dropout states, hashed on the
+// device, to the CPU's, which are rng.Mix's: bit for bit.
+func dropoutBasesCase(t *testing.T, m *emu.Module) {
+	for _, i := range []float32{1, 7, 123456} {
+		st := []float32{0, -1, 0, -1, i}
+		cb := cpuI32(make([]int32, 6))
+		cpuB.DropoutBases(cb, cpuF32(st), 3, 1337)
+		want := make([]int32, 6)
+		cpuB.Download(backend.AsBytes(want), cb)
+		got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+			db := emu.NewI32(make([]int32, 6))
+			must(t, kernels.DropoutBases(l, db, emu.NewF32(st), 3, 1337))
+			v := db.I32()
+			out := make([]float32, len(v))
+			for k, x := range v {
+				out[k] = math.Float32frombits(uint32(x))
+			}
+			return [][]float32{out}
+		})
+		for k := range want {
+			if math.Float32bits(got[0][k]) != uint32(want[k]) {
+				t.Fatalf("dropout bases at step index %v: device %x, CPU %x", i-1, got[0], want)
+			}
+		}
+		w := backend.DropoutSeedWords(1337, int(i)-1, 2)
+		if h := rng.Mix(w[:]...); uint32(want[4]) != uint32(h) || uint32(want[5]) != uint32(h>>32) {
+			t.Fatalf("the CPU's bases are not rng.Mix's")
 		}
 	}
 }
@@ -1060,11 +1095,13 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 			}
 			// The same cases write the masked gradient of a dropout too.
 			mask := backend.NewDropoutMask(rng.Uint64(), 0.25)
+			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
 			var cdrop backend.Ref
+			cmask := mask
 			if withRes {
-				cdrop = cpuF32(make([]float32, rows*cols))
+				cdrop, cmask.Base = cpuF32(make([]float32, rows*cols)), cpuI32(base)
 			}
-			cpuB.LayerNormBackward(cdx, cres, cdw, cdb, cpuF32(dout), cpuF32(x), cpuF32(mean), cpuF32(rstd), cpuF32(w), rows, cols, backend.DropoutOut{Dst: cdrop, Mask: mask})
+			cpuB.LayerNormBackward(cdx, cres, cdw, cdb, cpuF32(dout), cpuF32(x), cpuF32(mean), cpuF32(rstd), cpuF32(w), rows, cols, backend.DropoutOut{Dst: cdrop, Mask: cmask})
 			want := [][]float32{cpuGet(cdx, rows*cols), cpuGet(cdw, cols), db0, nil}
 			if sh.bias {
 				want[2] = cpuGet(cdb, cols)
@@ -1078,13 +1115,13 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				if sh.bias {
 					dbArg = db
 				}
-				var resArg, dropArg *emu.Buffer
+				var resArg, dropArg, baseArg *emu.Buffer
 				if withRes {
-					resArg, dropArg = devIn(dt, res), devOut(dt, rows*cols)
+					resArg, dropArg, baseArg = devIn(dt, res), devOut(dt, rows*cols), emu.NewI32(base)
 				}
 				scratch := emu.Poison(emu.F32, kernels.LayerNormBackwardScratch(rows, cols)) // counters too: the dx kernel zeroes them
 				must(t, kernels.LayerNormBackward(l, dt, dx, resArg, dw, dbArg, devIn(dt, dout), devIn(dt, x),
-					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, rows, cols, dropArg, mask))
+					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, rows, cols, dropArg, mask, baseArg))
 				o := [][]float32{devGet(dx), dw.F32(), db.F32(), nil}
 				if withRes {
 					o[3] = devGet(dropArg)

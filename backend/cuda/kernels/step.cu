@@ -129,3 +129,27 @@ extern "C" __global__ void fleet_step_clock_f32(float *__restrict__ stats, float
 	sched[1] = (float)((double)lr / bc1);
 	sched[2] = (float)(1.0 / sqrt(bc2));
 }
+
+// fleet_splitmix is SplitMix64's output function (rng.Mix64).
+__device__ __forceinline__ unsigned long long fleet_splitmix(unsigned long long z) {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+// fleet_dropout_bases_f32: each micro-step's dropout state for a step
+// replayed from a graph (backend.Backend.DropoutBases): with i =
+// stats[4]-1, bases[2m], bases[2m+1] = the low and high halves of
+// rng.Mix(seed, 0xd0, i, m). Launch: one block of one thread.
+extern "C" __global__ void fleet_dropout_bases_f32(int *__restrict__ bases, const float *__restrict__ stats, int micros, long long seed) {
+	long long i = (long long)stats[4] - 1;
+	for (int m = 0; m < micros; m++) {
+		unsigned long long w[4] = {(unsigned long long)seed, 0xd0ull, (unsigned long long)i, (unsigned long long)m};
+		unsigned long long h = 0x243f6a8885a308d3ull;
+		for (int k = 0; k < 4; k++) {
+			h = fleet_splitmix(h ^ fleet_splitmix(w[k] + 0x9e3779b97f4a7c15ull));
+		}
+		bases[2 * m] = (int)(unsigned int)h;
+		bases[2 * m + 1] = (int)(unsigned int)(h >> 32);
+	}
+}
