@@ -267,6 +267,17 @@ type GELUProducts interface {
 	MatMulGELUGrad(p MatMul, a, b, out, pre Ref)
 }
 
+// BiasGradProducts is a Backend whose products can also write a bias's
+// gradient (cuBLASLt's bias-gradient epilogue): MatMulBiasGrad is MatMul
+// (one product, alpha 1, B not transposed, no bias) that also writes
+// dbias[j] = Σ_k op(B)[k, j], B's column sums over the product's K
+// (overwritten), so that a Linear's weight and bias gradients come from
+// one pass over the output's gradient. It reports false, having done
+// nothing, where it cannot (the caller then computes them apart).
+type BiasGradProducts interface {
+	MatMulBiasGrad(p MatMul, a, b, c, dbias Ref) bool
+}
+
 // OperandRounder is a Backend whose MatMul rounds F32 operands (Round)
 // within the product itself, in no pass of its own over memory, as
 // cuBLAS's fast compute modes do. Autocast gives such a backend its F32

@@ -223,8 +223,28 @@ func linearGrads(n *node, g *Tensor, withX bool) {
 		n.gin[0] = alloc("linear", x.dev, F32, x.shape)
 		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
 	}
+	pw := backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}
+	if w.requiresGrad && bias != nil && bias.requiresGrad && gl.dtype == F32 {
+		// One product for both, where the backend's products sum the
+		// bias gradient in their epilogue: into the bias's own gradient
+		// where there is none yet, else a sum added into it.
+		if bg, ok := g.be.(backend.BiasGradProducts); ok {
+			db := like("linear", bias, bias.shape)
+			if weightGradWith(n, pw, x, gl, func(p backend.MatMul, c *Tensor) bool {
+				p.Alpha = 1
+				return bg.MatMulBiasGrad(p, x.ref(), gl.ref(), c.ref(), db.ref())
+			}) {
+				if s := gradSink(bias); s != nil {
+					s.be.Axpy(s.ref(), db.ref(), 1, outF)
+				} else {
+					n.gin[2] = db
+				}
+				return
+			}
+		}
+	}
 	if w.requiresGrad {
-		weightGrad(n, backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}, x, gl)
+		weightGrad(n, pw, x, gl)
 	}
 	if bias != nil && bias.requiresGrad {
 		if s := gradSink(bias); s != nil {
@@ -345,14 +365,25 @@ func linearTBackward(n *node, g *Tensor) {
 // product p of a and b: added into the weight's Grad where gradSink allows
 // (beta 1), else into a new tensor in gin.
 func weightGrad(n *node, p backend.MatMul, a, b *Tensor) {
+	weightGradWith(n, p, a, b, func(p backend.MatMul, c *Tensor) bool { gemm(p, a, b, c, nil); return true })
+}
+
+// weightGradWith is weightGrad with the product prod (which may decline,
+// reporting false: nothing is then changed and weightGradWith reports
+// false too).
+func weightGradWith(n *node, p backend.MatMul, a, b *Tensor, prod func(p backend.MatMul, c *Tensor) bool) bool {
 	w := n.in[1]
 	if s := gradSink(w); s != nil {
 		p.Beta = 1
-		gemm(p, a, b, s, nil)
-		return
+		return prod(p, s)
 	}
-	n.gin[1] = alloc(n.op, w.dev, F32, w.shape)
-	gemm(p, a, b, n.gin[1], nil)
+	c := alloc(n.op, w.dev, F32, w.shape)
+	if !prod(p, c) {
+		c.Free()
+		return false
+	}
+	n.gin[1] = c
+	return true
 }
 
 // Autocast runs fn with the default program's products in dt: see

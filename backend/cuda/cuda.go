@@ -52,6 +52,9 @@ type CUDA struct {
 	pool *pool
 	tf32 atomic.Bool
 	noLt atomic.Bool // cuBLASLt is absent or refused a product: no epilogues
+	// noBGrad: cuBLASLt refused its bias-gradient epilogue (the others
+	// may still serve).
+	noBGrad atomic.Bool
 
 	copied atomic.Int64
 	total  atomic.Int64 // the device's memory size, once read
@@ -305,6 +308,40 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	}
 	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), c.compute(p, at))
 	c.check("matmul", c.g.gemm(g))
+}
+
+// MatMulBiasGrad implements backend.BiasGradProducts with cuBLASLt's
+// BGRADA epilogue: in the column-major product cuBLAS computes, fleet's B
+// is the A operand, and the epilogue sums it over K into the bias.
+func (c *CUDA) MatMulBiasGrad(p backend.MatMul, a, b, cc, dbias backend.Ref) bool {
+	if c.noLt.Load() || c.noBGrad.Load() || p.Batch != 1 || p.Alpha != 1 || p.TransB || p.M == 0 || p.N == 0 || p.K == 0 {
+		return false
+	}
+	at, bt := c.dt(a), c.dt(b)
+	if at != bt || c.dt(cc) != backend.F32 || c.dt(dbias) != backend.F32 {
+		return false
+	}
+	for _, v := range []int{p.M, p.N, p.K} {
+		if v > math.MaxInt32 {
+			return false
+		}
+	}
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), c.compute(p, at))
+	m := cublas.LtMatmul{
+		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1, Beta: p.Beta,
+		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
+		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: cublas.EpilogueBGradA,
+		Bias: uint64(c.ptr(dbias)),
+	}
+	if err := c.g.ltMatmul(m); err != nil {
+		var status *cublas.Error
+		if errors.Is(err, errNoLt) || errors.As(err, &status) {
+			c.noBGrad.Store(true) // kernels sum the bias gradient from now on
+			return false
+		}
+		c.fail("matmul_bias_grad", err)
+	}
+	return true
 }
 
 // GELUEpilogues implements backend.GELUProducts: no product has found

@@ -325,6 +325,7 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 		for i := 0; i < m.M; i++ {
 			v, a := get(d, i+j*m.LDC), i+j*m.AuxLD
 			switch m.Epilogue {
+			case cublas.EpilogueBGradA: // the bias gradient, below
 			case cublas.EpilogueBias:
 				put(d, i+j*m.LDC, v+get(bias, i))
 			case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias:
@@ -340,6 +341,30 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 			default:
 				return fmt.Errorf("fake device: epilogue %d", m.Epilogue)
 			}
+		}
+	}
+	if m.Epilogue == cublas.EpilogueBGradA { // op(A) is M×K (A not transposed): its rows' sums
+		if m.TransA != cublas.OpN {
+			return fmt.Errorf("fake device: BGRADA with A transposed")
+		}
+		size := 4
+		if m.AType == cublas.R16BF {
+			size = 2
+		}
+		a, err := f.mem(devPtr(m.A), (m.LDA*(m.K-1)+m.M)*size)
+		if err != nil {
+			return fmt.Errorf("A: %w", err)
+		}
+		for i := 0; i < m.M; i++ {
+			var s float64
+			for k := 0; k < m.K; k++ {
+				if size == 2 {
+					s += float64(backend.BF16ToF32(binary.LittleEndian.Uint16(a[2*(i+k*m.LDA):])))
+				} else {
+					s += get(a, i+k*m.LDA)
+				}
+			}
+			put(bias, i, s)
 		}
 	}
 	return nil
