@@ -330,6 +330,37 @@ func zipWith(a, b []float64, f func(a, b float64) float64) []float64 {
 	return out
 }
 
+// TestDropoutGradFusion: the LayerNorm's backward pass masks the
+// gradient for the dropout whose output it reads, and the dropout takes
+// that copy, where the gradient is whole; where more reaches the dropout's
+// output afterwards, it masks what it gets.
+func TestDropoutGradFusion(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fused int64
+		f     func(x, w *Tensor) *Tensor
+	}{
+		{"layernorm then add", 1, func(x, w *Tensor) *Tensor {
+			h := Dropout(x, 0.3, NewRNG(1))
+			return Add(LayerNorm(h, w, nil, 1e-5), h)
+		}},
+		{"a use after the layernorm's", 0, func(x, w *Tensor) *Tensor {
+			h := Dropout(x, 0.3, NewRNG(1))
+			return Add(Mul(h, h), LayerNorm(h, w, nil, 1e-5))
+		}},
+	} {
+		Step(func() {
+			x := Randn(CPU, NewRNG(2), 1, 4, 8).SetRequiresGrad(true)
+			w := Ones(CPU, 8).SetRequiresGrad(true)
+			before := fusedDropoutGrads.Load()
+			Sum(c.f(x, w)).Backward()
+			if got := fusedDropoutGrads.Load() - before; got != c.fused {
+				t.Errorf("%s: %d dropout gradients from the layernorm's kernel, want %d", c.name, got, c.fused)
+			}
+		})
+	}
+}
+
 func TestDropout(t *testing.T) {
 	Step(func() {
 		x := Ones(CPU, 1000).SetRequiresGrad(true)

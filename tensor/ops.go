@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/internal/rng"
@@ -743,6 +744,7 @@ func dropoutBackward(n *node, g *Tensor) {
 		return
 	}
 	if masked != nil && whole == g { // the whole gradient, masked already
+		fusedDropoutGrads.Add(1)
 		n.gin[0] = masked
 		return
 	}
@@ -777,6 +779,10 @@ func maskOf(n *node) backend.DropoutMask {
 	}
 	return m
 }
+
+// fusedDropoutGrads counts the dropout gradients taken from a LayerNorm's
+// backward kernel (tests check the fusion happens).
+var fusedDropoutGrads atomic.Int64
 
 // isDropout reports whether n is a Dropout's or an AddDropout's node.
 func isDropout(n *node) bool { return n.op == "dropout" || n.op == "add_dropout" }

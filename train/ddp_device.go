@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
@@ -71,6 +72,21 @@ type deviceDDP struct {
 	err     error      // what the watchdog found; every later sync returns it
 	stop    chan struct{}
 	stopped chan struct{}
+	// aborted: the communicator was aborted (once: by the watchdog, a
+	// failed collective or close), and nothing may use it after.
+	abortOnce sync.Once
+	abortErr  error
+	aborted   atomic.Bool
+}
+
+// abort aborts the communicator, once; later calls return the first's
+// result.
+func (d *deviceDDP) abort() error {
+	d.abortOnce.Do(func() {
+		d.aborted.Store(true)
+		d.abortErr = d.grp.Abort()
+	})
+	return d.abortErr
 }
 
 // devBucket is a contiguous piece of the flat gradients, [off, off+n)
@@ -160,11 +176,11 @@ func (d *deviceDDP) collective(name string, buf *tensor.Tensor, op func(addr, st
 			return nil
 		case <-tick.C:
 			if err := d.grp.CheckAsync(); err != nil {
-				d.grp.Abort()
+				d.abort()
 				return fmt.Errorf("%s #%d (%s): a peer failed: %w", name, d.ops, size, err)
 			}
 		case <-deadline:
-			d.grp.Abort()
+			d.abort()
 			return setting.Errorf("%s #%d (%s): not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted",
 				name, d.ops, size, d.timeout)
 		}
@@ -227,7 +243,7 @@ func (d *deviceDDP) failure() error {
 // ready is the gradient-ready hook's part: leaf's gradient is final, so
 // its bucket may be complete, and then it is all-reduced at once.
 func (d *deviceDDP) ready(leaf *tensor.Tensor) {
-	if d.grads == nil || d.hookErr != nil {
+	if d.grads == nil || d.hookErr != nil || d.aborted.Load() {
 		return
 	}
 	i, ok := d.index[leaf]
@@ -243,6 +259,12 @@ func (d *deviceDDP) ready(leaf *tensor.Tensor) {
 
 // launch queues bucket b's all-reduce on the communication stream.
 func (d *deviceDDP) launch(b int) error {
+	if d.aborted.Load() { // the watchdog gave up on the communicator
+		if err := d.failure(); err != nil {
+			return err
+		}
+		return fmt.Errorf("all-reduce of step %d: the communicator was aborted", d.steps)
+	}
 	bk := &d.buckets[b]
 	bk.launched = true
 	d.ops++
@@ -365,6 +387,9 @@ func (d *deviceDDP) syncCopies() error {
 	}); err != nil {
 		return err
 	}
+	if d.aborted.Load() {
+		return fmt.Errorf("all-reduce of step %d: the communicator was aborted", d.steps)
+	}
 	d.ops++
 	what := fmt.Sprintf("the all-reduce of step %d (%s)", d.steps, units.Bytes(int64(4*d.n)))
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
@@ -422,7 +447,7 @@ func (d *deviceDDP) check() {
 		done, err := f.probe.Done()
 		if err != nil {
 			d.err = fmt.Errorf("%s: %w", f.what, err)
-			d.grp.Abort()
+			d.abort()
 			return
 		}
 		if done {
@@ -432,12 +457,12 @@ func (d *deviceDDP) check() {
 		}
 		if err := d.grp.CheckAsync(); err != nil {
 			d.err = fmt.Errorf("%s: a peer failed: %w", f.what, err)
-			d.grp.Abort()
+			d.abort()
 			return
 		}
 		if time.Since(f.since) > d.timeout {
 			d.err = setting.Errorf("%s: not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted", f.what, d.timeout)
-			d.grp.Abort()
+			d.abort()
 		}
 		return
 	}
@@ -475,7 +500,7 @@ func (d *deviceDDP) close(failed bool) error {
 		err = tensor.Catch(func() { d.flat.Free() })
 	}
 	if failed {
-		return errors.Join(err, d.grp.Abort())
+		return errors.Join(err, d.abort())
 	}
 	return errors.Join(err, tensor.OnDeviceQueue(d.dev, func(uintptr) error { return d.grp.Close() }))
 }

@@ -670,6 +670,9 @@ func (c *CUDA) EndCapture() (backend.Graph, error) {
 	c.mu.Unlock()
 	g, err := c.g.endCapture()
 	if err != nil {
+		c.mu.Lock()
+		c.pool.unclaimed() // no graph uses what the failed capture was handed
+		c.mu.Unlock()
 		return nil, err
 	}
 	c.mu.Lock()

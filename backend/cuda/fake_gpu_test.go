@@ -149,6 +149,10 @@ func (f *fakeGPU) dtoh(dst []byte, src devPtr) error {
 }
 
 func (f *fakeGPU) dtod(dst, src devPtr, n int) error {
+	if f.capture != nil { // captured, as a device-to-device copy is on a GPU
+		*f.capture = append(*f.capture, func() error { return f.dtod(dst, src, n) })
+		return nil
+	}
 	d, err := f.mem(dst, n)
 	if err != nil {
 		return err
@@ -391,9 +395,9 @@ func (f *fakeGPU) onStream(fn func(stream uintptr) error) error { return fn(0) }
 func (f *fakeGPU) onCommStream(fn func(stream uintptr) error) error { return fn(0) }
 func (f *fakeGPU) joinComm() (backend.CommProbe, error)             { return doneProbe{}, nil }
 
-// Capture records launches and products as closures that the graph's
-// launch runs in order. (Copies and fills are not captured: the fake runs
-// them at once, so a test must not capture them.)
+// Capture records launches, products and device-to-device copies as
+// closures that the graph's launch runs in order. (Host copies are not
+// captured: the fake runs them at once.)
 func (f *fakeGPU) beginCapture() error {
 	if f.capture != nil {
 		return fmt.Errorf("fake device: already capturing")

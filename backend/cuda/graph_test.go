@@ -210,3 +210,29 @@ func TestGraphKeepsItsMemory(t *testing.T) {
 		t.Error("the graphs' block did not return to the pool")
 	}
 }
+
+// TestFailedCaptureReturnsItsMemory: a capture that makes no graph (the
+// driver refused it) leaves none of its blocks to the graphs.
+func TestFailedCaptureReturnsItsMemory(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := be.(*CUDA)
+	const n = 5<<20 + 3
+	if err := c.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Alloc(backend.F32, n)
+	addr := c.buf(s).ptr
+	c.Free(s)
+	c.g.(*driverGPU).d.StreamEndCapture(c.g.(*driverGPU).compute) // the capture ends behind the backend's back
+	if _, err := c.EndCapture(); err == nil {
+		t.Fatal("ending a capture the driver no longer has succeeded")
+	}
+	again := c.Alloc(backend.F32, n)
+	defer c.Free(again)
+	if c.buf(again).ptr != addr {
+		t.Error("the failed capture's block did not return to the pool")
+	}
+}

@@ -42,7 +42,14 @@ func newPool(g gpu) *pool {
 func (p *pool) capture(on bool) { p.capturing = on }
 func (p *pool) graphMade()      { p.graphs++ }
 func (p *pool) graphFreed() {
-	if p.graphs--; p.graphs > 0 {
+	p.graphs--
+	p.unclaimed()
+}
+
+// unclaimed gives the graphs' blocks back to the bins once no graph is
+// alive (after the last is freed, or a capture that made none).
+func (p *pool) unclaimed() {
+	if p.graphs > 0 {
 		return
 	}
 	for c, l := range p.graphBins {
