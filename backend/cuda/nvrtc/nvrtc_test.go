@@ -3,6 +3,8 @@ package nvrtc
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -130,5 +132,104 @@ func TestCompileThroughCache(t *testing.T) {
 	second, hit, err := c.Load(key, compile)
 	if err != nil || !hit || !bytes.Equal(first, second) {
 		t.Fatalf("second load: hit %v, same %v, %v", hit, bytes.Equal(first, second), err)
+	}
+}
+
+// ptxOps are the instructions TestKernelPTX counts in each kernel file's
+// PTX: tensor-core products, their fragment loads, asynchronous copies, and
+// 16-byte loads from global and shared memory.
+var ptxOps = []struct{ name, re string }{
+	{"mma", `\bmma\.sync\b`},
+	{"ldmatrix", `\bldmatrix\b`},
+	{"cp.async", `\bcp\.async\b`},
+	{"ld.global.v4", `\bld\.global(\.[a-z]+)*\.v4\b`},
+	{"ld.shared.v4", `\bld\.shared(\.[a-z]+)*\.v4\b`},
+}
+
+// ptxasRE reads ptxas's verbose report: each kernel's spills, then its
+// registers.
+var (
+	ptxasEntryRE = regexp.MustCompile(`Function properties for (\w+)`)
+	ptxasSpillRE = regexp.MustCompile(`(\d+) bytes spill stores, (\d+) bytes spill loads`)
+	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers`)
+)
+
+// TestKernelPTX compiles every kernel file to PTX and to a cubin with
+// ptxas's report, for sm_80 and sm_90, and logs what the code is made of:
+// one line per file and architecture,
+//
+//	PTX attention.cu sm_90: mma=N ldmatrix=N cp.async=N ld.global.v4=N ld.shared.v4=N
+//
+// (the counts of those instructions in the PTX NVRTC emits), then each
+// kernel's registers and spills. It fails only where a file does not
+// compile or ptxas does not report a kernel; the figures are for reading.
+func TestKernelPTX(t *testing.T) {
+	n := open(t)
+	res := make([]*regexp.Regexp, len(ptxOps))
+	for i, op := range ptxOps {
+		res[i] = regexp.MustCompile(op.re)
+	}
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		virtual := "compute_" + strings.TrimPrefix(arch, "sm_")
+		for _, f := range kernels.Files() {
+			src := kernels.NVRTCSource(f)
+			ptx, _, err := n.Compile(src, f.Name, virtual, KernelOptions...)
+			if err != nil {
+				t.Errorf("%s %s: %v", f.Name, virtual, err)
+				continue
+			}
+			var counts []string
+			for i, op := range ptxOps {
+				counts = append(counts, fmt.Sprintf("%s=%d", op.name, len(res[i].FindAllIndex(ptx, -1))))
+			}
+			t.Logf("PTX %s %s: %s", f.Name, arch, strings.Join(counts, " "))
+			_, log, err := n.Compile(src, f.Name, arch, append(append([]string{}, KernelOptions...), "--ptxas-options=-v")...)
+			if err != nil {
+				t.Errorf("%s %s: %v", f.Name, arch, err)
+				continue
+			}
+			reported := map[string]bool{}
+			var kernel, spills string
+			for _, line := range strings.Split(log, "\n") {
+				if m := ptxasEntryRE.FindStringSubmatch(line); m != nil {
+					kernel, spills = m[1], ""
+				}
+				if m := ptxasSpillRE.FindStringSubmatch(line); m != nil {
+					spills = fmt.Sprintf("%s/%s bytes of spill stores/loads", m[1], m[2])
+				}
+				if m := ptxasRegsRE.FindStringSubmatch(line); m != nil && kernel != "" {
+					t.Logf("  %s %s: %s registers, %s", arch, kernel, m[1], spills)
+					reported[kernel] = true
+					kernel = ""
+				}
+			}
+			for _, k := range kernels.Kernels(f.Source) {
+				if !reported[k] {
+					t.Errorf("%s %s: ptxas reported no registers for %s", f.Name, arch, k)
+				}
+			}
+		}
+	}
+}
+
+// TestPTXOpPatterns: the counted patterns find the instructions in the
+// forms NVRTC writes them, and nothing else.
+func TestPTXOpPatterns(t *testing.T) {
+	ptx := `	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2, %f3, %f4}, {%r1, %r2, %r3, %r4}, {%r5, %r6}, {%f5, %f6, %f7, %f8};
+	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r9];
+	ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r1, %r2}, [%r9];
+	cp.async.cg.shared.global [%r1], [%rd2], 16;
+	cp.async.commit_group;
+	cp.async.wait_group 0;
+	ld.global.nc.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1];
+	ld.global.v2.f32 {%f1, %f2}, [%rd1];
+	ld.shared.v4.u32 {%r1, %r2, %r3, %r4}, [%r5];
+	ld.shared.f32 %f1, [%r5];
+	st.global.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};`
+	want := map[string]int{"mma": 1, "ldmatrix": 2, "cp.async": 3, "ld.global.v4": 1, "ld.shared.v4": 1}
+	for _, op := range ptxOps {
+		if got := len(regexp.MustCompile(op.re).FindAllStringIndex(ptx, -1)); got != want[op.name] {
+			t.Errorf("%s: %d found, want %d", op.name, got, want[op.name])
+		}
 	}
 }
