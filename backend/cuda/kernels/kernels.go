@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-//go:embed *.cu common.cuh nvrtc_prelude.cuh
+//go:embed *.cu common.cuh mma.cuh nvrtc_prelude.cuh
 var files embed.FS
 
 // File is one kernel source file.
@@ -34,8 +34,9 @@ func Files() []File {
 	return out
 }
 
-// Common is common.cuh: helpers every kernel may use.
-func Common() string { return read("common.cuh") }
+// Common is common.cuh and mma.cuh: helpers every kernel may use, and the
+// warp-level matrix primitives.
+func Common() string { return read("common.cuh") + "\n" + read("mma.cuh") }
 
 // NVRTCPrelude is what NVRTC builds put before Common.
 func NVRTCPrelude() string { return read("nvrtc_prelude.cuh") }

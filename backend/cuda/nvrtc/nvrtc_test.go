@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -231,5 +232,36 @@ func TestPTXOpPatterns(t *testing.T) {
 		if got := len(regexp.MustCompile(op.re).FindAllStringIndex(ptx, -1)); got != want[op.name] {
 			t.Errorf("%s: %d found, want %d", op.name, got, want[op.name])
 		}
+	}
+}
+
+// TestWarpMatrixPrimitivesCompile compiles the primitives' probe
+// (kernels/testdata/mma_probe.cu, which the emulator tests run) with NVRTC
+// for sm_80 and sm_90: the inline PTX assembles, and the PTX holds the
+// tensor-core product, ldmatrix and cp.async.
+func TestWarpMatrixPrimitivesCompile(t *testing.T) {
+	n := open(t)
+	src, err := os.ReadFile("../kernels/testdata/mma_probe.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := kernels.NVRTCSource(kernels.File{Name: "mma_probe.cu", Source: string(src)})
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		if _, _, err := n.Compile(unit, "mma_probe.cu", arch, KernelOptions...); err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		ptx, _, err := n.Compile(unit, "mma_probe.cu", "compute_"+strings.TrimPrefix(arch, "sm_"), KernelOptions...)
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		var counts []string
+		for _, op := range ptxOps {
+			k := len(regexp.MustCompile(op.re).FindAllIndex(ptx, -1))
+			counts = append(counts, fmt.Sprintf("%s=%d", op.name, k))
+			if k == 0 && op.name != "ld.global.v4" && op.name != "ld.shared.v4" {
+				t.Errorf("%s: the probe's PTX has no %s", arch, op.name)
+			}
+		}
+		t.Logf("PTX mma_probe.cu %s: %s", arch, strings.Join(counts, " "))
 	}
 }
