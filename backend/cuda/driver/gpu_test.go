@@ -3,12 +3,15 @@ package driver_test
 import (
 	"errors"
 	"math"
+	"os"
 	"runtime"
 	"testing"
 	"unsafe"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/driver"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
 	"github.com/fleetml/fleet/backend/cuda/nvrtc"
 )
 
@@ -202,6 +205,115 @@ func TestGPU(t *testing.T) {
 	for i := range want {
 		if out[i] != want[i] {
 			t.Fatalf("GEMM y = %v, want %v", out, want)
+		}
+	}
+}
+
+// TestGPUWarpMatrixProbe runs the warp-level matrix primitives' probe
+// (kernels/testdata/mma_probe.cu: cp.async, ldmatrix plain and .trans,
+// mma.sync m16n8k16 bf16) on cuda:0 and holds D to float64: the fragment
+// layouts the emulator assumes, confirmed on hardware. It skips where
+// there is no GPU.
+func TestGPUWarpMatrixProbe(t *testing.T) {
+	d, err := driver.Open()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	if err := d.Init(); err != nil {
+		t.Skipf("cuInit: %v", err)
+	}
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device (%d, %v)", n, err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	info, err := d.DeviceInfo(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Major < 8 {
+		t.Skipf("%s: mma.sync on bf16 needs sm_80 or later", info.Arch())
+	}
+	dev, _ := d.Device(0)
+	ctx, err := d.PrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.PrimaryCtxRelease(dev)
+	if err := d.CtxSetCurrent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nv, err := nvrtc.Open()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	src, err := os.ReadFile("../kernels/testdata/mma_probe.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := kernels.NVRTCSource(kernels.File{Name: "mma_probe.cu", Source: string(src)})
+	cubin, log, err := nv.Compile(unit, "mma_probe.cu", info.Arch(), nvrtc.KernelOptions...)
+	if err != nil {
+		t.Skipf("NVRTC %s cannot compile for %s: %v\n%s", nv.Version(), info.Arch(), err, log)
+	}
+	mod, err := d.ModuleLoadData(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.ModuleUnload(mod)
+	fn, err := d.ModuleGetFunction(mod, "fleet_probe_mma_bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := make([]uint16, 16*16), make([]uint16, 16*8), make([]float32, 16*8)
+	for i := range a {
+		a[i] = backend.F32ToBF16(float32(math.Sin(float64(3*i + 1))))
+	}
+	for i := range b {
+		b[i] = backend.F32ToBF16(float32(math.Cos(float64(5*i + 2))))
+		c[i] = float32(i%7) - 3
+	}
+	up := func(p unsafe.Pointer, n uint64) driver.DevicePtr {
+		dp, err := d.MemAlloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p != nil {
+			if err := d.MemcpyHtoD(dp, p, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dp
+	}
+	da, db, dc, dd := up(unsafe.Pointer(&a[0]), 2*16*16), up(unsafe.Pointer(&b[0]), 2*16*8), up(unsafe.Pointer(&c[0]), 4*16*8), up(nil, 4*16*8)
+	for _, p := range []driver.DevicePtr{da, db, dc, dd} {
+		defer d.MemFree(p)
+	}
+	s, err := d.StreamCreate(driver.StreamNonBlocking)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.StreamDestroy(s)
+	args := driver.NewArgs()
+	if err := d.LaunchKernel(fn, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 32, Y: 1, Z: 1}, 0, s, args.Reset().Ptr(dd).Ptr(da).Ptr(db).Ptr(dc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 16*8)
+	if err := d.MemcpyDtoH(unsafe.Pointer(&got[0]), dd, 4*16*8); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 16; i++ {
+		for j := 0; j < 8; j++ {
+			want := float64(c[i*8+j])
+			for k := 0; k < 16; k++ {
+				want += float64(backend.BF16ToF32(a[i*16+k])) * float64(backend.BF16ToF32(b[k*8+j]))
+			}
+			if diff := math.Abs(float64(got[i*8+j]) - want); diff > 1e-4*(1+math.Abs(want)) {
+				t.Fatalf("D[%d][%d] = %v on the GPU, want %v: the fragment layouts differ from the emulator's", i, j, got[i*8+j], want)
+			}
 		}
 	}
 }
