@@ -132,6 +132,7 @@ type Backend interface {
 	// CrossEntropyBackward writes dlogits = dloss[0]*scale * (softmax(logits) - onehot(target)),
 	// where dloss is the gradient of a scalar loss and scale is the weight of each row in it
 	// (1/N for a mean). Rows with an out-of-range target get zero gradient.
+	// dlogits may be logits (the gradient written over them).
 	CrossEntropyBackward(dlogits, logits, lse, targets, dloss Ref, scale float32, n, v int)
 
 	// Embedding gathers rows: out[i] = table[ids[i]], each row dim wide.

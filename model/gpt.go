@@ -237,7 +237,7 @@ func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 
 // Loss is the mean cross-entropy of predicting targets [B, T] from idx [B, T].
 func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
-	return tensor.CrossEntropy(m.Forward(idx), targets)
+	return tensor.CrossEntropyInPlace(m.Forward(idx), targets) // the logits feed nothing else
 }
 
 // embed maps token ids [B, T] to the residual stream [B, T, C]: token

@@ -398,3 +398,43 @@ func ExampleCatch() {
 	fmt.Println(err)
 	// Output: matmul: inner dimensions 3 and 4 differ (operands: tensor([2 3] f32 cpu) tensor([4 5] f32 cpu))
 }
+
+// TestCrossEntropyInPlace: the in-place loss has CrossEntropy's value and
+// gradients, bit for bit, and its backward pass writes the logits'
+// gradient over the logits (no array of their size of its own).
+func TestCrossEntropyInPlace(t *testing.T) {
+	targets := []int32{1, 4, 0, 2, -1, 3}
+	run := func(inPlace bool) (loss float32, grad, after []float32) {
+		Step(func() {
+			w := Randn(CPU, NewRNG(3), 1, 6, 5).SetRequiresGrad(true)
+			logits := Scale(w, 2)
+			tg := FromInt32s(CPU, targets, 6)
+			var l *Tensor
+			if inPlace {
+				l = CrossEntropyInPlace(logits, tg)
+			} else {
+				l = CrossEntropy(logits, tg)
+			}
+			loss = l.Item()
+			l.Backward()
+			grad, after = w.Grad.Float32s(), logits.Float32s()
+		})
+		return
+	}
+	l0, g0, a0 := run(false)
+	l1, g1, a1 := run(true)
+	if l0 != l1 {
+		t.Fatalf("loss %v in place, %v not", l1, l0)
+	}
+	for i := range g0 {
+		if g0[i] != g1[i] {
+			t.Fatalf("gradient[%d] %v in place, %v not", i, g1[i], g0[i])
+		}
+		if a1[i] != g1[i]/2 { // d loss/d logits, where w's gradient is twice it
+			t.Fatalf("logits[%d] after backward = %v, want the gradient %v written over them", i, a1[i], g1[i]/2)
+		}
+	}
+	if a0[0] == a1[0] {
+		t.Error("the plain loss's logits changed too, or the in-place one's did not")
+	}
+}

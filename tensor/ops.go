@@ -534,7 +534,16 @@ func layerNormBackward(n *node, g *Tensor) {
 // for logits [..., V] and I32 targets [...]. It is one fused node: the
 // backward pass recomputes the softmax from the saved log-sum-exp instead
 // of keeping a copy of the logits' size.
-func CrossEntropy(logits, targets *Tensor) *Tensor {
+func CrossEntropy(logits, targets *Tensor) *Tensor { return crossEntropy(logits, targets, false) }
+
+// CrossEntropyInPlace is CrossEntropy whose backward pass writes the
+// logits' gradient over the logits themselves (as llm.c's fused
+// classifier does): for logits that nothing else reads after the loss (a
+// model's head), it saves an array of their size, the largest of a GPT's
+// step. The logits must not be read after Backward.
+func CrossEntropyInPlace(logits, targets *Tensor) *Tensor { return crossEntropy(logits, targets, true) }
+
+func crossEntropy(logits, targets *Tensor, inPlace bool) *Tensor {
 	const op = "cross_entropy"
 	check(op, logits, targets)
 	wantDType(op, F32, logits)
@@ -550,6 +559,9 @@ func CrossEntropy(logits, targets *Tensor) *Tensor {
 	logits.be.SumCols(out.ref(), losses.ref(), 1, n, 1/float32(n)) // the mean
 	if nd := record(out, op, crossEntropyBackward, logits); nd != nil {
 		nd.saved[0], nd.saved[1] = lse, targets
+		if inPlace {
+			nd.i[0] = 1
+		}
 	}
 	return out
 }
@@ -557,7 +569,12 @@ func CrossEntropy(logits, targets *Tensor) *Tensor {
 func crossEntropyBackward(nd *node, g *Tensor) {
 	logits, lse, targets := nd.in[0], nd.saved[0], nd.saved[1]
 	n, v := rowsOf(logits)
-	d := like("cross_entropy", logits, logits.shape)
+	var d *Tensor
+	if nd.i[0] == 1 { // over the logits (CrossEntropyInPlace)
+		d = logits.Reshape(logits.shape...)
+	} else {
+		d = like("cross_entropy", logits, logits.shape)
+	}
 	logits.be.CrossEntropyBackward(d.ref(), logits.ref(), lse.ref(), targets.ref(), g.ref(), 1/float32(n), n, v)
 	nd.gin[0] = d
 }

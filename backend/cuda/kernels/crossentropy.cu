@@ -41,10 +41,11 @@ extern "C" __global__ void fleet_crossentropy_bf16(float *__restrict__ losses, f
 // fleet_crossentropy_backward_<t>: with g = dloss[0]*scale,
 // dlogits[r,j] = g*exp(logits[r,j] - lse[r]) - (j == target[r] ? g : 0),
 // and a zero row for an ignored target. No reduction: threads stride over
-// the row. Traffic: logits read once, dlogits written once. Launch: 1-D
+// the row. dlogits may be logits (each element is read, then written, by
+// one thread). Traffic: logits read once, dlogits written once. Launch: 1-D
 // blocks of 256 threads, grid min(n, 8 per SM).
 template <class S>
-__device__ __forceinline__ void fleet_crossentropy_backward_impl(typename S::T *__restrict__ dlogits, const typename S::T *__restrict__ logits,
+__device__ __forceinline__ void fleet_crossentropy_backward_impl(typename S::T *dlogits, const typename S::T *logits,
 	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
 	float g = dloss[0] * scale;
 	for (long long r = blockIdx.x; r < n; r += gridDim.x) {
@@ -68,11 +69,11 @@ __device__ __forceinline__ void fleet_crossentropy_backward_impl(typename S::T *
 	}
 }
 
-extern "C" __global__ void fleet_crossentropy_backward_f32(float *__restrict__ dlogits, const float *__restrict__ logits,
+extern "C" __global__ void fleet_crossentropy_backward_f32(float *dlogits, const float *logits,
 	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
 	fleet_crossentropy_backward_impl<fleet_f32>(dlogits, logits, lse, targets, dloss, scale, n, V);
 }
-extern "C" __global__ void fleet_crossentropy_backward_bf16(unsigned short *__restrict__ dlogits, const unsigned short *__restrict__ logits,
+extern "C" __global__ void fleet_crossentropy_backward_bf16(unsigned short *dlogits, const unsigned short *logits,
 	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
 	fleet_crossentropy_backward_impl<fleet_bf16>(dlogits, logits, lse, targets, dloss, scale, n, V);
 }

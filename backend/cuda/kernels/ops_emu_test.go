@@ -1197,12 +1197,18 @@ func crossEntropyBackwardCase(dt backend.DType) emu.Case {
 			cd := cpuF32(make([]float32, n*v))
 			cpuB.CrossEntropyBackward(cd, cpuF32(x), cpuF32(lse), cpuI32(tg), cpuF32(dloss), scale, n, v)
 			want := cpuGet(cd, n*v)
-			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
-				d := devOut(dt, n*v)
-				must(t, kernels.CrossEntropyBackward(l, dt, d, devIn(dt, x), emu.NewF32(lse), emu.NewI32(tg), emu.NewF32(dloss), scale, n, v))
-				return [][]float32{devGet(d)}
-			})
-			checkClose(t, fmt.Sprintf("crossentropy backward %v %dx%d", dt, n, v), got[0], want, tol(dt))
+			for _, inPlace := range []bool{false, true} { // the gradient written over the logits, too
+				got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+					logits := devIn(dt, x)
+					d := devOut(dt, n*v)
+					if inPlace {
+						d = logits
+					}
+					must(t, kernels.CrossEntropyBackward(l, dt, d, logits, emu.NewF32(lse), emu.NewI32(tg), emu.NewF32(dloss), scale, n, v))
+					return [][]float32{devGet(d)}
+				})
+				checkClose(t, fmt.Sprintf("crossentropy backward %v %dx%d in place %v", dt, n, v, inPlace), got[0], want, tol(dt))
+			}
 		}
 	}
 }
