@@ -26,6 +26,26 @@ extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const floa
 		stepSize = sched[1];
 		invBC2Sqrt = sched[2];
 	}
+	if (fleet_vec4(n, param, grad, m, v)) { // 16-byte accesses (the packed buffers)
+		long long n4 = n >> 2;
+		FLEET_FOR_EACH(q, n4) {
+			float4 pw = ((float4 *)param)[q], pg = ((const float4 *)grad)[q], pm = ((float4 *)m)[q], pv = ((float4 *)v)[q];
+			float *w4 = &pw.x, *g4 = &pg.x, *m4 = &pm.x, *v4 = &pv.x;
+			for (int k = 0; k < 4; k++) {
+				long long i = 4 * q + k;
+				float g = g4[k] * scale;
+				float mi = b1 * m4[k] + c1 * g;
+				float vi = b2 * v4[k] + c2 * g * g;
+				m4[k] = mi;
+				v4[k] = vi;
+				float denom = sqrtf(vi) * invBC2Sqrt + eps;
+				float d = decayEnd > 0 && i >= decayEnd ? 1.0f : decay;
+				w4[k] = w4[k] * d - stepSize * (mi / denom);
+			}
+			((float4 *)param)[q] = pw, ((float4 *)m)[q] = pm, ((float4 *)v)[q] = pv;
+		}
+		return;
+	}
 	FLEET_FOR_EACH(i, n) {
 		float g = grad[i] * scale;
 		float mi = b1 * m[i] + c1 * g;

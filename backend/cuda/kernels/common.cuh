@@ -231,3 +231,12 @@ __device__ __forceinline__ unsigned long long fleet_dropout_seed(long long seed,
 	}
 	return s;
 }
+
+// fleet_vec4 reports whether n elements of 4 bytes at each of the pointers
+// (null ones aside) can go as 16-byte vectors: every pointer 16-byte
+// aligned and n a multiple of 4. Kernels take a vectorised loop then, with
+// the same arithmetic per element; the test is uniform over the launch.
+__device__ __forceinline__ bool fleet_vec4(long long n, const void *a, const void *b = 0, const void *c = 0, const void *d = 0) {
+	unsigned long long bits = (unsigned long long)a | (unsigned long long)b | (unsigned long long)c | (unsigned long long)d;
+	return (n & 3) == 0 && (bits & 15) == 0;
+}

@@ -24,6 +24,26 @@ extern "C" __global__ void fleet_fill_i32(int *__restrict__ dst, float v, long l
 // launch, so the switch does not diverge.
 template <class S>
 __device__ __forceinline__ void fleet_binary_impl(typename S::T *dst, const typename S::T *a, const typename S::T *b, int op, long long n) {
+	if constexpr (sizeof(typename S::T) == 4) {
+		if (fleet_vec4(n, dst, a, b)) { // 16-byte accesses
+			long long n4 = n >> 2;
+			FLEET_FOR_EACH(q, n4) {
+				float4 x = ((const float4 *)a)[q], y = ((const float4 *)b)[q], r;
+				const float *xs = &x.x, *ys = &y.x;
+				float *rs = &r.x;
+				for (int k = 0; k < 4; k++) {
+					switch (op) {
+					case 0: rs[k] = xs[k] + ys[k]; break;
+					case 1: rs[k] = xs[k] - ys[k]; break;
+					case 2: rs[k] = xs[k] * ys[k]; break;
+					default: rs[k] = xs[k] / ys[k]; break;
+					}
+				}
+				((float4 *)dst)[q] = r;
+			}
+			return;
+		}
+	}
 	FLEET_FOR_EACH(i, n) {
 		float x = S::ld(a, i), y = S::ld(b, i), r;
 		switch (op) {
@@ -48,6 +68,22 @@ template <class S>
 __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const typename S::T *x, const typename S::T *y,
 	long long seed, long long threshold, float scale, long long n, const int *seedBase) {
 	unsigned long long s = fleet_dropout_seed(seed, seedBase);
+	if constexpr (sizeof(typename S::T) == 4) {
+		if (fleet_vec4(n, dst, x, y)) { // 16-byte accesses
+			long long n4 = n >> 2;
+			FLEET_FOR_EACH(q, n4) {
+				float4 yv = ((const float4 *)y)[q], xv = x != 0 ? ((const float4 *)x)[q] : float4{0, 0, 0, 0}, r;
+				const float *ys = &yv.x, *xs = &xv.x;
+				float *rs = &r.x;
+				for (int k = 0; k < 4; k++) {
+					float v = __fmul_rn(ys[k], fleet_dropout_factor(s, (unsigned long long)threshold, scale, 4 * q + k));
+					rs[k] = x != 0 ? __fadd_rn(xs[k], v) : v;
+				}
+				((float4 *)dst)[q] = r;
+			}
+			return;
+		}
+	}
 	FLEET_FOR_EACH(i, n) {
 		float v = __fmul_rn(S::ld(y, i), fleet_dropout_factor(s, (unsigned long long)threshold, scale, i));
 		if (x != 0) {
