@@ -100,6 +100,12 @@ type Backend interface {
 	// no pass of its own either).
 	LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w Ref, rows, cols int, drop DropoutOut)
 
+	// AddLayerNorm is DropoutAdd(sum, x, y, rows·cols, m) followed by
+	// LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps), in one pass
+	// and with the same bits: a residual add (a plain one where m keeps
+	// everything: Threshold 0, Scale 1) fused with the LayerNorm after it.
+	AddLayerNorm(sum, out, mean, rstd, x, y, w, b Ref, rows, cols int, eps float32, m DropoutMask)
+
 	// DropoutAdd writes out[i] = x[i] + y[i]·s[i], where s[i] is m.Scale
 	// where m keeps element i and 0 where it does not (so a dropped
 	// infinity or NaN stays NaN, as multiplying by a mask would); with x

@@ -164,6 +164,13 @@ func lnBackwardRowGo(dr, xr, gr, ws, pw, pb []float32, m, rsd float32) {
 // on the thread count.
 const lnChunk = 64
 
+// AddLayerNorm implements backend.Backend: the two ops it fuses, one
+// after the other (the CPU's caches serve the second).
+func (c *CPU) AddLayerNorm(sum, out, mean, rstd, x, y, w, b backend.Ref, rows, cols int, eps float32, m backend.DropoutMask) {
+	c.DropoutAdd(sum, x, y, rows*cols, m)
+	c.LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps)
+}
+
 // LayerNormBackward implements backend.Backend.
 func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
 	chunks := (rows + lnChunk - 1) / lnChunk

@@ -536,6 +536,12 @@ func (c *CUDA) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
 	c.check("dropout_add", kernels.DropoutAdd(c, c.dt(y), c.ptr(out), c.ptr(x), c.ptr(y), n, m, c.ptr(m.Base)))
 }
 
+// AddLayerNorm implements backend.Backend.
+func (c *CUDA) AddLayerNorm(sum, out, mean, rstd, x, y, w, b backend.Ref, rows, cols int, eps float32, m backend.DropoutMask) {
+	c.check("add_layer_norm", kernels.AddLayerNorm(c, c.dt(y), c.ptr(sum), c.ptr(out), c.ptr(mean), c.ptr(rstd), c.ptr(x), c.ptr(y), c.ptr(w), c.ptr(b),
+		rows, cols, eps, m, c.ptr(m.Base)))
+}
+
 // DropoutBases implements backend.Backend.
 func (c *CUDA) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
 	c.check("dropout_bases", kernels.DropoutBases(c, c.ptr(bases), c.ptr(stats), micros, seed))

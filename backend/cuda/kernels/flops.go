@@ -50,6 +50,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 4 * arg("rows") * arg("cols")
 	case "layernorm":
 		return 8 * arg("rows") * arg("cols")
+	case "add_layernorm": // the add (and mask) then the LayerNorm
+		return 10 * arg("rows") * arg("cols")
 	case "layernorm_backward_dx": // the masked copy, where asked for, is one more multiply
 		return 10 * arg("rows") * arg("cols")
 	case "layernorm_backward_dwdb": // the partials, then their sums

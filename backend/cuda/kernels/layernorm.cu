@@ -55,6 +55,62 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 	fleet_layernorm_impl<fleet_bf16>(out, mean, rstd, x, w, b, rows, cols, eps);
 }
 
+// fleet_add_layernorm_<t>: sum = x + y*f (x null: y*f), f the dropout
+// factor of each element (fleet_dropout_factor; 1 for a plain add), then
+// out = LayerNorm(sum) as fleet_layernorm_<t> computes it, from sum as
+// stored: the bits of fleet_dropout_add_<t> followed by
+// fleet_layernorm_<t>, in one pass (each lane reads back only what it
+// wrote). One warp per row, grid-stride over rows.
+template <class S>
+__device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restrict__ sum, typename S::T *__restrict__ out, float *__restrict__ mean,
+	float *__restrict__ rstd, const typename S::T *__restrict__ x, const typename S::T *__restrict__ y, const float *__restrict__ w,
+	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	unsigned long long sd = fleet_dropout_seed(seed, seedBase);
+	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
+		long long o = r * cols;
+		typename S::T *sr = sum + o;
+		float s = 0.0f;
+		for (int j = lane; j < cols; j += 32) {
+			float v = __fmul_rn(S::ld(y, o + j), fleet_dropout_factor(sd, (unsigned long long)threshold, scale, o + j));
+			if (x != 0) {
+				v = __fadd_rn(S::ld(x, o + j), v);
+			}
+			S::st(sr, j, v);
+			s += S::ld(sr, j);
+		}
+		float m = fleet_warp_sum(s) / (float)cols;
+		float sq = 0.0f;
+		for (int j = lane; j < cols; j += 32) {
+			float d = S::ld(sr, j) - m;
+			sq += d * d;
+		}
+		float rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
+		for (int j = lane; j < cols; j += 32) {
+			float v = (S::ld(sr, j) - m) * rs * w[j];
+			if (b != 0) {
+				v += b[j];
+			}
+			S::st(out + o, j, v);
+		}
+		if (lane == 0) {
+			mean[r] = m;
+			rstd[r] = rs;
+		}
+	}
+}
+
+extern "C" __global__ void fleet_add_layernorm_f32(float *__restrict__ sum, float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+	const float *__restrict__ x, const float *__restrict__ y, const float *__restrict__ w, const float *__restrict__ b, int rows, int cols, float eps,
+	long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_add_layernorm_impl<fleet_f32>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, threshold, scale, seedBase);
+}
+extern "C" __global__ void fleet_add_layernorm_bf16(unsigned short *__restrict__ sum, unsigned short *__restrict__ out, float *__restrict__ mean,
+	float *__restrict__ rstd, const unsigned short *__restrict__ x, const unsigned short *__restrict__ y, const float *__restrict__ w,
+	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_add_layernorm_impl<fleet_bf16>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, threshold, scale, seedBase);
+}
+
 // fleet_layernorm_backward_dx_<t>: with xhat = (x - mean)*rstd and g = dout,
 // dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row, plus
 // dres[same element] unless dres is null (the gradient x gathered from its

@@ -496,6 +496,24 @@ func LayerNorm[B comparable](l Launcher[B], dt backend.DType, out, mean, rstd, x
 	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(out, mean, rstd, x, w, b).Int(int32(rows), int32(cols)).Float(eps))
 }
 
+// AddLayerNorm is DropoutAdd (sum = x + y*m.Factor, x nil: y*m.Factor; base
+// m.Base) then LayerNorm of sum (out, mean, rstd), in one launch with the
+// same bits (backend.Backend.AddLayerNorm).
+func AddLayerNorm[B comparable](l Launcher[B], dt backend.DType, sum, out, mean, rstd, x, y, w, b B, rows, cols int, eps float32, m backend.DropoutMask, base B) error {
+	k, err := kernel("add_layernorm", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := checkInt("add_layernorm", rows, cols); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(sum, out, mean, rstd, x, y, w, b).Int(int32(rows), int32(cols)).Float(eps).
+		Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Buf(base))
+}
+
 // LayerNormBackwardScratch is the number of F32 elements of scratch
 // LayerNormBackward needs: the partial sums, then a counter per 32 columns.
 func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols + (cols+31)/32 }

@@ -276,6 +276,7 @@ func init() {
 			"fleet_softmax_" + sfx(dt):                 softmaxCase(dt),
 			"fleet_softmax_backward_" + sfx(dt):        softmaxBackwardCase(dt),
 			"fleet_layernorm_" + sfx(dt):               layerNormCase(dt),
+			"fleet_add_layernorm_" + sfx(dt):           addLayerNormCase(dt),
 			"fleet_layernorm_backward_dx_" + sfx(dt):   layerNormBackwardCase(dt, lnDxShapes),
 			"fleet_layernorm_backward_dwdb_" + sfx(dt): layerNormBackwardCase(dt, lnDwShapes),
 			"fleet_crossentropy_" + sfx(dt):            crossEntropyCase(dt),
@@ -1037,6 +1038,86 @@ func lnInput(rng *rand.Rand, rows, cols int) (x, w, b []float32) {
 		x[i] += float32(i/max(cols, 1)%5) - 2
 	}
 	return x, randF32(rng, cols, 1), randF32(rng, cols, 0.5)
+}
+
+// elementwiseModule is elementwise.cu built for the emulator.
+func elementwiseModule(t *testing.T) *emu.Module {
+	for _, f := range kernels.Files() {
+		if f.Name == "elementwise.cu" {
+			return emu.MustBuild(t, f)
+		}
+	}
+	t.Fatal("no elementwise.cu")
+	return nil
+}
+
+// addLayerNormCase holds the fused residual add and LayerNorm to the two
+// kernels it fuses, fleet_dropout_add then fleet_layernorm, bit for bit,
+// and to the CPU's two ops: a plain add, a dropout add with a device base,
+// and a dropout alone (no x).
+func addLayerNormCase(dt backend.DType) emu.Case {
+	return func(t *testing.T, m *emu.Module) {
+		rng := newRNG(26)
+		const eps = 1e-5
+		for _, sh := range lnFwdShapes {
+			rows, cols := sh.rows, sh.cols
+			x, w, b := lnInput(rng, rows, cols)
+			x, y := round(dt, x), round(dt, randF32(rng, rows*cols, 1))
+			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
+			for kind, mask := range []backend.DropoutMask{{Scale: 1}, backend.NewDropoutMask(rng.Uint64(), 0.3), backend.NewDropoutMask(rng.Uint64(), 0.1)} {
+				withX := kind != 2
+				cs, co := cpuF32(make([]float32, rows*cols)), cpuF32(make([]float32, rows*cols))
+				cm, cr := cpuF32(make([]float32, rows)), cpuF32(make([]float32, rows))
+				var cx, cb backend.Ref
+				if withX {
+					cx = cpuF32(x)
+				}
+				if sh.bias {
+					cb = cpuF32(b)
+				}
+				cmask := mask
+				if kind == 1 {
+					cmask.Base = cpuI32(base)
+				}
+				cpuB.AddLayerNorm(cs, co, cm, cr, cx, cpuF32(y), cpuF32(w), cb, rows, cols, eps, cmask)
+				want := [][]float32{cpuGet(cs, rows*cols), cpuGet(co, rows*cols), cpuGet(cm, rows), cpuGet(cr, rows)}
+				run := func(fused bool) [][]float32 {
+					return twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+						sum, out := devOut(dt, rows*cols), devOut(dt, rows*cols)
+						mean, rstd := emu.Poison(emu.F32, rows), emu.Poison(emu.F32, rows)
+						var dx, db, dbase *emu.Buffer
+						if withX {
+							dx = devIn(dt, x)
+						}
+						if sh.bias {
+							db = emu.NewF32(b)
+						}
+						if kind == 1 {
+							dbase = emu.NewI32(base)
+						}
+						if fused {
+							must(t, kernels.AddLayerNorm(l, dt, sum, out, mean, rstd, dx, devIn(dt, y), emu.NewF32(w), db, rows, cols, eps, mask, dbase))
+						} else {
+							el := launcher{elementwiseModule(t).WithSchedule(m.Schedule()), l.(launcher).sms}
+							must(t, kernels.DropoutAdd(el, dt, sum, dx, devIn(dt, y), rows*cols, mask, dbase))
+							must(t, kernels.LayerNorm(l, dt, out, mean, rstd, sum, emu.NewF32(w), db, rows, cols, eps))
+						}
+						return [][]float32{devGet(sum), devGet(out), mean.F32(), rstd.F32()}
+					})
+				}
+				got, apart := run(true), run(false)
+				what := fmt.Sprintf("add layernorm %v %dx%d bias=%v kind %d", dt, rows, cols, sh.bias, kind)
+				for k, name := range []string{"sum", "out", "mean", "rstd"} {
+					checkBits(t, what+" "+name+" (fused against the two kernels)", got[k], apart[k])
+					tl := tol(dt) // (bf16: the device's sum is stored rounded, the CPU's is not)
+					if k >= 2 && dt == backend.F32 {
+						tl = 1e-5
+					}
+					checkClose(t, what+" "+name+" (against the CPU)", got[k], want[k], tl)
+				}
+			}
+		}
+	}
 }
 
 func layerNormCase(dt backend.DType) emu.Case {
