@@ -227,12 +227,42 @@ func (m *GPT) To(dev tensor.Device) {
 // Device is where the parameters live.
 func (m *GPT) Device() tensor.Device { return m.WTE.W.T.Device() }
 
-// Forward maps token ids [B, T] (I32) to logits [B, T, vocab].
+// Forward maps token ids [B, T] (I32) to logits [B, T, vocab]. Without
+// recomputation each residual add runs with the LayerNorm after it in one
+// pass (nn.Dropout.ResidualLN): the embeddings' dropout with the first
+// block's first LayerNorm, each block's attention add with its second,
+// its MLP add with the next block's first (the last block's with the
+// final LayerNorm). The values are those of the ops one after the other.
 func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 	p := &m.pass
+	if !m.recompute {
+		return m.forwardFused(idx, p)
+	}
 	x := m.embed(idx, p)
 	x = m.blocks(x, 0, len(m.Blocks), p)
 	return m.head(x, m.WTE.W.T)
+}
+
+// forwardFused is Forward with the adds fused with the LayerNorms.
+func (m *GPT) forwardFused(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
+	next := func(i int) *nn.LayerNorm {
+		if i < len(m.Blocks) {
+			return m.Blocks[i].LN1
+		}
+		return m.LNF
+	}
+	x, h := m.Drop.ResidualLN(nil, m.embedSum(idx, p), p.masks(), next(0))
+	for i, b := range m.Blocks {
+		x, h = b.forwardLN(x, h, p, next(i+1))
+	}
+	return tensor.LinearT(h, m.WTE.W.T)
+}
+
+// forwardLN is Forward for a residual stream x whose LN1 is h already:
+// it returns the block's output and next of it.
+func (b *Block) forwardLN(x, h *tensor.Tensor, p *Pass, next *nn.LayerNorm) (*tensor.Tensor, *tensor.Tensor) {
+	x, h2 := b.Attn.ResidualLN(x, h, p.kv(b.layer), p.masks(), b.LN2)
+	return b.MLP.ResidualLN(x, h2, p.masks(), next)
 }
 
 // Loss is the mean cross-entropy of predicting targets [B, T] from idx [B, T].
@@ -244,6 +274,11 @@ func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
 // plus position embeddings, then dropout. The positions count from 0, or
 // from p.Cache.Pos with a cache.
 func (m *GPT) embed(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
+	return m.Drop.Forward(m.embedSum(idx, p), p.masks())
+}
+
+// embedSum is embed before the dropout.
+func (m *GPT) embedSum(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 	B, T := idx.Dim(0), idx.Dim(1)
 	start := 0
 	if p.Cache != nil {
@@ -262,8 +297,7 @@ func (m *GPT) embed(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 	} else {
 		pos = positions(m.Device(), B, T, start)
 	}
-	x := tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(pos))
-	return m.Drop.Forward(x, p.masks())
+	return tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(pos))
 }
 
 // blocks runs blocks [lo, hi) on the residual stream x. With

@@ -32,6 +32,12 @@ func (a *CausalSelfAttention) Residual(res, x *tensor.Tensor, kv *KV, masks *Mas
 	return a.ResidDrop.Residual(res, a.project(x, kv), masks)
 }
 
+// ResidualLN is Residual fused with the LayerNorm ln after it
+// (Dropout.ResidualLN): res + Forward(x, kv, masks), and ln of that.
+func (a *CausalSelfAttention) ResidualLN(res, x *tensor.Tensor, kv *KV, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
+	return a.ResidDrop.ResidualLN(res, a.project(x, kv), masks, ln)
+}
+
 // project is Forward before the dropout.
 func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV) *tensor.Tensor {
 	qkv := a.CAttn.Forward(x)
@@ -65,6 +71,12 @@ func (m *MLP) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 // dropout (Dropout.Residual).
 func (m *MLP) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	return m.Drop.Residual(res, m.apply(x), masks)
+}
+
+// ResidualLN is Residual fused with the LayerNorm ln after it
+// (Dropout.ResidualLN): res + Forward(x, masks), and ln of that.
+func (m *MLP) ResidualLN(res, x *tensor.Tensor, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
+	return m.Drop.ResidualLN(res, m.apply(x), masks, ln)
 }
 
 // apply is Forward before the dropout.

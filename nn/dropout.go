@@ -39,6 +39,27 @@ func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	return out
 }
 
+// ResidualLN is Residual (x nil: Forward(y)) with the LayerNorm ln that
+// reads its result, in one pass (tensor.AddLayerNorm): it returns the sum
+// and ln of it, the same values and masks as the ops one after the other.
+func (d *Dropout) ResidualLN(x, y *tensor.Tensor, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
+	var p float32
+	var r *tensor.RNG
+	var base *tensor.Tensor
+	if masks != nil && d.Training && d.P > 0 {
+		p, r, base = d.P, masks.RNG, masks.Base
+	}
+	var b *tensor.Tensor
+	if ln.B != nil {
+		b = ln.B.T
+	}
+	sum, out = tensor.AddLayerNorm(x, y, p, r, base, ln.W.T, b, ln.Eps)
+	if rows := y.Dim(0); p > 0 && masks.Rows > rows {
+		masks.skip(uint64(masks.Rows-rows) * uint64(y.Numel()/rows))
+	}
+	return sum, out
+}
+
 // Masks is where the dropout layers of one forward pass draw their masks:
 // from RNG, one number per element, layer after layer in the order they
 // run. The same RNG state gives the same masks (tensor.CheckpointRNG

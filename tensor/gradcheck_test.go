@@ -438,3 +438,53 @@ func TestCrossEntropyInPlace(t *testing.T) {
 		t.Error("the plain loss's logits changed too, or the in-place one's did not")
 	}
 }
+
+// TestAddLayerNorm: the fused add and LayerNorm give the two ops' values
+// and gradients bit for bit: a plain add, a dropout add, a dropout alone.
+func TestAddLayerNorm(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		p     float32
+		withX bool
+	}{{"add", 0, true}, {"dropout add", 0.3, true}, {"dropout", 0.25, false}} {
+		run := func(fused bool) (vals [][]float32) {
+			Step(func() {
+				x := Randn(CPU, NewRNG(4), 1, 3, 16).SetRequiresGrad(true)
+				y := Randn(CPU, NewRNG(5), 1, 3, 16).SetRequiresGrad(true)
+				w := Randn(CPU, NewRNG(6), 1, 16).SetRequiresGrad(true)
+				b := Randn(CPU, NewRNG(7), 1, 16).SetRequiresGrad(true)
+				var xx *Tensor
+				if c.withX {
+					xx = x
+				}
+				var sum, out *Tensor
+				if fused {
+					sum, out = AddLayerNorm(xx, y, c.p, NewRNG(9), nil, w, b, 1e-5)
+				} else {
+					if c.withX {
+						sum = AddDropout(x, y, c.p, NewRNG(9))
+					} else {
+						sum = Dropout(y, c.p, NewRNG(9))
+					}
+					out = LayerNorm(sum, w, b, 1e-5)
+				}
+				// Both outputs feed the loss, as a residual stream's do.
+				loss := Sum(Add(Mul(out, out), sum))
+				loss.Backward()
+				vals = [][]float32{sum.Float32s(), out.Float32s(), y.Grad.Float32s(), w.Grad.Float32s(), b.Grad.Float32s()}
+				if c.withX {
+					vals = append(vals, x.Grad.Float32s())
+				}
+			})
+			return vals
+		}
+		want, got := run(false), run(true)
+		for k := range want {
+			for i := range want[k] {
+				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+					t.Fatalf("%s: output %d[%d] = %v fused, %v apart", c.name, k, i, got[k][i], want[k][i])
+				}
+			}
+		}
+	}
+}

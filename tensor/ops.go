@@ -699,6 +699,71 @@ func AddDropoutAt(x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 	return dropout("add_dropout", x, y, p, r, base)
 }
 
+// AddLayerNorm returns sum = x + DropoutAt(y, p, r, base) (x nil: the
+// dropout alone; p 0: a plain add) and LayerNorm(sum, w, b, eps), computed
+// in one pass (backend.Backend.AddLayerNorm): a residual add fused with
+// the LayerNorm that reads its result. The values and the graph are those
+// of the two ops.
+func AddLayerNorm(x, y *Tensor, p float32, r *RNG, base *Tensor, w, b *Tensor, eps float32) (sum, out *Tensor) {
+	const op = "add_layer_norm"
+	if x == nil && p == 0 {
+		return y, LayerNorm(y, w, b, eps)
+	}
+	if p < 0 || p >= 1 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
+	}
+	check(op, y, w)
+	wantDType(op, F32, y, w)
+	var xr, br backend.Ref
+	if x != nil {
+		check(op, x, y)
+		wantDType(op, F32, x)
+		sameShape(op, x, y)
+		xr = x.ref()
+	}
+	rows, cols := rowsOf(y)
+	if len(w.shape) != 1 || w.shape[0] != cols {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{y, w}})
+	}
+	if b != nil {
+		check(op, y, b)
+		sameShape(op, w, b)
+		br = b.ref()
+	}
+	m := backend.DropoutMask{Scale: 1} // a plain add: every element kept, times 1
+	if p > 0 {
+		m = backend.NewDropoutMask(r.State, p)
+		if base != nil {
+			check(op, y, base)
+			wantDType(op, I32, base)
+			m.Base = base.ref()
+		}
+		r.State += uint64(y.Numel()) * rng.Gamma
+	}
+	sum = like(op, y, y.shape)
+	out = like(op, y, y.shape)
+	mean := like(op, y, Shape{rows})
+	rstd := like(op, y, Shape{rows})
+	y.be.AddLayerNorm(sum.ref(), out.ref(), mean.ref(), rstd.ref(), xr, y.ref(), w.ref(), br, rows, cols, eps, m)
+	// The graph of the two ops: the add (or dropout), then the LayerNorm.
+	if p > 0 {
+		opName := "add_dropout"
+		if x == nil {
+			opName = "dropout"
+		}
+		if nd := record(sum, opName, dropoutBackward, y, x); nd != nil {
+			nd.u, nd.f = m.Seed, p
+			nd.saved[0] = base
+		}
+	} else {
+		record(sum, "add", addBackward, x, y)
+	}
+	if nd := record(out, "layer_norm", layerNormBackward, sum, w, b); nd != nil {
+		nd.saved[0], nd.saved[1] = mean, rstd
+	}
+	return sum, out
+}
+
 // DropoutBases writes each micro-step's dropout state for a step replayed
 // from a graph into bases (I32, two per micro-step), from the step clock
 // in stats: see backend.Backend.DropoutBases.
