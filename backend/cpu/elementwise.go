@@ -456,14 +456,8 @@ func (c *CPU) ScalerCoef(coef, stats, sumsq backend.Ref, maxNorm float64, step i
 		}
 		sc[backend.ScalerTracker] = tracker
 		pos := max(step-int(sc[backend.ScalerSkipped]), 0)
-		lr := f32(s.LRs)[min(pos, s.NLR-1)]
-		t := pos + 1
-		bc1 := 1 - powInt(float64(s.Beta1), t)
-		bc2 := 1 - powInt(float64(s.Beta2), t)
-		sc[backend.ScalerLR] = lr
-		sc[backend.ScalerStepSize] = float32(float64(lr) / bc1)
-		sc[backend.ScalerInvBC2Sqrt] = float32(1 / math.Sqrt(bc2))
-		sc[backend.ScalerAdamSteps] = float32(t)
+		adamSched(sc[backend.ScalerLR:backend.ScalerLR+3], f32(s.LRs)[:s.NLR], pos, pos+1, s.Beta1, s.Beta2)
+		sc[backend.ScalerAdamSteps] = float32(pos + 1)
 	}
 	sc[backend.ScalerSeed] = sc[backend.ScalerScale] * s.SeedFactor
 }
@@ -476,11 +470,17 @@ func (c *CPU) StepClock(stats, sched, lrs backend.Ref, nlr int, beta1, beta2 flo
 	if sched.Nil() {
 		return
 	}
-	lr := f32(lrs)[min(max(i, 0), nlr-1)]
-	bc1 := 1 - powInt(float64(beta1), i+1)
-	bc2 := 1 - powInt(float64(beta2), i+1)
-	s := f32(sched)[:3]
-	s[0], s[1], s[2] = lr, float32(float64(lr)/bc1), float32(1/math.Sqrt(bc2))
+	adamSched(f32(sched)[:3], f32(lrs)[:nlr], max(i, 0), i+1, beta1, beta2)
+}
+
+// adamSched writes update t's learning rate lrs[min(pos, len-1)] and
+// AdamW's constants lr/(1-b1^t), 1/sqrt(1-b2^t) into sched: the schedule
+// ScalerCoef and StepClock both write, as the kernels do.
+func adamSched(sched, lrs []float32, pos, t int, beta1, beta2 float32) {
+	lr := lrs[min(pos, len(lrs)-1)]
+	bc1 := 1 - powInt(float64(beta1), t)
+	bc2 := 1 - powInt(float64(beta2), t)
+	sched[0], sched[1], sched[2] = lr, float32(float64(lr)/bc1), float32(1/math.Sqrt(bc2))
 }
 
 // DropoutBases implements backend.Backend.

@@ -27,34 +27,10 @@ extern "C" __global__ void fleet_test_axpy(float *y, const float *x, float a, lo
 // load, launch, copies both ways (pinned and not), events, out-of-memory,
 // and a cuBLAS GEMM. It skips, saying why, where there is no GPU.
 func TestGPU(t *testing.T) {
-	d, err := driver.Open()
-	if err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	if err := d.Init(); err != nil {
-		t.Skipf("cuInit: %v", err)
-	}
-	if n, err := d.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no CUDA device (%d, %v)", n, err)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	info, err := d.DeviceInfo(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, info := gpu(t)
 	t.Logf("driver %s (%s): %+v", d.Lib.Version(), d.Lib.Path, info)
 	if m := d.Missing(); len(m) > 0 {
 		t.Errorf("driver lacks %v", m)
-	}
-	dev, _ := d.Device(0)
-	ctx, err := d.PrimaryCtxRetain(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.PrimaryCtxRelease(dev)
-	if err := d.CtxSetCurrent(ctx); err != nil {
-		t.Fatal(err)
 	}
 	free, total, err := d.MemGetInfo()
 	t.Logf("memory: %d MiB free of %d MiB (%v)", free>>20, total>>20, err)
@@ -215,33 +191,9 @@ func TestGPU(t *testing.T) {
 // layouts the emulator assumes, confirmed on hardware. It skips where
 // there is no GPU.
 func TestGPUWarpMatrixProbe(t *testing.T) {
-	d, err := driver.Open()
-	if err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	if err := d.Init(); err != nil {
-		t.Skipf("cuInit: %v", err)
-	}
-	if n, err := d.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no CUDA device (%d, %v)", n, err)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	info, err := d.DeviceInfo(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, info := gpu(t)
 	if info.Major < 8 {
 		t.Skipf("%s: mma.sync on bf16 needs sm_80 or later", info.Arch())
-	}
-	dev, _ := d.Device(0)
-	ctx, err := d.PrimaryCtxRetain(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.PrimaryCtxRelease(dev)
-	if err := d.CtxSetCurrent(ctx); err != nil {
-		t.Fatal(err)
 	}
 	nv, err := nvrtc.Open()
 	if err != nil {
@@ -316,4 +268,37 @@ func TestGPUWarpMatrixProbe(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gpu opens the driver with device 0's primary context current on the
+// test's OS thread (locked to it until the test ends), or skips, saying
+// why, where there is no GPU.
+func gpu(t *testing.T) (*driver.Driver, driver.Info) {
+	t.Helper()
+	d, err := driver.Open()
+	if err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	if err := d.Init(); err != nil {
+		t.Skipf("cuInit: %v", err)
+	}
+	if n, err := d.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device (%d, %v)", n, err)
+	}
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	info, err := d.DeviceInfo(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := d.Device(0)
+	ctx, err := d.PrimaryCtxRetain(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.PrimaryCtxRelease(dev) })
+	if err := d.CtxSetCurrent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d, info
 }

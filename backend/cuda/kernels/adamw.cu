@@ -14,6 +14,21 @@
 // Memory traffic: param, m and v
 // read and written once, grad read once. Launch: 1-D blocks of 256 threads,
 // grid min(ceil(n/256), 8 per SM), grid-stride loop.
+// fleet_adamw_elem updates element i of the parameters (its weight w, its
+// moments m and v, from its gradient g before the scale): the one update
+// both of fleet_adamw_f32's loops apply.
+__device__ __forceinline__ void fleet_adamw_elem(float &w, float &m, float &v, float g, long long i, float scale, float b1, float c1, float b2, float c2,
+	float invBC2Sqrt, float eps, float decay, float stepSize, long long decayEnd) {
+	g *= scale;
+	float mi = b1 * m + c1 * g;
+	float vi = b2 * v + c2 * g * g;
+	m = mi;
+	v = vi;
+	float denom = sqrtf(vi) * invBC2Sqrt + eps;
+	float d = decayEnd > 0 && i >= decayEnd ? 1.0f : decay;
+	w = w * d - stepSize * (mi / denom);
+}
+
 extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m, float *__restrict__ v,
 	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize,
 	long long decayEnd, long long n, const float *__restrict__ sched, float wd) {
@@ -32,28 +47,13 @@ extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const floa
 			float4 pw = ((float4 *)param)[q], pg = ((const float4 *)grad)[q], pm = ((float4 *)m)[q], pv = ((float4 *)v)[q];
 			float *w4 = &pw.x, *g4 = &pg.x, *m4 = &pm.x, *v4 = &pv.x;
 			for (int k = 0; k < 4; k++) {
-				long long i = 4 * q + k;
-				float g = g4[k] * scale;
-				float mi = b1 * m4[k] + c1 * g;
-				float vi = b2 * v4[k] + c2 * g * g;
-				m4[k] = mi;
-				v4[k] = vi;
-				float denom = sqrtf(vi) * invBC2Sqrt + eps;
-				float d = decayEnd > 0 && i >= decayEnd ? 1.0f : decay;
-				w4[k] = w4[k] * d - stepSize * (mi / denom);
+				fleet_adamw_elem(w4[k], m4[k], v4[k], g4[k], 4 * q + k, scale, b1, c1, b2, c2, invBC2Sqrt, eps, decay, stepSize, decayEnd);
 			}
 			((float4 *)param)[q] = pw, ((float4 *)m)[q] = pm, ((float4 *)v)[q] = pv;
 		}
 		return;
 	}
 	FLEET_FOR_EACH(i, n) {
-		float g = grad[i] * scale;
-		float mi = b1 * m[i] + c1 * g;
-		float vi = b2 * v[i] + c2 * g * g;
-		m[i] = mi;
-		v[i] = vi;
-		float denom = sqrtf(vi) * invBC2Sqrt + eps;
-		float d = decayEnd > 0 && i >= decayEnd ? 1.0f : decay;
-		param[i] = param[i] * d - stepSize * (mi / denom);
+		fleet_adamw_elem(param[i], m[i], v[i], grad[i], i, scale, b1, c1, b2, c2, invBC2Sqrt, eps, decay, stepSize, decayEnd);
 	}
 }

@@ -10,39 +10,47 @@
 // usually from L1/L2), w and b read per row (cached), out written once.
 // Launch: 1-D blocks of 256 threads (8 rows at a time), grid
 // min(ceil(rows/8), 8 per SM).
+// fleet_layernorm_row normalises row r (xr, cols wide) into yr with one
+// warp, lane being this thread's, and saves its mean and rstd (where not
+// null): the row fleet_layernorm_<t> and fleet_add_layernorm_<t> both
+// normalise.
+template <class S>
+__device__ __forceinline__ void fleet_layernorm_row(typename S::T *__restrict__ yr, float *__restrict__ mean, float *__restrict__ rstd, long long r,
+	const typename S::T *__restrict__ xr, const float *__restrict__ w, const float *__restrict__ b, int cols, float eps, int lane) {
+	float s = 0.0f;
+	for (int j = lane; j < cols; j += 32) {
+		s += S::ld(xr, j);
+	}
+	float m = fleet_warp_sum(s) / (float)cols;
+	float sq = 0.0f;
+	for (int j = lane; j < cols; j += 32) {
+		float d = S::ld(xr, j) - m;
+		sq += d * d;
+	}
+	float rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
+	for (int j = lane; j < cols; j += 32) {
+		float v = (S::ld(xr, j) - m) * rs * w[j];
+		if (b != 0) {
+			v += b[j];
+		}
+		S::st(yr, j, v);
+	}
+	if (lane == 0) {
+		if (mean != 0) {
+			mean[r] = m;
+		}
+		if (rstd != 0) {
+			rstd[r] = rs;
+		}
+	}
+}
+
 template <class S>
 __device__ __forceinline__ void fleet_layernorm_impl(typename S::T *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
 	const typename S::T *__restrict__ x, const float *__restrict__ w, const float *__restrict__ b, int rows, int cols, float eps) {
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
-		const typename S::T *xr = x + r * cols;
-		typename S::T *yr = out + r * cols;
-		float s = 0.0f;
-		for (int j = lane; j < cols; j += 32) {
-			s += S::ld(xr, j);
-		}
-		float m = fleet_warp_sum(s) / (float)cols;
-		float sq = 0.0f;
-		for (int j = lane; j < cols; j += 32) {
-			float d = S::ld(xr, j) - m;
-			sq += d * d;
-		}
-		float rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
-		for (int j = lane; j < cols; j += 32) {
-			float v = (S::ld(xr, j) - m) * rs * w[j];
-			if (b != 0) {
-				v += b[j];
-			}
-			S::st(yr, j, v);
-		}
-		if (lane == 0) {
-			if (mean != 0) {
-				mean[r] = m;
-			}
-			if (rstd != 0) {
-				rstd[r] = rs;
-			}
-		}
+		fleet_layernorm_row<S>(out + r * cols, mean, rstd, r, x + r * cols, w, b, cols, eps, lane);
 	}
 }
 
@@ -59,8 +67,8 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 // factor of each element (fleet_dropout_factor; 1 for a plain add), then
 // out = LayerNorm(sum) as fleet_layernorm_<t> computes it, from sum as
 // stored: the bits of fleet_dropout_add_<t> followed by
-// fleet_layernorm_<t>, in one pass (each lane reads back only what it
-// wrote). One warp per row, grid-stride over rows.
+// fleet_layernorm_<t>, in one launch, the row still in cache (each lane
+// reads back only what it wrote). One warp per row, grid-stride over rows.
 template <class S>
 __device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restrict__ sum, typename S::T *__restrict__ out, float *__restrict__ mean,
 	float *__restrict__ rstd, const typename S::T *__restrict__ x, const typename S::T *__restrict__ y, const float *__restrict__ w,
@@ -69,34 +77,14 @@ __device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restri
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		long long o = r * cols;
-		typename S::T *sr = sum + o;
-		float s = 0.0f;
 		for (int j = lane; j < cols; j += 32) {
 			float v = __fmul_rn(S::ld(y, o + j), fleet_dropout_factor(sd, (unsigned long long)threshold, scale, o + j));
 			if (x != 0) {
 				v = __fadd_rn(S::ld(x, o + j), v);
 			}
-			S::st(sr, j, v);
-			s += S::ld(sr, j);
+			S::st(sum + o, j, v);
 		}
-		float m = fleet_warp_sum(s) / (float)cols;
-		float sq = 0.0f;
-		for (int j = lane; j < cols; j += 32) {
-			float d = S::ld(sr, j) - m;
-			sq += d * d;
-		}
-		float rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
-		for (int j = lane; j < cols; j += 32) {
-			float v = (S::ld(sr, j) - m) * rs * w[j];
-			if (b != 0) {
-				v += b[j];
-			}
-			S::st(out + o, j, v);
-		}
-		if (lane == 0) {
-			mean[r] = m;
-			rstd[r] = rs;
-		}
+		fleet_layernorm_row<S>(out + o, mean, rstd, r, sum + o, w, b, cols, eps, lane);
 	}
 }
 

@@ -56,6 +56,18 @@ __device__ __forceinline__ double fleet_pow_int(double b, long long t) {
 	return r;
 }
 
+// fleet_adam_sched writes update t's learning rate lrs[min(pos, nlr-1)]
+// and AdamW's constants lr/(1-b1^t), 1/sqrt(1-b2^t) into sched[0..2]: the
+// schedule fleet_scaler_coef_f32 and fleet_step_clock_f32 both write.
+__device__ __forceinline__ void fleet_adam_sched(float *sched, const float *lrs, int nlr, int pos, long long t, float b1, float b2) {
+	float lr = lrs[pos < nlr ? pos : nlr - 1];
+	double bc1 = 1.0 - fleet_pow_int((double)b1, t);
+	double bc2 = 1.0 - fleet_pow_int((double)b2, t);
+	sched[0] = lr;
+	sched[1] = (float)((double)lr / bc1);
+	sched[2] = (float)(1.0 / sqrt(bc2));
+}
+
 // fleet_scaler_coef_f32: fp16's dynamic loss scaling and the clip, on the
 // device (backend.Scaler, backend.Backend.ScalerCoef). state: scale,
 // growth tracker, skipped steps, backward seed, lr, stepSize, invBC2Sqrt,
@@ -97,13 +109,8 @@ extern "C" __global__ void fleet_scaler_coef_f32(float *__restrict__ coef, float
 		if (pos < 0) {
 			pos = 0;
 		}
-		float lr = lrs[pos < nlr ? pos : nlr - 1];
 		long long t = (long long)pos + 1;
-		double bc1 = 1.0 - fleet_pow_int((double)b1, t);
-		double bc2 = 1.0 - fleet_pow_int((double)b2, t);
-		state[4] = lr;
-		state[5] = (float)((double)lr / bc1);
-		state[6] = (float)(1.0 / sqrt(bc2));
+		fleet_adam_sched(state + 4, lrs, nlr, pos, t, b1, b2);
 		state[7] = (float)t;
 	}
 	state[3] = state[0] * seedFactor;
@@ -120,14 +127,7 @@ extern "C" __global__ void fleet_step_clock_f32(float *__restrict__ stats, float
 	if (sched == 0) {
 		return;
 	}
-	int pos = i < 0 ? 0 : i;
-	float lr = lrs[pos < nlr ? pos : nlr - 1];
-	long long t = (long long)i + 1;
-	double bc1 = 1.0 - fleet_pow_int((double)b1, t);
-	double bc2 = 1.0 - fleet_pow_int((double)b2, t);
-	sched[0] = lr;
-	sched[1] = (float)((double)lr / bc1);
-	sched[2] = (float)(1.0 / sqrt(bc2));
+	fleet_adam_sched(sched, lrs, nlr, i < 0 ? 0 : i, (long long)i + 1, b1, b2);
 }
 
 // fleet_splitmix is SplitMix64's output function (rng.Mix64).
