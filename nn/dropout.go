@@ -19,9 +19,7 @@ func (d *Dropout) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 		return x
 	}
 	y := tensor.DropoutAt(x, d.P, masks.RNG, masks.Base)
-	if rows := x.Dim(0); masks.Rows > rows {
-		masks.skip(uint64(masks.Rows-rows) * uint64(x.Numel()/rows))
-	}
+	masks.skipRows(x)
 	return y
 }
 
@@ -33,9 +31,7 @@ func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
 		return tensor.Add(x, y)
 	}
 	out := tensor.AddDropoutAt(x, y, d.P, masks.RNG, masks.Base)
-	if rows := y.Dim(0); masks.Rows > rows {
-		masks.skip(uint64(masks.Rows-rows) * uint64(y.Numel()/rows))
-	}
+	masks.skipRows(y)
 	return out
 }
 
@@ -54,8 +50,8 @@ func (d *Dropout) ResidualLN(x, y *tensor.Tensor, masks *Masks, ln *LayerNorm) (
 		b = ln.B.T
 	}
 	sum, out = tensor.AddLayerNorm(x, y, p, r, base, ln.W.T, b, ln.Eps)
-	if rows := y.Dim(0); p > 0 && masks.Rows > rows {
-		masks.skip(uint64(masks.Rows-rows) * uint64(y.Numel()/rows))
+	if p > 0 {
+		masks.skipRows(y)
 	}
 	return sum, out
 }
@@ -93,3 +89,11 @@ func (m *Masks) Seek(base uint64, j, row0, perRow int) {
 // skip moves RNG n draws ahead without drawing: each draw of tensor.RNG
 // (a SplitMix64 generator) adds rng.Gamma to its state.
 func (m *Masks) skip(n uint64) { m.RNG.State += n * rng.Gamma }
+
+// skipRows moves RNG past the draws of the batch's rows other than x's
+// (see Rows), once a layer has drawn x's mask.
+func (m *Masks) skipRows(x *tensor.Tensor) {
+	if rows := x.Dim(0); m.Rows > rows {
+		m.skip(uint64(m.Rows-rows) * uint64(x.Numel()/rows))
+	}
+}

@@ -663,21 +663,11 @@ func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
 // its state now (r moves past all of them), as if drawn in order, but the
 // device draws each element's where it applies the mask, so no mask is
 // stored or crosses the bus. With p == 0 it returns x.
-func Dropout(x *Tensor, p float32, r *RNG) *Tensor {
-	if p == 0 {
-		return x
-	}
-	return dropout("dropout", nil, x, p, r, nil)
-}
+func Dropout(x *Tensor, p float32, r *RNG) *Tensor { return DropoutAt(x, p, r, nil) }
 
 // AddDropout returns x + Dropout(y, p, r) in one pass: a residual add of
 // a branch that ends in dropout.
-func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor {
-	if p == 0 {
-		return Add(x, y)
-	}
-	return dropout("add_dropout", x, y, p, r, nil)
-}
+func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor { return AddDropoutAt(x, y, p, r, nil) }
 
 // DropoutAt and AddDropoutAt are Dropout and AddDropout for a step replayed
 // from a graph: r's state is an offset, and the state it offsets, two I32
@@ -709,36 +699,18 @@ func AddLayerNorm(x, y *Tensor, p float32, r *RNG, base *Tensor, w, b *Tensor, e
 	if x == nil && p == 0 {
 		return y, LayerNorm(y, w, b, eps)
 	}
-	if p < 0 || p >= 1 {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
-	}
 	check(op, y, w)
-	wantDType(op, F32, y, w)
-	var xr, br backend.Ref
-	if x != nil {
-		check(op, x, y)
-		wantDType(op, F32, x)
-		sameShape(op, x, y)
-		xr = x.ref()
-	}
+	wantDType(op, F32, w)
+	xr, m := dropoutOperands(op, x, y, p, r, base)
 	rows, cols := rowsOf(y)
 	if len(w.shape) != 1 || w.shape[0] != cols {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{y, w}})
 	}
+	var br backend.Ref
 	if b != nil {
 		check(op, y, b)
 		sameShape(op, w, b)
 		br = b.ref()
-	}
-	m := backend.DropoutMask{Scale: 1} // a plain add: every element kept, times 1
-	if p > 0 {
-		m = backend.NewDropoutMask(r.State, p)
-		if base != nil {
-			check(op, y, base)
-			wantDType(op, I32, base)
-			m.Base = base.ref()
-		}
-		r.State += uint64(y.Numel()) * rng.Gamma
 	}
 	sum = like(op, y, y.shape)
 	out = like(op, y, y.shape)
@@ -746,18 +718,7 @@ func AddLayerNorm(x, y *Tensor, p float32, r *RNG, base *Tensor, w, b *Tensor, e
 	rstd := like(op, y, Shape{rows})
 	y.be.AddLayerNorm(sum.ref(), out.ref(), mean.ref(), rstd.ref(), xr, y.ref(), w.ref(), br, rows, cols, eps, m)
 	// The graph of the two ops: the add (or dropout), then the LayerNorm.
-	if p > 0 {
-		opName := "add_dropout"
-		if x == nil {
-			opName = "dropout"
-		}
-		if nd := record(sum, opName, dropoutBackward, y, x); nd != nil {
-			nd.u, nd.f = m.Seed, p
-			nd.saved[0] = base
-		}
-	} else {
-		record(sum, "add", addBackward, x, y)
-	}
+	recordDropout(sum, x, y, p, m, base)
 	if nd := record(out, "layer_norm", layerNormBackward, sum, w, b); nd != nil {
 		nd.saved[0], nd.saved[1] = mean, rstd
 	}
@@ -784,19 +745,31 @@ func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
 // has masked that gradient already, in its own backward pass (see
 // stashDropoutGrad), it takes the masked copy instead of another pass.
 func dropout(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+	xr, m := dropoutOperands(op, x, y, p, r, base)
+	out := like(op, y, y.shape)
+	y.be.DropoutAdd(out.ref(), xr, y.ref(), y.Numel(), m)
+	recordDropout(out, x, y, p, m, base)
+	return out
+}
+
+// dropoutOperands checks the operands of x + Dropout(y, p) (x nil: the
+// dropout alone) and draws the mask from r, moving r past y's elements;
+// with p 0 the mask keeps every element, times 1: a plain add.
+func dropoutOperands(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) (xr backend.Ref, m backend.DropoutMask) {
 	if p < 0 || p >= 1 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
 	}
 	wantDType(op, F32, y)
-	var xr backend.Ref
 	if x != nil {
 		check(op, x, y)
 		wantDType(op, F32, x)
 		sameShape(op, x, y)
 		xr = x.ref()
 	}
-	n := y.Numel()
-	m := backend.NewDropoutMask(r.State, p)
+	if p == 0 {
+		return xr, backend.DropoutMask{Scale: 1}
+	}
+	m = backend.NewDropoutMask(r.State, p)
 	if base != nil {
 		check(op, y, base)
 		wantDType(op, I32, base)
@@ -805,14 +778,26 @@ func dropout(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 		}
 		m.Base = base.ref()
 	}
-	r.State += uint64(n) * rng.Gamma
-	out := like(op, y, y.shape)
-	y.be.DropoutAdd(out.ref(), xr, y.ref(), n, m)
-	if nd := record(out, op, dropoutBackward, y, x); nd != nil {
+	r.State += uint64(y.Numel()) * rng.Gamma
+	return xr, m
+}
+
+// recordDropout records sum = x + Dropout(y, p) with mask m (x nil: the
+// dropout alone) in the graph: with p 0, a plain add.
+// The node keeps the mask: the seed in u, p in f, the base in saved[0].
+func recordDropout(sum, x, y *Tensor, p float32, m backend.DropoutMask, base *Tensor) {
+	if p == 0 {
+		record(sum, "add", addBackward, x, y)
+		return
+	}
+	op := "add_dropout"
+	if x == nil {
+		op = "dropout"
+	}
+	if nd := record(sum, op, dropoutBackward, y, x); nd != nil {
 		nd.u, nd.f = m.Seed, p
 		nd.saved[0] = base
 	}
-	return out
 }
 
 func dropoutBackward(n *node, g *Tensor) {
