@@ -326,16 +326,10 @@ func (c *CUDA) MatMulBiasGrad(p backend.MatMul, a, b, cc, dbias backend.Ref) boo
 			return false
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), c.compute(p, at))
-	m := cublas.LtMatmul{
-		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1, Beta: p.Beta,
-		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
-		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: cublas.EpilogueBGradA,
-		Bias: uint64(c.ptr(dbias)),
-	}
+	m := c.ltMatmulOf(p, a, b, cc, at, cublas.EpilogueBGradA)
+	m.Bias = uint64(c.ptr(dbias))
 	if err := c.g.ltMatmul(m); err != nil {
-		var status *cublas.Error
-		if errors.Is(err, errNoLt) || errors.As(err, &status) {
+		if ltRefused(err) {
 			c.noBGrad.Store(true) // kernels sum the bias gradient from now on
 			return false
 		}
@@ -396,12 +390,7 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 			c.fail(op, fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), c.compute(p, at))
-	m := cublas.LtMatmul{
-		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1,
-		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
-		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
-	}
+	m := c.ltMatmulOf(p, a, b, out, at, ep)
 	if !aux.Nil() {
 		m.Aux, m.AuxLD = uint64(c.ptr(aux)), p.N
 	}
@@ -409,17 +398,33 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 		m.Bias = uint64(c.ptr(bias))
 	}
 	if err := c.g.ltMatmul(m); err != nil {
-		// cuBLASLt said no (a status of its own, before queuing anything:
-		// not supported, or a layout it will not take, such as an aux
-		// leading dimension it wants aligned): the kernels do it instead.
-		var status *cublas.Error
-		if errors.Is(err, errNoLt) || errors.As(err, &status) {
+		if ltRefused(err) { // the kernels do it instead
 			c.noLt.Store(true)
 			return false
 		}
 		c.fail(op, err)
 	}
 	return true
+}
+
+// ltMatmulOf is product p (one matrix, alpha 1, C overwritten into D) of
+// operands stored as at with epilogue ep, as cuBLASLt takes it: mapped
+// onto its column-major form as gemmFor maps MatMul.
+func (c *CUDA) ltMatmulOf(p backend.MatMul, a, b, out backend.Ref, at backend.DType, ep cublas.Epilogue) cublas.LtMatmul {
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), c.compute(p, at))
+	return cublas.LtMatmul{
+		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1, Beta: p.Beta,
+		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
+		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
+	}
+}
+
+// ltRefused reports whether err is cuBLASLt saying no: absent, or a status
+// of its own before queuing anything (not supported, or a layout it will
+// not take, such as an aux leading dimension it wants aligned).
+func ltRefused(err error) bool {
+	var status *cublas.Error
+	return errors.Is(err, errNoLt) || errors.As(err, &status)
 }
 
 func dataType(dt backend.DType) cublas.DataType {
