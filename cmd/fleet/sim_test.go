@@ -12,21 +12,9 @@ import (
 // the file holds the step's counts and the cost model's figures, and the
 // printed report calls the device side an estimate.
 func TestBenchSimJSON(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "step.json")
-	code, stdout, stderr := fleet(t, "bench", "--device", "sim:h200", "--steps", "2", "--warmup", "1", "--json", out)
-	if code != 0 {
-		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
-	}
+	stdout, r := benchJSON(t, "--device", "sim:h200", "--steps", "2", "--warmup", "1")
 	if !strings.Contains(stdout, "simulated h200") || !strings.Contains(stdout, "(estimate)") {
 		t.Errorf("the report does not say what is simulated and estimated:\n%s", stdout)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r map[string]any
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
 	}
 	for _, k := range []string{"launches_per_step", "host_syncs_per_step", "h2d_bytes_per_step", "d2h_bytes_per_step",
 		"driver_allocs_per_step", "peak_memory_bytes", "bytes_touched_per_step", "flops_per_step", "host_ms_per_step",
@@ -55,23 +43,11 @@ func TestBenchSimJSON(t *testing.T) {
 // network's bandwidth.
 func TestBenchSimWorld(t *testing.T) {
 	run := func(world string) map[string]any {
-		out := filepath.Join(t.TempDir(), "step.json")
-		code, stdout, stderr := fleet(t, "bench", "--device", "sim:h200", "--n-layer", "4", "--n-embd", "256", "--n-head", "4",
+		stdout, r := benchJSON(t, "--device", "sim:h200", "--n-layer", "4", "--n-embd", "256", "--n-head", "4",
 			"--block-size", "128", "--batch-size", "8", "--vocab-size", "1000", "--bucket-mb", "1",
-			"--steps", "2", "--warmup", "2", "--matmuls=false", "--sim-world", world, "--json", out)
-		if code != 0 {
-			t.Fatalf("exit %d: %s%s", code, stdout, stderr)
-		}
+			"--steps", "2", "--warmup", "2", "--matmuls=false", "--sim-world", world)
 		if !strings.Contains(stdout, world+" ranks") || !strings.Contains(stdout, "not hidden by backward") {
 			t.Errorf("the report does not give the communication:\n%s", stdout)
-		}
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r map[string]any
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
 		}
 		return r
 	}
@@ -104,4 +80,24 @@ func TestBenchSimWorld(t *testing.T) {
 			t.Errorf("world %v: %v host syncs per step", c.world, s)
 		}
 	}
+}
+
+// benchJSON runs fleet bench with args and --json, failing the test where
+// it fails, and returns what it printed and the JSON it wrote.
+func benchJSON(t *testing.T, args ...string) (string, map[string]any) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "step.json")
+	code, stdout, stderr := fleet(t, append(append([]string{"bench"}, args...), "--json", out)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return stdout, r
 }

@@ -39,23 +39,7 @@ func TestGPU(t *testing.T) {
 		t.Errorf("1 PiB allocation: %v, want ErrOutOfMemory", err)
 	}
 
-	nv, err := nvrtc.Open()
-	if err != nil {
-		t.Skipf("no NVRTC: %v", err)
-	}
-	cubin, log, err := nv.Compile(axpySrc, "axpy.cu", info.Arch(), nvrtc.KernelOptions...)
-	if err != nil {
-		t.Skipf("NVRTC %s cannot compile for %s: %v\n%s", nv.Version(), info.Arch(), err, log)
-	}
-	mod, err := d.ModuleLoadData(cubin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.ModuleUnload(mod)
-	fn, err := d.ModuleGetFunction(mod, "fleet_test_axpy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn := kernel(t, d, info, axpySrc, "axpy.cu", "fleet_test_axpy")
 
 	const n = 1 << 20
 	x, y := make([]float32, n), make([]float32, n)
@@ -195,28 +179,12 @@ func TestGPUWarpMatrixProbe(t *testing.T) {
 	if info.Major < 8 {
 		t.Skipf("%s: mma.sync on bf16 needs sm_80 or later", info.Arch())
 	}
-	nv, err := nvrtc.Open()
-	if err != nil {
-		t.Skipf("no NVRTC: %v", err)
-	}
 	src, err := os.ReadFile("../kernels/testdata/mma_probe.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := kernels.NVRTCSource(kernels.File{Name: "mma_probe.cu", Source: string(src)})
-	cubin, log, err := nv.Compile(unit, "mma_probe.cu", info.Arch(), nvrtc.KernelOptions...)
-	if err != nil {
-		t.Skipf("NVRTC %s cannot compile for %s: %v\n%s", nv.Version(), info.Arch(), err, log)
-	}
-	mod, err := d.ModuleLoadData(cubin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.ModuleUnload(mod)
-	fn, err := d.ModuleGetFunction(mod, "fleet_probe_mma_bf16")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn := kernel(t, d, info, unit, "mma_probe.cu", "fleet_probe_mma_bf16")
 	a, b, c := make([]uint16, 16*16), make([]uint16, 16*8), make([]float32, 16*8)
 	for i := range a {
 		a[i] = backend.F32ToBF16(float32(math.Sin(float64(3*i + 1))))
@@ -301,4 +269,30 @@ func gpu(t *testing.T) (*driver.Driver, driver.Info) {
 		t.Fatal(err)
 	}
 	return d, info
+}
+
+// kernel compiles unit (named file) with NVRTC for the device and loads
+// it, unloading it when the test ends, and returns its kernel name. It
+// skips, saying why, where NVRTC is absent or cannot compile for the
+// device.
+func kernel(t *testing.T, d *driver.Driver, info driver.Info, unit, file, name string) driver.Function {
+	t.Helper()
+	nv, err := nvrtc.Open()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	cubin, log, err := nv.Compile(unit, file, info.Arch(), nvrtc.KernelOptions...)
+	if err != nil {
+		t.Skipf("NVRTC %s cannot compile for %s: %v\n%s", nv.Version(), info.Arch(), err, log)
+	}
+	mod, err := d.ModuleLoadData(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.ModuleUnload(mod) })
+	fn, err := d.ModuleGetFunction(mod, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fn
 }
