@@ -475,18 +475,7 @@ func softmaxBackward(n *node, g *Tensor) {
 // (b may be nil). It is one fused node with its own backward kernel.
 func LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 	const op = "layer_norm"
-	check(op, x, w)
-	wantDType(op, F32, x, w)
-	rows, cols := rowsOf(x)
-	if len(w.shape) != 1 || w.shape[0] != cols {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{x, w}})
-	}
-	var br backend.Ref
-	if b != nil {
-		check(op, x, b)
-		sameShape(op, w, b)
-		br = b.ref()
-	}
+	rows, cols, br := layerNormOperands(op, x, w, b)
 	out := like(op, x, x.shape)
 	mean := like(op, x, Shape{rows})
 	rstd := like(op, x, Shape{rows})
@@ -495,6 +484,24 @@ func LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 		n.saved[0], n.saved[1] = mean, rstd
 	}
 	return out
+}
+
+// layerNormOperands checks the operands of a LayerNorm of x (F32) with
+// weight w ([cols]) and bias b (nil, or w's shape), and returns x's rows
+// and columns and b's reference.
+func layerNormOperands(op string, x, w, b *Tensor) (rows, cols int, br backend.Ref) {
+	check(op, x, w)
+	wantDType(op, F32, x, w)
+	rows, cols = rowsOf(x)
+	if len(w.shape) != 1 || w.shape[0] != cols {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{x, w}})
+	}
+	if b != nil {
+		check(op, x, b)
+		sameShape(op, w, b)
+		br = b.ref()
+	}
+	return rows, cols, br
 }
 
 func layerNormBackward(n *node, g *Tensor) {
@@ -699,19 +706,8 @@ func AddLayerNorm(x, y *Tensor, p float32, r *RNG, base *Tensor, w, b *Tensor, e
 	if x == nil && p == 0 {
 		return y, LayerNorm(y, w, b, eps)
 	}
-	check(op, y, w)
-	wantDType(op, F32, w)
+	rows, cols, br := layerNormOperands(op, y, w, b)
 	xr, m := dropoutOperands(op, x, y, p, r, base)
-	rows, cols := rowsOf(y)
-	if len(w.shape) != 1 || w.shape[0] != cols {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{y, w}})
-	}
-	var br backend.Ref
-	if b != nil {
-		check(op, y, b)
-		sameShape(op, w, b)
-		br = b.ref()
-	}
 	sum = like(op, y, y.shape)
 	out = like(op, y, y.shape)
 	mean := like(op, y, Shape{rows})
