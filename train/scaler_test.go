@@ -244,7 +244,11 @@ func TestDeviceScalerMatchesHost(t *testing.T) {
 			t.Fatalf("after step %d: device scale %v, skipped %d, tracker %d, adam steps %d; host %v, %d, %d, %d", step,
 				dev.scaler.Scale, dev.scaler.Skipped, dev.scaler.Tracker, dev.opt.Steps, host.scaler.Scale, host.scaler.Skipped, host.scaler.Tracker, host.opt.Steps)
 		}
-		if d := math.Abs(dev.gradNorm-host.gradNorm) / host.gradNorm; step != 4 && !(d < 1e-5) {
+		// The two paths' states drift apart a little (see below): the
+		// norms have been measured up to 4e-6 apart (amd64) and 1.5e-5
+		// (arm64, whose Go kernels fuse multiply-adds) by step 8. A norm
+		// left scaled would be off by the scale, 4 or more.
+		if d := math.Abs(dev.gradNorm-host.gradNorm) / host.gradNorm; step != 4 && !(d < 1e-3) {
 			t.Fatalf("step %d: gradient norm %v on the device, %v on the host", step, dev.gradNorm, host.gradNorm)
 		}
 	}

@@ -695,7 +695,9 @@ func TestDropoutAdd(t *testing.T) {
 				f = 1 / (1 - p)
 				kept++
 			}
-			wantDrop[i] = yv[i] * f
+			// The conversion rounds the product, as the kernel does: Go may
+			// otherwise fuse it with the add below into one multiply-add.
+			wantDrop[i] = float32(yv[i] * f)
 			want[i] = xv[i] + wantDrop[i]
 		}
 		if frac := float64(kept) / float64(n); math.Abs(frac-float64(1-p)) > 0.02 {
