@@ -73,6 +73,9 @@ func (c *CUDA) SetTF32(on bool) { c.tf32.Store(on) }
 // SMCount implements kernels.SMCounter.
 func (c *CUDA) SMCount() int { return c.g.smCount() }
 
+// TensorCores implements kernels.TensorCorer.
+func (c *CUDA) TensorCores() bool { return c.g.tensorCores() }
+
 // Device implements backend.Backend.
 func (c *CUDA) Device() backend.Device { return c.dev }
 

@@ -708,6 +708,8 @@ func (c *cudaGraph) Free() error {
 
 func (g *driverGPU) smCount() int { return g.info.SMs }
 
+func (g *driverGPU) tensorCores() bool { return g.info.Major >= 8 }
+
 func (g *driverGPU) name() string { return g.info.Name }
 
 func (g *driverGPU) close() error {

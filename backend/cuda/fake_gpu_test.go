@@ -432,6 +432,7 @@ type doneProbe struct{}
 func (doneProbe) Done() (bool, error) { return true, nil }
 func (doneProbe) Release()            {}
 func (f *fakeGPU) smCount() int       { return 2 }
+func (f *fakeGPU) tensorCores() bool  { return true }
 func (f *fakeGPU) name() string       { return "fake H200 (host memory)" }
 func (f *fakeGPU) close() error       { return nil }
 

@@ -77,6 +77,9 @@ type gpu interface {
 	elapsed(from, to uintptr) (float64, error)
 	releaseMark(m uintptr)
 	smCount() int
+	// tensorCores reports whether the device multiplies bf16 on tensor
+	// cores with mma.sync m16n8k16 (compute capability 8.0 on).
+	tensorCores() bool
 	name() string
 	close() error
 }

@@ -18,7 +18,9 @@ func TestLaunchAllocatesNothing(t *testing.T) {
 	a, b := c.Alloc(backend.F32, 1<<20), c.Alloc(backend.F32, 1<<20)
 	defer c.Free(a)
 	defer c.Free(b)
-	ra, rb := backend.Ref{S: a}, backend.Ref{S: b}
+	h := c.Alloc(backend.BF16, 1<<20)
+	defer c.Free(h)
+	ra, rb, rh := backend.Ref{S: a}, backend.Ref{S: b}, backend.Ref{S: h}
 	launches := map[string]func(){
 		"binary":      func() { c.Binary(backend.Add, ra, ra, rb, 1<<20) },
 		"dropout_add": func() { c.DropoutAdd(ra, ra, rb, 1<<20, backend.NewDropoutMask(7, 0.1)) },
@@ -28,6 +30,9 @@ func TestLaunchAllocatesNothing(t *testing.T) {
 		},
 		"attention": func() {
 			c.Attention(backend.Attention{B: 2, T: 64, C: 128, H: 4}, ra, rb, ra)
+		},
+		"attention on tensor cores": func() { // bf16 on sm_90: attention_mma.cu
+			c.Attention(backend.Attention{B: 2, T: 64, C: 128, H: 4}, rh, rb, rh)
 		},
 		"matmul": func() {
 			c.MatMul(backend.MatMul{M: 256, N: 256, K: 256, Batch: 1, Alpha: 1}, ra, rb, ra, backend.Ref{})

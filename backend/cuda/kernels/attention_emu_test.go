@@ -31,10 +31,23 @@ import (
 // 64-row block and past one 32-row tile, B = 2, and each thread-group width
 // the kernels pick from the head size (1, 2, 4 and 8 threads per row for
 // hd 8, 5, 12, 16; 24; 64; 72).
+//
+// The tensor-core kernels (attention_mma.cu) are held to the same CPU
+// answer on the same bf16 inputs, with the tolerance derived from bf16's
+// unit roundoff u = 2^-8 (8 significant bits, round to nearest). Beyond
+// the inputs, which both sides share, an output meets at most three
+// roundings to bf16, each at most u relative and of independent sign: the
+// probabilities (out, dv) or dS (dq, dk) as operands of the last product,
+// the products' other operand where it is itself computed (dS from P), and
+// the stored result. Independent errors add in quadrature, so normwise
+// about sqrt(3)·u = 6.8e-3 at worst; the tolerance is 2u = 7.8e-3, and the
+// measured errors are at most 3.1e-3 (dqkv), 1.8e-3 (out). lse stays F32
+// (1e-5): its sum takes the unrounded probabilities.
 
 const (
 	attnTolF32  = 1e-5
 	attnTolBF16 = 1e-2
+	attnTolMMA  = 2.0 / 256
 )
 
 var attnShapes = []backend.Attention{
@@ -58,16 +71,58 @@ var attnKVShapes = []backend.AttentionKV{
 
 // attentionCases are the emulation cases of attention.cu, one per kernel.
 func attentionCases() map[string]emu.Case {
-	return map[string]emu.Case{
-		"fleet_attention_fwd_f32":       func(t *testing.T, m *emu.Module) { testAttnForward(t, m, backend.F32) },
-		"fleet_attention_fwd_bf16":      func(t *testing.T, m *emu.Module) { testAttnForward(t, m, backend.BF16) },
-		"fleet_attention_bwd_dq_f32":    func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, backend.F32) },
-		"fleet_attention_bwd_dq_bf16":   func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, backend.BF16) },
-		"fleet_attention_bwd_dkdv_f32":  func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, backend.F32) },
-		"fleet_attention_bwd_dkdv_bf16": func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, backend.BF16) },
-		"fleet_attention_kv_f32":        func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.F32) },
-		"fleet_attention_kv_bf16":       func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.BF16) },
+	cases := map[string]emu.Case{
+		"fleet_attention_kv_f32":  func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.F32) },
+		"fleet_attention_kv_bf16": func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.BF16) },
 	}
+	for _, v := range attnVariants {
+		cases["fleet_attention_fwd_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnForward(t, m, v) }
+		cases["fleet_attention_bwd_dq_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, v) }
+		cases["fleet_attention_bwd_dkdv_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, v) }
+	}
+	return cases
+}
+
+// attnVariant is one set of attention kernels under test: a storage
+// dtype, and for BF16 whether the tensor-core kernels (attention_mma.cu)
+// run, with the shapes that reach the instantiation named by suffix.
+type attnVariant struct {
+	dt     backend.DType
+	mma    bool
+	suffix string // the kernels' names end in it: "f32", "bf16", "mma64_bf16"
+	shapes []backend.Attention
+	tol    float64
+}
+
+var attnVariants = []attnVariant{
+	{dt: backend.F32, suffix: "f32", shapes: attnShapes, tol: attnTolF32},
+	{dt: backend.BF16, suffix: "bf16", shapes: attnShapesBF16, tol: attnTolBF16},
+	// The tensor-core kernels, by head padding: the acceptance's T in
+	// {1, 17, 64, 257} at hd 64 and 128; heads narrower than their padding
+	// (zero columns), one past a single 64-row block, B and H above 1,
+	// and heads that are not a multiple of 8 wide (copied element by
+	// element, not by cp.async).
+	{dt: backend.BF16, mma: true, suffix: "mma32_bf16", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 2, T: 17, C: 64, H: 2}, // hd 32
+		{B: 1, T: 70, C: 16, H: 2}, // hd 8: two query blocks
+		{B: 1, T: 9, C: 15, H: 3},  // hd 5, C 15: no cp.async
+		{B: 1, T: 1, C: 24, H: 1},  // hd 24, a single position
+	}},
+	{dt: backend.BF16, mma: true, suffix: "mma64_bf16", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 1, T: 1, C: 64, H: 1},
+		{B: 2, T: 17, C: 128, H: 2},
+		{B: 1, T: 64, C: 64, H: 1},
+		{B: 1, T: 257, C: 64, H: 1},
+		{B: 1, T: 33, C: 36, H: 1}, // hd 36: no cp.async
+	}},
+	{dt: backend.BF16, mma: true, suffix: "mma128_bf16", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 1, T: 1, C: 128, H: 1},
+		{B: 1, T: 17, C: 256, H: 2},
+		{B: 1, T: 64, C: 128, H: 1},
+		{B: 1, T: 257, C: 128, H: 1},
+		{B: 1, T: 20, C: 72, H: 1}, // hd 72
+		{B: 1, T: 9, C: 200, H: 2}, // hd 100: no cp.async
+	}},
 }
 
 // TestAttentionEmu checks that every kernel of the attention files has a
@@ -131,15 +186,20 @@ func attnCPU(t *testing.T, p backend.Attention, dt backend.DType, seed uint64) a
 	return r
 }
 
-func testAttnForward(t *testing.T, m *emu.Module, dt backend.DType) {
-	for _, p := range attnShapesFor(dt) {
+func testAttnForward(t *testing.T, m *emu.Module, v attnVariant) {
+	dt := v.dt
+	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 1)
 			out, lse := devOut(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
-			if err := kernels.Attention(launcher{m, kernels.DefaultSMCount}, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
+			l := &attnLauncher{m: m, mma: v.mma, only: "fleet_attention_fwd_" + v.suffix}
+			if err := kernels.Attention(l, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
 				t.Fatal(err)
 			}
-			attnCheckNorm(t, "out", devGet(out), r.out, attnTol(dt))
+			if l.ran != 1 {
+				t.Fatalf("%d launches of %s, want 1", l.ran, l.only)
+			}
+			attnCheckNorm(t, "out", devGet(out), r.out, v.tol)
 			attnCheckNorm(t, "lse", lse.F32(), r.lse, attnTolF32)
 		})
 	}
@@ -149,8 +209,9 @@ func testAttnForward(t *testing.T, m *emu.Module, dt backend.DType) {
 // dkdv), checking after the dq launch that it wrote the q third of dqkv and
 // D and nothing else, and at the end all of dqkv; then runs it again and
 // requires bit-identical results (no atomics, fixed reduction order).
-func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
-	for _, p := range attnShapesFor(dt) {
+func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
+	dt := v.dt
+	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 2)
 			qkv, dout, out, lse := devIn(dt, r.qkv), devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse)
@@ -165,25 +226,28 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 			for run := 0; run < runs; run++ {
 				dqkv := devOut(dt, len(r.qkv))
 				scratch := emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p))
-				l := &attnLauncher{m: m, after: func(kernel string) {
-					if run != 0 || kernel != "fleet_attention_bwd_dq_"+dt.String() {
+				l := &attnLauncher{m: m, mma: v.mma, after: func(kernel string) {
+					if run != 0 || kernel != "fleet_attention_bwd_dq_"+v.suffix {
 						return
 					}
 					got := devGet(dqkv)
-					q, k, v := attnThirds(p, got)
+					q, k, vv := attnThirds(p, got)
 					wq, _, _ := attnThirds(p, r.dqkv)
-					attnCheckScaled(t, "dq (after the dq kernel)", q, wq, attnNorm(r.dqkv), attnTol(dt))
-					attnCheckNorm(t, "D", scratch.F32(), r.D, attnTol(dt))
+					attnCheckScaled(t, "dq (after the dq kernel)", q, wq, attnNorm(r.dqkv), v.tol)
+					attnCheckNorm(t, "D", scratch.F32(), r.D, v.tol)
 					attnCheckPoison(t, "dk before the dkdv kernel", k)
-					attnCheckPoison(t, "dv before the dkdv kernel", v)
+					attnCheckPoison(t, "dv before the dkdv kernel", vv)
 				}}
 				if err := kernels.AttentionBackward(l, dt, p, dqkv, dout, out, lse, qkv, scratch); err != nil {
 					t.Fatal(err)
 				}
+				if want := []string{"fleet_attention_bwd_dq_" + v.suffix, "fleet_attention_bwd_dkdv_" + v.suffix}; !slices.Equal(l.kernels, want) {
+					t.Fatalf("launched %v, want %v", l.kernels, want)
+				}
 				got := devGet(dqkv)
 				if run == 0 {
 					first = got
-					attnCheckNorm(t, "dqkv", got, r.dqkv, attnTol(dt))
+					attnCheckNorm(t, "dqkv", got, r.dqkv, v.tol)
 				} else if !testenv.SameBits(got, first) {
 					t.Errorf("a second run of the backward pass gave different bits")
 				}
@@ -194,22 +258,26 @@ func testAttnBackward(t *testing.T, m *emu.Module, dt backend.DType) {
 
 // testAttnDKDV launches the dkdv kernel alone, with D computed here,
 // and checks it writes the k and v attnThirds of dqkv and leaves the q third.
-func testAttnDKDV(t *testing.T, m *emu.Module, dt backend.DType) {
-	for _, p := range attnShapesFor(dt) {
+func testAttnDKDV(t *testing.T, m *emu.Module, v attnVariant) {
+	dt := v.dt
+	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
 			r := attnCPU(t, p, dt, 3)
 			dqkv := devOut(dt, len(r.qkv))
-			l := &attnLauncher{m: m, only: "fleet_attention_bwd_dkdv_" + dt.String()}
+			l := &attnLauncher{m: m, mma: v.mma, only: "fleet_attention_bwd_dkdv_" + v.suffix}
 			err := kernels.AttentionBackward(l, dt, p, dqkv, devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse),
 				devIn(dt, r.qkv), emu.NewF32(r.D))
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, k, v := attnThirds(p, devGet(dqkv))
+			if l.ran != 1 {
+				t.Fatalf("%d launches of %s, want 1", l.ran, l.only)
+			}
+			q, k, vv := attnThirds(p, devGet(dqkv))
 			_, wk, wv := attnThirds(p, r.dqkv)
 			attnCheckPoison(t, "dq (the dkdv kernel must not write it)", q)
-			attnCheckScaled(t, "dk", k, wk, attnNorm(r.dqkv), attnTol(dt))
-			attnCheckScaled(t, "dv", v, wv, attnNorm(r.dqkv), attnTol(dt))
+			attnCheckScaled(t, "dk", k, wk, attnNorm(r.dqkv), v.tol)
+			attnCheckScaled(t, "dv", vv, wv, attnNorm(r.dqkv), v.tol)
 		})
 	}
 }
@@ -250,7 +318,11 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			if err := kernels.AttentionKV(launcher{m, kernels.DefaultSMCount}, dt, p, out, devIn(dt, qkv), kb, vb); err != nil {
 				t.Fatal(err)
 			}
-			attnCheckNorm(t, "out", devGet(out), want, attnTol(dt))
+			tol := attnTolF32
+			if dt == backend.BF16 {
+				tol = attnTolBF16
+			}
+			attnCheckNorm(t, "out", devGet(out), want, tol)
 			gk, gv := devGet(kb), devGet(vb)
 			for b := 0; b < p.B; b++ {
 				lo, mid, hi := b*p.MaxT*p.C, (b*p.MaxT+p.Pos+p.T)*p.C, (b+1)*p.MaxT*p.C
@@ -265,17 +337,26 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 }
 
 // attnLauncher launches on m, calling after(kernel) once each launch
-// returns; when only is set, other kernels are skipped.
+// returns; when only is set, other kernels are skipped. It reports tensor
+// cores where mma is set (kernels.TensorCorer), and counts and names the
+// launches it ran.
 type attnLauncher struct {
-	m     *emu.Module
-	only  string
-	after func(kernel string)
+	m       *emu.Module
+	mma     bool
+	only    string
+	after   func(kernel string)
+	ran     int
+	kernels []string
 }
+
+func (l *attnLauncher) TensorCores() bool { return l.mma }
 
 func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int, args kernels.Args[*emu.Buffer]) error {
 	if l.only != "" && kernel != l.only {
 		return nil
 	}
+	l.ran++
+	l.kernels = append(l.kernels, kernel)
 	if err := l.m.Launch(kernel, grid, block, sharedBytes, args.Values()...); err != nil {
 		return err
 	}
@@ -283,20 +364,6 @@ func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int
 		l.after(kernel)
 	}
 	return nil
-}
-
-func attnShapesFor(dt backend.DType) []backend.Attention {
-	if dt == backend.BF16 {
-		return attnShapesBF16
-	}
-	return attnShapes
-}
-
-func attnTol(dt backend.DType) float64 {
-	if dt == backend.BF16 {
-		return attnTolBF16
-	}
-	return attnTolF32
 }
 
 func attnName(p backend.Attention) string {
@@ -391,12 +458,16 @@ func attnCPUDownload(c backend.Backend, r backend.Ref, n int) []float32 {
 	return v
 }
 
-// launchRecorder records launches instead of running them.
+// launchRecorder records launches instead of running them, on a device
+// with tensor cores where cores is set.
 type launchRecorder struct {
+	cores         bool
 	names         []string
 	grids, blocks [][3]int
 	nargs         []int
 }
+
+func (r *launchRecorder) TensorCores() bool { return r.cores }
 
 func (r *launchRecorder) Launch(kernel string, grid, block [3]int, sharedBytes int, args kernels.Args[*emu.Buffer]) error {
 	r.names = append(r.names, kernel)
@@ -413,12 +484,36 @@ func TestAttentionLaunches(t *testing.T) {
 		p            backend.Attention
 		grid, block  [3]int
 		fwd, bwdArgs int
+		pad          int    // the tensor-core kernels' head padding
+		mmaGrid      [3]int // and their grid
 	}{
-		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 7, 10},        // hd 16
-		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 7, 10},       // hd 32
-		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 7, 10}, // hd 64
-		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10},      // hd 128
+		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 7, 10, 32, [3]int{4, 2, 1}},          // hd 16
+		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 7, 10, 32, [3]int{3, 1, 1}},         // hd 32
+		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 7, 10, 64, [3]int{48, 16, 1}}, // hd 64
+		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10, 128, [3]int{2, 2, 1}},       // hd 128
+		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10, 128, [3]int{2, 2, 1}},       // hd 72
 	} {
+		// BF16 on a device with tensor cores: the mma kernels.
+		m := &launchRecorder{cores: true}
+		if err := kernels.Attention(m, backend.BF16, c.p, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := kernels.AttentionBackward(m, backend.BF16, c.p, nil, nil, nil, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		mma := fmt.Sprintf("mma%d_bf16", c.pad)
+		if want := []string{"fleet_attention_fwd_" + mma, "fleet_attention_bwd_dq_" + mma, "fleet_attention_bwd_dkdv_" + mma}; !slices.Equal(m.names, want) {
+			t.Errorf("%v with tensor cores: launches %v, want %v", c.p, m.names, want)
+		}
+		for i := range m.names {
+			if m.grids[i] != c.mmaGrid || m.blocks[i] != [3]int{128, 1, 1} {
+				t.Errorf("%v: %s grid %v block %v, want %v [128 1 1]", c.p, m.names[i], m.grids[i], m.blocks[i], c.mmaGrid)
+			}
+		}
+		if m.nargs[0] != c.fwd || m.nargs[1] != c.bwdArgs || m.nargs[2] != c.bwdArgs-1 {
+			t.Errorf("%v with tensor cores: argument counts %v", c.p, m.nargs)
+		}
+		// Without tensor cores, and for F32: the CUDA-core kernels.
 		r := &launchRecorder{}
 		if err := kernels.Attention(r, backend.BF16, c.p, nil, nil, nil); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -16,6 +17,13 @@ func MovesData(kernel string) bool {
 	}
 	return false
 }
+
+// TensorCoreKernel reports whether kernel does its products on tensor
+// cores (mma.sync): the tensor-core kernels carry _mma in their names
+// (attention_mma.cu), and the NVRTC test holds every file that declares
+// one to mma.sync instructions in its PTX. The simulated GPU prices them
+// at the tensor cores' rate.
+func TensorCoreKernel(kernel string) bool { return strings.Contains(kernel, "_mma") }
 
 // FLOPs is the floating-point work of one launch of kernel, from its
 // scalar arguments by parameter name (arg("n")), counted as the kernel's
@@ -35,6 +43,14 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 	// T(T+1)/2 per sequence and head.
 	causal := func() float64 { t := arg("T"); return arg("B") * arg("H") * t * (t + 1) / 2 }
 	hd := func() float64 { return arg("C") / arg("H") }
+	// A tensor-core attention kernel (attention_mma.cu) works on heads
+	// padded to its HDP, named in its name: its products count the padding.
+	if i := strings.LastIndex(name, "_mma"); i >= 0 {
+		if pad, err := strconv.Atoi(name[i+len("_mma"):]); err == nil {
+			name = name[:i]
+			hd = func() float64 { return float64(pad) }
+		}
+	}
 	switch name {
 	case "binary", "scale", "unary", "sumsquares_partial":
 		return arg("n")

@@ -35,6 +35,13 @@ func TestEveryKernelHasAFLOPsFormula(t *testing.T) {
 	if got, want := FLOPs("fleet_attention_fwd_bf16", func(p string) float64 { return args[p] }), 2*2*10*(4*4+5.0); got != want {
 		t.Errorf("attention forward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
 	}
+	// The tensor-core kernels count their padded head: hd 4 runs at 32.
+	if got, want := FLOPs("fleet_attention_fwd_mma32_bf16", func(p string) float64 { return args[p] }), 2*2*10*(4*32+5.0); got != want {
+		t.Errorf("tensor-core attention forward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
+	}
+	if !TensorCoreKernel("fleet_attention_bwd_dq_mma64_bf16") || TensorCoreKernel("fleet_attention_bwd_dq_bf16") {
+		t.Errorf("TensorCoreKernel: only the _mma kernels are")
+	}
 	if got := FLOPs("fleet_axpy_f32", func(p string) float64 { return map[string]float64{"n": 100}[p] }); got != 200 {
 		t.Errorf("axpy of 100: %g FLOPs, want 200", got)
 	}

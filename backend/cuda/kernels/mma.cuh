@@ -72,49 +72,70 @@ __device__ __forceinline__ float hi_bf16(unsigned r) { return fleet_bf16_to_f32(
 __device__ __forceinline__ float lo_f16(unsigned r) { return fleet_f16_to_f32((unsigned short)(r & 0xffffu)); }
 __device__ __forceinline__ float hi_f16(unsigned r) { return fleet_f16_to_f32((unsigned short)(r >> 16)); }
 
-// mma gathers, with shuffles, the two rows of A and the two columns of B
-// this lane's outputs need from the lanes that hold them, then adds the
-// products in k order in float.
+// The lanes of a warp trade fragments through the running block's
+// exchange slots (one per thread; launches of a module run one block at a
+// time): each lane writes its own, a __syncwarp makes them visible, each
+// reads the ones it needs, and a second __syncwarp keeps the next call
+// from overwriting a slot still being read. Two rendezvous per call, where
+// gathering with shuffles would take 32.
+struct slot {
+	unsigned a[4], b[2];
+	const void *row;
+};
+static slot slots[1024];
+
+__device__ __forceinline__ int tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+// mma gathers the two rows of A and the two columns of B this lane's
+// outputs need from the lanes that hold them, then adds the products in k
+// order in float.
 template <bool BF16> __device__ __forceinline__ void mma(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
-	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	int me = tid(), w0 = me & ~31, lane = me & 31, g = lane >> 2, t = lane & 3;
+	slot &s = slots[me];
+	s.a[0] = a[0], s.a[1] = a[1], s.a[2] = a[2], s.a[3] = a[3], s.b[0] = b[0], s.b[1] = b[1];
+	__syncwarp();
 	float A[2][16], B[2][16];
 	for (int j = 0; j < 4; j++) {
-		unsigned r0 = __shfl_sync(0xffffffffu, a[0], g * 4 + j), r1 = __shfl_sync(0xffffffffu, a[1], g * 4 + j);
-		unsigned r2 = __shfl_sync(0xffffffffu, a[2], g * 4 + j), r3 = __shfl_sync(0xffffffffu, a[3], g * 4 + j);
+		const slot &sa = slots[w0 + g * 4 + j];
+		unsigned r0 = sa.a[0], r1 = sa.a[1], r2 = sa.a[2], r3 = sa.a[3];
 		A[0][2 * j] = BF16 ? lo_bf16(r0) : lo_f16(r0), A[0][2 * j + 1] = BF16 ? hi_bf16(r0) : hi_f16(r0);
 		A[1][2 * j] = BF16 ? lo_bf16(r1) : lo_f16(r1), A[1][2 * j + 1] = BF16 ? hi_bf16(r1) : hi_f16(r1);
 		A[0][8 + 2 * j] = BF16 ? lo_bf16(r2) : lo_f16(r2), A[0][9 + 2 * j] = BF16 ? hi_bf16(r2) : hi_f16(r2);
 		A[1][8 + 2 * j] = BF16 ? lo_bf16(r3) : lo_f16(r3), A[1][9 + 2 * j] = BF16 ? hi_bf16(r3) : hi_f16(r3);
 		for (int col = 0; col < 2; col++) {
-			unsigned s0 = __shfl_sync(0xffffffffu, b[0], (2 * t + col) * 4 + j), s1 = __shfl_sync(0xffffffffu, b[1], (2 * t + col) * 4 + j);
+			const slot &sb = slots[w0 + (2 * t + col) * 4 + j];
+			unsigned s0 = sb.b[0], s1 = sb.b[1];
 			B[col][2 * j] = BF16 ? lo_bf16(s0) : lo_f16(s0), B[col][2 * j + 1] = BF16 ? hi_bf16(s0) : hi_f16(s0);
 			B[col][8 + 2 * j] = BF16 ? lo_bf16(s1) : lo_f16(s1), B[col][9 + 2 * j] = BF16 ? hi_bf16(s1) : hi_f16(s1);
 		}
 	}
+	__syncwarp();
 	for (int i = 0; i < 4; i++) {
-		float s = c[i];
+		float acc = c[i];
 		for (int k = 0; k < 16; k++) {
-			s += A[i >> 1][k] * B[i & 1][k];
+			acc += A[i >> 1][k] * B[i & 1][k];
 		}
-		d[i] = s;
+		d[i] = acc;
 	}
 }
 
 // ldmatrix: each of the four registers comes from the row addresses the
 // lanes of its matrix gave.
 template <bool TRANS> __device__ __forceinline__ void ldmatrix(unsigned r[4], const void *row) {
-	int lane = threadIdx.x & 31;
-	const unsigned short *mine = (const unsigned short *)row;
+	int me = tid(), w0 = me & ~31, lane = me & 31;
+	slots[me].row = row;
+	__syncwarp();
 	for (int j = 0; j < 4; j++) {
 		if (!TRANS) {
-			const unsigned short *p = __shfl_sync(0xffffffffu, mine, 8 * j + lane / 4);
+			const unsigned short *p = (const unsigned short *)slots[w0 + 8 * j + lane / 4].row;
 			r[j] = (unsigned)p[2 * (lane % 4)] | ((unsigned)p[2 * (lane % 4) + 1] << 16);
 		} else {
-			const unsigned short *p0 = __shfl_sync(0xffffffffu, mine, 8 * j + 2 * (lane % 4));
-			const unsigned short *p1 = __shfl_sync(0xffffffffu, mine, 8 * j + 2 * (lane % 4) + 1);
+			const unsigned short *p0 = (const unsigned short *)slots[w0 + 8 * j + 2 * (lane % 4)].row;
+			const unsigned short *p1 = (const unsigned short *)slots[w0 + 8 * j + 2 * (lane % 4) + 1].row;
 			r[j] = (unsigned)p0[lane / 4] | ((unsigned)p1[lane / 4] << 16);
 		}
 	}
+	__syncwarp();
 }
 
 // The copies in flight, per thread of the running block: a copy lands
@@ -134,8 +155,7 @@ struct pending {
 static pending pendings[1024];
 
 __device__ __forceinline__ pending &mine() {
-	int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-	pending &p = pendings[tid];
+	pending &p = pendings[tid()];
 	if (p.bx != blockIdx.x || p.by != blockIdx.y || p.bz != blockIdx.z) { // a new block: nothing in flight
 		p.n = 0;
 		p.committed = 0;

@@ -54,6 +54,22 @@ const (
 
 var block1D = [3]int{BlockSize, 1, 1}
 
+// TensorCorer is implemented by a Launcher that knows whether its device
+// multiplies bf16 on tensor cores with mma.sync m16n8k16 (compute
+// capability 8.0 on). The bf16 attention kernels use them there, and the
+// CUDA-core kernels elsewhere; a Launcher without the method is taken to
+// have them.
+type TensorCorer interface {
+	TensorCores() bool
+}
+
+func tensorCores(l any) bool {
+	if s, ok := l.(TensorCorer); ok {
+		return s.TensorCores()
+	}
+	return true
+}
+
 func smCount(l any) int {
 	if s, ok := l.(SMCounter); ok && s.SMCount() > 0 {
 		return s.SMCount()

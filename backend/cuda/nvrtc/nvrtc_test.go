@@ -184,6 +184,14 @@ func TestKernelPTX(t *testing.T) {
 				counts = append(counts, fmt.Sprintf("%s=%d", op.name, len(res[i].FindAllIndex(ptx, -1))))
 			}
 			t.Logf("PTX %s %s: %s", f.Name, arch, strings.Join(counts, " "))
+			// A file of tensor-core kernels must compile to tensor-core
+			// instructions (the simulated GPU prices those kernels at
+			// the tensor cores' rate on the strength of it).
+			for _, k := range kernels.Kernels(f.Source) {
+				if kernels.TensorCoreKernel(k) && len(res[0].FindAllIndex(ptx, -1)) == 0 {
+					t.Errorf("%s %s: %s is a tensor-core kernel, and the PTX has no %s", f.Name, arch, k, ptxOps[0].name)
+				}
+			}
 			_, log, err := n.Compile(src, f.Name, arch, append(append([]string{}, KernelOptions...), "--ptxas-options=-v")...)
 			if err != nil {
 				t.Errorf("%s %s: %v", f.Name, arch, err)

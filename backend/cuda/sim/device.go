@@ -366,6 +366,10 @@ func (d *Device) launch(f *function, params uintptr) {
 		}
 		return 0
 	})
+	if kernels.TensorCoreKernel(f.name) {
+		d.work(f.name, bytes, flops, d.Spec.BF16, TensorCoreEfficiency)
+		return
+	}
 	d.work(f.name, bytes, flops, d.Spec.FP32, CUDACoreEfficiency)
 }
 

@@ -1,0 +1,500 @@
+// Causal self-attention on tensor cores (FlashAttention-2 style), bf16
+// storage: the same operation, layout and saved log-sum-exp as
+// attention.cu's kernels (qkv [B, T, 3C], out and dout [B, T, C], lse
+// [B, H, T] in natural log units, F32), with every product on mma.sync
+// m16n8k16 (bf16 operands, f32 accumulation). Softmax, the log-sum-exp, the
+// row sums D_i = dO_i·O_i and every accumulator are f32; the probabilities
+// and dS are rounded to bf16 only as operands of the next product, as
+// FlashAttention-2 does.
+//
+// Tile shapes. The head is padded to HDP, the smallest of 32, 64 and 128
+// that holds hd (columns past hd are zero in shared memory, so they add
+// nothing); each HDP is its own instantiation, so a small head pays for
+// no large one. A block is FA_WARPS = 4 warps and owns 64 rows (queries in
+// the forward and dq kernels, keys in the dk/dv kernel), 16 per warp; it
+// streams the other side through shared memory BC rows at a time: BC = 64,
+// or 32 (forward) and 16 (backward) for HDP = 128, so that every tile fits
+// the 48 KiB of static shared memory. Rows of shared memory are HDP + 8
+// halves long, so the eight row addresses of an ldmatrix fall in distinct
+// banks.
+//
+// Loads are 16-byte cp.async copies where the head slices are 16-byte
+// aligned (hd and C multiples of 8, an aligned base); otherwise, and for
+// rows past T and columns past hd, plain stores (zeros for the padding).
+// Each K tile and V tile is its own cp.async group, so the forward pass
+// computes the scores while V is still landing.
+//
+// Fragment layouts are mma.cuh's. Scores are kept in base 2 (scaled by
+// log2(e)/sqrt(hd), exp2f throughout), as in attention.cu.
+//
+// The backward pass is deterministic: fleet_attention_bwd_dq_mma<HDP>_bf16
+// writes dq and D (one block per query block, looping over keys), then
+// fleet_attention_bwd_dkdv_mma<HDP>_bf16 writes dk and dv (one block per key
+// block, looping over queries); no float atomics, fixed orders.
+
+#define FA_WARPS 4
+#define FA_ROWS 64 // rows a block owns: 16 per warp
+#define FA_PAD 8   // halves of padding per shared-memory row
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.69314718055994531f
+
+__device__ __forceinline__ int fa_imin(int a, int b) { return a < b ? a : b; }
+
+// fa_pack rounds two floats to bf16 and packs them, lo in the low half.
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+	return (unsigned)fleet_f32_to_bf16(lo) | ((unsigned)fleet_f32_to_bf16(hi) << 16);
+}
+
+// fa_check_block traps unless the block is FA_WARPS warps in one dimension.
+__device__ __forceinline__ void fa_check_block() {
+	if (blockDim.x != 32 * FA_WARPS || blockDim.y != 1 || blockDim.z != 1) {
+		__trap();
+	}
+}
+
+// fa_vec reports whether a head slice of rows stride halves apart, hd
+// wide, at column offsets that are multiples of hd, can be copied 16 bytes
+// at a time.
+__device__ __forceinline__ bool fa_vec(const unsigned short *base, long long stride, int hd) {
+	return hd % 8 == 0 && stride % 8 == 0 && ((unsigned long long)base & 15) == 0;
+}
+
+// fa_load stages rows [0, R) of a head slice into dst [R][HDP + FA_PAD]:
+// row r comes from src + r*stride where r < nvalid, columns < hd; the rest
+// of each row up to HDP, and rows from nvalid on, are zero. Copies are
+// cp.async (not yet committed) where vec; the caller commits and waits.
+template <int R, int HDP>
+__device__ __forceinline__ void fa_load(unsigned short *dst, const unsigned short *src, long long stride, int nvalid, int hd, bool vec) {
+	const int LD = HDP + FA_PAD, CH = HDP / 8;
+	for (int i = threadIdx.x; i < R * CH; i += blockDim.x) {
+		int r = i / CH, c = (i % CH) * 8;
+		unsigned short *d = dst + r * LD + c;
+		if (vec && r < nvalid && c < hd) { // vec: hd is a multiple of 8
+			fleet_cp_async16(d, src + r * stride + c);
+		} else {
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				d[e] = (r < nvalid && c + e < hd) ? src[r * stride + c + e] : (unsigned short)0;
+			}
+		}
+	}
+}
+
+// fa_ldA loads the A fragment (16x16, row-major) at rows [row0, row0+16),
+// columns [col0, col0+16) of a tile with LD halves per row.
+template <int LD>
+__device__ __forceinline__ void fa_ldA(unsigned a[4], const unsigned short *tile, int row0, int col0) {
+	int lane = threadIdx.x & 31, m = lane >> 3;
+	fleet_ldmatrix_x4(a, tile + (row0 + (m & 1) * 8 + (lane & 7)) * LD + col0 + (m >> 1) * 8);
+}
+
+// fa_ldBt loads B fragments for two n-tiles from a tile that holds B
+// transposed (n rows, k columns: the keys of S = Q·Kᵀ): b0 for n-tile rows
+// [n0, n0+8), b1 for [n0+8, n0+16), k columns [k0, k0+16).
+template <int LD>
+__device__ __forceinline__ void fa_ldBt(unsigned b0[2], unsigned b1[2], const unsigned short *tile, int n0, int k0) {
+	int lane = threadIdx.x & 31, m = lane >> 3;
+	unsigned r[4];
+	fleet_ldmatrix_x4(r, tile + (n0 + (m >> 1) * 8 + (lane & 7)) * LD + k0 + (m & 1) * 8);
+	b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// fa_ldB loads B fragments for two n-tiles from a tile that holds B as is
+// (k rows, n columns: the values of P·V): columns [n0, n0+8) into b0 and
+// [n0+8, n0+16) into b1, k rows [k0, k0+16).
+template <int LD>
+__device__ __forceinline__ void fa_ldB(unsigned b0[2], unsigned b1[2], const unsigned short *tile, int k0, int n0) {
+	int lane = threadIdx.x & 31, m = lane >> 3;
+	unsigned r[4];
+	fleet_ldmatrix_x4_trans(r, tile + (k0 + (m & 1) * 8 + (lane & 7)) * LD + n0 + (m >> 1) * 8);
+	b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// fa_mma_abt accumulates acc[N/8] += A·Bᵀ for this warp's 16 rows of A
+// (tile a, rows [arow0, arow0+16)) against N rows of b (tile b, rows
+// [0, N)), over K columns: a 16xN block of scores.
+template <int LD, int N, int K>
+__device__ __forceinline__ void fa_mma_abt(float acc[N / 8][4], const unsigned short *a, int arow0, const unsigned short *b) {
+#pragma unroll
+	for (int kk = 0; kk < K; kk += 16) {
+		unsigned af[4];
+		fa_ldA<LD>(af, a, arow0, kk);
+#pragma unroll
+		for (int j = 0; j < N / 8; j += 2) {
+			unsigned b0[2], b1[2];
+			fa_ldBt<LD>(b0, b1, b, 8 * j, kk);
+			fleet_mma_bf16(acc[j], af, b0, acc[j]);
+			fleet_mma_bf16(acc[j + 1], af, b1, acc[j + 1]);
+		}
+	}
+}
+
+// fa_mma_pb accumulates acc[HDP/8] += P·V for this warp: P is 16xN in
+// registers as score-shaped accumulators (rounded to bf16 here), V the
+// tile v with N rows and HDP columns.
+template <int LD, int N, int HDP>
+__device__ __forceinline__ void fa_mma_pb(float acc[HDP / 8][4], const float p[N / 8][4], const unsigned short *v) {
+#pragma unroll
+	for (int kk = 0; kk < N / 16; kk++) {
+		unsigned af[4] = {fa_pack(p[2 * kk][0], p[2 * kk][1]), fa_pack(p[2 * kk][2], p[2 * kk][3]),
+			fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+		for (int j = 0; j < HDP / 8; j += 2) {
+			unsigned b0[2], b1[2];
+			fa_ldB<LD>(b0, b1, v, 16 * kk, 8 * j);
+			fleet_mma_bf16(acc[j], af, b0, acc[j]);
+			fleet_mma_bf16(acc[j + 1], af, b1, acc[j + 1]);
+		}
+	}
+}
+
+template <int N>
+__device__ __forceinline__ void fa_zero(float x[N][4]) {
+#pragma unroll
+	for (int j = 0; j < N; j++) {
+		x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0.0f;
+	}
+}
+
+// fa_store writes this warp's 16xHDP accumulator block, times scale, as
+// bf16 rows [row0, row0+16) of a head slice (row r at dst + r*stride),
+// rows < nrows and columns < hd only.
+template <int HDP>
+__device__ __forceinline__ void fa_store(unsigned short *dst, long long stride, const float acc[HDP / 8][4], int row0, int nrows, int hd,
+	float scale0, float scale1) {
+	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+	for (int j = 0; j < HDP / 8; j++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = row0 + g + (e >> 1) * 8, c = 8 * j + 2 * t + (e & 1);
+			if (r < nrows && c < hd) {
+				dst[r * stride + c] = fleet_f32_to_bf16(acc[j][e] * ((e >> 1) ? scale1 : scale0));
+			}
+		}
+	}
+}
+
+// fa_quad_max and fa_quad_sum reduce over the four lanes that share a row
+// of a fragment (lanes 4g..4g+3); every one of them gets the result.
+__device__ __forceinline__ float fa_quad_max(float v) {
+	v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+	return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float fa_quad_sum(float v) {
+	v += __shfl_xor_sync(0xffffffffu, v, 1);
+	return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Forward: out and lse for the 64 queries [q0, q0+64) of one (b, h), the
+// last query block first (blockIdx.y = 0 has the most keys).
+template <int HDP, int BC>
+__device__ __forceinline__ void fa_fwd(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T,
+	int C, int H, unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
+	const int LD = HDP + FA_PAD;
+	fa_check_block();
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	long long stride = 3LL * C;
+	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	bool vec = fa_vec(base, stride, hd);
+	float scale2 = FA_LOG2E / sqrtf((float)hd);
+
+	fa_load<FA_ROWS, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+	fleet_cp_async_commit();
+
+	float o[HDP / 8][4];
+	fa_zero<HDP / 8>(o);
+	float m[2] = {FLEET_NEG_INF, FLEET_NEG_INF}, l[2] = {0.0f, 0.0f}; // l: this lane's share of the row sum
+	int wq = q0 + 16 * warp;                                            // the warp's first query
+	int kend = fa_imin(T, q0 + FA_ROWS);
+	for (int k0 = 0; k0 < kend; k0 += BC) {
+		__syncthreads(); // every warp is done with the previous tiles
+		fa_load<BC, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+		fleet_cp_async_commit();
+		fa_load<BC, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fleet_cp_async_commit();
+		fleet_cp_async_wait<1>(); // Q and K have landed; V may not have
+		__syncthreads();
+		bool active = k0 <= wq + 15; // some query of the warp sees some key of the tile
+		float s[BC / 8][4];
+		if (active) {
+			fa_zero<BC / 8>(s);
+			fa_mma_abt<LD, BC, HDP>(s, sQ, 16 * warp, sK);
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				int qi = wq + g + 8 * r;
+				float mx = FLEET_NEG_INF;
+#pragma unroll
+				for (int j = 0; j < BC / 8; j++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						int key = k0 + 8 * j + 2 * t + e;
+						float v = key > qi ? FLEET_NEG_INF : s[j][2 * r + e] * scale2;
+						s[j][2 * r + e] = v;
+						mx = fmaxf(mx, v);
+					}
+				}
+				float mnew = fmaxf(m[r], fa_quad_max(mx)); // finite: key 0 is in the first tile
+				float alpha = exp2f(m[r] - mnew), sum = 0.0f;
+#pragma unroll
+				for (int j = 0; j < BC / 8; j++) {
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						float p = exp2f(s[j][2 * r + e] - mnew);
+						s[j][2 * r + e] = p;
+						sum += p;
+					}
+				}
+				l[r] = l[r] * alpha + sum;
+				m[r] = mnew;
+#pragma unroll
+				for (int j = 0; j < HDP / 8; j++) {
+					o[j][2 * r] *= alpha;
+					o[j][2 * r + 1] *= alpha;
+				}
+			}
+		}
+		fleet_cp_async_wait<0>(); // V has landed
+		__syncthreads();
+		if (active) {
+			fa_mma_pb<LD, BC, HDP>(o, s, sV);
+		}
+	}
+	float inv[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float sum = fa_quad_sum(l[r]);
+		inv[r] = 1.0f / sum;
+		int qi = wq + g + 8 * r;
+		if (t == 0 && qi < T) {
+			lse[(long long)bh * T + qi] = (m[r] + log2f(sum)) * FA_LN2;
+		}
+	}
+	fa_store<HDP>(out + (long long)b * T * C + (long long)h * hd, C, o, wq, T, hd, inv[0], inv[1]);
+}
+
+// fa_rows_load stages per-row scalars of the rows [r0, r0+R) into dst:
+// lse in base 2 (from natural log) or D as is; 0 past T.
+template <int R>
+__device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r0, int T, float mul) {
+	for (int i = threadIdx.x; i < R; i += blockDim.x) {
+		dst[i] = r0 + i < T ? src[r0 + i] * mul : 0.0f;
+	}
+}
+
+// Backward, dq: D_i = dO_i·O_i for the block's 64 queries (into D), then
+// dq = Σ_keys dS·K/sqrt(hd) with P = exp2(S·scale2 - lse2) and
+// dS = P∘(dO·Vᵀ - D).
+template <int HDP, int BC>
+__device__ __forceinline__ void fa_bwd_dq(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H,
+	unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
+	const int LD = HDP + FA_PAD;
+	fa_check_block();
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	long long stride = 3LL * C;
+	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const unsigned short *dob = dout + (long long)b * T * C + (long long)h * hd, *ob = out + (long long)b * T * C + (long long)h * hd;
+	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
+	float scale2 = FA_LOG2E / sqrtf((float)hd);
+
+	fa_load<FA_ROWS, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+	fa_load<FA_ROWS, HDP>(sdO, dob + q0 * C, C, T - q0, hd, vec);
+	fleet_cp_async_commit();
+	// D: two threads per row, each summing every other column, then one
+	// shuffle (a fixed order).
+	{
+		int r = threadIdx.x >> 1, qi = q0 + r;
+		float s = 0.0f;
+		if (qi < T) {
+			for (int c = threadIdx.x & 1; c < hd; c += 2) {
+				s += fleet_bf16_to_f32(dob[(long long)qi * C + c]) * fleet_bf16_to_f32(ob[(long long)qi * C + c]);
+			}
+		}
+		s += __shfl_xor_sync(0xffffffffu, s, 1);
+		if ((threadIdx.x & 1) == 0) {
+			sD[r] = s;
+			if (qi < T) {
+				D[(long long)bh * T + qi] = s;
+			}
+		}
+	}
+	fa_rows_load<FA_ROWS>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
+
+	float dq[HDP / 8][4];
+	fa_zero<HDP / 8>(dq);
+	int wq = q0 + 16 * warp;
+	int kend = fa_imin(T, q0 + FA_ROWS);
+	float lr[2], dr[2];
+	for (int k0 = 0; k0 < kend; k0 += BC) {
+		__syncthreads();
+		fa_load<BC, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fleet_cp_async_commit();
+		fleet_cp_async_wait<0>();
+		__syncthreads();
+		if (k0 == 0) {
+			lr[0] = sL[16 * warp + g], lr[1] = sL[16 * warp + g + 8];
+			dr[0] = sD[16 * warp + g], dr[1] = sD[16 * warp + g + 8];
+		}
+		if (k0 > wq + 15) {
+			continue; // every key of the tile is after every query of the warp
+		}
+		float s[BC / 8][4], dp[BC / 8][4];
+		fa_zero<BC / 8>(s);
+		fa_zero<BC / 8>(dp);
+		fa_mma_abt<LD, BC, HDP>(s, sQ, 16 * warp, sK);
+		fa_mma_abt<LD, BC, HDP>(dp, sdO, 16 * warp, sV);
+#pragma unroll
+		for (int j = 0; j < BC / 8; j++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int r = e >> 1, qi = wq + g + 8 * r, key = k0 + 8 * j + 2 * t + (e & 1);
+				float p = key > qi ? 0.0f : exp2f(s[j][e] * scale2 - lr[r]);
+				s[j][e] = p * (dp[j][e] - dr[r]); // dS
+			}
+		}
+		fa_mma_pb<LD, BC, HDP>(dq, s, sK);
+	}
+	float sc = 1.0f / sqrtf((float)hd);
+	fa_store<HDP>(dqkv + (long long)b * T * stride + (long long)h * hd, stride, dq, wq, T, hd, sc, sc);
+}
+
+// Backward, dk and dv for the block's 64 keys [k0, k0+64), the first key
+// block first (blockIdx.y = 0 has the most queries), looping over the
+// query tiles that see them: dv = Σ_q Pᵀ·dO, dk = Σ_q dSᵀ·Q/sqrt(hd).
+template <int HDP, int BQ>
+__device__ __forceinline__ void fa_bwd_dkdv(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sK, unsigned short *sV,
+	unsigned short *sQ, unsigned short *sdO, float *sL, float *sD) {
+	const int LD = HDP + FA_PAD;
+	fa_check_block();
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int k0 = (int)blockIdx.y * FA_ROWS;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	long long stride = 3LL * C;
+	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const unsigned short *dob = dout + (long long)b * T * C + (long long)h * hd;
+	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
+	float scale2 = FA_LOG2E / sqrtf((float)hd);
+
+	fa_load<FA_ROWS, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+	fa_load<FA_ROWS, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+	fleet_cp_async_commit();
+
+	float dk[HDP / 8][4], dv[HDP / 8][4];
+	fa_zero<HDP / 8>(dk);
+	fa_zero<HDP / 8>(dv);
+	int wk = k0 + 16 * warp; // the warp's first key
+	for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
+		__syncthreads();
+		fa_load<BQ, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+		fa_load<BQ, HDP>(sdO, dob + q0 * C, C, T - q0, hd, vec);
+		fleet_cp_async_commit();
+		fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
+		fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);
+		fleet_cp_async_wait<0>();
+		__syncthreads();
+		if (q0 + BQ - 1 < wk || wk >= T) {
+			continue; // every query of the tile is before every key of the warp
+		}
+		float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
+		fa_zero<BQ / 8>(s);
+		fa_zero<BQ / 8>(dp);
+		fa_mma_abt<LD, BQ, HDP>(s, sK, 16 * warp, sQ);
+		fa_mma_abt<LD, BQ, HDP>(dp, sV, 16 * warp, sdO);
+		float ds[BQ / 8][4];
+#pragma unroll
+		for (int j = 0; j < BQ / 8; j++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
+				float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
+				s[j][e] = p;
+				ds[j][e] = p * (dp[j][e] - sD[qc]);
+			}
+		}
+		fa_mma_pb<LD, BQ, HDP>(dv, s, sdO);
+		fa_mma_pb<LD, BQ, HDP>(dk, ds, sQ);
+	}
+	float sc = 1.0f / sqrtf((float)hd);
+	unsigned short *d = dqkv + (long long)b * T * stride + (long long)h * hd;
+	fa_store<HDP>(d + C, stride, dk, wk, T, hd, sc, sc);
+	fa_store<HDP>(d + 2 * C, stride, dv, wk, T, hd, 1.0f, 1.0f);
+}
+
+// The kernels, one per head padding: HDP, then the column tile of the
+// forward (BCF) and backward (BCB) passes. Shared tiles are declared in the
+// kernels themselves (a template's static would be one object across every
+// emulator module of a process); the parameter lists are written out, as
+// the launchers and the emulator read them from the source.
+#define FA_FWD(HDP, BCF)                                                   \
+	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
+	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
+	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
+	fa_fwd<HDP, BCF>(out, lse, qkv, B, T, C, H, sQ, sK, sV);
+#define FA_DQ(HDP, BCB)                                                    \
+	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
+	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
+	__shared__ __align__(16) unsigned short sK[BCB * (HDP + FA_PAD)];     \
+	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];     \
+	__shared__ float sL[FA_ROWS];                                         \
+	__shared__ float sD[FA_ROWS];                                         \
+	fa_bwd_dq<HDP, BCB>(dqkv, D, dout, out, lse, qkv, B, T, C, H, sQ, sdO, sK, sV, sL, sD);
+#define FA_DKDV(HDP, BCB)                                                  \
+	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
+	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)]; \
+	__shared__ __align__(16) unsigned short sQ[BCB * (HDP + FA_PAD)];     \
+	__shared__ __align__(16) unsigned short sdO[BCB * (HDP + FA_PAD)];    \
+	__shared__ float sL[BCB];                                             \
+	__shared__ float sD[BCB];                                             \
+	fa_bwd_dkdv<HDP, BCB>(dqkv, D, dout, lse, qkv, B, T, C, H, sK, sV, sQ, sdO, sL, sD);
+
+extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_FWD(32, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(32, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
+	int H) {
+	FA_DKDV(32, 64)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_FWD(64, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(64, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
+	int H) {
+	FA_DKDV(64, 64)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_FWD(128, 32)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
+	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(128, 16)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
+	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
+	int H) {
+	FA_DKDV(128, 16)
+}
