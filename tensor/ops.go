@@ -621,6 +621,10 @@ func embeddingBackward(nd *node, g *Tensor) {
 // Attention is causal multi-head self-attention on a packed qkv
 // [B, T, 3C] (q, k and v side by side, each split into nHead heads),
 // returning [B, T, C]. It is one fused node with its own backward kernel.
+// Under Autocast(BF16), on a backend that rounds operands within its
+// products (backend.OperandRounder), its products, forward and backward,
+// round their operands to bf16 (backend.Attention.Round: on CUDA, the
+// tensor-core kernels); elsewhere it computes in F32.
 func Attention(qkv *Tensor, nHead int) *Tensor {
 	const op = "attention"
 	wantDType(op, F32, qkv)
@@ -632,19 +636,22 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d channels do not split into %d heads", C, nHead), Operands: []*Tensor{qkv}})
 	}
 	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: C, H: nHead}
+	if r, ok := qkv.be.(backend.OperandRounder); ok && r.RoundsOperands() && ProgramOf(qkv.dev).autocast == BF16 {
+		p.Round = BF16
+	}
 	out := like(op, qkv, Shape{p.B, p.T, C})
 	saved := like(op, qkv, Shape{p.SavedLen()})
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
 	if n := record(out, op, attentionBackward, qkv); n != nil {
 		n.saved[0], n.saved[1] = out, saved
-		n.i[0] = nHead
+		n.i[0], n.i[1] = nHead, int(p.Round)
 	}
 	return out
 }
 
 func attentionBackward(n *node, g *Tensor) {
 	qkv, out, saved := n.in[0], n.saved[0], n.saved[1]
-	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: n.i[0]}
+	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: n.i[0], Round: DType(n.i[1])}
 	d := like("attention", qkv, qkv.shape)
 	qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
 	n.gin[0] = d

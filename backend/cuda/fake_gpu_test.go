@@ -34,6 +34,7 @@ type fakeGPU struct {
 	gemms                  int  // cuBLAS products
 	ltMatmuls              int  // cuBLASLt products, tried
 	noLt                   bool // no cuBLASLt: ltMatmul fails with errNoLt
+	noTensorCores          bool // a device before compute capability 8.0
 	marks                  []time.Time
 	capture                *[]func() error // while capturing: the work recorded, not run
 }
@@ -432,7 +433,7 @@ type doneProbe struct{}
 func (doneProbe) Done() (bool, error) { return true, nil }
 func (doneProbe) Release()            {}
 func (f *fakeGPU) smCount() int       { return 2 }
-func (f *fakeGPU) tensorCores() bool  { return true }
+func (f *fakeGPU) tensorCores() bool  { return !f.noTensorCores }
 func (f *fakeGPU) name() string       { return "fake H200 (host memory)" }
 func (f *fakeGPU) close() error       { return nil }
 

@@ -54,27 +54,32 @@ var mmaBlock = [3]int{32 * mmaWarps, 1, 1}
 // smallest that holds it.
 var mmaPads = [...]int{32, 64, attnHDMax}
 
-// mmaNames holds the kernel names by op and padding, built once so that a
-// launch allocates nothing.
-var mmaNames = func() map[string][len(mmaPads)]string {
-	m := map[string][len(mmaPads)]string{}
+// mmaNames holds the kernel names by op, storage and padding, built once
+// so that a launch allocates nothing.
+var mmaNames = func() map[string][2][len(mmaPads)]string {
+	m := map[string][2][len(mmaPads)]string{}
 	for _, op := range []string{"attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"} {
-		var n [len(mmaPads)]string
+		var n [2][len(mmaPads)]string
 		for i, p := range mmaPads {
-			n[i] = fmt.Sprintf("fleet_%s_mma%d_bf16", op, p)
+			n[0][i] = fmt.Sprintf("fleet_%s_mma%d_f32", op, p)
+			n[1][i] = fmt.Sprintf("fleet_%s_mma%d_bf16", op, p)
 		}
 		m[op] = n
 	}
 	return m
 }()
 
-// mmaName is the tensor-core kernel of op for head size hd (<= attnHDMax).
-func mmaName(op string, hd int) string {
+// mmaName is the tensor-core kernel of op for storage dt (F32 or BF16)
+// and head size hd (<= attnHDMax).
+func mmaName(op string, dt backend.DType, hd int) string {
 	i := 0
 	for mmaPads[i] < hd {
 		i++
 	}
-	return mmaNames[op][i]
+	if dt == backend.BF16 {
+		return mmaNames[op][1][i]
+	}
+	return mmaNames[op][0][i]
 }
 
 // mmaGrid is the grid of the tensor-core kernels: (b, h) pairs by row blocks.
@@ -82,9 +87,12 @@ func mmaGrid(p backend.Attention) [3]int {
 	return [3]int{p.B * p.H, (p.T + mmaRows - 1) / mmaRows, 1}
 }
 
-// mmaAttention reports whether attention of dt runs on the tensor-core
-// kernels: BF16 storage on a device that has them.
-func mmaAttention(l any, dt backend.DType) bool { return dt == backend.BF16 && tensorCores(l) }
+// mmaAttention reports whether attention p of storage dt runs on the
+// tensor-core kernels: on a device that has them, for BF16 storage, or for
+// F32 storage whose products p rounds to BF16 (autocast).
+func mmaAttention(l any, dt backend.DType, p backend.Attention) bool {
+	return (dt == backend.BF16 || dt == backend.F32 && p.Round == backend.BF16) && tensorCores(l)
+}
 
 // attnSuffix names the kernel variant for a storage dtype.
 func attnSuffix(op string, dt backend.DType) (string, error) {
@@ -128,8 +136,8 @@ func attnGrid(B, T, H, hd int) [3]int {
 // Attention launches causal self-attention (backend.Backend.Attention) on
 // packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
 // BF16), lse [B, H, T] is F32. One launch: fleet_attention_fwd_<dt>, or,
-// for BF16 on a device with tensor cores, fleet_attention_fwd_mma<HDP>_bf16
-// (attention_mma.cu).
+// on a device with tensor cores, for BF16 or for F32 with p.Round BF16,
+// fleet_attention_fwd_mma<HDP>_<dt> (attention_mma.cu).
 func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, out, lse, qkv B) error {
 	const op = "attention"
 	_, err := attnSuffix(op, dt)
@@ -141,8 +149,8 @@ func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attentio
 		return err
 	}
 	shape := *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H))
-	if mmaAttention(l, dt) {
-		return l.Launch(mmaName("attention_fwd", hd), mmaGrid(p), mmaBlock, 0, shape)
+	if mmaAttention(l, dt, p) {
+		return l.Launch(mmaName("attention_fwd", dt, hd), mmaGrid(p), mmaBlock, 0, shape)
 	}
 	return l.Launch(name("attention_fwd", dt, 0), attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0, shape)
 }
@@ -157,7 +165,7 @@ func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T 
 // and qkv are stored as dt; scratch holds AttentionBackwardScratch(p) F32
 // elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
 // (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
-// (reads them, writes dk and dv); for BF16 on a device with tensor cores,
+// (reads them, writes dk and dv); where Attention runs on tensor cores,
 // their mma<HDP> variants. Every element of dqkv is written.
 func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch B) error {
 	const op = "attention backward"
@@ -171,9 +179,9 @@ func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.
 	}
 	grid, block := attnGrid(p.B, p.T, p.H, hd), attnBlock(hd)
 	dq, dkdv := name("attention_bwd_dq", dt, 0), name("attention_bwd_dkdv", dt, 0)
-	if mmaAttention(l, dt) {
+	if mmaAttention(l, dt, p) {
 		grid, block = mmaGrid(p), mmaBlock
-		dq, dkdv = mmaName("attention_bwd_dq", hd), mmaName("attention_bwd_dkdv", hd)
+		dq, dkdv = mmaName("attention_bwd_dq", dt, hd), mmaName("attention_bwd_dkdv", dt, hd)
 	}
 	nb, nt, nc, nh := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
 	if err := l.Launch(dq, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh)); err != nil {

@@ -88,6 +88,7 @@ func attentionCases() map[string]emu.Case {
 // run, with the shapes that reach the instantiation named by suffix.
 type attnVariant struct {
 	dt     backend.DType
+	round  backend.DType // Attention.Round
 	mma    bool
 	suffix string // the kernels' names end in it: "f32", "bf16", "mma64_bf16"
 	shapes []backend.Attention
@@ -123,6 +124,21 @@ var attnVariants = []attnVariant{
 		{B: 1, T: 20, C: 72, H: 1}, // hd 72
 		{B: 1, T: 9, C: 200, H: 2}, // hd 100: no cp.async
 	}},
+	// The same on F32 storage, with the products rounding to bf16
+	// (autocast): the loads round q, k, v and dout; results are f32.
+	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma32_f32", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 2, T: 17, C: 64, H: 2},
+		{B: 1, T: 9, C: 15, H: 3},
+	}},
+	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma64_f32", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 1, T: 1, C: 64, H: 1},
+		{B: 1, T: 257, C: 64, H: 1},
+		{B: 1, T: 33, C: 36, H: 1},
+	}},
+	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma128_f32", tol: attnTolMMA, shapes: []backend.Attention{
+		{B: 1, T: 70, C: 256, H: 2},
+		{B: 1, T: 9, C: 200, H: 2},
+	}},
 }
 
 // TestAttentionEmu checks that every kernel of the attention files has a
@@ -144,17 +160,22 @@ func TestAttentionEmu(t *testing.T) {
 
 // attnRef is the CPU backend's answer for one shape.
 type attnRef struct {
-	qkv, dout      []float32 // inputs (bf16-rounded for BF16 runs)
+	qkv, dout      []float32 // inputs (bf16-rounded where the products round them)
+	qkvIn, doutIn  []float32 // the inputs as the kernels get them
 	out, lse, dqkv []float32
 	D              []float32 // dout·out per score row, [B, H, T]
 }
 
-func attnCPU(t *testing.T, p backend.Attention, dt backend.DType, seed uint64) attnRef {
+func attnCPU(t *testing.T, p backend.Attention, v attnVariant, seed uint64) attnRef {
 	t.Helper()
+	dt := v.dt
 	c := attnCPUBackend(t)
 	rng := rand.New(rand.NewPCG(seed, uint64(p.B*1000003+p.T*1009+p.C*31+p.H)))
 	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*3*p.C), dout: emu.RandF32(rng, p.B*p.T*p.C)}
-	if dt == backend.BF16 {
+	r.qkvIn, r.doutIn = r.qkv, r.dout
+	if dt == backend.BF16 || v.round == backend.BF16 {
+		// The reference takes the inputs as the kernels' products see
+		// them; the kernels get them as stored (F32 ones round them).
 		r.qkv, r.dout = round(backend.BF16, r.qkv), round(backend.BF16, r.dout)
 	}
 	qkv, dout := attnCPUUpload(c, r.qkv), attnCPUUpload(c, r.dout)
@@ -190,10 +211,11 @@ func testAttnForward(t *testing.T, m *emu.Module, v attnVariant) {
 	dt := v.dt
 	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
-			r := attnCPU(t, p, dt, 1)
+			p.Round = v.round
+			r := attnCPU(t, p, v, 1)
 			out, lse := devOut(dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
 			l := &attnLauncher{m: m, mma: v.mma, only: "fleet_attention_fwd_" + v.suffix}
-			if err := kernels.Attention(l, dt, p, out, lse, devIn(dt, r.qkv)); err != nil {
+			if err := kernels.Attention(l, dt, p, out, lse, devIn(dt, r.qkvIn)); err != nil {
 				t.Fatal(err)
 			}
 			if l.ran != 1 {
@@ -213,8 +235,9 @@ func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
 	dt := v.dt
 	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
-			r := attnCPU(t, p, dt, 2)
-			qkv, dout, out, lse := devIn(dt, r.qkv), devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse)
+			p.Round = v.round
+			r := attnCPU(t, p, v, 2)
+			qkv, dout, out, lse := devIn(dt, r.qkvIn), devIn(dt, r.doutIn), devIn(dt, r.out), emu.NewF32(r.lse)
 			var first []float32
 			// The serial schedules are repeatable by construction; the
 			// parallel one interleaves threads as the OS likes, so that is
@@ -262,11 +285,12 @@ func testAttnDKDV(t *testing.T, m *emu.Module, v attnVariant) {
 	dt := v.dt
 	for _, p := range v.shapes {
 		t.Run(attnName(p), func(t *testing.T) {
-			r := attnCPU(t, p, dt, 3)
+			p.Round = v.round
+			r := attnCPU(t, p, v, 3)
 			dqkv := devOut(dt, len(r.qkv))
 			l := &attnLauncher{m: m, mma: v.mma, only: "fleet_attention_bwd_dkdv_" + v.suffix}
-			err := kernels.AttentionBackward(l, dt, p, dqkv, devIn(dt, r.dout), devIn(dt, r.out), emu.NewF32(r.lse),
-				devIn(dt, r.qkv), emu.NewF32(r.D))
+			err := kernels.AttentionBackward(l, dt, p, dqkv, devIn(dt, r.doutIn), devIn(dt, r.out), emu.NewF32(r.lse),
+				devIn(dt, r.qkvIn), emu.NewF32(r.D))
 			if err != nil {
 				t.Fatal(err)
 			}

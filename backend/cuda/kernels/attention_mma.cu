@@ -1,8 +1,10 @@
-// Causal self-attention on tensor cores (FlashAttention-2 style), bf16
-// storage: the same operation, layout and saved log-sum-exp as
-// attention.cu's kernels (qkv [B, T, 3C], out and dout [B, T, C], lse
-// [B, H, T] in natural log units, F32), with every product on mma.sync
-// m16n8k16 (bf16 operands, f32 accumulation). Softmax, the log-sum-exp, the
+// Causal self-attention on tensor cores (FlashAttention-2 style): the same
+// operation, layout and saved log-sum-exp as attention.cu's kernels (qkv
+// [B, T, 3C], out and dout [B, T, C], lse [B, H, T] in natural log units,
+// F32), with every product on mma.sync m16n8k16 (bf16 operands, f32
+// accumulation). Storage is bf16 (the _bf16 kernels) or F32 (the _f32
+// kernels: autocast's bf16 products on F32 activations, which round q, k,
+// v and dout to bf16 as they load them and write f32 results). Softmax, the log-sum-exp, the
 // row sums D_i = dO_i·O_i and every accumulator are f32; the probabilities
 // and dS are rounded to bf16 only as operands of the next product, as
 // FlashAttention-2 does.
@@ -18,18 +20,19 @@
 // halves long, so the eight row addresses of an ldmatrix fall in distinct
 // banks.
 //
-// Loads are 16-byte cp.async copies where the head slices are 16-byte
-// aligned (hd and C multiples of 8, an aligned base); otherwise, and for
-// rows past T and columns past hd, plain stores (zeros for the padding).
+// Loads are 16-byte cp.async copies of bf16 (two 16-byte loads of F32,
+// rounded) where the head slices are 16-byte aligned (hd and C multiples
+// of 8, an aligned base); otherwise, and for rows past T and columns past
+// hd, element by element (zeros for the padding).
 // Each K tile and V tile is its own cp.async group, so the forward pass
 // computes the scores while V is still landing.
 //
 // Fragment layouts are mma.cuh's. Scores are kept in base 2 (scaled by
 // log2(e)/sqrt(hd), exp2f throughout), as in attention.cu.
 //
-// The backward pass is deterministic: fleet_attention_bwd_dq_mma<HDP>_bf16
+// The backward pass is deterministic: fleet_attention_bwd_dq_mma<HDP>_<t>
 // writes dq and D (one block per query block, looping over keys), then
-// fleet_attention_bwd_dkdv_mma<HDP>_bf16 writes dk and dv (one block per key
+// fleet_attention_bwd_dkdv_mma<HDP>_<t> writes dk and dv (one block per key
 // block, looping over queries); no float atomics, fixed orders.
 
 #define FA_WARPS 4
@@ -52,29 +55,50 @@ __device__ __forceinline__ void fa_check_block() {
 	}
 }
 
-// fa_vec reports whether a head slice of rows stride halves apart, hd
-// wide, at column offsets that are multiples of hd, can be copied 16 bytes
-// at a time.
-__device__ __forceinline__ bool fa_vec(const unsigned short *base, long long stride, int hd) {
+// Storage: bf16 (unsigned short bits) as the operands are, or F32, which
+// the loads round to bf16 (autocast's products on F32 activations).
+__device__ __forceinline__ unsigned short fa_bf16(unsigned short v) { return v; }
+__device__ __forceinline__ unsigned short fa_bf16(float v) { return fleet_f32_to_bf16(v); }
+__device__ __forceinline__ float fa_f32(unsigned short v) { return fleet_bf16_to_f32(v); }
+__device__ __forceinline__ float fa_f32(float v) { return v; }
+__device__ __forceinline__ void fa_put(unsigned short *p, float v) { *p = fleet_f32_to_bf16(v); }
+__device__ __forceinline__ void fa_put(float *p, float v) { *p = v; }
+
+// fa_vec reports whether a head slice of rows stride elements apart, hd
+// wide, at column offsets that are multiples of hd, can be read in
+// 16-byte pieces.
+template <typename S>
+__device__ __forceinline__ bool fa_vec(const S *base, long long stride, int hd) {
 	return hd % 8 == 0 && stride % 8 == 0 && ((unsigned long long)base & 15) == 0;
 }
 
-// fa_load stages rows [0, R) of a head slice into dst [R][HDP + FA_PAD]:
-// row r comes from src + r*stride where r < nvalid, columns < hd; the rest
-// of each row up to HDP, and rows from nvalid on, are zero. Copies are
-// cp.async (not yet committed) where vec; the caller commits and waits.
-template <int R, int HDP>
-__device__ __forceinline__ void fa_load(unsigned short *dst, const unsigned short *src, long long stride, int nvalid, int hd, bool vec) {
+// fa_copy8 stages 8 elements (16-byte aligned) into shared memory as
+// bf16: a cp.async of bf16, not yet committed, or two 16-byte loads of
+// F32, rounded, and one 16-byte store.
+__device__ __forceinline__ void fa_copy8(unsigned short *d, const unsigned short *src) { fleet_cp_async16(d, src); }
+__device__ __forceinline__ void fa_copy8(unsigned short *d, const float *src) {
+	float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
+	uint4 v;
+	v.x = fa_pack(a.x, a.y), v.y = fa_pack(a.z, a.w), v.z = fa_pack(b.x, b.y), v.w = fa_pack(b.z, b.w);
+	*(uint4 *)d = v;
+}
+
+// fa_load stages rows [0, R) of a head slice into dst [R][HDP + FA_PAD]
+// as bf16: row r comes from src + r*stride where r < nvalid, columns < hd;
+// the rest of each row up to HDP, and rows from nvalid on, are zero.
+// bf16 copies are cp.async where vec; the caller commits and waits.
+template <int R, int HDP, typename S>
+__device__ __forceinline__ void fa_load(unsigned short *dst, const S *src, long long stride, int nvalid, int hd, bool vec) {
 	const int LD = HDP + FA_PAD, CH = HDP / 8;
 	for (int i = threadIdx.x; i < R * CH; i += blockDim.x) {
 		int r = i / CH, c = (i % CH) * 8;
 		unsigned short *d = dst + r * LD + c;
 		if (vec && r < nvalid && c < hd) { // vec: hd is a multiple of 8
-			fleet_cp_async16(d, src + r * stride + c);
+			fa_copy8(d, src + r * stride + c);
 		} else {
 #pragma unroll
 			for (int e = 0; e < 8; e++) {
-				d[e] = (r < nvalid && c + e < hd) ? src[r * stride + c + e] : (unsigned short)0;
+				d[e] = (r < nvalid && c + e < hd) ? fa_bf16(src[r * stride + c + e]) : (unsigned short)0;
 			}
 		}
 	}
@@ -157,10 +181,10 @@ __device__ __forceinline__ void fa_zero(float x[N][4]) {
 }
 
 // fa_store writes this warp's 16xHDP accumulator block, times scale, as
-// bf16 rows [row0, row0+16) of a head slice (row r at dst + r*stride),
-// rows < nrows and columns < hd only.
-template <int HDP>
-__device__ __forceinline__ void fa_store(unsigned short *dst, long long stride, const float acc[HDP / 8][4], int row0, int nrows, int hd,
+// rows [row0, row0+16) of a head slice (row r at dst + r*stride), rows <
+// nrows and columns < hd only.
+template <int HDP, typename S>
+__device__ __forceinline__ void fa_store(S *dst, long long stride, const float acc[HDP / 8][4], int row0, int nrows, int hd,
 	float scale0, float scale1) {
 	int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -169,7 +193,7 @@ __device__ __forceinline__ void fa_store(unsigned short *dst, long long stride, 
 		for (int e = 0; e < 4; e++) {
 			int r = row0 + g + (e >> 1) * 8, c = 8 * j + 2 * t + (e & 1);
 			if (r < nrows && c < hd) {
-				dst[r * stride + c] = fleet_f32_to_bf16(acc[j][e] * ((e >> 1) ? scale1 : scale0));
+				fa_put(dst + r * stride + c, acc[j][e] * ((e >> 1) ? scale1 : scale0));
 			}
 		}
 	}
@@ -188,16 +212,16 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 
 // Forward: out and lse for the 64 queries [q0, q0+64) of one (b, h), the
 // last query block first (blockIdx.y = 0 has the most keys).
-template <int HDP, int BC>
-__device__ __forceinline__ void fa_fwd(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T,
-	int C, int H, unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
+template <int HDP, int BC, typename S>
+__device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H,
+	unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
 	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	long long stride = 3LL * C;
-	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
 	bool vec = fa_vec(base, stride, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
@@ -287,18 +311,17 @@ __device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r
 // Backward, dq: D_i = dO_i·O_i for the block's 64 queries (into D), then
 // dq = Σ_keys dS·K/sqrt(hd) with P = exp2(S·scale2 - lse2) and
 // dS = P∘(dO·Vᵀ - D).
-template <int HDP, int BC>
-__device__ __forceinline__ void fa_bwd_dq(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H,
-	unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
+template <int HDP, int BC, typename S>
+__device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
+	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
 	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	long long stride = 3LL * C;
-	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	const unsigned short *dob = dout + (long long)b * T * C + (long long)h * hd, *ob = out + (long long)b * T * C + (long long)h * hd;
+	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *dob = dout + (long long)b * T * C + (long long)h * hd, *ob = out + (long long)b * T * C + (long long)h * hd;
 	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
@@ -312,7 +335,7 @@ __device__ __forceinline__ void fa_bwd_dq(unsigned short *__restrict__ dqkv, flo
 		float s = 0.0f;
 		if (qi < T) {
 			for (int c = threadIdx.x & 1; c < hd; c += 2) {
-				s += fleet_bf16_to_f32(dob[(long long)qi * C + c]) * fleet_bf16_to_f32(ob[(long long)qi * C + c]);
+				s += fa_f32(fa_bf16(dob[(long long)qi * C + c])) * fa_f32(ob[(long long)qi * C + c]);
 			}
 		}
 		s += __shfl_xor_sync(0xffffffffu, s, 1);
@@ -367,18 +390,18 @@ __device__ __forceinline__ void fa_bwd_dq(unsigned short *__restrict__ dqkv, flo
 // Backward, dk and dv for the block's 64 keys [k0, k0+64), the first key
 // block first (blockIdx.y = 0 has the most queries), looping over the
 // query tiles that see them: dv = Σ_q Pᵀ·dO, dk = Σ_q dSᵀ·Q/sqrt(hd).
-template <int HDP, int BQ>
-__device__ __forceinline__ void fa_bwd_dkdv(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sK, unsigned short *sV,
-	unsigned short *sQ, unsigned short *sdO, float *sL, float *sD) {
+template <int HDP, int BQ, typename S>
+__device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout, const float *__restrict__ lse,
+	const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
+	float *sD) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
 	int k0 = (int)blockIdx.y * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	long long stride = 3LL * C;
-	const unsigned short *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	const unsigned short *dob = dout + (long long)b * T * C + (long long)h * hd;
+	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *dob = dout + (long long)b * T * C + (long long)h * hd;
 	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
@@ -422,28 +445,29 @@ __device__ __forceinline__ void fa_bwd_dkdv(unsigned short *__restrict__ dqkv, c
 		fa_mma_pb<LD, BQ, HDP>(dk, ds, sQ);
 	}
 	float sc = 1.0f / sqrtf((float)hd);
-	unsigned short *d = dqkv + (long long)b * T * stride + (long long)h * hd;
+	S *d = dqkv + (long long)b * T * stride + (long long)h * hd;
 	fa_store<HDP>(d + C, stride, dk, wk, T, hd, sc, sc);
 	fa_store<HDP>(d + 2 * C, stride, dv, wk, T, hd, 1.0f, 1.0f);
 }
 
-// The kernels, one per head padding: HDP, then the column tile of the
-// forward (BCF) and backward (BCB) passes. Shared tiles are declared in the
-// kernels themselves (a template's static would be one object across every
-// emulator module of a process); the parameter lists are written out, as
-// the launchers and the emulator read them from the source.
+// The kernels, one per head padding and storage type: HDP, then the
+// column tile of the forward (BCF) and backward (BCB) passes. Shared tiles
+// are declared in the kernels themselves (a template's static would be one
+// object across every emulator module of a process); the parameter lists
+// are written out, as the launchers and the emulator read them from the
+// source.
 #define FA_FWD(HDP, BCF)                                                   \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
 	fa_fwd<HDP, BCF>(out, lse, qkv, B, T, C, H, sQ, sK, sV);
-#define FA_DQ(HDP, BCB)                                                    \
-	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
+#define FA_DQ(HDP, BCB)                                                     \
+	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)];  \
 	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
-	__shared__ __align__(16) unsigned short sK[BCB * (HDP + FA_PAD)];     \
-	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];     \
-	__shared__ float sL[FA_ROWS];                                         \
-	__shared__ float sD[FA_ROWS];                                         \
+	__shared__ __align__(16) unsigned short sK[BCB * (HDP + FA_PAD)];      \
+	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];      \
+	__shared__ float sL[FA_ROWS];                                          \
+	__shared__ float sD[FA_ROWS];                                          \
 	fa_bwd_dq<HDP, BCB>(dqkv, D, dout, out, lse, qkv, B, T, C, H, sQ, sdO, sK, sV, sL, sD);
 #define FA_DKDV(HDP, BCB)                                                  \
 	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
@@ -454,47 +478,80 @@ __device__ __forceinline__ void fa_bwd_dkdv(unsigned short *__restrict__ dqkv, c
 	__shared__ float sD[BCB];                                             \
 	fa_bwd_dkdv<HDP, BCB>(dqkv, D, dout, lse, qkv, B, T, C, H, sK, sV, sQ, sdO, sL, sD);
 
-extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
+	int T, int C, int H) {
 	FA_FWD(32, 64)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DQ(32, 64)
 }
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
-	int H) {
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DKDV(32, 64)
 }
 
-extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
+	int T, int C, int H) {
 	FA_FWD(64, 64)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DQ(64, 64)
 }
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
-	int H) {
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DKDV(64, 64)
 }
 
-extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
+	int T, int C, int H) {
 	FA_FWD(128, 32)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out, const float *__restrict__ lse,
-	const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DQ(128, 16)
 }
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
-	const unsigned short *__restrict__ dout, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C,
-	int H) {
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(128, 16)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma32_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(32, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma32_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(32, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(32, 64)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma64_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(64, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma64_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(64, 64)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(64, 64)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma128_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(128, 32)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma128_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(128, 16)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
 	FA_DKDV(128, 16)
 }
