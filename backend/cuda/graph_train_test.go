@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
@@ -93,8 +94,19 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 		// about 2e-4 (normwise) in bf16 and 7e-5 in fp16 here, hence the
 		// loose bound; the comparison with the plain steps above is the
 		// tight one.
+		//
+		// Under bf16 on a device with tensor cores, attention's products
+		// round their operands to bf16 where the CPU's do not, so the two
+		// agree to bf16's precision only: the loss to 2e-3 (as in
+		// TestGPTOnEmulatedDevice), and the weights, which Adam moves by
+		// about the learning rate whatever the gradients' size, are not
+		// compared (measured: 1.4e-2 apart).
+		lossTol, weights := 1e-4, true
+		if be, err := backend.Get(device(2*i + 1)); err == nil && prec == "bf16" && be.(*cuda.CUDA).TensorCores() {
+			lossTol, weights = 2e-3, false
+		}
 		cpu, lossCPU := run(tensor.CPU, false)
-		if d := lossGraphed - lossCPU; !(d < 1e-4 && d > -1e-4) {
+		if d := lossGraphed - lossCPU; !(d < lossTol && d > -lossTol) {
 			t.Errorf("%s: mean loss %v with graphs, %v on the CPU", prec, lossGraphed, lossCPU)
 		}
 		worst := 0.0 // normwise, per parameter
@@ -107,7 +119,7 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 			worst = max(worst, math.Sqrt(d2/max(n2, 1e-30)))
 		}
 		t.Logf("%s: weights within %.3g (normwise) of the CPU's after 6 steps", prec, worst)
-		if worst > 1e-3 {
+		if weights && worst > 1e-3 {
 			t.Errorf("%s: weights %.3g (normwise) from the CPU's after 6 steps", prec, worst)
 		}
 	}
