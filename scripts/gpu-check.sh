@@ -5,6 +5,8 @@
 #                                (CGO_ENABLED=0, linux/amd64) into .gpu/, and
 #                                copies the Shakespeare corpus there if found
 #   scripts/gpu-check.sh quick [OUT]   there: GPU test suite, fleet doctor,
+#                                the attention kernels timed against their
+#                                predecessors and PyTorch's SDPA,
 #                                the side-by-side benchmark with PyTorch (eager
 #                                and torch.compile) and the simulator's
 #                                prediction for each fleet row (< 5 min)
@@ -121,6 +123,10 @@ quick() {
   run nvml testbin monitor/nvml monitor_nvml.test -test.run 'DriverAndDevices' -test.v
   run gpu-sampler testbin monitor/sysstat monitor_sysstat.test -test.run 'GPUSampler' -test.v
   run smi "$G/fleet" smi
+  # The tensor-core attention kernels against the CUDA-core ones they
+  # replace, and PyTorch's SDPA on the same shapes.
+  run attn-bench testbin backend/cuda backend_cuda.test -test.run '^$' -test.bench 'GPUAttention' -test.benchtime 20x
+  run torch-sdpa python3 scripts/torch_sdpa_bench.py
   # A short run with every monitor on: --batch-size auto probes, telemetry
   # (device events), TensorBoard files read back by TensorBoard itself.
   rm -rf "$G/monitor-run" "$G/tb" # fleet train refuses a folder that holds a run: a rerun starts afresh

@@ -55,6 +55,9 @@ type CUDA struct {
 	// noBGrad: cuBLASLt refused its bias-gradient epilogue (the others
 	// may still serve).
 	noBGrad atomic.Bool
+	// noMMA turns the tensor-core attention kernels off (a test's switch,
+	// to time their predecessors on the same device).
+	noMMA atomic.Bool
 
 	copied atomic.Int64
 	total  atomic.Int64 // the device's memory size, once read
@@ -74,7 +77,7 @@ func (c *CUDA) SetTF32(on bool) { c.tf32.Store(on) }
 func (c *CUDA) SMCount() int { return c.g.smCount() }
 
 // TensorCores implements kernels.TensorCorer.
-func (c *CUDA) TensorCores() bool { return c.g.tensorCores() }
+func (c *CUDA) TensorCores() bool { return c.g.tensorCores() && !c.noMMA.Load() }
 
 // Device implements backend.Backend.
 func (c *CUDA) Device() backend.Device { return c.dev }
