@@ -274,6 +274,14 @@ type GELUProducts interface {
 	MatMulGELUGrad(p MatMul, a, b, out, pre Ref)
 }
 
+// BiasGELUer is a Backend with a fused bias and GELU, for products that
+// cannot add a bias in their epilogue: BiasGELU adds bias [cols] to each
+// row of pre [rows, cols] in place and writes h = gelu(pre) (the tanh
+// approximation, as GELU), in one pass.
+type BiasGELUer interface {
+	BiasGELU(pre, h, bias Ref, rows, cols int)
+}
+
 // BiasGradProducts is a Backend whose products can also write a bias's
 // gradient (cuBLASLt's bias-gradient epilogue): MatMulBiasGrad is MatMul
 // (one product, alpha 1, B not transposed, no bias) that also writes

@@ -274,6 +274,10 @@ func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 		round = dt
 	}
 	if !ok || !gp.GELUEpilogues() || x.dtype != F32 || w1.dtype != F32 || w2.dtype != F32 {
+		// The bias and GELU in one pass where the backend has it.
+		if bg, fused := x.be.(backend.BiasGELUer); fused && b1 != nil && b1.dtype == F32 && x.dtype == F32 && w1.dtype == F32 {
+			return Linear(biasGELU(bg, Linear(x, w1, nil), b1), w2, b2)
+		}
 		return Linear(GELU(Linear(x, w1, b1)), w2, b2)
 	}
 	const op = "mlp"
@@ -308,6 +312,41 @@ func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 		n.op, n.back, n.saved[0] = "mlp_proj", mlpProjBackward, pre
 	}
 	return out
+}
+
+// biasGELU returns gelu(y + b) for y [..., cols] and b [cols] in one pass
+// (backend.BiasGELUer), adding b into y in place: y is MLP's hidden
+// pre-activation, a product's output that nothing else reads (the
+// product's backward reads its inputs), and GELU's backward reads it.
+func biasGELU(bg backend.BiasGELUer, y, b *Tensor) *Tensor {
+	const op = "bias_gelu"
+	check(op, y, b)
+	rows, cols := rowsOf(y)
+	if len(b.shape) != 1 || b.shape[0] != cols {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", b.shape, cols), Operands: []*Tensor{y, b}})
+	}
+	h := like(op, y, y.shape)
+	bg.BiasGELU(y.ref(), h.ref(), b.ref(), rows, cols)
+	record(h, op, biasGELUBackward, y, b)
+	return h
+}
+
+// biasGELUBackward: the pre-activation's gradient through GELU, and the
+// bias's, its sum over rows.
+func biasGELUBackward(n *node, g *Tensor) {
+	pre, b := n.in[0], n.in[1]
+	rows, cols := rowsOf(pre)
+	d := like("bias_gelu", pre, pre.shape)
+	pre.be.GELUBackward(d.ref(), pre.ref(), g.ref(), pre.Numel())
+	n.gin[0] = d
+	if b.requiresGrad {
+		if s := gradSink(b); s != nil {
+			d.be.SumRows(s.ref(), d.ref(), rows, cols, 1)
+		} else {
+			n.gin[1] = like("bias_gelu", b, b.shape)
+			d.be.SumRows(n.gin[1].ref(), d.ref(), rows, cols, 0)
+		}
+	}
 }
 
 // mlpProjBackward is linearBackward for MLP's second product, whose input

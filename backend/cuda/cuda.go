@@ -563,6 +563,12 @@ func (c *CUDA) GELU(dst, src backend.Ref, n int) {
 	c.check("gelu", kernels.GELU(c, c.dt(src), c.ptr(dst), c.ptr(src), n))
 }
 
+// BiasGELU implements backend.BiasGELUer: the MLP's bias and GELU where
+// cuBLASLt's epilogue cannot take them.
+func (c *CUDA) BiasGELU(pre, h, bias backend.Ref, rows, cols int) {
+	c.check("bias_gelu", kernels.BiasGELU(c, c.dt(pre), c.ptr(pre), c.ptr(h), c.ptr(bias), rows, cols))
+}
+
 // GELUBackward implements backend.Backend.
 func (c *CUDA) GELUBackward(dx, x, dy backend.Ref, n int) {
 	c.check("gelu_backward", kernels.GELUBackward(c, c.dt(x), c.ptr(dx), c.ptr(x), c.ptr(dy), n))

@@ -219,4 +219,8 @@ func TestGPTWithoutCuBLASLt(t *testing.T) {
 	if !slices.ContainsFunc(f.launches, func(k string) bool { return strings.HasPrefix(k, "fleet_gelu_backward_") }) {
 		t.Error("no GELU backward kernel ran: the MLP did not fall back")
 	}
+	// With biases, the fallback adds the bias and applies GELU in one pass.
+	if !slices.ContainsFunc(f.launches, func(k string) bool { return strings.HasPrefix(k, "fleet_bias_gelu_") }) {
+		t.Error("no fused bias and GELU ran")
+	}
 }

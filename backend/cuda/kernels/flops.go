@@ -58,6 +58,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 2 * arg("n")
 	case "gelu":
 		return 10 * arg("n") // x³, a multiply-add chain and tanh
+	case "bias_gelu": // the add, then GELU
+		return 11 * arg("rows") * arg("cols")
 	case "gelu_backward":
 		return 20 * arg("n")
 	case "softmax":

@@ -279,6 +279,19 @@ func GELU[B comparable](l Launcher[B], dt backend.DType, dst, src B, n int) erro
 	return elementwise(l, k, n, *new(Args[B]).Buf(dst, src).Long(int64(n)))
 }
 
+// BiasGELU adds bias [cols] to each row of pre [rows, cols] in place and
+// writes h = gelu(pre), F32 or BF16, in one pass (fleet_bias_gelu_<dt>).
+func BiasGELU[B comparable](l Launcher[B], dt backend.DType, pre, h, bias B, rows, cols int) error {
+	k, err := kernel("bias_gelu", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if rows < 0 || cols < 1 || int64(rows)*int64(cols) > math.MaxInt32 {
+		return fmt.Errorf("bias_gelu: bad shape %d×%d", rows, cols)
+	}
+	return elementwise(l, k, rows*cols, *new(Args[B]).Buf(pre, h, bias).Int(int32(rows), int32(cols)))
+}
+
 // GELUBackward computes dx = dy*gelu'(x) for n F32 or BF16 elements; dx
 // may alias dy.
 func GELUBackward[B comparable](l Launcher[B], dt backend.DType, dx, x, dy B, n int) error {

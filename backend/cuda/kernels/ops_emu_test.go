@@ -272,6 +272,7 @@ func init() {
 			"fleet_unary_" + sfx(dt):                   unaryCase(dt),
 			"fleet_gelu_" + sfx(dt):                    geluCase(dt),
 			"fleet_gelu_backward_" + sfx(dt):           geluBackwardCase(dt),
+			"fleet_bias_gelu_" + sfx(dt):               biasGELUCase(dt),
 			"fleet_sumrows_partial_" + sfx(dt):         sumRowsCase(dt),
 			"fleet_softmax_" + sfx(dt):                 softmaxCase(dt),
 			"fleet_softmax_backward_" + sfx(dt):        softmaxBackwardCase(dt),
@@ -523,6 +524,39 @@ func geluCase(dt backend.DType) emu.Case {
 				return [][]float32{devGet(dst)}
 			})
 			checkClose(t, fmt.Sprintf("gelu %v n=%d", dt, n), got[0], want, tol(dt))
+		}
+	}
+}
+
+// biasGELUCase holds the fused bias and GELU to the CPU's add of the bias
+// row by row (rounded to dt, as stored) followed by its GELU: pre as it
+// writes it, and h.
+func biasGELUCase(dt backend.DType) emu.Case {
+	return func(t *testing.T, m *emu.Module) {
+		rng := newRNG(7)
+		shapes := [][2]int{{1, 1}, {3, 5}, {7, 33}, {64, 96}, {129, 40}}
+		if m.Schedule() != emu.Parallel {
+			shapes = shapes[:3]
+		}
+		for _, s := range shapes {
+			rows, cols := s[0], s[1]
+			n := rows * cols
+			y, b := round(dt, randF32(rng, n, 3)), round(dt, randF32(rng, cols, 1))
+			pre := make([]float32, n)
+			for i := range pre {
+				pre[i] = y[i] + b[i%cols]
+			}
+			pre = round(dt, pre)
+			cd := cpuF32(make([]float32, n))
+			cpuB.GELU(cd, cpuF32(pre), n)
+			want := cpuGet(cd, n)
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+				p, h := devIn(dt, y), devOut(dt, n)
+				must(t, kernels.BiasGELU(l, dt, p, h, devIn(dt, b), rows, cols))
+				return [][]float32{devGet(p), devGet(h)}
+			})
+			checkBits(t, fmt.Sprintf("bias_gelu %v %d×%d: pre", dt, rows, cols), got[0], pre)
+			checkClose(t, fmt.Sprintf("bias_gelu %v %d×%d: h", dt, rows, cols), got[1], want, tol(dt))
 		}
 	}
 }
