@@ -183,10 +183,11 @@ type Backend interface {
 	// i+1 at the learning rate lrs[min(i, nlr-1)] into sched (as
 	// ScalerCoef does into Scaler.State from ScalerLR on; see AdamW.Sched).
 	StepClock(stats, sched, lrs Ref, nlr int, beta1, beta2 float32)
-	// DropoutBases writes, for a step replayed from a graph, each of its
-	// micro-steps' dropout state into bases (micros pairs of I32, low
-	// half first): rng.Mix of DropoutSeedWords(seed, i, micro), i =
-	// stats[4]-1 the step's index after StepClock.
+	// DropoutBases writes, for a step replayed from a graph, the key of
+	// its dropout masks for each of its micro-steps into bases (micros
+	// pairs of I32, low half first): DropoutKey(seed, i), i = stats[4]-1
+	// the step's index after StepClock, the same for every micro-step
+	// (masks are keyed by the element's place in the global batch).
 	DropoutBases(bases, stats Ref, micros int, seed uint64)
 }
 

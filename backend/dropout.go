@@ -8,38 +8,57 @@ import (
 
 // DropoutMask says which elements a dropout keeps, so that any device can
 // draw the mask where it applies it, element by element, and every device
-// draws the same one. Element i (counting from 0 over the op's elements)
-// gets the (i+1)-th draw of the SplitMix64 stream at State Seed, the one
-// tensor.RNG would give it drawing the elements in order; it is kept when
-// the draw's top 53 bits are at least Threshold, that is when the draw as
-// a uniform float64 in [0, 1) is at least p, and then multiplied by Scale.
-// The others become zero.
+// draws the same one, from the counter-based generator Philox4x32-10
+// (rng.Philox4x32). Element i of the op (counting from 0 over its
+// elements) is the element g = Offset + i of the step's global batch: for
+// activations [rows, T, C] whose first row is window Row0 of the step's
+// global batch, Offset = Row0·T·C, so g names the window, the position and
+// the channel, whatever the batch's split among ranks and micro-steps.
+// Its number is word g mod 4 of Philox4x32 with counter (g/4 low and high
+// words, Site, 0) and key Seed (low word first); it is kept when that word
+// is at least Threshold (when it is, as a uniform in [0, 1), at least p)
+// and then multiplied by Scale. The others become zero. Seed is the
+// step's key (DropoutKey), and Site the dropout's place in the forward
+// pass, so masks depend on the seed, the step, the site, the window, the
+// position and the channel only.
 //
 // Base, where not Nil, is two I32 on the device (the low and the high
-// half of a uint64) added to Seed when the kernel runs: the state a step
-// replayed from a graph draws from, written on the device each step
-// (DropoutBases), Seed then being the op's offset into it. The CPU reads
-// it when the op runs.
+// half of a uint64) added to Seed when the kernel runs: the key a step
+// replayed from a graph draws with, written on the device each step
+// (DropoutBases), Seed then being 0. The CPU reads it when the op runs.
 type DropoutMask struct {
 	Seed      uint64
-	Threshold uint64
+	Offset    int64
+	Site      uint32
+	Threshold uint32
 	Scale     float32
 	Base      Ref
 }
 
+// DropoutGenerator names the generator and its keying, as checkpoints
+// record it: a resume must draw the masks the run drew.
+const DropoutGenerator = "philox4x32-10; key rng.Mix(seed, 0xd0, step); counter (g/4, site, 0), word g%4, g = window·T·C + position·C + channel"
+
 // NewDropoutMask returns the mask of a dropout with probability p in
-// [0, 1) whose first element takes the draw after state seed. Scale is
-// 1/(1-p), computed in float32.
-func NewDropoutMask(seed uint64, p float32) DropoutMask {
-	// u/2⁵³ >= p exactly when the integer u >= p·2⁵³, which is exact in
-	// float64 (p is a float32), so u >= ceil(p·2⁵³).
-	return DropoutMask{Seed: seed, Threshold: uint64(math.Ceil(float64(p) * (1 << 53))), Scale: 1 / (1 - p)}
+// [0, 1) at site of the step whose key is key, over elements starting at
+// element offset of the step's global batch. Scale is 1/(1-p), computed
+// in float32.
+func NewDropoutMask(key uint64, site uint32, offset int64, p float32) DropoutMask {
+	// A word w/2³² >= p exactly when w >= p·2³², which is exact in float64
+	// (p is a float32), so w >= ceil(p·2³²); below 2³² for p < 1.
+	return DropoutMask{Seed: key, Offset: offset, Site: site, Threshold: uint32(math.Ceil(float64(p) * (1 << 32))), Scale: 1 / (1 - p)}
 }
+
+// DropoutKey is the Philox key of a step's masks: rng.Mix of the run's
+// seed, a tag and the step (DropoutBases computes the same on the device).
+func DropoutKey(seed uint64, step int) uint64 { return rng.Mix(seed, 0xd0, uint64(step)) }
 
 // Keep reports whether element i survives (Base left out: see
 // Resolved).
 func (m DropoutMask) Keep(i int64) bool {
-	return rng.Mix64(m.Seed+uint64(i+1)*rng.Gamma)>>11 >= m.Threshold
+	g := uint64(m.Offset + i)
+	w := rng.Philox4x32([4]uint32{uint32(g >> 2), uint32(g >> 34), m.Site, 0}, [2]uint32{uint32(m.Seed), uint32(m.Seed >> 32)})
+	return w[g&3] >= m.Threshold
 }
 
 // Resolved is m with its base, read from base (the host's view of
@@ -51,13 +70,6 @@ func (m DropoutMask) Resolved(base []int32) DropoutMask {
 	m.Seed += uint64(uint32(base[0])) | uint64(uint32(base[1]))<<32
 	m.Base = Ref{}
 	return m
-}
-
-// DropoutSeedWords are the words rng.Mix hashes into a micro-step's
-// dropout state: the run's seed, a tag, the step, the micro-step (the
-// trainer's and DropoutBases' alike).
-func DropoutSeedWords(seed uint64, step, micro int) [4]uint64 {
-	return [4]uint64{seed, 0xd0, uint64(step), uint64(micro)}
 }
 
 // Factor is what element i is multiplied by: Scale where the mask keeps

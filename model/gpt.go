@@ -122,7 +122,7 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 	in := nn.Init{RNG: tensor.NewRNG(seed), Dev: dev}
 	C := cfg.NEmbd
 	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
-	m := &GPT{Config: cfg, pass: Pass{Dropout: &nn.Masks{RNG: tensor.NewRNG(seed ^ 0x5eed)}}}
+	m := &GPT{Config: cfg, pass: Pass{Dropout: &nn.Masks{Stream: tensor.DropoutStream{Key: seed ^ 0x5eed}}}}
 	newDrop := func() *nn.Dropout {
 		d := &nn.Dropout{P: cfg.Dropout}
 		m.dropouts = append(m.dropouts, d)
@@ -165,11 +165,15 @@ func (m *GPT) SetTraining(on bool) (was bool) {
 	return was
 }
 
-// SetDropoutSeed reseeds the dropout masks, e.g. per optimizer step, so a
-// run's masks do not depend on how many forward passes came before.
-func (m *GPT) SetDropoutSeed(seed uint64) { m.pass.Dropout.RNG.State = seed }
+// SetDropout keys the next forward pass's dropout masks: key is the
+// step's (backend.DropoutKey), and row0 the place of the input's first row
+// in the step's global batch (data.MicroBatchFirst), so a run's masks do
+// not depend on how many forward passes came before, nor on how the
+// batch is split among micro-steps and ranks. Without it, each forward
+// pass takes the sites after the last one's.
+func (m *GPT) SetDropout(key uint64, row0 int64) { m.pass.Dropout.Seek(key, 0, row0) }
 
-// SetDropoutBase makes the seed an offset into a state read on the device
+// SetDropoutBase makes the key an offset into a key read on the device
 // when the step runs (two I32, written there every step: a step replayed
 // from a graph); nil turns it off.
 func (m *GPT) SetDropoutBase(base *tensor.Tensor) { m.pass.Dropout.Base = base }
@@ -329,12 +333,12 @@ func (p *Pass) masks() *nn.Masks {
 	return p.Dropout
 }
 
-// rng is the generator the pass's dropout draws from, or nil.
-func (p *Pass) rng() *tensor.RNG {
+// rng is the stream the pass's dropout takes its masks from, or nil.
+func (p *Pass) rng() *tensor.DropoutStream {
 	if p == nil || p.Dropout == nil {
 		return nil
 	}
-	return p.Dropout.RNG
+	return &p.Dropout.Stream
 }
 
 // kv is layer i's part of the pass's cache, or nil without one.

@@ -40,13 +40,13 @@ func TestOneStageMatchesForward(t *testing.T) {
 			for _, seed := range []uint64{5, 6} {
 				var want, got float32
 				tensor.Step(func() {
-					plain.SetDropoutSeed(seed)
+					plain.SetDropout(seed, 3)
 					l := plain.Loss(tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T))
 					want = l.Item()
 					l.Backward()
 				})
 				tensor.Step(func() {
-					s.SetDropout(seed, B)
+					s.SetDropout(seed, 3, B)
 					l := tensor.CrossEntropy(s.Forward(0, tensor.FromInt32s(tensor.CPU, x, B, T), 0), tensor.FromInt32s(tensor.CPU, y, B, T))
 					got = l.Item()
 					l.Backward()
@@ -82,7 +82,7 @@ func TestMicroBatchLogits(t *testing.T) {
 	}
 	var want []float32
 	tensor.Step(func() {
-		plain.SetDropoutSeed(seed)
+		plain.SetDropout(seed, 3)
 		want = plain.Forward(tensor.FromInt32s(tensor.CPU, x, B, T)).Float32s()
 	})
 	m, err := New(cfg, tensor.CPU, 8)
@@ -94,7 +94,7 @@ func TestMicroBatchLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetDropout(seed, B)
+	s.SetDropout(seed, 3, B)
 	// Out of order, as a schedule may run them: the last rows first.
 	for _, cut := range [][2]int{{3, 6}, {0, 1}, {1, 3}} {
 		row0, b := cut[0], cut[1]-cut[0]
@@ -188,7 +188,7 @@ func TestStagesConcurrently(t *testing.T) {
 					refLoss += l.Item()
 					return l
 				}}
-			rs.SetDropout(seed, B)
+			rs.SetDropout(seed, 3, B)
 			tensor.Step(run.Run)
 			rs.ReduceHeadGrad()
 
@@ -212,7 +212,7 @@ func TestStagesConcurrently(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.SetDropout(seed, B)
+			s.SetDropout(seed, 3, B)
 			acts := make(chan *tensor.Tensor)  // stage 0's outputs, detached
 			grads := make(chan *tensor.Tensor) // their gradients, from stage 1
 			copied := make(chan bool)          // stage 0 has copied a gradient

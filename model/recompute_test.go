@@ -28,7 +28,7 @@ func randomBatch(seed uint64, vocab, B, T int) (x, y []int32) {
 func lossAndGrads(t *testing.T, m *GPT, dt tensor.DType, x, y []int32, B, T int) (float32, [][]float32) {
 	t.Helper()
 	var loss float32
-	m.SetDropoutSeed(77)
+	m.SetDropout(77, 3)
 	err := tensor.Catch(func() {
 		tensor.Step(func() {
 			var l *tensor.Tensor
@@ -106,9 +106,9 @@ func blockGrad(m *GPT, x []int32, B, T int, withRNG bool) []float32 {
 	p := &m.pass
 	var g []float32
 	tensor.Step(func() {
-		m.SetDropoutSeed(77)
+		m.SetDropout(77, 3)
 		h := m.embed(tensor.FromInt32s(tensor.CPU, x, B, T), p)
-		var r *tensor.RNG
+		var r *tensor.DropoutStream
 		if withRNG {
 			r = p.rng()
 		}
@@ -311,7 +311,7 @@ func TestGradReadyHookGPT(t *testing.T) {
 				seen[i] = leaf.Grad.Float32s()
 			})
 			tensor.Step(func() {
-				m.SetDropoutSeed(uint64(pass))
+				m.SetDropout(uint64(pass), 3)
 				m.Loss(tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T)).Backward()
 			})
 			tensor.SetGradReadyHook(prev)

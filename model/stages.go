@@ -32,8 +32,12 @@ type Staged struct {
 	Ranges  [][2]int       // blocks [lo, hi) of each stage
 	head    *tensor.Tensor // the embedding's copy on the last device; nil when it is the first
 	passes  []*Pass        // each stage's
-	// dropBase is where the batch's dropout masks start (see SetDropout).
-	dropBase uint64
+	// The batch's dropout masks (see SetDropout): the step's key, the
+	// place of the batch's first row in the step's global batch, and its
+	// rows.
+	dropKey  uint64
+	dropRow0 int64
+	dropRows int
 }
 
 // Place moves m's parameters onto devs, counts[i] blocks on stage i (they
@@ -44,7 +48,7 @@ func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
 	}
 	s := &Staged{M: m, Devices: devs}
 	for range devs {
-		s.passes = append(s.passes, &Pass{Dropout: &nn.Masks{RNG: tensor.NewRNG(0)}})
+		s.passes = append(s.passes, &Pass{Dropout: &nn.Masks{}})
 	}
 	lo := 0
 	for _, c := range counts {
@@ -163,17 +167,15 @@ func (s *Staged) Gather(dev tensor.Device) {
 }
 
 // SetDropout prepares the dropout masks of the micro-batches of one batch
-// of fullRows rows whose micro-step seed is seed (what GPT.SetDropoutSeed
-// would be given). Forward then draws each micro-batch's masks from the
-// place in the stream where the whole batch's masks for its rows are, so a
-// batch split into micro-batches gets the same masks as the whole batch
-// on one device. Call it before the stages run, not while they do.
-func (s *Staged) SetDropout(seed uint64, fullRows int) {
-	s.dropBase = seed
-	for _, p := range s.passes {
-		p.Dropout.Rows = fullRows
-	}
-	s.M.SetDropoutSeed(seed)
+// of fullRows rows under key, whose first row is row row0 of the step's
+// global batch (what GPT.SetDropout would be given). Forward then gives
+// each micro-batch its rows' masks, keyed by their place in the global
+// batch, so a batch split into micro-batches gets the same masks as the
+// whole batch on one device. Call it before the stages run, not while
+// they do.
+func (s *Staged) SetDropout(key uint64, row0 int64, fullRows int) {
+	s.dropKey, s.dropRow0, s.dropRows = key, row0, fullRows
+	s.M.SetDropout(key, row0)
 }
 
 // dropoutOn reports whether dropout draws masks.
@@ -200,21 +202,20 @@ func (s *Staged) Forward(st int, in *tensor.Tensor, row0 int) *tensor.Tensor {
 	return x
 }
 
-// seekDropout points stage st's dropout generator at the masks of its
-// first dropout layer for rows [row0, row0+B) of the batch; the layers then
-// skip the other rows' draws (nn.Masks). The layers are counted in the
-// order the whole model draws: 0 is the embedding's dropout, 1+2i and 2+2i
-// block i's attention and MLP dropouts; each draws one number per element
-// of its [B, T, C] input.
+// seekDropout points stage st's dropout masks at its first dropout
+// layer's, for rows [row0, row0+B) of the batch (nn.Masks). The layers are
+// counted in the order the whole model runs them: site 0 is the
+// embedding's dropout, 1+2i and 2+2i block i's attention and MLP
+// dropouts.
 func (s *Staged) seekDropout(st int, in *tensor.Tensor, row0 int) {
 	d := s.passes[st].Dropout
-	B, T := in.Dim(0), in.Dim(1)
-	if d.Rows == 0 || row0 < 0 || row0+B > d.Rows {
-		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("micro-batch rows [%d, %d) outside the batch of %d rows SetDropout described", row0, row0+B, d.Rows)})
+	B := in.Dim(0)
+	if s.dropRows == 0 || row0 < 0 || row0+B > s.dropRows {
+		panic(&tensor.Error{Op: "gpt", Msg: fmt.Sprintf("micro-batch rows [%d, %d) outside the batch of %d rows SetDropout described", row0, row0+B, s.dropRows)})
 	}
 	j := 0
 	if st > 0 {
 		j = 1 + 2*s.Ranges[st][0]
 	}
-	d.Seek(s.dropBase, j, row0, T*s.M.Config.NEmbd)
+	d.Seek(s.dropKey, uint32(j), s.dropRow0+int64(row0))
 }

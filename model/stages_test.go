@@ -30,7 +30,7 @@ func TestStagedMatchesOneDevice(t *testing.T) {
 	}
 	var refLoss float64
 	tensor.Step(func() {
-		ref.SetDropoutSeed(seed)
+		ref.SetDropout(seed, 3)
 		l := ref.Loss(tensor.FromInt32s(tensor.CPU, ids, B, T), tensor.FromInt32s(tensor.CPU, tg, B, T))
 		refLoss = float64(l.Item())
 		l.Backward()
@@ -80,7 +80,7 @@ func TestStagedMatchesOneDevice(t *testing.T) {
 					loss += float64(l.Item()) / float64(c.micros)
 					return tensor.Scale(l, 1/float32(c.micros))
 				}}
-			s.SetDropout(seed, B)
+			s.SetDropout(seed, 3, B)
 			tensor.Step(run.Run)
 			s.ReduceHeadGrad()
 			if math.Abs(loss-refLoss) > 1e-5 {

@@ -25,7 +25,7 @@ func TestParametersAndModules(t *testing.T) {
 	// Dropout is the identity unless training with p > 0.
 	x := tensor.Ones(tensor.CPU, 100)
 	d := &Dropout{P: 0.5}
-	masks := &Masks{RNG: tensor.NewRNG(2)}
+	masks := &Masks{Stream: tensor.DropoutStream{Key: 2}}
 	if d.Forward(x, masks) != x {
 		t.Fatal("dropout changed its input outside training")
 	}
@@ -52,24 +52,27 @@ func TestParametersAndModules(t *testing.T) {
 
 // TestMasksOfRows checks Masks' layout of a batch's masks: dropout layers
 // run on micro-batches of rows, each started with Seek at its first row,
-// draw exactly the masks the whole batch draws for those rows.
+// get exactly the masks the whole batch gets for those rows.
 func TestMasksOfRows(t *testing.T) {
 	const rows, perRow, layers = 6, 10, 3
 	d := &Dropout{P: 0.5, Training: true}
 	ones := func(B int) *tensor.Tensor { return tensor.Ones(tensor.CPU, B, 2, perRow/2) }
 	whole := make([][]float32, layers) // [layer]: the whole batch's masks, drawn in turn
-	masks := &Masks{RNG: tensor.NewRNG(0)}
-	const base = 0xabcdef
-	masks.RNG.State = base
+	const key = 0xabcdef
+	masks := &Masks{}
+	masks.Seek(key, 0, 4)
 	tensor.Step(func() {
 		for j := range whole {
 			whole[j] = d.Forward(ones(rows), masks).Float32s()
 		}
 	})
+	if masks.Stream.Site != layers {
+		t.Fatalf("after %d layers the stream is at site %d", layers, masks.Stream.Site)
+	}
 	for _, cut := range [][2]int{{0, 2}, {2, 3}, {3, 6}, {0, 6}} {
 		row0, B := cut[0], cut[1]-cut[0]
-		masks := &Masks{RNG: tensor.NewRNG(0), Rows: rows}
-		masks.Seek(base, 0, row0, perRow)
+		masks := &Masks{}
+		masks.Seek(key, 0, int64(4+row0))
 		tensor.Step(func() {
 			for j := range whole {
 				got := d.Forward(ones(B), masks).Float32s()
@@ -81,12 +84,5 @@ func TestMasksOfRows(t *testing.T) {
 				}
 			}
 		})
-		// Seeking straight to a later layer lands where drawing the ones
-		// before it did.
-		after := masks.RNG.State
-		masks.Seek(base, layers, row0, perRow)
-		if masks.RNG.State != after {
-			t.Fatalf("rows [%d, %d): Seek to layer %d gives state %x, drawing the layers before it %x", row0, row0+B, layers, masks.RNG.State, after)
-		}
 	}
 }

@@ -9,13 +9,13 @@ import "testing"
 type benchModel struct {
 	emb, ln1w, ln1b, qkvw, projw, fc1w, fc1b, fc2w *Tensor
 	ids, targets                                   *Tensor
-	drop                                           *RNG
+	drop                                           *DropoutStream
 	mlp                                            CheckpointFunc // made once: a closure made per call would allocate
 }
 
 func newBenchModel(p *Program, dev Device, B, T, C, V int) *benchModel {
 	r := NewRNG(1)
-	m := &benchModel{drop: NewRNG(2)}
+	m := &benchModel{drop: &DropoutStream{Key: 2}}
 	m.mlp = func(a ...*Tensor) *Tensor {
 		h := LayerNorm(a[0], m.ln1w, m.ln1b, 1e-5)
 		h = Dropout(GELU(Linear(h, m.fc1w, m.fc1b)), 0.1, m.drop)

@@ -32,11 +32,11 @@ func Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 	return CheckpointRNG(nil, fn, inputs...)
 }
 
-// CheckpointRNG is Checkpoint for a function that draws from r (dropout
-// masks): r's state before the forward pass is saved and set again for the
+// CheckpointRNG is Checkpoint for a function whose dropout ops take their
+// masks from r: r before the forward pass is saved and set again for the
 // recomputation, so it draws the same masks, and r is put back afterwards.
 // r may be nil.
-func CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+func CheckpointRNG(r *DropoutStream, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 	p := defaultProgram
 	if len(inputs) > 0 && inputs[0] != nil {
 		p = ProgramOf(inputs[0].dev)
@@ -52,7 +52,7 @@ func (p *Program) Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 
 // CheckpointRNG is the package-level CheckpointRNG run in p, whose devices
 // the inputs and the result must be on.
-func (p *Program) CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+func (p *Program) CheckpointRNG(r *DropoutStream, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
 	if fn == nil {
 		panic(&Error{Op: "checkpoint", Msg: "nil function"})
 	}
@@ -78,9 +78,9 @@ func (p *Program) CheckpointRNG(r *RNG, fn CheckpointFunc, inputs ...*Tensor) *T
 // are pooled, so a steady-state step allocates none.
 type ckpt struct {
 	fn     CheckpointFunc
-	rng    *RNG
-	state  uint64 // rng's state before the forward pass
-	cast   DType  // the autocast policy of the forward pass
+	rng    *DropoutStream
+	state  DropoutStream // rng before the forward pass
+	cast   DType         // the autocast policy of the forward pass
 	inputs []*Tensor
 	args   []*Tensor // what fn is called with: views of inputs
 	leaves []*Tensor // tensors requiring grad that fn reads besides args
@@ -97,7 +97,7 @@ func (p *Program) checkDriven(t *Tensor) {
 }
 
 // newCkpt takes a record from p's pool (Program.ckptPool).
-func (p *Program) newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
+func (p *Program) newCkpt(fn CheckpointFunc, r *DropoutStream, inputs []*Tensor) *ckpt {
 	var c *ckpt
 	if n := len(p.ckptPool); n > 0 {
 		c = p.ckptPool[n-1]
@@ -108,7 +108,7 @@ func (p *Program) newCkpt(fn CheckpointFunc, r *RNG, inputs []*Tensor) *ckpt {
 	}
 	c.fn, c.rng, c.cast = fn, r, p.autocast
 	if r != nil {
-		c.state = r.State
+		c.state = *r
 	}
 	c.inputs = append(c.inputs[:0], inputs...)
 	return c
@@ -246,10 +246,10 @@ func checkpointBackward(n *node, g *Tensor) {
 // the leaves' pending gradients) is handed over to the enclosing scope.
 func (c *ckpt) recompute(p *Program, g *Tensor) {
 	prevGrad, prevCast := p.gradEnabled, p.autocast
-	var prevState uint64
+	var prevState DropoutStream
 	if c.rng != nil {
-		prevState = c.rng.State
-		c.rng.State = c.state
+		prevState = *c.rng
+		*c.rng = c.state
 	}
 	s := p.pushScope()
 	c.grads = c.grads[:0]
@@ -265,7 +265,7 @@ func (c *ckpt) recompute(p *Program, g *Tensor) {
 		clear(c.args) // freed with s
 		p.gradEnabled, p.autocast = prevGrad, prevCast
 		if c.rng != nil {
-			c.rng.State = prevState
+			*c.rng = prevState
 		}
 	}()
 	p.gradEnabled, p.autocast = true, c.cast

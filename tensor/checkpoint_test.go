@@ -79,8 +79,8 @@ func TestCheckpointGradients(t *testing.T) {
 
 // TestCheckpointMatchesPlain compares, bit for bit, the gradients of a
 // function with dropout under BF16 autocast run directly and under
-// CheckpointRNG, and checks that the RNG is left where the forward pass
-// left it.
+// CheckpointRNG, and checks that the dropout stream is left where the
+// forward pass left it.
 func TestCheckpointMatchesPlain(t *testing.T) {
 	r := NewRNG(3)
 	var x, w1, w2 *Tensor
@@ -89,13 +89,13 @@ func TestCheckpointMatchesPlain(t *testing.T) {
 		w1 = Randn(CPU, r, 0.3, 8, 16).SetRequiresGrad(true)
 		w2 = Randn(CPU, r, 0.3, 16, 8).SetRequiresGrad(true)
 	})
-	drop := NewRNG(0)
+	drop := &DropoutStream{}
 	fn := func(a ...*Tensor) *Tensor {
 		h := Dropout(GELU(Linear(a[0], w1, nil)), 0.3, drop)
 		return Add(a[0], Dropout(Linear(h, w2, nil), 0.3, drop))
 	}
-	run := func(checkpointed bool) (grads [][]float32, after uint64) {
-		drop.State = 11
+	run := func(checkpointed bool) (grads [][]float32, after DropoutStream) {
+		*drop = DropoutStream{Key: 11, Row0: 3}
 		Step(func() {
 			var y *Tensor
 			Autocast(BF16, func() {
@@ -105,7 +105,7 @@ func TestCheckpointMatchesPlain(t *testing.T) {
 					y = fn(x)
 				}
 			})
-			after = drop.State
+			after = *drop
 			Sum(Mul(y, y)).Backward()
 		})
 		for _, p := range []*Tensor{x, w1, w2} {
@@ -116,8 +116,8 @@ func TestCheckpointMatchesPlain(t *testing.T) {
 	}
 	plain, plainAfter := run(false)
 	ck, ckAfter := run(true)
-	if plainAfter != ckAfter || drop.State != plainAfter {
-		t.Fatalf("dropout RNG at %d after the plain forward, %d after the checkpointed one, %d after its backward", plainAfter, ckAfter, drop.State)
+	if plainAfter != ckAfter || *drop != plainAfter || plainAfter.Site != 2 {
+		t.Fatalf("dropout stream at %+v after the plain forward, %+v after the checkpointed one, %+v after its backward", plainAfter, ckAfter, *drop)
 	}
 	for i := range plain {
 		for j := range plain[i] {

@@ -215,7 +215,7 @@ func TestGradients(t *testing.T) {
 				return zipWith(ref.LayerNorm(in[0], in[1], in[2], 6, 8, 1e-5), in[0], func(a, b float64) float64 { return a + b })
 			}},
 		{name: "add_dropout", shapes: [][]int{{3, 4}, {3, 4}},
-			fwd: func(in []*Tensor) *Tensor { return AddDropout(in[0], in[1], 0.3, NewRNG(5)) },
+			fwd: func(in []*Tensor) *Tensor { return AddDropout(in[0], in[1], 0.3, &DropoutStream{Key: 5}) },
 			refFwd: func(in [][]float64) []float64 {
 				return zipWith(in[0], dropoutRef(in[1], 5, 0.3), func(a, b float64) float64 { return a + b })
 			}},
@@ -224,7 +224,7 @@ func TestGradients(t *testing.T) {
 		// dropout (the fused path).
 		{name: "dropout_layernorm", shapes: [][]int{{2, 3, 8}, {2, 3, 8}, {8}},
 			fwd: func(in []*Tensor) *Tensor {
-				h := AddDropout(in[0], in[1], 0.3, NewRNG(6))
+				h := AddDropout(in[0], in[1], 0.3, &DropoutStream{Key: 6})
 				return Add(LayerNorm(h, in[2], nil, 1e-5), h)
 			},
 			refFwd: func(in [][]float64) []float64 {
@@ -236,7 +236,7 @@ func TestGradients(t *testing.T) {
 		// dropout masks what it gets.
 		{name: "dropout_layernorm_late", shapes: [][]int{{2, 3, 8}, {8}},
 			fwd: func(in []*Tensor) *Tensor {
-				h := Dropout(in[0], 0.4, NewRNG(7))
+				h := Dropout(in[0], 0.4, &DropoutStream{Key: 7})
 				return Add(Mul(h, h), LayerNorm(h, in[1], nil, 1e-5))
 			},
 			refFwd: func(in [][]float64) []float64 {
@@ -311,11 +311,14 @@ func TestGradients(t *testing.T) {
 // dropoutRef is x with dropout p applied, its mask drawn in order from a
 // SplitMix64 stream at state seed, as the host drew masks before the
 // devices drew their own.
-func dropoutRef(x []float64, seed uint64, p float32) []float64 {
-	r := rng.New(seed)
+// dropoutRef is dropout at site 0 of a stream at row 0 with key key, in
+// float64: element i keeps where word i%4 of Philox4x32-10 at counter
+// (i/4, 0, 0, 0) under the key is, as a uniform in [0, 1), at least p.
+func dropoutRef(x []float64, key uint64, p float32) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {
-		if r.Float64() >= float64(p) {
+		w := rng.Philox4x32([4]uint32{uint32(i / 4), 0, 0, 0}, [2]uint32{uint32(key), uint32(key >> 32)})
+		if float64(w[i%4])/(1<<32) >= float64(p) {
 			out[i] = v * float64(float32(1/(1-p)))
 		}
 	}
@@ -341,11 +344,11 @@ func TestDropoutGradFusion(t *testing.T) {
 		f     func(x, w *Tensor) *Tensor
 	}{
 		{"layernorm then add", 1, func(x, w *Tensor) *Tensor {
-			h := Dropout(x, 0.3, NewRNG(1))
+			h := Dropout(x, 0.3, &DropoutStream{Key: 1})
 			return Add(LayerNorm(h, w, nil, 1e-5), h)
 		}},
 		{"a use after the layernorm's", 0, func(x, w *Tensor) *Tensor {
-			h := Dropout(x, 0.3, NewRNG(1))
+			h := Dropout(x, 0.3, &DropoutStream{Key: 1})
 			return Add(Mul(h, h), LayerNorm(h, w, nil, 1e-5))
 		}},
 	} {
@@ -361,10 +364,44 @@ func TestDropoutGradFusion(t *testing.T) {
 	}
 }
 
+// TestDropoutSplitsAlike: a batch's masks are its rows' own, keyed by
+// each row's place in the global batch (DropoutStream.Row0), so the rows
+// dropped in two halves, or in one piece, get the same masks; a different
+// site, key or place gives different ones.
+func TestDropoutSplitsAlike(t *testing.T) {
+	Step(func() {
+		x := Randn(CPU, NewRNG(3), 1, 4, 5, 8)
+		whole := Dropout(x, 0.5, &DropoutStream{Key: 7, Site: 3, Row0: 10}).Float32s()
+		xs := x.Float32s()
+		var halves []float32
+		for h := 0; h < 2; h++ {
+			part := FromFloat32s(CPU, xs[h*2*5*8:(h+1)*2*5*8], 2, 5, 8)
+			halves = append(halves, Dropout(part, 0.5, &DropoutStream{Key: 7, Site: 3, Row0: int64(10 + 2*h)}).Float32s()...)
+		}
+		for i := range whole {
+			if math.Float32bits(whole[i]) != math.Float32bits(halves[i]) {
+				t.Fatalf("element %d: %v dropped whole, %v dropped in halves", i, whole[i], halves[i])
+			}
+		}
+		for _, s := range []DropoutStream{{Key: 7, Site: 4, Row0: 10}, {Key: 8, Site: 3, Row0: 10}, {Key: 7, Site: 3, Row0: 11}} {
+			other := Dropout(x, 0.5, &s).Float32s()
+			same := 0
+			for i := range whole {
+				if (whole[i] == 0) == (other[i] == 0) {
+					same++
+				}
+			}
+			if same > len(whole)*3/4 { // independent masks at p 0.5 agree on about half
+				t.Errorf("stream %+v: %d of %d elements masked alike", s, same, len(whole))
+			}
+		}
+	})
+}
+
 func TestDropout(t *testing.T) {
 	Step(func() {
 		x := Ones(CPU, 1000).SetRequiresGrad(true)
-		y := Dropout(x, 0.25, NewRNG(1))
+		y := Dropout(x, 0.25, &DropoutStream{Key: 1})
 		vals := y.Float32s()
 		zeros := 0
 		for _, v := range vals {
@@ -459,12 +496,12 @@ func TestAddLayerNorm(t *testing.T) {
 				}
 				var sum, out *Tensor
 				if fused {
-					sum, out = AddLayerNorm(xx, y, c.p, NewRNG(9), nil, w, b, 1e-5)
+					sum, out = AddLayerNorm(xx, y, c.p, &DropoutStream{Key: 9, Site: 2, Row0: 5}, nil, w, b, 1e-5)
 				} else {
 					if c.withX {
-						sum = AddDropout(x, y, c.p, NewRNG(9))
+						sum = AddDropout(x, y, c.p, &DropoutStream{Key: 9, Site: 2, Row0: 5})
 					} else {
-						sum = Dropout(y, c.p, NewRNG(9))
+						sum = Dropout(y, c.p, &DropoutStream{Key: 9, Site: 2, Row0: 5})
 					}
 					out = LayerNorm(sum, w, b, 1e-5)
 				}

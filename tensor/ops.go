@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/internal/rng"
 )
 
 // like allocates an output with a's device and dtype and the given shape.
@@ -711,23 +710,37 @@ func sumBackward(n *node, g *Tensor) { n.gin[0] = Full(n.in[0].dev, g.Item(), n.
 // Mean returns the mean of all elements.
 func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
 
-// Dropout zeroes each element with probability p and scales the rest by
-// 1/(1-p), drawing the mask from r: element i takes r's (i+1)-th draw from
-// its state now (r moves past all of them), as if drawn in order, but the
-// device draws each element's where it applies the mask, so no mask is
-// stored or crosses the bus. With p == 0 it returns x.
-func Dropout(x *Tensor, p float32, r *RNG) *Tensor { return DropoutAt(x, p, r, nil) }
+// DropoutStream is where the dropout ops of a forward pass take their
+// masks from (backend.DropoutMask, Philox4x32-10): each op takes site Site
+// and moves it on by one. Key is the step's key (backend.DropoutKey), and
+// Row0 the index, in the step's global batch, of the first row (along the
+// first axis) of the tensors the ops drop elements of, so that a row's
+// masks are the same whichever micro-step or rank it falls to. The same
+// stream gives the same masks (CheckpointRNG relies on it).
+type DropoutStream struct {
+	Key  uint64
+	Site uint32
+	Row0 int64
+}
 
-// AddDropout returns x + Dropout(y, p, r) in one pass: a residual add of
+// Dropout zeroes each element with probability p and scales the rest by
+// 1/(1-p), taking its mask from s (and s to its next site). The device
+// draws each element's number where it applies the mask, so no mask is
+// stored or crosses the bus. With p == 0 it returns x.
+func Dropout(x *Tensor, p float32, s *DropoutStream) *Tensor { return DropoutAt(x, p, s, nil) }
+
+// AddDropout returns x + Dropout(y, p, s) in one pass: a residual add of
 // a branch that ends in dropout.
-func AddDropout(x, y *Tensor, p float32, r *RNG) *Tensor { return AddDropoutAt(x, y, p, r, nil) }
+func AddDropout(x, y *Tensor, p float32, s *DropoutStream) *Tensor {
+	return AddDropoutAt(x, y, p, s, nil)
+}
 
 // DropoutAt and AddDropoutAt are Dropout and AddDropout for a step replayed
-// from a graph: r's state is an offset, and the state it offsets, two I32
-// (the low half first), is read on the device when the step runs
+// from a graph: s's key is an offset, and the key it offsets, two I32 (the
+// low half first), is read on the device when the step runs
 // (backend.DropoutMask.Base), where DropoutBases writes it every step.
 // base nil is Dropout and AddDropout.
-func DropoutAt(x *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+func DropoutAt(x *Tensor, p float32, r *DropoutStream, base *Tensor) *Tensor {
 	if p == 0 {
 		return x
 	}
@@ -735,7 +748,7 @@ func DropoutAt(x *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 }
 
 // AddDropoutAt: see DropoutAt.
-func AddDropoutAt(x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+func AddDropoutAt(x, y *Tensor, p float32, r *DropoutStream, base *Tensor) *Tensor {
 	if p == 0 {
 		return Add(x, y)
 	}
@@ -747,7 +760,7 @@ func AddDropoutAt(x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 // in one pass (backend.Backend.AddLayerNorm): a residual add fused with
 // the LayerNorm that reads its result. The values and the graph are those
 // of the two ops.
-func AddLayerNorm(x, y *Tensor, p float32, r *RNG, base *Tensor, w, b *Tensor, eps float32) (sum, out *Tensor) {
+func AddLayerNorm(x, y *Tensor, p float32, r *DropoutStream, base *Tensor, w, b *Tensor, eps float32) (sum, out *Tensor) {
 	const op = "add_layer_norm"
 	if x == nil && p == 0 {
 		return y, LayerNorm(y, w, b, eps)
@@ -786,7 +799,7 @@ func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
 // and hands it on unchanged to x; where a LayerNorm reading the output
 // has masked that gradient already, in its own backward pass (see
 // stashDropoutGrad), it takes the masked copy instead of another pass.
-func dropout(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
+func dropout(op string, x, y *Tensor, p float32, r *DropoutStream, base *Tensor) *Tensor {
 	xr, m := dropoutOperands(op, x, y, p, r, base)
 	out := like(op, y, y.shape)
 	y.be.DropoutAdd(out.ref(), xr, y.ref(), y.Numel(), m)
@@ -795,9 +808,9 @@ func dropout(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) *Tensor {
 }
 
 // dropoutOperands checks the operands of x + Dropout(y, p) (x nil: the
-// dropout alone) and draws the mask from r, moving r past y's elements;
+// dropout alone) and takes the mask from r, moving r to its next site;
 // with p 0 the mask keeps every element, times 1: a plain add.
-func dropoutOperands(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) (xr backend.Ref, m backend.DropoutMask) {
+func dropoutOperands(op string, x, y *Tensor, p float32, r *DropoutStream, base *Tensor) (xr backend.Ref, m backend.DropoutMask) {
 	if p < 0 || p >= 1 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
 	}
@@ -811,7 +824,14 @@ func dropoutOperands(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) (
 	if p == 0 {
 		return xr, backend.DropoutMask{Scale: 1}
 	}
-	m = backend.NewDropoutMask(r.State, p)
+	if r == nil {
+		panic(&Error{Op: op, Msg: "dropout without a mask stream", Operands: []*Tensor{y}})
+	}
+	perRow := int64(y.Numel())
+	if len(y.shape) > 0 && y.shape[0] > 0 {
+		perRow /= int64(y.shape[0])
+	}
+	m = backend.NewDropoutMask(r.Key, r.Site, r.Row0*perRow, p)
 	if base != nil {
 		check(op, y, base)
 		wantDType(op, I32, base)
@@ -820,13 +840,14 @@ func dropoutOperands(op string, x, y *Tensor, p float32, r *RNG, base *Tensor) (
 		}
 		m.Base = base.ref()
 	}
-	r.State += uint64(y.Numel()) * rng.Gamma
+	r.Site++
 	return xr, m
 }
 
 // recordDropout records sum = x + Dropout(y, p) with mask m (x nil: the
 // dropout alone) in the graph: with p 0, a plain add.
-// The node keeps the mask: the seed in u, p in f, the base in saved[0].
+// The node keeps the mask: the key in u, the offset and the site in i, p
+// in f, the base in saved[0].
 func recordDropout(sum, x, y *Tensor, p float32, m backend.DropoutMask, base *Tensor) {
 	if p == 0 {
 		record(sum, "add", addBackward, x, y)
@@ -838,6 +859,7 @@ func recordDropout(sum, x, y *Tensor, p float32, m backend.DropoutMask, base *Te
 	}
 	if nd := record(sum, op, dropoutBackward, y, x); nd != nil {
 		nd.u, nd.f = m.Seed, p
+		nd.i[0], nd.i[1] = int(m.Offset), int(m.Site)
 		nd.saved[0] = base
 	}
 }
@@ -882,7 +904,7 @@ func stashDropoutGrad(x, g *Tensor) backend.DropoutOut {
 
 // maskOf is the mask a dropout's node recorded.
 func maskOf(n *node) backend.DropoutMask {
-	m := backend.NewDropoutMask(n.u, n.f)
+	m := backend.NewDropoutMask(n.u, uint32(n.i[1]), int64(n.i[0]), n.f)
 	if b := n.saved[0]; b != nil {
 		m.Base = b.ref()
 	}

@@ -254,7 +254,7 @@ type programRun struct {
 // of failing a test, so it can run on any goroutine.
 func programWorkload(p *Program, dev Device, cast DType, steps int) (run programRun, err error) {
 	const B, T, C, V = 2, 5, 8, 11
-	r, drop := NewRNG(7), NewRNG(8)
+	r, drop := NewRNG(7), &DropoutStream{Key: 8}
 	var emb, wqkv, w1, b1, w2, lnw, acc, ids, targets *Tensor
 	ids32, targets32 := make([]int32, B*T), make([]int32, B*T)
 	for i := range ids32 {

@@ -108,11 +108,11 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		// The schedule is a function of the step: the next step's LR.
 		"next_lr":       strconv.FormatFloat(r.sched.At(r.scheduleStep(step)), 'g', -1, 64),
 		"best_val_loss": strconv.FormatFloat(best, 'g', -1, 64),
-		// Every random stream is a function of (seed, step): dropout is
-		// reseeded per (step, micro-batch) and the loader draws the
-		// windows of a step from (seed, step, rank).
+		// Every random stream is a function of (seed, step): dropout
+		// masks of (seed, step, site, window, position, channel), and
+		// the loader draws the windows of a step from (seed, step).
 		"seed":        strconv.FormatUint(cfg.Seed, 10),
-		"dropout_rng": "rng.Mix(seed, 0xd0, step, micro)",
+		"dropout_rng": backend.DropoutGenerator,
 		// Every rank's loader is at the step: rank r draws its part of
 		// the step's global batch.
 		"loader_position": strconv.Itoa(step),
@@ -280,6 +280,10 @@ func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best floa
 	}
 	if err := r.scaler.Restore(st.Metadata); err != nil {
 		return 0, 0, bad("%v", err)
+	}
+	if g := st.Metadata["dropout_rng"]; r.cfg.Dropout > 0 && g != backend.DropoutGenerator {
+		fmt.Fprintf(r.log, "resume: the checkpoint's dropout masks came from %q, this run draws them from %q: the result is not bitwise that of an uninterrupted run\n",
+			g, backend.DropoutGenerator)
 	}
 	if w := st.Metadata["world_size"]; w != strconv.Itoa(max(r.cfg.WorldSize, 1)) {
 		fmt.Fprintf(r.log, "resume: the checkpoint was written by a world of %s processes, this run has %d: the batches are the same, but the result is not bitwise that of an uninterrupted run\n",

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/dist"
-	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
@@ -311,14 +311,14 @@ func (d *ddp) close() {
 	d.store.Close()
 }
 
-// dropoutSeed seeds a micro-step's dropout masks: a function of the seed,
-// the step and the micro-step (so resumes are exact), and of the rank in
-// a data-parallel group, whose ranks must not draw the same masks for
-// their different rows.
-func (r *run) dropoutSeed(step, micro int) uint64 {
-	if r.cfg.Rank == 0 { // (as the device hashes it for a step replayed from a graph)
-		w := backend.DropoutSeedWords(r.cfg.Seed, step, micro)
-		return rng.Mix(w[:]...)
-	}
-	return rng.Mix(r.cfg.Seed, 0xd0, uint64(step), uint64(micro), uint64(r.cfg.Rank))
+// dropoutKey keys a step's dropout masks (backend.DropoutKey): a function
+// of the seed and the step only, so resumes are exact; the masks of each
+// row are keyed by its place in the step's global batch (dropoutRow0), so
+// they do not depend on the micro-step or the rank it falls to.
+func (r *run) dropoutKey(step int) uint64 { return backend.DropoutKey(r.cfg.Seed, step) }
+
+// dropoutRow0 is the place, in the step's global batch, of the first row
+// of this process's micro-step micro (the loader's data.MicroBatchFirst).
+func (r *run) dropoutRow0(micro int) int64 {
+	return int64(data.MicroBatchFirst(r.cfg.BatchSize, r.cfg.GradAccum, r.cfg.Rank, micro))
 }

@@ -299,7 +299,7 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
 	if r.scaler != nil {
 		p.scale *= r.scaler.Scale
 	}
-	p.st.SetDropout(r.dropoutSeed(step, micro), cfg.BatchSize)
+	p.st.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro), cfg.BatchSize)
 	p.step = step
 	r.tel.to(phForward)
 	measured := p.seen > 5

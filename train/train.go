@@ -1176,13 +1176,13 @@ func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads in
 func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	cfg, tel := r.cfg, r.tel
 	tel.to(phForward)
-	if step < 0 { // captured: the micro-step's state is hashed on the device each step
-		r.model.SetDropoutSeed(0)
+	if step < 0 { // captured: the step's key is hashed on the device each step
+		r.model.SetDropout(0, r.dropoutRow0(micro))
 		if r.dropBase != nil {
 			r.model.SetDropoutBase(r.dropBase[micro])
 		}
 	} else {
-		r.model.SetDropoutSeed(r.dropoutSeed(step, micro))
+		r.model.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro))
 	}
 	tensor.Step(func() {
 		var loss *tensor.Tensor

@@ -129,14 +129,22 @@ func TestRunIsDeterministic(t *testing.T) {
 }
 
 // TestGradAccumulation: 4 micro-batches of 8 give the same update as one
-// batch of 32, because the windows of a step do not depend on the split.
+// batch of 32, because the windows of a step do not depend on the split,
+// and neither do the dropout masks, keyed by each element's place in the
+// step's global batch.
 func TestGradAccumulation(t *testing.T) {
+	for _, drop := range []float64{0, 0.2} {
+		t.Run(fmt.Sprintf("dropout=%v", drop), func(t *testing.T) { checkGradAccumulation(t, drop) })
+	}
+}
+
+func checkGradAccumulation(t *testing.T, dropout float64) {
 	tok := data.NewChar(testenv.Text())
 	ids, _ := tok.Encode(testenv.Text())
 	stepOnce := func(batch, accum int) ([]float32, [][]float32) {
 		c := Default()
 		c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 32, 16
-		c.BatchSize, c.GradAccum = batch, accum
+		c.BatchSize, c.GradAccum, c.Dropout = batch, accum, dropout
 		m, err := model.New(c.ModelConfig(tok.Size()), tensor.CPU, 7)
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/internal/rng"
 )
 
 // elemGrain is the elementwise kernels' grain. They run over
@@ -487,9 +486,8 @@ func adamSched(sched, lrs []float32, pos, t int, beta1, beta2 float32) {
 func (c *CPU) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
 	i := int(f32(stats)[4]) - 1
 	b := i32(bases)[:2*micros]
+	h := backend.DropoutKey(seed, i)
 	for micro := range micros {
-		w := backend.DropoutSeedWords(seed, i, micro)
-		h := rng.Mix(w[:]...)
 		b[2*micro], b[2*micro+1] = int32(uint32(h)), int32(uint32(h>>32))
 	}
 }

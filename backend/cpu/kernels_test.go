@@ -372,7 +372,7 @@ func layerNormGradCheck(t *testing.T, rows, cols int, withBias bool) {
 	dxr := put(c, make([]float32, rows*cols), 2)
 	// And with a dropout output, that dx masked: bitwise dx times the factor.
 	ddrop := put(c, make([]float32, rows*cols), 3)
-	mask := backend.NewDropoutMask(r.Uint64(), 0.3)
+	mask := backend.NewDropoutMask(r.Uint64(), 2, 13, 0.3)
 	c.LayerNormBackward(dxr, put(c, resv, 4), put(c, make([]float32, cols), 0), backend.Ref{}, dout, x, mean, rstd, w, rows, cols, backend.DropoutOut{Dst: ddrop, Mask: mask})
 	plain, withRes, dropped := get(c, dx, rows*cols), get(c, dxr, rows*cols), get(c, ddrop, rows*cols)
 	kept := 0
@@ -674,24 +674,25 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-// TestDropoutAdd holds DropoutAdd to masks drawn in order from the
-// serial generator, as Dropout drew them on the host: the counter-based
-// draw must give the same mask, for any split of the work.
+// TestDropoutAdd holds DropoutAdd to masks computed here from
+// Philox4x32-10 (rng.Philox4x32), element g = offset + i taking word g%4 of
+// counter (g/4, site, 0), for any split of the work among chunks.
 func TestDropoutAdd(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(15)
 	n := 40000 // several parallel chunks
 	xv, yv := randF32(r, n, 1), randF32(r, n, 1)
 	yv[7] = float32(math.Inf(1)) // a dropped infinity stays NaN, as masking by multiplying makes it
-	for _, p := range []float32{0, 0.1, 0.5, 0.9} {
-		seed := r.Uint64()
-		m := backend.NewDropoutMask(seed, p)
-		serial := rng.New(seed)
+	for k, p := range []float32{0, 0.1, 0.5, 0.9} {
+		key, site, offset := r.Uint64(), uint32(k+1), int64(r.Intn(1<<40))
+		m := backend.NewDropoutMask(key, site, offset, p)
 		want, wantDrop := make([]float32, n), make([]float32, n)
 		kept := 0
 		for i := range want {
 			f := float32(0)
-			if serial.Float64() >= float64(p) {
+			g := uint64(offset) + uint64(i)
+			w := rng.Philox4x32([4]uint32{uint32(g >> 2), uint32(g >> 34), site, 0}, [2]uint32{uint32(key), uint32(key >> 32)})
+			if float64(w[g%4])/(1<<32) >= float64(p) {
 				f = 1 / (1 - p)
 				kept++
 			}

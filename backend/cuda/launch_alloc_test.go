@@ -23,7 +23,7 @@ func TestLaunchAllocatesNothing(t *testing.T) {
 	ra, rb, rh := backend.Ref{S: a}, backend.Ref{S: b}, backend.Ref{S: h}
 	launches := map[string]func(){
 		"binary":      func() { c.Binary(backend.Add, ra, ra, rb, 1<<20) },
-		"dropout_add": func() { c.DropoutAdd(ra, ra, rb, 1<<20, backend.NewDropoutMask(7, 0.1)) },
+		"dropout_add": func() { c.DropoutAdd(ra, ra, rb, 1<<20, backend.NewDropoutMask(7, 1, 0, 0.1)) },
 		"layer_norm":  func() { c.LayerNorm(ra, rb, rb, ra, rb, backend.Ref{}, 1024, 1024, 1e-5) },
 		"adamw": func() {
 			c.AdamW(backend.AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 3}, ra, rb, ra, rb, 1<<20)

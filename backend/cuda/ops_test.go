@@ -122,7 +122,7 @@ func backendOpCases(seed uint64) []opCase {
 				})
 			}
 			add(fmt.Sprintf("dropout add %v n=%d", dt, n), tol, func(h host) [][]float32 {
-				m := backend.NewDropoutMask(uint64(n)*7, 0.4)
+				m := backend.NewDropoutMask(uint64(n)*7, 5, int64(n)*3+1, 0.4)
 				d, e := h.up(dt, a), h.up(dt, a)
 				h.be.DropoutAdd(d, h.up(dt, b), h.up(dt, c), n, m)
 				h.be.DropoutAdd(e, backend.Ref{}, h.up(dt, c), n, m)
@@ -209,7 +209,7 @@ func backendOpCases(seed uint64) []opCase {
 					}
 					var drop backend.DropoutOut // and the masked gradient of a dropout
 					if withBias {
-						drop = backend.DropoutOut{Dst: h.up(dt, x), Mask: backend.NewDropoutMask(uint64(rows*cols), 0.2)}
+						drop = backend.DropoutOut{Dst: h.up(dt, x), Mask: backend.NewDropoutMask(uint64(rows*cols), 1, 6, 0.2)}
 					}
 					h.be.LayerNormBackward(dx, res, dw, dbr, h.up(dt, dy), xr, mean, rstd, wr, rows, cols, drop)
 					o := [][]float32{h.down(out, rows*cols), h.down(mean, rows), h.down(rstd, rows), h.down(dx, rows*cols), h.down(dw, cols)}

@@ -66,6 +66,14 @@ func (a *Args[B]) Int(vs ...int32) *Args[B] {
 	return a
 }
 
+// Uint appends C unsigned ints.
+func (a *Args[B]) Uint(vs ...uint32) *Args[B] {
+	for _, v := range vs {
+		a.add(Arg[B]{Bits: uint64(v), Kind: ArgUint})
+	}
+	return a
+}
+
 // Long appends a C long long.
 func (a *Args[B]) Long(v int64) *Args[B] { a.add(Arg[B]{Bits: uint64(v), Kind: ArgLong}); return a }
 

@@ -208,21 +208,52 @@ __device__ __forceinline__ void fleet_block_maxsum(float &m, float &s, float *re
 	fleet_warp_maxsum(m, s);
 }
 
-// fleet_dropout_factor is backend.DropoutMask.Factor(i): element i takes
-// the (i+1)-th SplitMix64 draw after state seed and is kept (factor scale)
-// when the draw's top 53 bits are at least threshold, else dropped
-// (factor 0). Every element draws on its own, so any thread can draw any
-// element, and the mask is the one the CPU draws in order.
-__device__ __forceinline__ float fleet_dropout_factor(unsigned long long seed, unsigned long long threshold, float scale, long long i) {
-	unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return (z >> 11) >= threshold ? scale : 0.0f;
+// fleet_philox4x32 is rng.Philox4x32, Philox4x32-10: c becomes the four
+// words of counter c under key (k0, k1).
+__device__ __forceinline__ void fleet_philox4x32(unsigned c[4], unsigned k0, unsigned k1) {
+#pragma unroll
+	for (int r = 0; r < 10; r++) {
+		if (r > 0) {
+			k0 += 0x9E3779B9u;
+			k1 += 0xBB67AE85u;
+		}
+		unsigned long long p0 = (unsigned long long)0xD2511F53u * c[0], p1 = (unsigned long long)0xCD9E8D57u * c[2];
+		unsigned n0 = (unsigned)(p1 >> 32) ^ c[1] ^ k0, n2 = (unsigned)(p0 >> 32) ^ c[3] ^ k1;
+		c[0] = n0, c[1] = (unsigned)p1, c[2] = n2, c[3] = (unsigned)p0;
+	}
 }
 
-// fleet_dropout_seed is a dropout's state: seed, plus the state its step
-// draws from where base is given (two ints on the device, the low half
+// fleet_dropout_factors fills f[0..n) (n <= 4) with
+// backend.DropoutMask.Factor(i0 + k): element i is element g = offset + i
+// of the step's global batch, whose number is word g%4 of Philox4x32 at
+// counter (g/4 low, high, site, 0) under key; it is kept (factor scale)
+// where that word is at least threshold, else dropped (factor 0). Every
+// element draws on its own, so any thread can draw any element, and the
+// mask is the CPU's; one Philox call serves the elements of one counter.
+__device__ __forceinline__ void fleet_dropout_factors(unsigned long long key, long long offset, int site, unsigned threshold, float scale, long long i0,
+	int n, float f[4]) {
+	unsigned long long g = (unsigned long long)(offset + i0);
+	unsigned c[4];
+	unsigned long long q = ~0ull;
+	for (int k = 0; k < n; k++, g++) {
+		if ((g >> 2) != q) {
+			q = g >> 2;
+			c[0] = (unsigned)q, c[1] = (unsigned)(q >> 32), c[2] = (unsigned)site, c[3] = 0u;
+			fleet_philox4x32(c, (unsigned)key, (unsigned)(key >> 32));
+		}
+		f[k] = c[g & 3] >= threshold ? scale : 0.0f;
+	}
+}
+
+// fleet_dropout_factor is fleet_dropout_factors for one element.
+__device__ __forceinline__ float fleet_dropout_factor(unsigned long long key, long long offset, int site, unsigned threshold, float scale, long long i) {
+	float f[4];
+	fleet_dropout_factors(key, offset, site, threshold, scale, i, 1, f);
+	return f[0];
+}
+
+// fleet_dropout_seed is a dropout's key: seed, plus the key its step
+// draws with where base is given (two ints on the device, the low half
 // first: backend.DropoutMask.Base).
 __device__ __forceinline__ unsigned long long fleet_dropout_seed(long long seed, const int *base) {
 	unsigned long long s = (unsigned long long)seed;

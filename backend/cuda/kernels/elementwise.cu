@@ -60,13 +60,13 @@ extern "C" __global__ void fleet_binary_f32(float *dst, const float *a, const fl
 extern "C" __global__ void fleet_binary_bf16(unsigned short *dst, const unsigned short *a, const unsigned short *b, int op, long long n) { fleet_binary_impl<fleet_bf16>(dst, a, b, op, n); }
 
 // fleet_dropout_add_<t>: dst[i] = x[i] + y[i]*f(i), or y[i]*f(i) where x
-// is null, with f(i) = fleet_dropout_factor(fleet_dropout_seed(seed,
-// seedBase), threshold, scale, i)
+// is null, with f(i) the mask's factor (fleet_dropout_factors with key
+// fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale)
 // (backend.DropoutAdd). The product is rounded before the sum (no fused
 // multiply-add), as the CPU does it. dst may alias x or y.
 template <class S>
-__device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const typename S::T *x, const typename S::T *y,
-	long long seed, long long threshold, float scale, long long n, const int *seedBase) {
+__device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const typename S::T *x, const typename S::T *y, long long seed,
+	long long offset, int site, unsigned threshold, float scale, long long n, const int *seedBase) {
 	unsigned long long s = fleet_dropout_seed(seed, seedBase);
 	if constexpr (sizeof(typename S::T) == 4) {
 		if (fleet_vec4(n, dst, x, y)) { // 16-byte accesses
@@ -74,9 +74,10 @@ __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const
 			FLEET_FOR_EACH(q, n4) {
 				float4 yv = ((const float4 *)y)[q], xv = x != 0 ? ((const float4 *)x)[q] : float4{0, 0, 0, 0}, r;
 				const float *ys = &yv.x, *xs = &xv.x;
-				float *rs = &r.x;
+				float *rs = &r.x, f[4];
+				fleet_dropout_factors(s, offset, site, threshold, scale, 4 * q, 4, f);
 				for (int k = 0; k < 4; k++) {
-					float v = __fmul_rn(ys[k], fleet_dropout_factor(s, (unsigned long long)threshold, scale, 4 * q + k));
+					float v = __fmul_rn(ys[k], f[k]);
 					rs[k] = x != 0 ? __fadd_rn(xs[k], v) : v;
 				}
 				((float4 *)dst)[q] = r;
@@ -85,7 +86,7 @@ __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const
 		}
 	}
 	FLEET_FOR_EACH(i, n) {
-		float v = __fmul_rn(S::ld(y, i), fleet_dropout_factor(s, (unsigned long long)threshold, scale, i));
+		float v = __fmul_rn(S::ld(y, i), fleet_dropout_factor(s, offset, site, threshold, scale, i));
 		if (x != 0) {
 			v = __fadd_rn(S::ld(x, i), v);
 		}
@@ -93,13 +94,13 @@ __device__ __forceinline__ void fleet_dropout_add_impl(typename S::T *dst, const
 	}
 }
 
-extern "C" __global__ void fleet_dropout_add_f32(float *dst, const float *x, const float *y, long long seed, long long threshold, float scale, long long n,
-	const int *seedBase) {
-	fleet_dropout_add_impl<fleet_f32>(dst, x, y, seed, threshold, scale, n, seedBase);
+extern "C" __global__ void fleet_dropout_add_f32(float *dst, const float *x, const float *y, long long seed, long long offset, int site,
+	unsigned int threshold, float scale, long long n, const int *seedBase) {
+	fleet_dropout_add_impl<fleet_f32>(dst, x, y, seed, offset, site, threshold, scale, n, seedBase);
 }
-extern "C" __global__ void fleet_dropout_add_bf16(unsigned short *dst, const unsigned short *x, const unsigned short *y, long long seed, long long threshold, float scale, long long n,
-	const int *seedBase) {
-	fleet_dropout_add_impl<fleet_bf16>(dst, x, y, seed, threshold, scale, n, seedBase);
+extern "C" __global__ void fleet_dropout_add_bf16(unsigned short *dst, const unsigned short *x, const unsigned short *y, long long seed,
+	long long offset, int site, unsigned int threshold, float scale, long long n, const int *seedBase) {
+	fleet_dropout_add_impl<fleet_bf16>(dst, x, y, seed, offset, site, threshold, scale, n, seedBase);
 }
 
 // fleet_axpy_<t>: dst[i] += alpha * x[i] (dst is read and written).

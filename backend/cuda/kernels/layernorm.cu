@@ -72,13 +72,13 @@ extern "C" __global__ void fleet_layernorm_bf16(unsigned short *__restrict__ out
 template <class S>
 __device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restrict__ sum, typename S::T *__restrict__ out, float *__restrict__ mean,
 	float *__restrict__ rstd, const typename S::T *__restrict__ x, const typename S::T *__restrict__ y, const float *__restrict__ w,
-	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
 	unsigned long long sd = fleet_dropout_seed(seed, seedBase);
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		long long o = r * cols;
 		for (int j = lane; j < cols; j += 32) {
-			float v = __fmul_rn(S::ld(y, o + j), fleet_dropout_factor(sd, (unsigned long long)threshold, scale, o + j));
+			float v = __fmul_rn(S::ld(y, o + j), fleet_dropout_factor(sd, offset, site, threshold, scale, o + j));
 			if (x != 0) {
 				v = __fadd_rn(S::ld(x, o + j), v);
 			}
@@ -90,13 +90,13 @@ __device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restri
 
 extern "C" __global__ void fleet_add_layernorm_f32(float *__restrict__ sum, float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
 	const float *__restrict__ x, const float *__restrict__ y, const float *__restrict__ w, const float *__restrict__ b, int rows, int cols, float eps,
-	long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_add_layernorm_impl<fleet_f32>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, threshold, scale, seedBase);
+	long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_add_layernorm_impl<fleet_f32>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, offset, site, threshold, scale, seedBase);
 }
 extern "C" __global__ void fleet_add_layernorm_bf16(unsigned short *__restrict__ sum, unsigned short *__restrict__ out, float *__restrict__ mean,
 	float *__restrict__ rstd, const unsigned short *__restrict__ x, const unsigned short *__restrict__ y, const float *__restrict__ w,
-	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_add_layernorm_impl<fleet_bf16>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, threshold, scale, seedBase);
+	const float *__restrict__ b, int rows, int cols, float eps, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_add_layernorm_impl<fleet_bf16>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, offset, site, threshold, scale, seedBase);
 }
 
 // fleet_layernorm_backward_dx_<t>: with xhat = (x - mean)*rstd and g = dout,
@@ -104,7 +104,7 @@ extern "C" __global__ void fleet_add_layernorm_bf16(unsigned short *__restrict__
 // dres[same element] unless dres is null (the gradient x gathered from its
 // other uses; it must not overlap dx). Where ddrop is not null it also
 // gets dx times fleet_dropout_factor(fleet_dropout_seed(seed, seedBase),
-// threshold, scale, element) (a
+// offset, site, threshold, scale, element) (a
 // dropout's backward pass, for the dropout whose output x is). One warp per
 // row, grid-stride over rows. It also zeroes the chunk counters of the fleet_layernorm_backward_dwdb_<t>
 // launch that follows on the stream (part and nparts are that launch's
@@ -113,7 +113,7 @@ extern "C" __global__ void fleet_add_layernorm_bf16(unsigned short *__restrict__
 template <class S>
 __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ part, int nparts,
 	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	typename S::T *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
+	typename S::T *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
 	if (blockIdx.x == 0) {
 		unsigned int *done = (unsigned int *)(part + 2LL * nparts * cols);
 		for (int i = threadIdx.x; i < (cols + 31) / 32; i += blockDim.x) {
@@ -142,7 +142,7 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 			S::st(dx, o + j, v);
 			if (ddrop != 0) {
 				// The gradient as stored, as the CPU masks it.
-				S::st(ddrop, o + j, __fmul_rn(S::ld(dx, o + j), fleet_dropout_factor(fleet_dropout_seed(seed, seedBase), (unsigned long long)threshold, scale, o + j)));
+				S::st(ddrop, o + j, __fmul_rn(S::ld(dx, o + j), fleet_dropout_factor(fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale, o + j)));
 			}
 		}
 	}
@@ -150,13 +150,13 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 
 extern "C" __global__ void fleet_layernorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ part, int nparts,
 	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	float *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale, seedBase);
+	float *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
 }
 extern "C" __global__ void fleet_layernorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ part, int nparts,
 	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	unsigned short *__restrict__ ddrop, long long seed, long long threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, threshold, scale, seedBase);
+	unsigned short *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
 }
 
 // fleet_layernorm_backward_dwdb_<t>: dw[j] += sum_r g*xhat and, unless db

@@ -209,7 +209,7 @@ func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n in
 	if err != nil {
 		return err
 	}
-	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Long(int64(n)).Buf(base))
+	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Long(int64(n)).Buf(base))
 }
 
 // DropoutBases writes a replayed step's micro-steps' dropout states
@@ -540,7 +540,7 @@ func AddLayerNorm[B comparable](l Launcher[B], dt backend.DType, sum, out, mean,
 		return nil
 	}
 	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(sum, out, mean, rstd, x, y, w, b).Int(int32(rows), int32(cols)).Float(eps).
-		Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Buf(base))
+		Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base))
 }
 
 // LayerNormBackwardScratch is the number of F32 elements of scratch
@@ -571,7 +571,7 @@ func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, 
 	if nc > maxGridY {
 		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
 	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(int64(m.Threshold)).Float(m.Scale).Buf(base)); err != nil {
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base)); err != nil {
 		return err
 	}
 	grid := [3]int{(cols + 31) / 32, nc, 1}

@@ -399,7 +399,7 @@ func dropoutAddCase(dt backend.DType) emu.Case {
 		rng := newRNG(23)
 		for _, n := range elemSizesFor(m) {
 			x, y := round(dt, randF32(rng, n, 1)), round(dt, randF32(rng, n, 1))
-			mask := backend.NewDropoutMask(rng.Uint64(), 0.3)
+			mask := backend.NewDropoutMask(rng.Uint64(), 4, 1+int64(rng.IntN(1<<20)), 0.3)
 			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
 			for _, withX := range []bool{false, true} {
 				out := cpuF32(make([]float32, n))
@@ -736,9 +736,12 @@ func dropoutBasesCase(t *testing.T, m *emu.Module) {
 				t.Fatalf("dropout bases at step index %v: device %x, CPU %x", i-1, got[0], want)
 			}
 		}
-		w := backend.DropoutSeedWords(1337, int(i)-1, 2)
-		if h := rng.Mix(w[:]...); uint32(want[4]) != uint32(h) || uint32(want[5]) != uint32(h>>32) {
-			t.Fatalf("the CPU's bases are not rng.Mix's")
+		// Every micro-step's base is the step's key, rng.Mix(seed, 0xd0, i).
+		h := rng.Mix(1337, 0xd0, uint64(i-1))
+		for m := 0; m < 3; m++ {
+			if uint32(want[2*m]) != uint32(h) || uint32(want[2*m+1]) != uint32(h>>32) {
+				t.Fatalf("the CPU's base for micro-step %d is not the step's key", m)
+			}
 		}
 	}
 }
@@ -1098,7 +1101,7 @@ func addLayerNormCase(dt backend.DType) emu.Case {
 			x, w, b := lnInput(rng, rows, cols)
 			x, y := round(dt, x), round(dt, randF32(rng, rows*cols, 1))
 			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
-			for kind, mask := range []backend.DropoutMask{{Scale: 1}, backend.NewDropoutMask(rng.Uint64(), 0.3), backend.NewDropoutMask(rng.Uint64(), 0.1)} {
+			for kind, mask := range []backend.DropoutMask{{Scale: 1}, backend.NewDropoutMask(rng.Uint64(), 0, 0, 0.3), backend.NewDropoutMask(rng.Uint64(), 7, 3+int64(rng.IntN(1<<30)), 0.1)} {
 				withX := kind != 2
 				cs, co := cpuF32(make([]float32, rows*cols)), cpuF32(make([]float32, rows*cols))
 				cm, cr := cpuF32(make([]float32, rows)), cpuF32(make([]float32, rows))
@@ -1209,7 +1212,7 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				cres = cpuF32(res)
 			}
 			// The same cases write the masked gradient of a dropout too.
-			mask := backend.NewDropoutMask(rng.Uint64(), 0.25)
+			mask := backend.NewDropoutMask(rng.Uint64(), 2, 2+int64(rng.IntN(1<<20)), 0.25)
 			base := []int32{int32(rng.Uint32()), int32(rng.Uint32())}
 			var cdrop backend.Ref
 			cmask := mask

@@ -376,7 +376,7 @@ func (d *Device) launch(f *function, params uintptr) {
 // notExtents are the integer kernel parameters that count no elements (an
 // operation's code, a step number, a position): launch leaves them out of
 // the product that bounds each pointer's extent.
-var notExtents = map[string]bool{"op": true, "step": true, "seed": true, "Pos": true, "chunkRows": true, "decayEnd": true}
+var notExtents = map[string]bool{"op": true, "step": true, "seed": true, "offset": true, "site": true, "threshold": true, "Pos": true, "chunkRows": true, "decayEnd": true}
 
 // elemSize is the size of a kernel pointer parameter's elements, by type.
 var elemSize = map[string]float64{"float": 4, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8, "unsigned char": 1, "void": 1}
