@@ -307,7 +307,8 @@ func ddpConfig(t testing.TB, seed uint64) Config {
 // weights, equal within 1e-5 to one process training on the same global
 // batch of 12 windows: 2 ranks × 6, 4 ranks × 3, and 2 ranks × 3 ×
 // --grad-accum 2 (no all-reduce on the first micro-step, PyTorch's
-// no_sync), which one process also matches as 6 × --grad-accum 2.
+// no_sync), which one process also matches as 6 × --grad-accum 2; and, with
+// dropout 0.1, the same splits end where one process does.
 func TestDDPEquivalence(t *testing.T) {
 	base := ddpConfig(t, 2026) // fixed: see ddpConfig on the tolerance
 	ref := runSingle(t, base)  // 1 process × 12 windows
@@ -380,6 +381,33 @@ func TestDDPEquivalence(t *testing.T) {
 			t.Logf("%d ranks × batch %d × accum %d: max |w − w_single| = %.3g", tc.world, tc.batch, tc.accm, d)
 			if d > 1e-5 {
 				t.Errorf("%d ranks × batch %d × accum %d end %.3g from 1 process × batch 12 (want ≤ 1e-5)", tc.world, tc.batch, tc.accm, d)
+			}
+		})
+	}
+
+	// With dropout too: masks are keyed by each element's place in the
+	// global batch, so every split draws the one process's masks.
+	drop := base
+	drop.Dropout = 0.1
+	dropRef := runSingle(t, drop)
+	if d := maxDiff(t, ref, dropRef); d < 1e-3 {
+		t.Fatalf("dropout 0.1 and none end %.3g apart: the test could not see the masks", d)
+	}
+	for _, tc := range []struct {
+		name               string
+		world, batch, accm int
+		pipeline           string
+	}{{"2x6", 2, 6, 1, ""}, {"4x3", 4, 3, 1, ""}, {"2x3_accum2", 2, 3, 2, ""}, {"2x6_pipeline2x2", 2, 6, 1, "cpu:0,cpu:1"}} {
+		t.Run("dropout_"+tc.name, func(t *testing.T) {
+			cfg := drop
+			cfg.Out = filepath.Join(t.TempDir(), "out")
+			cfg.BatchSize, cfg.GradAccum = tc.batch, tc.accm
+			if tc.pipeline != "" {
+				cfg.Pipeline, cfg.MicroBatches = tc.pipeline, 2
+			}
+			ranks, _ := runGroupOut(t, cfg, tc.world)
+			if d := maxDiff(t, ranks[0], dropRef); d > 1e-5 {
+				t.Errorf("dropout 0.1, %d ranks × batch %d × accum %d end %.3g from 1 process × batch 12 (want ≤ 1e-5)", tc.world, tc.batch, tc.accm, d)
 			}
 		})
 	}
