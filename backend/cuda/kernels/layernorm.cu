@@ -77,13 +77,20 @@ __device__ __forceinline__ void fleet_add_layernorm_impl(typename S::T *__restri
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		long long o = r * cols;
-		for (int j = lane; j < cols; j += 32) {
-			float v = __fmul_rn(S::ld(y, o + j), fleet_dropout_factor(sd, offset, site, threshold, scale, o + j));
-			if (x != 0) {
-				v = __fadd_rn(S::ld(x, o + j), v);
+		// Four consecutive elements a lane: one Philox call serves them.
+		for (int j = 4 * lane; j < cols; j += 128) {
+			int m = cols - j < 4 ? cols - j : 4;
+			float f[4];
+			fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
+			for (int k = 0; k < m; k++) {
+				float v = __fmul_rn(S::ld(y, o + j + k), f[k]);
+				if (x != 0) {
+					v = __fadd_rn(S::ld(x, o + j + k), v);
+				}
+				S::st(sum + o, j + k, v);
 			}
-			S::st(sum + o, j, v);
 		}
+		__syncwarp(); // the row's sums, written by other lanes, are read next
 		fleet_layernorm_row<S>(out + o, mean, rstd, r, sum + o, w, b, cols, eps, lane);
 	}
 }
@@ -140,9 +147,19 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 				v += S::ld(dres, o + j);
 			}
 			S::st(dx, o + j, v);
-			if (ddrop != 0) {
-				// The gradient as stored, as the CPU masks it.
-				S::st(ddrop, o + j, __fmul_rn(S::ld(dx, o + j), fleet_dropout_factor(fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale, o + j)));
+		}
+		if (ddrop != 0) {
+			// The gradient as stored, as the CPU masks it, four
+			// consecutive elements a lane (one Philox call).
+			__syncwarp();
+			unsigned long long sd = fleet_dropout_seed(seed, seedBase);
+			for (int j = 4 * lane; j < cols; j += 128) {
+				int m = cols - j < 4 ? cols - j : 4;
+				float f[4];
+				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
+				for (int k = 0; k < m; k++) {
+					S::st(ddrop, o + j + k, __fmul_rn(S::ld(dx, o + j + k), f[k]));
+				}
 			}
 		}
 	}
