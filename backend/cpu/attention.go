@@ -87,6 +87,13 @@ func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
 // backward pass recomputes the probabilities. One goroutine per
 // (batch, head), each with a fixed order of work.
 func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
+	if anyBF16(out, qkv) {
+		w := widening{c: c}
+		q := w.in(qkv, p.B*p.T*3*p.C)
+		c.Attention(p, w.out(out, p.B*p.T*p.C), saved, q)
+		w.done()
+		return
+	}
 	B, T, C := p.B, p.T, p.C
 	runTask(c, &attentionTasks, B*p.H, 1, attentionTask{
 		p: p, o: f32(out)[:B*T*C], lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*3*C],
@@ -139,6 +146,14 @@ func (at *attentionTask) do(lo, hi int) {
 // dV += Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dO ⊙ O)),
 // dQ = scale·dS K and dK += scale·dSᵀ Q, all as matrix products.
 func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
+	if anyBF16(dqkv, dout, out, qkv) {
+		w := widening{c: c}
+		n := p.B * p.T * p.C
+		d, o, q := w.in(dout, n), w.in(out, n), w.in(qkv, 3*n)
+		c.AttentionBackward(p, w.out(dqkv, 3*n), d, o, saved, q)
+		w.done()
+		return
+	}
 	B, T, C := p.B, p.T, p.C
 	runTask(c, &attentionBackwardTasks, B*p.H, 1, attentionBackwardTask{
 		p: p, d: f32(dqkv)[:B*T*3*C], g: f32(dout)[:B*T*C], o: f32(out)[:B*T*C],

@@ -248,6 +248,13 @@ func (t *sumSquaresTask) do(lo, hi int) {
 
 // GELU implements backend.Backend (tanh approximation, as GPT-2).
 func (c *CPU) GELU(dst, src backend.Ref, n int) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, n)
+		c.GELU(w.out(dst, n), s, n)
+		w.done()
+		return
+	}
 	runChunks(c, &geluTasks, n, elemGrain, geluTask{f32(dst)[:n], f32(src)[:n]})
 }
 
@@ -260,6 +267,13 @@ func (t *geluTask) do(lo, hi int) { geluChunk(t.d[lo:hi], t.s[lo:hi]) }
 
 // GELUBackward implements backend.Backend.
 func (c *CPU) GELUBackward(dx, x, dy backend.Ref, n int) {
+	if anyBF16(dx, x, dy) {
+		w := widening{c: c}
+		xs, dys := w.in(x, n), w.in(dy, n)
+		c.GELUBackward(w.out(dx, n), xs, dys, n)
+		w.done()
+		return
+	}
 	runChunks(c, &geluBackwardTasks, n, elemGrain, geluBackwardTask{f32(dx)[:n], f32(x)[:n], f32(dy)[:n]})
 }
 
@@ -509,6 +523,13 @@ func powInt(b float64, t int) float64 {
 // number (a counter-based draw), so chunks run in parallel and give the
 // mask a serial draw would.
 func (c *CPU) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
+	if anyBF16(out, x, y) {
+		w := widening{c: c}
+		xs, ys := w.in(x, n), w.in(y, n)
+		c.DropoutAdd(w.out(out, n), xs, ys, n, m)
+		w.done()
+		return
+	}
 	if !m.Base.Nil() {
 		m = m.Resolved(i32(m.Base)[:2])
 	}

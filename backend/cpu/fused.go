@@ -80,6 +80,13 @@ func (t *softmaxBackwardTask) do(lo, hi int) {
 // LayerNorm implements backend.Backend. Mean and variance are computed in
 // two passes over each row, in float32.
 func (c *CPU) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int, eps float32) {
+	if anyBF16(out, x) {
+		wd := widening{c: c}
+		xs := wd.in(x, rows*cols)
+		c.LayerNorm(wd.out(out, rows*cols), mean, rstd, xs, w, b, rows, cols, eps)
+		wd.done()
+		return
+	}
 	var bs []float32
 	if !b.Nil() {
 		bs = f32(b)[:cols]
@@ -167,12 +174,33 @@ const lnChunk = 64
 // AddLayerNorm implements backend.Backend: the two ops it fuses, one
 // after the other (the CPU's caches serve the second).
 func (c *CPU) AddLayerNorm(sum, out, mean, rstd, x, y, w, b backend.Ref, rows, cols int, eps float32, m backend.DropoutMask) {
+	if anyBF16(sum, out, x, y) {
+		// The sum is rounded to BF16 before the LayerNorm reads it, as a
+		// BF16 add followed by a BF16 LayerNorm would have it.
+		n := rows * cols
+		c.DropoutAdd(sum, x, y, n, m)
+		c.LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps)
+		return
+	}
 	c.DropoutAdd(sum, x, y, rows*cols, m)
 	c.LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps)
 }
 
 // LayerNormBackward implements backend.Backend.
 func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
+	if anyBF16(dx, dres, dout, x, drop.Dst) {
+		// dx is rounded to BF16 before the dropout's copy masks it, as
+		// the copy masks dx as stored.
+		n := rows * cols
+		wd := widening{c: c}
+		dres32, dout32, x32 := wd.in(dres, n), wd.in(dout, n), wd.in(x, n)
+		c.LayerNormBackward(wd.out(dx, n), dres32, dw, db, dout32, x32, mean, rstd, w, rows, cols, backend.DropoutOut{})
+		wd.done()
+		if !drop.Dst.Nil() {
+			c.DropoutAdd(drop.Dst, backend.Ref{}, dx, n, drop.Mask)
+		}
+		return
+	}
 	chunks := (rows + lnChunk - 1) / lnChunk
 	buf := lnScratch.get(2 * chunks * cols)
 	defer lnScratch.put(buf)
@@ -239,6 +267,12 @@ func (t *layerNormBackwardTask) do(lo, hi int) {
 // CrossEntropy implements backend.Backend. Each row's exponentials go
 // through the vectorised exp; their sum is accumulated in float64.
 func (c *CPU) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v int) {
+	if isBF16(logits) {
+		w := widening{c: c}
+		c.CrossEntropy(losses, lse, w.in(logits, n*v), targets, n, v)
+		w.done()
+		return
+	}
 	runTask(c, &crossEntropyTasks, n, rowGrain(v),
 		crossEntropyTask{f32(losses)[:n], f32(lse)[:n], f32(logits)[:n*v], i32(targets)[:n], v})
 }
@@ -287,6 +321,13 @@ func (ct *crossEntropyTask) do(lo, hi int) {
 
 // CrossEntropyBackward implements backend.Backend.
 func (c *CPU) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend.Ref, scale float32, n, v int) {
+	if anyBF16(dlogits, logits) {
+		w := widening{c: c}
+		l := w.in(logits, n*v)
+		c.CrossEntropyBackward(w.out(dlogits, n*v), l, lse, targets, dloss, scale, n, v)
+		w.done()
+		return
+	}
 	runTask(c, &crossEntropyBackwardTasks, n, rowGrain(v), crossEntropyBackwardTask{
 		f32(dlogits)[:n*v], f32(logits)[:n*v], f32(lse)[:n], i32(targets)[:n], f32(dloss)[0] * scale, v,
 	})
