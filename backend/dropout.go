@@ -61,6 +61,27 @@ func (m DropoutMask) Keep(i int64) bool {
 	return w[g&3] >= m.Threshold
 }
 
+// FactorsAt fills f with the factors of elements i0, i0+1, ...: Factor
+// for each, with one Philox call per four elements that share a counter.
+func (m DropoutMask) FactorsAt(f []float32, i0 int64) {
+	key := [2]uint32{uint32(m.Seed), uint32(m.Seed >> 32)}
+	g := uint64(m.Offset + i0)
+	var w [4]uint32
+	q := ^uint64(0)
+	for k := range f {
+		if g>>2 != q {
+			q = g >> 2
+			w = rng.Philox4x32([4]uint32{uint32(q), uint32(q >> 32), m.Site, 0}, key)
+		}
+		if w[g&3] >= m.Threshold {
+			f[k] = m.Scale
+		} else {
+			f[k] = 0
+		}
+		g++
+	}
+}
+
 // Resolved is m with its base, read from base (the host's view of
 // m.Base's two I32), added into Seed.
 func (m DropoutMask) Resolved(base []int32) DropoutMask {

@@ -308,9 +308,6 @@ func TestGradients(t *testing.T) {
 	}
 }
 
-// dropoutRef is x with dropout p applied, its mask drawn in order from a
-// SplitMix64 stream at state seed, as the host drew masks before the
-// devices drew their own.
 // dropoutRef is dropout at site 0 of a stream at row 0 with key key, in
 // float64: element i keeps where word i%4 of Philox4x32-10 at counter
 // (i/4, 0, 0, 0) under the key is, as a uniform in [0, 1), at least p.

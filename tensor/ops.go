@@ -661,8 +661,9 @@ func embeddingBackward(nd *node, g *Tensor) {
 // returning [B, T, C]. It is one fused node with its own backward kernel.
 // Under Autocast(BF16), on a backend that rounds operands within its
 // products (backend.OperandRounder), its products, forward and backward,
-// round their operands to bf16 (backend.Attention.Round: on CUDA, the
-// tensor-core kernels); elsewhere it computes in F32.
+// round their operands to bf16 (backend.Attention.Round: on CUDA from
+// compute capability 8.0, the tensor-core kernels; below it, the F32
+// kernels); elsewhere it computes in F32.
 func Attention(qkv *Tensor, nHead int) *Tensor {
 	const op = "attention"
 	wantDType(op, F32, qkv)
@@ -780,9 +781,9 @@ func AddLayerNorm(x, y *Tensor, p float32, r *DropoutStream, base *Tensor, w, b 
 	return sum, out
 }
 
-// DropoutBases writes each micro-step's dropout state for a step replayed
-// from a graph into bases (I32, two per micro-step), from the step clock
-// in stats: see backend.Backend.DropoutBases.
+// DropoutBases writes the dropout key of a step replayed from a graph,
+// once per micro-step, into bases (I32, two per micro-step), from the step
+// clock in stats: see backend.Backend.DropoutBases.
 func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
 	const op = "dropout_bases"
 	check(op, bases, stats)
@@ -794,8 +795,8 @@ func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
 	stats.be.DropoutBases(bases.ref(), stats.ref(), micros, seed)
 }
 
-// dropout is Dropout (x nil) and AddDropout. Its node keeps the mask (the
-// seed in u, p in f). Its backward pass masks the output's gradient for y
+// dropout is Dropout (x nil) and AddDropout. Its node keeps the mask
+// (recordDropout). Its backward pass masks the output's gradient for y
 // and hands it on unchanged to x; where a LayerNorm reading the output
 // has masked that gradient already, in its own backward pass (see
 // stashDropoutGrad), it takes the masked copy instead of another pass.

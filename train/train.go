@@ -245,8 +245,8 @@ type run struct {
 	graphIn    [][2]*tensor.Tensor
 	graphSched *tensor.Tensor
 	graphWarm  int
-	// dropBases are the captured step's micro-steps' dropout states, two
-	// I32 each, hashed on the device every step (tensor.DropoutBases);
+	// dropBases are the captured step's dropout key, two I32 per
+	// micro-step, hashed on the device every step (tensor.DropoutBases);
 	// dropBase the view each micro-step reads.
 	dropBases *tensor.Tensor
 	dropBase  []*tensor.Tensor

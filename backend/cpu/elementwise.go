@@ -554,16 +554,26 @@ func (t *dropoutAddTask) do(lo, hi int) {
 		return
 	}
 	d, x, y := t.d[lo:hi], t.x[lo:hi], t.y[lo:hi]
-	for i := range d {
-		// The conversion rounds the product first: no fused multiply-add.
-		d[i] = x[i] + float32(y[i]*t.m.Factor(int64(lo+i)))
+	var f [256]float32
+	for s := 0; s < len(d); s += len(f) {
+		e := min(s+len(f), len(d))
+		t.m.FactorsAt(f[:e-s], int64(lo+s))
+		for i := s; i < e; i++ {
+			// The conversion rounds the product first: no fused multiply-add.
+			d[i] = x[i] + float32(y[i]*f[i-s])
+		}
 	}
 }
 
 // dropoutRow writes d[i] = y[i]·m.Factor(base+i).
 func dropoutRow(d, y []float32, m backend.DropoutMask, base int64) {
 	y = y[:len(d)]
-	for i := range d {
-		d[i] = y[i] * m.Factor(base+int64(i))
+	var f [256]float32
+	for s := 0; s < len(d); s += len(f) {
+		e := min(s+len(f), len(d))
+		m.FactorsAt(f[:e-s], base+int64(s))
+		for i := s; i < e; i++ {
+			d[i] = y[i] * f[i-s]
+		}
 	}
 }

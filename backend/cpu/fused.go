@@ -173,15 +173,9 @@ const lnChunk = 64
 
 // AddLayerNorm implements backend.Backend: the two ops it fuses, one
 // after the other (the CPU's caches serve the second).
+// For BF16 storage the LayerNorm reads the sum as stored, rounded to
+// bf16, as the CUDA kernel does.
 func (c *CPU) AddLayerNorm(sum, out, mean, rstd, x, y, w, b backend.Ref, rows, cols int, eps float32, m backend.DropoutMask) {
-	if anyBF16(sum, out, x, y) {
-		// The sum is rounded to BF16 before the LayerNorm reads it, as a
-		// BF16 add followed by a BF16 LayerNorm would have it.
-		n := rows * cols
-		c.DropoutAdd(sum, x, y, n, m)
-		c.LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps)
-		return
-	}
 	c.DropoutAdd(sum, x, y, rows*cols, m)
 	c.LayerNorm(out, mean, rstd, sum, w, b, rows, cols, eps)
 }

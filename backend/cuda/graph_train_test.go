@@ -18,8 +18,8 @@ import (
 // then the captured step launched as a graph, every later step reading
 // its batch, its number, its learning rate and AdamW's constants on the
 // device. The weights and the loss must be those of the same steps
-// without graphs. bf16 with dropout (each micro-step's masks from a state
-// hashed on the device), and fp16 with its loss scaler on the device,
+// without graphs. bf16 with dropout (the step's mask key hashed on the
+// device), and fp16 with its loss scaler on the device,
 // with accumulation and clipping.
 func TestTrainerStepWithGraphs(t *testing.T) {
 	checkTrainerGraphs(t, func(i int) tensor.Device { return cuda.EmulatedDevice(t, 30+i) }, 1e-6)

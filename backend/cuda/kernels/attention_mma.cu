@@ -326,7 +326,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
 	fa_load<FA_ROWS, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-	fa_load<FA_ROWS, HDP>(sdO, dob + q0 * C, C, T - q0, hd, vec);
+	fa_load<FA_ROWS, HDP>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
 	fleet_cp_async_commit();
 	// D: two threads per row, each summing every other column, then one
 	// shuffle (a fixed order).
@@ -416,7 +416,7 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
 		__syncthreads();
 		fa_load<BQ, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-		fa_load<BQ, HDP>(sdO, dob + q0 * C, C, T - q0, hd, vec);
+		fa_load<BQ, HDP>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
 		fleet_cp_async_commit();
 		fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
 		fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);

@@ -56,9 +56,10 @@ var block1D = [3]int{BlockSize, 1, 1}
 
 // TensorCorer is implemented by a Launcher that knows whether its device
 // multiplies bf16 on tensor cores with mma.sync m16n8k16 (compute
-// capability 8.0 on). The bf16 attention kernels use them there, and the
-// CUDA-core kernels elsewhere; a Launcher without the method is taken to
-// have them.
+// capability 8.0 on). Attention with bf16 products (BF16 storage, or F32
+// with Attention.Round BF16) runs on the tensor-core kernels there, and on
+// the CUDA-core kernels, in F32 arithmetic, elsewhere; a Launcher without
+// the method is taken to have them.
 type TensorCorer interface {
 	TensorCores() bool
 }
@@ -212,8 +213,8 @@ func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n in
 	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Long(int64(n)).Buf(base))
 }
 
-// DropoutBases writes a replayed step's micro-steps' dropout states
-// (backend.Backend.DropoutBases; see step.cu).
+// DropoutBases writes a replayed step's dropout key for each of its
+// micro-steps (backend.Backend.DropoutBases; see step.cu).
 func DropoutBases[B comparable](l Launcher[B], bases, stats B, micros int, seed uint64) error {
 	return l.Launch("fleet_dropout_bases_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(bases, stats).Int(int32(micros)).Long(int64(seed)))
 }
