@@ -329,11 +329,11 @@ const (
 // Attention describes a causal self-attention call.
 type Attention struct {
 	B, T, C, H int
-	// Round, where BF16, lets a backend that rounds operands within its
-	// products (an OperandRounder) compute the products on F32 storage
-	// with q, k, v, dout and the probabilities rounded to bf16, as
-	// autocast's attention has them (CUDA: on tensor cores). Others, and
-	// Round 0, compute as stored.
+	// Round, where BF16 or F16, lets a backend that rounds operands
+	// within its products (an OperandRounder) compute the products on F32
+	// storage with q, k, v, dout and the probabilities rounded to that
+	// type, as autocast's attention has them (CUDA: on tensor cores).
+	// Others, and Round 0, compute as stored.
 	Round DType
 }
 

@@ -659,11 +659,11 @@ func embeddingBackward(nd *node, g *Tensor) {
 // Attention is causal multi-head self-attention on a packed qkv
 // [B, T, 3C] (q, k and v side by side, each split into nHead heads),
 // returning [B, T, C]. It is one fused node with its own backward kernel.
-// Under Autocast(BF16), on a backend that rounds operands within its
-// products (backend.OperandRounder), its products, forward and backward,
-// round their operands to bf16 (backend.Attention.Round: on CUDA from
-// compute capability 8.0, the tensor-core kernels; below it, the F32
-// kernels); elsewhere it computes in F32.
+// Under Autocast(BF16) or Autocast(F16), on a backend that rounds operands
+// within its products (backend.OperandRounder), its products, forward and
+// backward, round their operands to that type (backend.Attention.Round: on
+// CUDA from compute capability 8.0, the tensor-core kernels; below it, the
+// F32 kernels); elsewhere it computes in F32.
 func Attention(qkv *Tensor, nHead int) *Tensor {
 	const op = "attention"
 	wantDType(op, F32, qkv)
@@ -675,8 +675,10 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d channels do not split into %d heads", C, nHead), Operands: []*Tensor{qkv}})
 	}
 	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: C, H: nHead}
-	if r, ok := qkv.be.(backend.OperandRounder); ok && r.RoundsOperands() && ProgramOf(qkv.dev).autocast == BF16 {
-		p.Round = BF16
+	if r, ok := qkv.be.(backend.OperandRounder); ok && r.RoundsOperands() {
+		if dt := ProgramOf(qkv.dev).autocast; dt == BF16 || dt == F16 {
+			p.Round = dt
+		}
 	}
 	out := like(op, qkv, Shape{p.B, p.T, C})
 	saved := like(op, qkv, Shape{p.SavedLen()})

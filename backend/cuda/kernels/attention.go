@@ -54,30 +54,35 @@ var mmaBlock = [3]int{32 * mmaWarps, 1, 1}
 // smallest that holds it.
 var mmaPads = [...]int{32, 64, attnHDMax}
 
-// mmaNames holds the kernel names by op, storage and padding, built once
-// so that a launch allocates nothing.
-var mmaNames = func() map[string][2][len(mmaPads)]string {
-	m := map[string][2][len(mmaPads)]string{}
+// mmaNames holds the kernel names by op, variant (F32 storage with bf16
+// operands, BF16 storage, F32 storage with f16 operands) and padding,
+// built once so that a launch allocates nothing.
+var mmaNames = func() map[string][3][len(mmaPads)]string {
+	m := map[string][3][len(mmaPads)]string{}
 	for _, op := range []string{"attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"} {
-		var n [2][len(mmaPads)]string
+		var n [3][len(mmaPads)]string
 		for i, p := range mmaPads {
 			n[0][i] = fmt.Sprintf("fleet_%s_mma%d_f32", op, p)
 			n[1][i] = fmt.Sprintf("fleet_%s_mma%d_bf16", op, p)
+			n[2][i] = fmt.Sprintf("fleet_%s_mma%df16_f32", op, p)
 		}
 		m[op] = n
 	}
 	return m
 }()
 
-// mmaName is the tensor-core kernel of op for storage dt (F32 or BF16)
-// and head size hd (<= attnHDMax).
-func mmaName(op string, dt backend.DType, hd int) string {
+// mmaName is the tensor-core kernel of op for attention p stored as dt
+// (F32 or BF16), head size hd (<= attnHDMax).
+func mmaName(op string, dt backend.DType, p backend.Attention, hd int) string {
 	i := 0
 	for mmaPads[i] < hd {
 		i++
 	}
-	if dt == backend.BF16 {
+	switch {
+	case dt == backend.BF16:
 		return mmaNames[op][1][i]
+	case p.Round == backend.F16:
+		return mmaNames[op][2][i]
 	}
 	return mmaNames[op][0][i]
 }
@@ -89,9 +94,9 @@ func mmaGrid(p backend.Attention) [3]int {
 
 // mmaAttention reports whether attention p of storage dt runs on the
 // tensor-core kernels: on a device that has them, for BF16 storage, or for
-// F32 storage whose products p rounds to BF16 (autocast).
+// F32 storage whose products p rounds to BF16 or F16 (autocast).
 func mmaAttention(l any, dt backend.DType, p backend.Attention) bool {
-	return (dt == backend.BF16 || dt == backend.F32 && p.Round == backend.BF16) && tensorCores(l)
+	return (dt == backend.BF16 || dt == backend.F32 && (p.Round == backend.BF16 || p.Round == backend.F16)) && tensorCores(l)
 }
 
 // attnSuffix names the kernel variant for a storage dtype.
@@ -137,7 +142,8 @@ func attnGrid(B, T, H, hd int) [3]int {
 // packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
 // BF16), lse [B, H, T] is F32. One launch: fleet_attention_fwd_<dt>, or,
 // on a device with tensor cores, for BF16 or for F32 with p.Round BF16,
-// fleet_attention_fwd_mma<HDP>_<dt> (attention_mma.cu).
+// fleet_attention_fwd_mma<HDP>_<dt> (attention_mma.cu), and for F32 with
+// p.Round F16, fleet_attention_fwd_mma<HDP>f16_f32.
 func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, out, lse, qkv B) error {
 	const op = "attention"
 	_, err := attnSuffix(op, dt)
@@ -150,7 +156,7 @@ func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attentio
 	}
 	shape := *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H))
 	if mmaAttention(l, dt, p) {
-		return l.Launch(mmaName("attention_fwd", dt, hd), mmaGrid(p), mmaBlock, 0, shape)
+		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p), mmaBlock, 0, shape)
 	}
 	return l.Launch(name("attention_fwd", dt, 0), attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0, shape)
 }
@@ -181,7 +187,7 @@ func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.
 	dq, dkdv := name("attention_bwd_dq", dt, 0), name("attention_bwd_dkdv", dt, 0)
 	if mmaAttention(l, dt, p) {
 		grid, block = mmaGrid(p), mmaBlock
-		dq, dkdv = mmaName("attention_bwd_dq", dt, hd), mmaName("attention_bwd_dkdv", dt, hd)
+		dq, dkdv = mmaName("attention_bwd_dq", dt, p, hd), mmaName("attention_bwd_dkdv", dt, p, hd)
 	}
 	nb, nt, nc, nh := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
 	if err := l.Launch(dq, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -42,12 +43,16 @@ import (
 // the stored result. Independent errors add in quadrature, so normwise
 // about sqrt(3)·u = 6.8e-3 at worst; the tolerance is 2u = 7.8e-3, and the
 // measured errors are at most 3.1e-3 (dqkv), 1.8e-3 (out). lse stays F32
-// (1e-5): its sum takes the unrounded probabilities.
+// (1e-5): its sum takes the unrounded probabilities. With f16 operands
+// (fp16's autocast; F32 storage, so no rounding of the results) the same
+// argument gives 2u = 2^-10 = 9.8e-4 for f16's u = 2^-11; measured at
+// most 2.4e-4. FLEET_ATTN_LOG=1 logs every measured error.
 
 const (
-	attnTolF32  = 1e-5
-	attnTolBF16 = 1e-2
-	attnTolMMA  = 2.0 / 256
+	attnTolF32    = 1e-5
+	attnTolBF16   = 1e-2
+	attnTolMMA    = 2.0 / 256
+	attnTolMMAF16 = 2.0 / 2048
 )
 
 var attnShapes = []backend.Attention{
@@ -139,6 +144,20 @@ var attnVariants = []attnVariant{
 		{B: 1, T: 70, C: 256, H: 2},
 		{B: 1, T: 9, C: 200, H: 2},
 	}},
+	// And with f16 operands (fp16's autocast).
+	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma32f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
+		{B: 2, T: 17, C: 64, H: 2},
+		{B: 1, T: 9, C: 15, H: 3},
+	}},
+	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma64f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
+		{B: 1, T: 1, C: 64, H: 1},
+		{B: 1, T: 257, C: 64, H: 1},
+		{B: 1, T: 33, C: 36, H: 1},
+	}},
+	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma128f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
+		{B: 1, T: 70, C: 256, H: 2},
+		{B: 1, T: 9, C: 200, H: 2},
+	}},
 }
 
 // TestAttentionEmu checks that every kernel of the attention files has a
@@ -173,10 +192,13 @@ func attnCPU(t *testing.T, p backend.Attention, v attnVariant, seed uint64) attn
 	rng := rand.New(rand.NewPCG(seed, uint64(p.B*1000003+p.T*1009+p.C*31+p.H)))
 	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*3*p.C), dout: emu.RandF32(rng, p.B*p.T*p.C)}
 	r.qkvIn, r.doutIn = r.qkv, r.dout
-	if dt == backend.BF16 || v.round == backend.BF16 {
+	if rt := v.round; dt == backend.BF16 || rt != 0 {
 		// The reference takes the inputs as the kernels' products see
 		// them; the kernels get them as stored (F32 ones round them).
-		r.qkv, r.dout = round(backend.BF16, r.qkv), round(backend.BF16, r.dout)
+		if rt == 0 {
+			rt = backend.BF16
+		}
+		r.qkv, r.dout = round(rt, r.qkv), round(rt, r.dout)
 	}
 	qkv, dout := attnCPUUpload(c, r.qkv), attnCPUUpload(c, r.dout)
 	out, lse, dqkv := attnCPUAlloc(c, p.B*p.T*p.C), attnCPUAlloc(c, p.SavedLen()), attnCPUAlloc(c, len(r.qkv))
@@ -436,6 +458,9 @@ func attnCheckScaled(t *testing.T, what string, got, want []float32, scale, tol 
 	if e := math.Sqrt(d2) / scale; !(e <= tol) {
 		t.Errorf("%s: normwise error %.3g, want <= %g", what, e, tol)
 	}
+	if os.Getenv("FLEET_ATTN_LOG") != "" {
+		t.Logf("ERR %s %.3g", what, math.Sqrt(d2)/scale)
+	}
 }
 
 func attnNorm(x []float32) float64 {
@@ -536,6 +561,16 @@ func TestAttentionLaunches(t *testing.T) {
 		}
 		if m.nargs[0] != c.fwd || m.nargs[1] != c.bwdArgs || m.nargs[2] != c.bwdArgs-1 {
 			t.Errorf("%v with tensor cores: argument counts %v", c.p, m.nargs)
+		}
+		// F32 whose products round to f16 (fp16's autocast): the f16 ones.
+		h := &launchRecorder{cores: true}
+		q := c.p
+		q.Round = backend.F16
+		if err := kernels.Attention(h, backend.F32, q, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("fleet_attention_fwd_mma%df16_f32", c.pad); h.names[0] != want {
+			t.Errorf("%v, f16 products: launched %v, want %s", c.p, h.names, want)
 		}
 		// Without tensor cores, and for F32: the CUDA-core kernels.
 		r := &launchRecorder{}

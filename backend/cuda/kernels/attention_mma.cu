@@ -4,7 +4,9 @@
 // F32), with every product on mma.sync m16n8k16 (bf16 operands, f32
 // accumulation). Storage is bf16 (the _bf16 kernels) or F32 (the _f32
 // kernels: autocast's bf16 products on F32 activations, which round q, k,
-// v and dout to bf16 as they load them and write f32 results). Softmax, the log-sum-exp, the
+// v and dout to bf16 as they load them and write f32 results; the
+// mma<HDP>f16_f32 kernels do the same with f16 operands, for fp16's
+// autocast, on mma.sync's f16 form). Softmax, the log-sum-exp, the
 // row sums D_i = dO_i·O_i and every accumulator are f32; the probabilities
 // and dS are rounded to bf16 only as operands of the next product, as
 // FlashAttention-2 does.
@@ -43,9 +45,25 @@
 
 __device__ __forceinline__ int fa_imin(int a, int b) { return a < b ? a : b; }
 
-// fa_pack rounds two floats to bf16 and packs them, lo in the low half.
+// The products' operand type: bf16 (fa_bf) or f16 (fa_hf, for fp16's
+// autocast; F32 storage only): rounding to it, widening from it, and the
+// product.
+struct fa_bf {
+	static __device__ __forceinline__ unsigned short h(float v) { return fleet_f32_to_bf16(v); }
+	static __device__ __forceinline__ float f(unsigned short v) { return fleet_bf16_to_f32(v); }
+	static __device__ __forceinline__ void mma(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) { fleet_mma_bf16(d, a, b, c); }
+};
+struct fa_hf {
+	static __device__ __forceinline__ unsigned short h(float v) { return fleet_f32_to_f16(v); }
+	static __device__ __forceinline__ float f(unsigned short v) { return fleet_f16_to_f32(v); }
+	static __device__ __forceinline__ void mma(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) { fleet_mma_f16(d, a, b, c); }
+};
+
+// fa_pack rounds two floats to the operand type and packs them, lo in the
+// low half.
+template <class P>
 __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
-	return (unsigned)fleet_f32_to_bf16(lo) | ((unsigned)fleet_f32_to_bf16(hi) << 16);
+	return (unsigned)P::h(lo) | ((unsigned)P::h(hi) << 16);
 }
 
 // fa_check_block traps unless the block is FA_WARPS warps in one dimension.
@@ -55,10 +73,17 @@ __device__ __forceinline__ void fa_check_block() {
 	}
 }
 
-// Storage: bf16 (unsigned short bits) as the operands are, or F32, which
-// the loads round to bf16 (autocast's products on F32 activations).
-__device__ __forceinline__ unsigned short fa_bf16(unsigned short v) { return v; }
-__device__ __forceinline__ unsigned short fa_bf16(float v) { return fleet_f32_to_bf16(v); }
+// Storage: bf16 (unsigned short bits) as the operands are (P fa_bf), or
+// F32, which the loads round to the operand type (autocast's products on
+// F32 activations). fa_op is a stored value as the products see it.
+template <class P>
+__device__ __forceinline__ unsigned short fa_h(unsigned short v) { return v; }
+template <class P>
+__device__ __forceinline__ unsigned short fa_h(float v) { return P::h(v); }
+template <class P>
+__device__ __forceinline__ float fa_op(unsigned short v) { return fleet_bf16_to_f32(v); }
+template <class P>
+__device__ __forceinline__ float fa_op(float v) { return P::f(P::h(v)); }
 __device__ __forceinline__ float fa_f32(unsigned short v) { return fleet_bf16_to_f32(v); }
 __device__ __forceinline__ float fa_f32(float v) { return v; }
 __device__ __forceinline__ void fa_put(unsigned short *p, float v) { *p = fleet_f32_to_bf16(v); }
@@ -73,13 +98,15 @@ __device__ __forceinline__ bool fa_vec(const S *base, long long stride, int hd) 
 }
 
 // fa_copy8 stages 8 elements (16-byte aligned) into shared memory as
-// bf16: a cp.async of bf16, not yet committed, or two 16-byte loads of
+// operands: a cp.async of bf16, not yet committed, or two 16-byte loads of
 // F32, rounded, and one 16-byte store.
+template <class P>
 __device__ __forceinline__ void fa_copy8(unsigned short *d, const unsigned short *src) { fleet_cp_async16(d, src); }
+template <class P>
 __device__ __forceinline__ void fa_copy8(unsigned short *d, const float *src) {
 	float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
 	uint4 v;
-	v.x = fa_pack(a.x, a.y), v.y = fa_pack(a.z, a.w), v.z = fa_pack(b.x, b.y), v.w = fa_pack(b.z, b.w);
+	v.x = fa_pack<P>(a.x, a.y), v.y = fa_pack<P>(a.z, a.w), v.z = fa_pack<P>(b.x, b.y), v.w = fa_pack<P>(b.z, b.w);
 	*(uint4 *)d = v;
 }
 
@@ -87,18 +114,18 @@ __device__ __forceinline__ void fa_copy8(unsigned short *d, const float *src) {
 // as bf16: row r comes from src + r*stride where r < nvalid, columns < hd;
 // the rest of each row up to HDP, and rows from nvalid on, are zero.
 // bf16 copies are cp.async where vec; the caller commits and waits.
-template <int R, int HDP, typename S>
+template <int R, int HDP, class P, typename S>
 __device__ __forceinline__ void fa_load(unsigned short *dst, const S *src, long long stride, int nvalid, int hd, bool vec) {
 	const int LD = HDP + FA_PAD, CH = HDP / 8;
 	for (int i = threadIdx.x; i < R * CH; i += blockDim.x) {
 		int r = i / CH, c = (i % CH) * 8;
 		unsigned short *d = dst + r * LD + c;
 		if (vec && r < nvalid && c < hd) { // vec: hd is a multiple of 8
-			fa_copy8(d, src + r * stride + c);
+			fa_copy8<P>(d, src + r * stride + c);
 		} else {
 #pragma unroll
 			for (int e = 0; e < 8; e++) {
-				d[e] = (r < nvalid && c + e < hd) ? fa_bf16(src[r * stride + c + e]) : (unsigned short)0;
+				d[e] = (r < nvalid && c + e < hd) ? fa_h<P>(src[r * stride + c + e]) : (unsigned short)0;
 			}
 		}
 	}
@@ -137,7 +164,7 @@ __device__ __forceinline__ void fa_ldB(unsigned b0[2], unsigned b1[2], const uns
 // fa_mma_abt accumulates acc[N/8] += A·Bᵀ for this warp's 16 rows of A
 // (tile a, rows [arow0, arow0+16)) against N rows of b (tile b, rows
 // [0, N)), over K columns: a 16xN block of scores.
-template <int LD, int N, int K>
+template <int LD, int N, int K, class P>
 __device__ __forceinline__ void fa_mma_abt(float acc[N / 8][4], const unsigned short *a, int arow0, const unsigned short *b) {
 #pragma unroll
 	for (int kk = 0; kk < K; kk += 16) {
@@ -147,8 +174,8 @@ __device__ __forceinline__ void fa_mma_abt(float acc[N / 8][4], const unsigned s
 		for (int j = 0; j < N / 8; j += 2) {
 			unsigned b0[2], b1[2];
 			fa_ldBt<LD>(b0, b1, b, 8 * j, kk);
-			fleet_mma_bf16(acc[j], af, b0, acc[j]);
-			fleet_mma_bf16(acc[j + 1], af, b1, acc[j + 1]);
+			P::mma(acc[j], af, b0, acc[j]);
+			P::mma(acc[j + 1], af, b1, acc[j + 1]);
 		}
 	}
 }
@@ -156,18 +183,18 @@ __device__ __forceinline__ void fa_mma_abt(float acc[N / 8][4], const unsigned s
 // fa_mma_pb accumulates acc[HDP/8] += P·V for this warp: P is 16xN in
 // registers as score-shaped accumulators (rounded to bf16 here), V the
 // tile v with N rows and HDP columns.
-template <int LD, int N, int HDP>
+template <int LD, int N, int HDP, class P>
 __device__ __forceinline__ void fa_mma_pb(float acc[HDP / 8][4], const float p[N / 8][4], const unsigned short *v) {
 #pragma unroll
 	for (int kk = 0; kk < N / 16; kk++) {
-		unsigned af[4] = {fa_pack(p[2 * kk][0], p[2 * kk][1]), fa_pack(p[2 * kk][2], p[2 * kk][3]),
-			fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+		unsigned af[4] = {fa_pack<P>(p[2 * kk][0], p[2 * kk][1]), fa_pack<P>(p[2 * kk][2], p[2 * kk][3]),
+			fa_pack<P>(p[2 * kk + 1][0], p[2 * kk + 1][1]), fa_pack<P>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
 		for (int j = 0; j < HDP / 8; j += 2) {
 			unsigned b0[2], b1[2];
 			fa_ldB<LD>(b0, b1, v, 16 * kk, 8 * j);
-			fleet_mma_bf16(acc[j], af, b0, acc[j]);
-			fleet_mma_bf16(acc[j + 1], af, b1, acc[j + 1]);
+			P::mma(acc[j], af, b0, acc[j]);
+			P::mma(acc[j + 1], af, b1, acc[j + 1]);
 		}
 	}
 }
@@ -212,7 +239,7 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 
 // Forward: out and lse for the 64 queries [q0, q0+64) of one (b, h), the
 // last query block first (blockIdx.y = 0 has the most keys).
-template <int HDP, int BC, typename S>
+template <int HDP, int BC, class P, typename S>
 __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H,
 	unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
 	const int LD = HDP + FA_PAD;
@@ -225,7 +252,7 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 	bool vec = fa_vec(base, stride, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
-	fa_load<FA_ROWS, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
 	fleet_cp_async_commit();
 
 	float o[HDP / 8][4];
@@ -235,9 +262,9 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 	int kend = fa_imin(T, q0 + FA_ROWS);
 	for (int k0 = 0; k0 < kend; k0 += BC) {
 		__syncthreads(); // every warp is done with the previous tiles
-		fa_load<BC, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
-		fa_load<BC, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
 		fleet_cp_async_wait<1>(); // Q and K have landed; V may not have
 		__syncthreads();
@@ -245,7 +272,7 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 		float s[BC / 8][4];
 		if (active) {
 			fa_zero<BC / 8>(s);
-			fa_mma_abt<LD, BC, HDP>(s, sQ, 16 * warp, sK);
+			fa_mma_abt<LD, BC, HDP, P>(s, sQ, 16 * warp, sK);
 #pragma unroll
 			for (int r = 0; r < 2; r++) {
 				int qi = wq + g + 8 * r;
@@ -283,7 +310,7 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 		fleet_cp_async_wait<0>(); // V has landed
 		__syncthreads();
 		if (active) {
-			fa_mma_pb<LD, BC, HDP>(o, s, sV);
+			fa_mma_pb<LD, BC, HDP, P>(o, s, sV);
 		}
 	}
 	float inv[2];
@@ -311,7 +338,7 @@ __device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r
 // Backward, dq: D_i = dO_i·O_i for the block's 64 queries (into D), then
 // dq = Σ_keys dS·K/sqrt(hd) with P = exp2(S·scale2 - lse2) and
 // dS = P∘(dO·Vᵀ - D).
-template <int HDP, int BC, typename S>
+template <int HDP, int BC, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
 	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
 	const int LD = HDP + FA_PAD;
@@ -325,8 +352,8 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
-	fa_load<FA_ROWS, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-	fa_load<FA_ROWS, HDP>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
 	fleet_cp_async_commit();
 	// D: two threads per row, each summing every other column, then one
 	// shuffle (a fixed order).
@@ -335,7 +362,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 		float s = 0.0f;
 		if (qi < T) {
 			for (int c = threadIdx.x & 1; c < hd; c += 2) {
-				s += fa_f32(fa_bf16(dob[(long long)qi * C + c])) * fa_f32(ob[(long long)qi * C + c]);
+				s += fa_op<P>(dob[(long long)qi * C + c]) * fa_f32(ob[(long long)qi * C + c]);
 			}
 		}
 		s += __shfl_xor_sync(0xffffffffu, s, 1);
@@ -355,8 +382,8 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	float lr[2], dr[2];
 	for (int k0 = 0; k0 < kend; k0 += BC) {
 		__syncthreads();
-		fa_load<BC, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
-		fa_load<BC, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
 		fleet_cp_async_wait<0>();
 		__syncthreads();
@@ -370,8 +397,8 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 		float s[BC / 8][4], dp[BC / 8][4];
 		fa_zero<BC / 8>(s);
 		fa_zero<BC / 8>(dp);
-		fa_mma_abt<LD, BC, HDP>(s, sQ, 16 * warp, sK);
-		fa_mma_abt<LD, BC, HDP>(dp, sdO, 16 * warp, sV);
+		fa_mma_abt<LD, BC, HDP, P>(s, sQ, 16 * warp, sK);
+		fa_mma_abt<LD, BC, HDP, P>(dp, sdO, 16 * warp, sV);
 #pragma unroll
 		for (int j = 0; j < BC / 8; j++) {
 #pragma unroll
@@ -381,7 +408,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 				s[j][e] = p * (dp[j][e] - dr[r]); // dS
 			}
 		}
-		fa_mma_pb<LD, BC, HDP>(dq, s, sK);
+		fa_mma_pb<LD, BC, HDP, P>(dq, s, sK);
 	}
 	float sc = 1.0f / sqrtf((float)hd);
 	fa_store<HDP>(dqkv + (long long)b * T * stride + (long long)h * hd, stride, dq, wq, T, hd, sc, sc);
@@ -390,7 +417,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 // Backward, dk and dv for the block's 64 keys [k0, k0+64), the first key
 // block first (blockIdx.y = 0 has the most queries), looping over the
 // query tiles that see them: dv = Σ_q Pᵀ·dO, dk = Σ_q dSᵀ·Q/sqrt(hd).
-template <int HDP, int BQ, typename S>
+template <int HDP, int BQ, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout, const float *__restrict__ lse,
 	const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
 	float *sD) {
@@ -405,8 +432,8 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
-	fa_load<FA_ROWS, HDP>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
-	fa_load<FA_ROWS, HDP>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
 	fleet_cp_async_commit();
 
 	float dk[HDP / 8][4], dv[HDP / 8][4];
@@ -415,8 +442,8 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	int wk = k0 + 16 * warp; // the warp's first key
 	for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
 		__syncthreads();
-		fa_load<BQ, HDP>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-		fa_load<BQ, HDP>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
+		fa_load<BQ, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+		fa_load<BQ, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
 		fleet_cp_async_commit();
 		fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
 		fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);
@@ -428,8 +455,8 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 		float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
 		fa_zero<BQ / 8>(s);
 		fa_zero<BQ / 8>(dp);
-		fa_mma_abt<LD, BQ, HDP>(s, sK, 16 * warp, sQ);
-		fa_mma_abt<LD, BQ, HDP>(dp, sV, 16 * warp, sdO);
+		fa_mma_abt<LD, BQ, HDP, P>(s, sK, 16 * warp, sQ);
+		fa_mma_abt<LD, BQ, HDP, P>(dp, sV, 16 * warp, sdO);
 		float ds[BQ / 8][4];
 #pragma unroll
 		for (int j = 0; j < BQ / 8; j++) {
@@ -441,8 +468,8 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 				ds[j][e] = p * (dp[j][e] - sD[qc]);
 			}
 		}
-		fa_mma_pb<LD, BQ, HDP>(dv, s, sdO);
-		fa_mma_pb<LD, BQ, HDP>(dk, ds, sQ);
+		fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
+		fa_mma_pb<LD, BQ, HDP, P>(dk, ds, sQ);
 	}
 	float sc = 1.0f / sqrtf((float)hd);
 	S *d = dqkv + (long long)b * T * stride + (long long)h * hd;
@@ -456,102 +483,142 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 // object across every emulator module of a process); the parameter lists
 // are written out, as the launchers and the emulator read them from the
 // source.
-#define FA_FWD(HDP, BCF)                                                   \
+#define FA_FWD(HDP, BCF, P)                                                   \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
-	fa_fwd<HDP, BCF>(out, lse, qkv, B, T, C, H, sQ, sK, sV);
-#define FA_DQ(HDP, BCB)                                                     \
+	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, sQ, sK, sV);
+#define FA_DQ(HDP, BCB, P)                                                     \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)];  \
 	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCB * (HDP + FA_PAD)];      \
 	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];      \
 	__shared__ float sL[FA_ROWS];                                          \
 	__shared__ float sD[FA_ROWS];                                          \
-	fa_bwd_dq<HDP, BCB>(dqkv, D, dout, out, lse, qkv, B, T, C, H, sQ, sdO, sK, sV, sL, sD);
-#define FA_DKDV(HDP, BCB)                                                  \
+	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, sQ, sdO, sK, sV, sL, sD);
+#define FA_DKDV(HDP, BCB, P)                                                  \
 	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sQ[BCB * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sdO[BCB * (HDP + FA_PAD)];    \
 	__shared__ float sL[BCB];                                             \
 	__shared__ float sD[BCB];                                             \
-	fa_bwd_dkdv<HDP, BCB>(dqkv, D, dout, lse, qkv, B, T, C, H, sK, sV, sQ, sdO, sL, sD);
+	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, sK, sV, sQ, sdO, sL, sD);
+
 
 extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(32, 64)
+	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(32, 64)
+	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(32, 64)
+	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(64, 64)
+	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(64, 64)
+	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(64, 64)
+	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(128, 32)
+	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(128, 16)
+	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(128, 16)
+	FA_DKDV(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(32, 64)
+	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(32, 64)
+	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(32, 64)
+	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(64, 64)
+	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(64, 64)
+	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(64, 64)
+	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H) {
-	FA_FWD(128, 32)
+	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DQ(128, 16)
+	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
-	FA_DKDV(128, 16)
+	FA_DKDV(128, 16, fa_bf)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma32f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(32, 64, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma32f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(32, 64, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma32f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(32, 64, fa_hf)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma64f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(64, 64, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma64f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(64, 64, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma64f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(64, 64, fa_hf)
+}
+
+extern "C" __global__ void fleet_attention_fwd_mma128f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
+	int T, int C, int H) {
+	FA_FWD(128, 32, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dq_mma128f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DQ(128, 16, fa_hf)
+}
+extern "C" __global__ void fleet_attention_bwd_dkdv_mma128f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	FA_DKDV(128, 16, fa_hf)
 }

@@ -46,7 +46,11 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 	// A tensor-core attention kernel (attention_mma.cu) works on heads
 	// padded to its HDP, named in its name: its products count the padding.
 	if i := strings.LastIndex(name, "_mma"); i >= 0 {
-		if pad, err := strconv.Atoi(name[i+len("_mma"):]); err == nil {
+		digits := name[i+len("_mma"):]
+		if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+			digits = digits[:j] // mma64f16: the padding, then the operand type
+		}
+		if pad, err := strconv.Atoi(digits); err == nil {
 			name = name[:i]
 			hd = func() float64 { return float64(pad) }
 		}

@@ -39,6 +39,9 @@ func TestEveryKernelHasAFLOPsFormula(t *testing.T) {
 	if got, want := FLOPs("fleet_attention_fwd_mma32_bf16", func(p string) float64 { return args[p] }), 2*2*10*(4*32+5.0); got != want {
 		t.Errorf("tensor-core attention forward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
 	}
+	if got, want := FLOPs("fleet_attention_fwd_mma128f16_f32", func(p string) float64 { return args[p] }), 2*2*10*(4*128+5.0); got != want {
+		t.Errorf("f16 tensor-core attention forward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
+	}
 	if !TensorCoreKernel("fleet_attention_bwd_dq_mma64_bf16") || TensorCoreKernel("fleet_attention_bwd_dq_bf16") {
 		t.Errorf("TensorCoreKernel: only the _mma kernels are")
 	}

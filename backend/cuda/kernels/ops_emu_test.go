@@ -106,14 +106,19 @@ func cpuRaw(r backend.Ref, n int) []float32 {
 	return out
 }
 
-// round returns v as stored in dt (F32 or BF16), widened back to float32.
+// round returns v as stored in dt (F32, BF16 or F16), widened back to
+// float32.
 func round(dt backend.DType, v []float32) []float32 {
 	if dt == backend.F32 {
 		return append([]float32(nil), v...)
 	}
 	out := make([]float32, len(v))
 	for i, x := range v {
-		out[i] = backend.BF16ToF32(backend.F32ToBF16(x))
+		if dt == backend.F16 {
+			out[i] = backend.F16ToF32(backend.F32ToF16(x))
+		} else {
+			out[i] = backend.BF16ToF32(backend.F32ToBF16(x))
+		}
 	}
 	return out
 }
