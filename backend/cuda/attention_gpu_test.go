@@ -49,17 +49,23 @@ func checkAttentionTensorCores(t *testing.T, dev tensor.Device, shapes []backend
 	}
 	cpu, _ := backend.Get(tensor.CPU)
 	for _, p := range shapes {
-		for _, dt := range []backend.DType{backend.BF16, backend.F32} {
-			t.Run(fmt.Sprintf("%v/B%d_T%d_C%d_H%d", dt, p.B, p.T, p.C, p.H), func(t *testing.T) {
+		// Operands at element offset 1 are not 16-byte aligned: the
+		// kernels load them element by element.
+		for _, c := range []struct {
+			dt  backend.DType
+			off int
+		}{{backend.BF16, 0}, {backend.F32, 0}, {backend.BF16, 1}} {
+			dt, off := c.dt, c.off
+			t.Run(fmt.Sprintf("%v/off%d/B%d_T%d_C%d_H%d", dt, off, p.B, p.T, p.C, p.H), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(p.T), uint64(p.C)))
 				qkv, dout := randVec(r, p.B*p.T*3*p.C), randVec(r, p.B*p.T*p.C)
 				rq, rd := roundBF16(qkv), roundBF16(dout)
-				want := attnRun(cpu, backend.F32, p, rq, rd)
+				want := attnRun(cpu, backend.F32, p, rq, rd, 0)
 				q := p
 				if dt == backend.F32 {
 					q.Round = backend.BF16
 				}
-				got := attnRun(g, dt, q, qkv, dout)
+				got := attnRun(g, dt, q, qkv, dout, off)
 				for i, name := range []string{"out", "lse", "dqkv"} {
 					tol := attnTolMMA
 					if name == "lse" {
@@ -74,16 +80,18 @@ func checkAttentionTensorCores(t *testing.T, dev tensor.Device, shapes []backend
 	}
 }
 
-// attnRun runs attention forward and backward on be with storage dt and
-// returns out, lse and dqkv as F32.
-func attnRun(be backend.Backend, dt backend.DType, p backend.Attention, qkv, dout []float32) [3][]float32 {
+// attnRun runs attention forward and backward on be with storage dt, its
+// operands (but lse) at element offset off of their buffers, and returns
+// out, lse and dqkv as F32.
+func attnRun(be backend.Backend, dt backend.DType, p backend.Attention, qkv, dout []float32, off int) [3][]float32 {
+	at := func(n int) backend.Ref { return backend.Ref{S: be.Alloc(dt, n+off), Off: off} }
 	up := func(v []float32) backend.Ref {
-		r := backend.Ref{S: be.Alloc(dt, len(v))}
+		r := at(len(v))
 		uploadAs(be, r, dt, v)
 		return r
 	}
 	q, d := up(qkv), up(dout)
-	out, dq := backend.Ref{S: be.Alloc(dt, len(dout))}, backend.Ref{S: be.Alloc(dt, len(qkv))}
+	out, dq := at(len(dout)), at(len(qkv))
 	lse := backend.Ref{S: be.Alloc(backend.F32, p.SavedLen())}
 	be.Attention(p, out, lse, q)
 	be.AttentionBackward(p, dq, d, out, lse, q)
