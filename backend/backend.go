@@ -365,6 +365,12 @@ type AdamW struct {
 	// 1/sqrt(1-b2^t), as ScalerCoef writes them (Scaler.State from
 	// ScalerLR on); the decay is 1 - lr·WeightDecay.
 	Sched Ref
+	// Half, where not Nil, is BF16 with the parameters' n elements: the
+	// updated parameters are written there too, rounded to nearest even,
+	// in the same pass (a bf16 copy of the weights that the products
+	// read, so that no forward pass casts them); a skipped step leaves it
+	// as it is.
+	Half Ref
 }
 
 // Opener opens device number index of a kind.

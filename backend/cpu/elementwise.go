@@ -337,6 +337,9 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 		c.AdamW(p, param, grad, m, v, e)
 		at := func(r backend.Ref) backend.Ref { r.Off += e; return r }
 		p.WeightDecay = 0
+		if !p.Half.Nil() {
+			p.Half = at(p.Half)
+		}
 		c.AdamW(p, at(param), at(grad), at(m), at(v), n-e)
 		return
 	}
@@ -368,19 +371,34 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 			decay: 1 - p.LR*p.WeightDecay, stepSize: float32(float64(p.LR) / bc1),
 		}
 	}
-	runChunks(c, &adamwTasks, n, elemGrain, adamwTask{f32(param)[:n], f32(grad)[:n], f32(m)[:n], f32(v)[:n], hp})
+	t := adamwTask{w: f32(param)[:n], g: f32(grad)[:n], m: f32(m)[:n], v: f32(v)[:n], k: hp}
+	if !p.Half.Nil() {
+		t.half = p.Half.S.(*Buffer)
+		t.halfOff = p.Half.Off
+	}
+	runChunks(c, &adamwTasks, n, elemGrain, t)
 }
 
-// adamwTask is one AdamW call.
+// adamwTask is one AdamW call; half, where set, gets the updated
+// parameters rounded to bf16 (backend.AdamW.Half).
 type adamwTask struct {
 	w, g, m, v []float32
 	k          adamConsts
+	half       *Buffer
+	halfOff    int
 }
 
 var adamwTasks taskPool[adamwTask]
 
 func (t *adamwTask) do(lo, hi int) {
 	adamwChunk(t.w[lo:hi], t.g[lo:hi], t.m[lo:hi], t.v[lo:hi], &t.k)
+	if t.half != nil {
+		w := t.w[lo:hi]
+		h := t.half.U16[t.halfOff+lo : t.halfOff+hi]
+		for i := range w {
+			h[i] = backend.F32ToBF16(w[i])
+		}
+	}
 }
 
 // adamConsts are one AdamW step's per-element constants, laid out for

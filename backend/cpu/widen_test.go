@@ -137,3 +137,27 @@ func TestActivationsInBF16(t *testing.T) {
 		sameBF(t, "attention dqkv", bfGet(c, dqb, nq), get(c, dq, nq))
 	})
 }
+
+// TestAdamWHalfCopy: with Half, AdamW writes the updated parameters
+// rounded to bf16 in the same call, over a split at DecayEnd too, and a
+// skipped step (a gradient scale that is not finite) leaves the copy.
+func TestAdamWHalfCopy(t *testing.T) {
+	c := newCPU(3)
+	r := rng.New(44)
+	const n = 5003
+	w0, g := randF32(r, n, 1), randF32(r, n, 1)
+	m0, v0 := make([]float32, n), make([]float32, n)
+	for _, decayEnd := range []int{0, n / 3} {
+		p := backend.AdamW{LR: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, DecayEnd: decayEnd}
+		w, h := put(c, w0, 2), bfIn(c, make([]float32, n), 1)
+		p.Half = h
+		c.AdamW(p, w, put(c, g, 0), put(c, m0, 0), put(c, v0, 0), n)
+		sameBF(t, fmt.Sprintf("decay end %d: bf16 copy", decayEnd), bfGet(c, h, n), get(c, w, n))
+		before := bfGet(c, h, n)
+		p.GradScale = put(c, []float32{float32(math.NaN())}, 0)
+		c.AdamW(p, w, put(c, g, 0), put(c, m0, 0), put(c, v0, 0), n)
+		if after := bfGet(c, h, n); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatal("a skipped step changed the bf16 copy")
+		}
+	}
+}

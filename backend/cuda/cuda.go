@@ -621,7 +621,7 @@ func (c *CUDA) rowsOf(r backend.Ref, dim int) int {
 
 // AdamW implements backend.Backend.
 func (c *CUDA) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
-	c.check("adamw", kernels.AdamWSched(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), c.ptr(p.Sched), n))
+	c.check("adamw", kernels.AdamWSched(c, p, c.ptr(param), c.ptr(grad), c.ptr(m), c.ptr(v), c.ptr(p.GradScale), c.ptr(p.Sched), c.ptr(p.Half), n))
 }
 
 // StepClock implements backend.Backend.

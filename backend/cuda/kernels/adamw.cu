@@ -11,6 +11,9 @@
 // (where it is positive) take decay = 1, no weight decay. Where sched is
 // given (three floats on the device, from fleet_scaler_coef_f32: lr,
 // stepSize, invBC2Sqrt), they replace the host's, and decay = 1 - lr*wd.
+// Where half is given, each updated parameter is also written there
+// rounded to bf16 (a copy for the products to read; left as it is when the
+// step is skipped).
 // Memory traffic: param, m and v
 // read and written once, grad read once. Launch: 1-D blocks of 256 threads,
 // grid min(ceil(n/256), 8 per SM), grid-stride loop.
@@ -31,7 +34,7 @@ __device__ __forceinline__ void fleet_adamw_elem(float &w, float &m, float &v, f
 
 extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m, float *__restrict__ v,
 	const float *__restrict__ gradScale, float b1, float c1, float b2, float c2, float invBC2Sqrt, float eps, float decay, float stepSize,
-	long long decayEnd, long long n, const float *__restrict__ sched, float wd) {
+	long long decayEnd, long long n, const float *__restrict__ sched, float wd, unsigned short *__restrict__ half) {
 	float scale = gradScale ? gradScale[0] : 1.0f;
 	if (!isfinite(scale)) {
 		return;
@@ -48,6 +51,9 @@ extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const floa
 			float *w4 = &pw.x, *g4 = &pg.x, *m4 = &pm.x, *v4 = &pv.x;
 			for (int k = 0; k < 4; k++) {
 				fleet_adamw_elem(w4[k], m4[k], v4[k], g4[k], 4 * q + k, scale, b1, c1, b2, c2, invBC2Sqrt, eps, decay, stepSize, decayEnd);
+				if (half != 0) {
+					half[4 * q + k] = fleet_f32_to_bf16(w4[k]);
+				}
 			}
 			((float4 *)param)[q] = pw, ((float4 *)m)[q] = pm, ((float4 *)v)[q] = pv;
 		}
@@ -55,5 +61,8 @@ extern "C" __global__ void fleet_adamw_f32(float *__restrict__ param, const floa
 	}
 	FLEET_FOR_EACH(i, n) {
 		fleet_adamw_elem(param[i], m[i], v[i], grad[i], i, scale, b1, c1, b2, c2, invBC2Sqrt, eps, decay, stepSize, decayEnd);
+		if (half != 0) {
+			half[i] = fleet_f32_to_bf16(param[i]);
+		}
 	}
 }

@@ -327,19 +327,21 @@ func AdamWFold(p backend.AdamW) AdamWConsts {
 // no weight decay.
 func AdamW[B comparable](l Launcher[B], p backend.AdamW, param, grad, m, v, gradScale B, n int) error {
 	var none B
-	return AdamWSched(l, p, param, grad, m, v, gradScale, none, n)
+	return AdamWSched(l, p, param, grad, m, v, gradScale, none, none, n)
 }
 
 // AdamWSched is AdamW with the learning rate and the step's constants
 // read on the device from sched (three F32: lr, stepSize, invBC2Sqrt;
-// nil: from p), as backend.AdamW.Sched says.
-func AdamWSched[B comparable](l Launcher[B], p backend.AdamW, param, grad, m, v, gradScale, sched B, n int) error {
+// nil: from p), as backend.AdamW.Sched says, and, where half is not nil,
+// the updated parameters rounded to bf16 written there too
+// (backend.AdamW.Half).
+func AdamWSched[B comparable](l Launcher[B], p backend.AdamW, param, grad, m, v, gradScale, sched, half B, n int) error {
 	var none B
 	if p.Step <= 0 && sched != none {
 		p.Step = 1 // the host's fold is unused; keep it finite
 	}
 	k := AdamWFold(p)
-	return elementwise(l, "fleet_adamw_f32", n, *new(Args[B]).Buf(param, grad, m, v, gradScale).Float(k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize).Long(int64(p.DecayEnd)).Long(int64(n)).Buf(sched).Float(p.WeightDecay))
+	return elementwise(l, "fleet_adamw_f32", n, *new(Args[B]).Buf(param, grad, m, v, gradScale).Float(k.B1, k.C1, k.B2, k.C2, k.InvBC2Sqrt, k.Eps, k.Decay, k.StepSize).Long(int64(p.DecayEnd)).Long(int64(n)).Buf(sched).Float(p.WeightDecay).Buf(half))
 }
 
 // TrackLoss adds x[0]*scale into stats[0] and records step in stats[1]

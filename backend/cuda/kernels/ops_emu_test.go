@@ -616,6 +616,7 @@ func adamWCase(t *testing.T, m *emu.Module) {
 				cw, cm, cv := cpuF32(w0), cpuF32(m0), cpuF32(v0)
 				cpuB.AdamW(cp, cw, cpuF32(g), cm, cv, n)
 				want := [][]float32{delta(cpuGet(cw, n), w0), cpuGet(cm, n), cpuGet(cv, n)}
+				var half []float32 // the bf16 copy the step also writes
 				got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 					dw, dm, dv := emu.NewF32(w0), emu.NewF32(m0), emu.NewF32(v0)
 					var ds *emu.Buffer
@@ -626,9 +627,24 @@ func adamWCase(t *testing.T, m *emu.Module) {
 					if sched != nil {
 						dsch = emu.NewF32(sched)
 					}
-					must(t, kernels.AdamWSched(l, p, dw, emu.NewF32(g), dm, dv, ds, dsch, n))
-					return [][]float32{delta(dw.F32(), w0), dm.F32(), dv.F32()}
+					dh := emu.Poison(emu.U16, n)
+					must(t, kernels.AdamWSched(l, p, dw, emu.NewF32(g), dm, dv, ds, dsch, dh, n))
+					half = devGet(dh)
+					return [][]float32{delta(dw.F32(), w0), dm.F32(), dv.F32(), dw.F32()}
 				})
+				for i, w := range got[3] {
+					want := backend.BF16ToF32(backend.F32ToBF16(w))
+					if scale != scale { // skipped: the copy is left alone
+						if half[i] == half[i] {
+							t.Fatalf("adamw n=%d: a skipped step wrote the bf16 copy", n)
+						}
+						break
+					}
+					if math.Float32bits(half[i]) != math.Float32bits(want) {
+						t.Fatalf("adamw n=%d: bf16 copy [%d] = %v, want %v (the parameter %v rounded)", n, i, half[i], want, w)
+					}
+				}
+				got = got[:3]
 				// The parameters are compared by their change, which is what
 				// the step computes (the parameters themselves barely move).
 				for k, name := range []string{"param update", "m", "v"} {
