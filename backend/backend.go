@@ -183,12 +183,12 @@ type Backend interface {
 	// i+1 at the learning rate lrs[min(i, nlr-1)] into sched (as
 	// ScalerCoef does into Scaler.State from ScalerLR on; see AdamW.Sched).
 	StepClock(stats, sched, lrs Ref, nlr int, beta1, beta2 float32)
-	// DropoutBases writes, for a step replayed from a graph, the key of
-	// its dropout masks for each of its micro-steps into bases (micros
-	// pairs of I32, low half first): DropoutKey(seed, i), i = stats[4]-1
-	// the step's index after StepClock, the same for every micro-step
-	// (masks are keyed by the element's place in the global batch).
-	DropoutBases(bases, stats Ref, micros int, seed uint64)
+	// StepDropoutKey writes, for a step replayed from a graph, the key of
+	// its dropout masks into key (two I32, low half first):
+	// DropoutKey(seed, i), i = stats[4]-1 the step's index after
+	// StepClock. Every micro-step reads the one key: masks are keyed by
+	// each element's place in the global batch.
+	StepDropoutKey(key, stats Ref, seed uint64)
 }
 
 // Scaler is fp16's dynamic loss scaling kept on the device, with PyTorch

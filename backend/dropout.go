@@ -25,7 +25,7 @@ import (
 // Base, where not Nil, is two I32 on the device (the low and the high
 // half of a uint64) added to Seed when the kernel runs: the key a step
 // replayed from a graph draws with, written on the device each step
-// (DropoutBases), Seed then being 0. The CPU reads it when the op runs.
+// (StepDropoutKey), Seed then being 0. The CPU reads it when the op runs.
 type DropoutMask struct {
 	Seed      uint64
 	Offset    int64
@@ -50,7 +50,7 @@ func NewDropoutMask(key uint64, site uint32, offset int64, p float32) DropoutMas
 }
 
 // DropoutKey is the Philox key of a step's masks: rng.Mix of the run's
-// seed, a tag and the step (DropoutBases computes the same on the device).
+// seed, a tag and the step (StepDropoutKey computes the same on the device).
 func DropoutKey(seed uint64, step int) uint64 { return rng.Mix(seed, 0xd0, uint64(step)) }
 
 // Keep reports whether element i survives (Base left out: see

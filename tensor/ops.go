@@ -247,13 +247,20 @@ func linearGrads(n *node, g *Tensor, withX bool) {
 		weightGrad(n, pw, x, gl)
 	}
 	if bias != nil && bias.requiresGrad {
-		if s := gradSink(bias); s != nil {
-			g.be.SumRows(s.ref(), g.ref(), rows, outF, 1)
-		} else {
-			n.gin[2] = like("linear", bias, bias.shape)
-			g.be.SumRows(n.gin[2].ref(), g.ref(), rows, outF, 0)
-		}
+		sumBiasGrad(n, 2, bias, g, rows, outF)
 	}
+}
+
+// sumBiasGrad sums g [rows, cols] over its rows into bias's gradient:
+// straight into the bias's own gradient where it has a sink (gradSink),
+// else into a new tensor, node n's gradient for its input k.
+func sumBiasGrad(n *node, k int, bias, g *Tensor, rows, cols int) {
+	if s := gradSink(bias); s != nil {
+		g.be.SumRows(s.ref(), g.ref(), rows, cols, 1)
+		return
+	}
+	n.gin[k] = like("bias_grad", bias, bias.shape)
+	g.be.SumRows(n.gin[k].ref(), g.ref(), rows, cols, 0)
 }
 
 // MLP returns Linear(GELU(Linear(x, w1, b1)), w2, b2), GPT-2's
@@ -339,12 +346,7 @@ func biasGELUBackward(n *node, g *Tensor) {
 	pre.be.GELUBackward(d.ref(), pre.ref(), g.ref(), pre.Numel())
 	n.gin[0] = d
 	if b.requiresGrad {
-		if s := gradSink(b); s != nil {
-			d.be.SumRows(s.ref(), d.ref(), rows, cols, 1)
-		} else {
-			n.gin[1] = like("bias_gelu", b, b.shape)
-			d.be.SumRows(n.gin[1].ref(), d.ref(), rows, cols, 0)
-		}
+		sumBiasGrad(n, 1, b, d, rows, cols)
 	}
 }
 
@@ -741,7 +743,7 @@ func AddDropout(x, y *Tensor, p float32, s *DropoutStream) *Tensor {
 // DropoutAt and AddDropoutAt are Dropout and AddDropout for a step replayed
 // from a graph: s's key is an offset, and the key it offsets, two I32 (the
 // low half first), is read on the device when the step runs
-// (backend.DropoutMask.Base), where DropoutBases writes it every step.
+// (backend.DropoutMask.Base), where StepDropoutKey writes it every step.
 // base nil is Dropout and AddDropout.
 func DropoutAt(x *Tensor, p float32, r *DropoutStream, base *Tensor) *Tensor {
 	if p == 0 {
@@ -783,18 +785,18 @@ func AddLayerNorm(x, y *Tensor, p float32, r *DropoutStream, base *Tensor, w, b 
 	return sum, out
 }
 
-// DropoutBases writes the dropout key of a step replayed from a graph,
-// once per micro-step, into bases (I32, two per micro-step), from the step
-// clock in stats: see backend.Backend.DropoutBases.
-func DropoutBases(bases, stats *Tensor, micros int, seed uint64) {
-	const op = "dropout_bases"
-	check(op, bases, stats)
-	wantDType(op, I32, bases)
+// StepDropoutKey writes the dropout key of a step replayed from a graph
+// into key (two I32), from the step clock in stats: see
+// backend.Backend.StepDropoutKey.
+func StepDropoutKey(key, stats *Tensor, seed uint64) {
+	const op = "step_dropout_key"
+	check(op, key, stats)
+	wantDType(op, I32, key)
 	wantStats(op, stats)
-	if bases.Numel() != 2*micros {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("want 2 elements per micro-step (%d)", micros), Operands: []*Tensor{bases}})
+	if key.Numel() != 2 {
+		panic(&Error{Op: op, Msg: "want a key of 2 I32", Operands: []*Tensor{key}})
 	}
-	stats.be.DropoutBases(bases.ref(), stats.ref(), micros, seed)
+	stats.be.StepDropoutKey(key.ref(), stats.ref(), seed)
 }
 
 // dropout is Dropout (x nil) and AddDropout. Its node keeps the mask

@@ -264,10 +264,10 @@ func (r *run) free() {
 	if r.graphSched != nil {
 		r.graphSched.Free()
 	}
-	if r.dropBases != nil {
-		r.dropBases.Free()
+	if r.dropKey != nil {
+		r.dropKey.Free()
 	}
-	r.graphIn, r.graphSched, r.dropBases, r.dropBase = nil, nil, nil, nil
+	r.graphIn, r.graphSched, r.dropKey = nil, nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

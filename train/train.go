@@ -245,11 +245,10 @@ type run struct {
 	graphIn    [][2]*tensor.Tensor
 	graphSched *tensor.Tensor
 	graphWarm  int
-	// dropBases are the captured step's dropout key, two I32 per
-	// micro-step, hashed on the device every step (tensor.DropoutBases);
-	// dropBase the view each micro-step reads.
-	dropBases *tensor.Tensor
-	dropBase  []*tensor.Tensor
+	// dropKey is the captured step's dropout key, two I32 hashed on the
+	// device every step (tensor.StepDropoutKey), which every micro-step
+	// reads.
+	dropKey *tensor.Tensor
 	// hostScaler keeps fp16's scaler on the host (as pipelines have it),
 	// reading the gradient norm every step: tests hold the device's
 	// scaler to it.
@@ -1042,10 +1041,7 @@ func (r *run) openGraph(step int) {
 			r.openLRs()
 		}
 		if r.cfg.Dropout > 0 {
-			r.dropBases = tensor.Empty(r.dev, tensor.I32, 2*r.cfg.GradAccum)
-			for micro := range r.cfg.GradAccum {
-				r.dropBase = append(r.dropBase, r.dropBases.Rows(2*micro, 2*micro+2))
-			}
+			r.dropKey = tensor.Empty(r.dev, tensor.I32, 2)
 		}
 	})
 	tensor.Fill(r.stats.Rows(4, 5), float32(step))
@@ -1071,8 +1067,8 @@ func (r *run) captureStep(step int) error {
 			sched, lrs = nil, nil // the scaler schedules fp16's steps itself
 		}
 		tensor.StepClock(r.stats, sched, lrs, r.opt.Config.Beta1, r.opt.Config.Beta2)
-		if r.dropBases != nil {
-			tensor.DropoutBases(r.dropBases, r.stats, r.cfg.GradAccum, r.cfg.Seed)
+		if r.dropKey != nil {
+			tensor.StepDropoutKey(r.dropKey, r.stats, r.cfg.Seed)
 		}
 		defer r.model.SetDropoutBase(nil)
 		for micro := 0; micro < r.cfg.GradAccum; micro++ {
@@ -1178,8 +1174,8 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	tel.to(phForward)
 	if step < 0 { // captured: the step's key is hashed on the device each step
 		r.model.SetDropout(0, r.dropoutRow0(micro))
-		if r.dropBase != nil {
-			r.model.SetDropoutBase(r.dropBase[micro])
+		if r.dropKey != nil {
+			r.model.SetDropoutBase(r.dropKey)
 		}
 	} else {
 		r.model.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro))

@@ -373,8 +373,7 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 	}
 	t := adamwTask{w: f32(param)[:n], g: f32(grad)[:n], m: f32(m)[:n], v: f32(v)[:n], k: hp}
 	if !p.Half.Nil() {
-		t.half = p.Half.S.(*Buffer)
-		t.halfOff = p.Half.Off
+		t.half = u16(p.Half)[:n]
 	}
 	runChunks(c, &adamwTasks, n, elemGrain, t)
 }
@@ -384,8 +383,7 @@ func (c *CPU) AdamW(p backend.AdamW, param, grad, m, v backend.Ref, n int) {
 type adamwTask struct {
 	w, g, m, v []float32
 	k          adamConsts
-	half       *Buffer
-	halfOff    int
+	half       []uint16
 }
 
 var adamwTasks taskPool[adamwTask]
@@ -393,11 +391,7 @@ var adamwTasks taskPool[adamwTask]
 func (t *adamwTask) do(lo, hi int) {
 	adamwChunk(t.w[lo:hi], t.g[lo:hi], t.m[lo:hi], t.v[lo:hi], &t.k)
 	if t.half != nil {
-		w := t.w[lo:hi]
-		h := t.half.U16[t.halfOff+lo : t.halfOff+hi]
-		for i := range w {
-			h[i] = backend.F32ToBF16(w[i])
-		}
+		f32ToBF16s(t.half[lo:hi], t.w[lo:hi]) // Cast's conversion
 	}
 }
 
@@ -514,14 +508,11 @@ func adamSched(sched, lrs []float32, pos, t int, beta1, beta2 float32) {
 	sched[0], sched[1], sched[2] = lr, float32(float64(lr)/bc1), float32(1/math.Sqrt(bc2))
 }
 
-// DropoutBases implements backend.Backend.
-func (c *CPU) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
-	i := int(f32(stats)[4]) - 1
-	b := i32(bases)[:2*micros]
-	h := backend.DropoutKey(seed, i)
-	for micro := range micros {
-		b[2*micro], b[2*micro+1] = int32(uint32(h)), int32(uint32(h>>32))
-	}
+// StepDropoutKey implements backend.Backend.
+func (c *CPU) StepDropoutKey(key, stats backend.Ref, seed uint64) {
+	h := backend.DropoutKey(seed, int(f32(stats)[4])-1)
+	k := i32(key)[:2]
+	k[0], k[1] = int32(uint32(h)), int32(uint32(h>>32))
 }
 
 // powInt is b^t by repeated squaring, the CUDA kernel's multiplications in

@@ -58,14 +58,13 @@ func checkAttentionTensorCores(t *testing.T, dev tensor.Device, shapes []backend
 			dt, off := c.dt, c.off
 			t.Run(fmt.Sprintf("%v/off%d/B%d_T%d_C%d_H%d", dt, off, p.B, p.T, p.C, p.H), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(p.T), uint64(p.C)))
-				qkv, dout := randVec(r, p.B*p.T*3*p.C), randVec(r, p.B*p.T*p.C)
-				rq, rd := roundBF16(qkv), roundBF16(dout)
-				want := attnRun(cpu, backend.F32, p, rq, rd, 0)
+				qkv, dout := randF32(r, p.B*p.T*3*p.C), randF32(r, p.B*p.T*p.C)
+				want := attnRun(host{be: cpu, asF32: true}, backend.BF16, p, qkv, dout, 0)
 				q := p
 				if dt == backend.F32 {
 					q.Round = backend.BF16
 				}
-				got := attnRun(g, dt, q, qkv, dout, off)
+				got := attnRun(host{be: g}, dt, q, qkv, dout, off)
 				for i, name := range []string{"out", "lse", "dqkv"} {
 					tol := attnTolMMA
 					if name == "lse" {
@@ -80,68 +79,21 @@ func checkAttentionTensorCores(t *testing.T, dev tensor.Device, shapes []backend
 	}
 }
 
-// attnRun runs attention forward and backward on be with storage dt, its
+// attnRun runs attention forward and backward through h with storage dt
+// (F32 holding bf16-rounded values, for the CPU: host.asF32), its
 // operands (but lse) at element offset off of their buffers, and returns
 // out, lse and dqkv as F32.
-func attnRun(be backend.Backend, dt backend.DType, p backend.Attention, qkv, dout []float32, off int) [3][]float32 {
-	at := func(n int) backend.Ref { return backend.Ref{S: be.Alloc(dt, n+off), Off: off} }
-	up := func(v []float32) backend.Ref {
-		r := at(len(v))
-		uploadAs(be, r, dt, v)
-		return r
-	}
-	q, d := up(qkv), up(dout)
-	out, dq := at(len(dout)), at(len(qkv))
-	lse := backend.Ref{S: be.Alloc(backend.F32, p.SavedLen())}
-	be.Attention(p, out, lse, q)
-	be.AttentionBackward(p, dq, d, out, lse, q)
-	res := [3][]float32{downloadAs(be, out, dt, len(dout)), downloadAs(be, lse, backend.F32, p.SavedLen()), downloadAs(be, dq, dt, len(qkv))}
+func attnRun(h host, dt backend.DType, p backend.Attention, qkv, dout []float32, off int) [3][]float32 {
+	q, d := h.upAt(dt, qkv, off), h.upAt(dt, dout, off)
+	out, dq := h.alloc(dt, len(dout), off), h.alloc(dt, len(qkv), off)
+	lse := h.alloc(backend.F32, p.SavedLen(), 0)
+	h.be.Attention(p, out, lse, q)
+	h.be.AttentionBackward(p, dq, d, out, lse, q)
+	res := [3][]float32{h.down(out, len(dout)), h.down(lse, p.SavedLen()), h.down(dq, len(qkv))}
 	for _, r := range []backend.Ref{q, d, out, dq, lse} {
-		be.Free(r.S)
+		h.be.Free(r.S)
 	}
 	return res
-}
-
-func uploadAs(be backend.Backend, r backend.Ref, dt backend.DType, v []float32) {
-	if dt == backend.BF16 {
-		h := make([]uint16, len(v))
-		for i, x := range v {
-			h[i] = backend.F32ToBF16(x)
-		}
-		be.Upload(r, backend.AsBytes(h))
-		return
-	}
-	be.Upload(r, backend.AsBytes(v))
-}
-
-func downloadAs(be backend.Backend, r backend.Ref, dt backend.DType, n int) []float32 {
-	v := make([]float32, n)
-	if dt == backend.BF16 {
-		h := make([]uint16, n)
-		be.Download(backend.AsBytes(h), r)
-		for i, x := range h {
-			v[i] = backend.BF16ToF32(x)
-		}
-		return v
-	}
-	be.Download(backend.AsBytes(v), r)
-	return v
-}
-
-func randVec(r *rand.Rand, n int) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return v
-}
-
-func roundBF16(v []float32) []float32 {
-	o := make([]float32, len(v))
-	for i, x := range v {
-		o[i] = backend.BF16ToF32(backend.F32ToBF16(x))
-	}
-	return o
 }
 
 // BenchmarkGPUAttention times attention forward, and forward with
@@ -179,11 +131,9 @@ func BenchmarkGPUAttention(b *testing.B) {
 					q.Round = v.round
 					n := p.B * p.T * p.C
 					r := rand.New(rand.NewPCG(1, 2))
-					qkv, dq := backend.Ref{S: g.Alloc(v.dt, 3*n)}, backend.Ref{S: g.Alloc(v.dt, 3*n)}
-					out, dout := backend.Ref{S: g.Alloc(v.dt, n)}, backend.Ref{S: g.Alloc(v.dt, n)}
-					lse := backend.Ref{S: g.Alloc(backend.F32, p.SavedLen())}
-					uploadAs(g, qkv, v.dt, randVec(r, 3*n))
-					uploadAs(g, dout, v.dt, randVec(r, n))
+					h := host{be: g}
+					qkv, dout := h.up(v.dt, randF32(r, 3*n)), h.up(v.dt, randF32(r, n))
+					dq, out, lse := h.alloc(v.dt, 3*n, 0), h.alloc(v.dt, n, 0), h.alloc(backend.F32, p.SavedLen(), 0)
 					step := func() {
 						g.Attention(q, out, lse, qkv)
 						if bwd {
@@ -201,6 +151,7 @@ func BenchmarkGPUAttention(b *testing.B) {
 					if err := g.Synchronize(); err != nil {
 						b.Fatal(err)
 					}
+					b.StopTimer() // the frees below are not the kernels' time
 					sec := b.Elapsed().Seconds() / float64(b.N)
 					flops := pairs * 4 * float64(hd)
 					if bwd {

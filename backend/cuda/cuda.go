@@ -553,9 +553,9 @@ func (c *CUDA) AddLayerNorm(sum, out, mean, rstd, x, y, w, b backend.Ref, rows, 
 		rows, cols, eps, m, c.ptr(m.Base)))
 }
 
-// DropoutBases implements backend.Backend.
-func (c *CUDA) DropoutBases(bases, stats backend.Ref, micros int, seed uint64) {
-	c.check("dropout_bases", kernels.DropoutBases(c, c.ptr(bases), c.ptr(stats), micros, seed))
+// StepDropoutKey implements backend.Backend.
+func (c *CUDA) StepDropoutKey(key, stats backend.Ref, seed uint64) {
+	c.check("step_dropout_key", kernels.StepDropoutKey(c, c.ptr(key), c.ptr(stats), seed))
 }
 
 // GELU implements backend.Backend.

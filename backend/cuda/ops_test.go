@@ -18,7 +18,19 @@ type host struct {
 	asF32 bool
 }
 
-func (h host) up(dt backend.DType, v []float32) backend.Ref {
+func (h host) up(dt backend.DType, v []float32) backend.Ref { return h.upAt(dt, v, 0) }
+
+// alloc makes n elements of dt (F32 for BF16 under asF32) at element
+// offset off of a new buffer.
+func (h host) alloc(dt backend.DType, n, off int) backend.Ref {
+	if h.asF32 && dt == backend.BF16 {
+		dt = backend.F32
+	}
+	return backend.Ref{S: h.be.Alloc(dt, n+off), Off: off}
+}
+
+// upAt is up at element offset off of the buffer it makes.
+func (h host) upAt(dt backend.DType, v []float32, off int) backend.Ref {
 	if h.asF32 && dt == backend.BF16 {
 		r := make([]float32, len(v))
 		for i, x := range v {
@@ -26,10 +38,10 @@ func (h host) up(dt backend.DType, v []float32) backend.Ref {
 		}
 		dt, v = backend.F32, r
 	}
-	s := h.be.Alloc(dt, len(v))
+	ref := h.alloc(dt, len(v), off)
 	switch dt {
 	case backend.F32:
-		h.be.Upload(backend.Ref{S: s}, backend.AsBytes(v))
+		h.be.Upload(ref, backend.AsBytes(v))
 	case backend.BF16, backend.F16:
 		u := make([]uint16, len(v))
 		for i, x := range v {
@@ -39,15 +51,15 @@ func (h host) up(dt backend.DType, v []float32) backend.Ref {
 				u[i] = backend.F32ToF16(x)
 			}
 		}
-		h.be.Upload(backend.Ref{S: s}, backend.AsBytes(u))
+		h.be.Upload(ref, backend.AsBytes(u))
 	case backend.I32:
 		u := make([]int32, len(v))
 		for i, x := range v {
 			u[i] = int32(x)
 		}
-		h.be.Upload(backend.Ref{S: s}, backend.AsBytes(u))
+		h.be.Upload(ref, backend.AsBytes(u))
 	}
-	return backend.Ref{S: s}
+	return ref
 }
 
 func (h host) down(r backend.Ref, n int) []float32 {

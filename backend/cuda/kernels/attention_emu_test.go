@@ -80,7 +80,7 @@ func attentionCases() map[string]emu.Case {
 		"fleet_attention_kv_f32":  func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.F32) },
 		"fleet_attention_kv_bf16": func(t *testing.T, m *emu.Module) { testAttnKV(t, m, backend.BF16) },
 	}
-	for _, v := range attnVariants {
+	for _, v := range slices.Concat(attnVariants, attnVariantsF32) {
 		cases["fleet_attention_fwd_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnForward(t, m, v) }
 		cases["fleet_attention_bwd_dq_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, v) }
 		cases["fleet_attention_bwd_dkdv_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, v) }
@@ -129,36 +129,34 @@ var attnVariants = []attnVariant{
 		{B: 1, T: 20, C: 72, H: 1}, // hd 72
 		{B: 1, T: 9, C: 200, H: 2}, // hd 100: no cp.async
 	}},
-	// The same on F32 storage, with the products rounding to bf16
-	// (autocast): the loads round q, k, v and dout; results are f32.
-	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma32_f32", tol: attnTolMMA, shapes: []backend.Attention{
-		{B: 2, T: 17, C: 64, H: 2},
-		{B: 1, T: 9, C: 15, H: 3},
-	}},
-	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma64_f32", tol: attnTolMMA, shapes: []backend.Attention{
-		{B: 1, T: 1, C: 64, H: 1},
-		{B: 1, T: 257, C: 64, H: 1},
-		{B: 1, T: 33, C: 36, H: 1},
-	}},
-	{dt: backend.F32, round: backend.BF16, mma: true, suffix: "mma128_f32", tol: attnTolMMA, shapes: []backend.Attention{
-		{B: 1, T: 70, C: 256, H: 2},
-		{B: 1, T: 9, C: 200, H: 2},
-	}},
-	// And with f16 operands (fp16's autocast).
-	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma32f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
-		{B: 2, T: 17, C: 64, H: 2},
-		{B: 1, T: 9, C: 15, H: 3},
-	}},
-	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma64f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
-		{B: 1, T: 1, C: 64, H: 1},
-		{B: 1, T: 257, C: 64, H: 1},
-		{B: 1, T: 33, C: 36, H: 1},
-	}},
-	{dt: backend.F32, round: backend.F16, mma: true, suffix: "mma128f16_f32", tol: attnTolMMAF16, shapes: []backend.Attention{
-		{B: 1, T: 70, C: 256, H: 2},
-		{B: 1, T: 9, C: 200, H: 2},
-	}},
 }
+
+// The same on F32 storage, with the products rounding to bf16 or f16
+// (autocast): the loads round q, k, v and dout; results are f32. Fewer
+// shapes, by head padding: the kernels are the bf16 ones but for the
+// loads and the operand type.
+var attnVariantsF32 = func() []attnVariant {
+	shapes := []struct {
+		pad    int
+		shapes []backend.Attention
+	}{
+		{32, []backend.Attention{{B: 2, T: 17, C: 64, H: 2}, {B: 1, T: 9, C: 15, H: 3}}},
+		{64, []backend.Attention{{B: 1, T: 1, C: 64, H: 1}, {B: 1, T: 257, C: 64, H: 1}, {B: 1, T: 33, C: 36, H: 1}}},
+		{128, []backend.Attention{{B: 1, T: 70, C: 256, H: 2}, {B: 1, T: 9, C: 200, H: 2}}},
+	}
+	var vs []attnVariant
+	for _, r := range []struct {
+		round backend.DType
+		infix string
+		tol   float64
+	}{{backend.BF16, "", attnTolMMA}, {backend.F16, "f16", attnTolMMAF16}} {
+		for _, sh := range shapes {
+			vs = append(vs, attnVariant{dt: backend.F32, round: r.round, mma: true, tol: r.tol, shapes: sh.shapes,
+				suffix: fmt.Sprintf("mma%d%s_f32", sh.pad, r.infix)})
+		}
+	}
+	return vs
+}()
 
 // TestAttentionEmu checks that every kernel of the attention files has a
 // case, and runs each case under every schedule.

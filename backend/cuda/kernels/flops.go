@@ -8,9 +8,9 @@ import (
 
 // MovesData reports whether kernel does no floating-point work: it only
 // converts, fills, gathers or hashes (a cast, a fill, an embedding's
-// forward, the dropout states of a replayed step).
+// forward, the dropout key of a replayed step).
 func MovesData(kernel string) bool {
-	for _, p := range []string{"fleet_cast_", "fleet_fill_", "fleet_embedding_f", "fleet_embedding_bf", "fleet_dropout_bases_"} {
+	for _, p := range []string{"fleet_cast_", "fleet_fill_", "fleet_embedding_f", "fleet_embedding_bf", "fleet_step_dropout_key_"} {
 		if strings.HasPrefix(kernel, p) {
 			return true
 		}

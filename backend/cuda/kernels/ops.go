@@ -213,10 +213,10 @@ func DropoutAdd[B comparable](l Launcher[B], dt backend.DType, dst, x, y B, n in
 	return elementwise(l, k, n, *new(Args[B]).Buf(dst, x, y).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Long(int64(n)).Buf(base))
 }
 
-// DropoutBases writes a replayed step's dropout key for each of its
-// micro-steps (backend.Backend.DropoutBases; see step.cu).
-func DropoutBases[B comparable](l Launcher[B], bases, stats B, micros int, seed uint64) error {
-	return l.Launch("fleet_dropout_bases_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(bases, stats).Int(int32(micros)).Long(int64(seed)))
+// StepDropoutKey writes a replayed step's dropout key
+// (backend.Backend.StepDropoutKey; see step.cu).
+func StepDropoutKey[B comparable](l Launcher[B], key, stats B, seed uint64) error {
+	return l.Launch("fleet_step_dropout_key_f32", [3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, *new(Args[B]).Buf(key, stats).Long(int64(seed)))
 }
 
 // Axpy computes dst[i] += alpha*x[i] for n F32 or BF16 elements.

@@ -311,7 +311,7 @@ func init() {
 		"fleet_clip_coef_f32":          clipCoefCase,
 		"fleet_scaler_coef_f32":        scalerCoefCase,
 		"fleet_step_clock_f32":         stepClockCase,
-		"fleet_dropout_bases_f32":      dropoutBasesCase,
+		"fleet_step_dropout_key_f32":   stepDropoutKeyCase,
 	})
 }
 
@@ -733,18 +733,18 @@ func stepClockCase(t *testing.T, m *emu.Module) {
 	}
 }
 
-// dropoutBasesCase holds a replayed step's dropout states, hashed on the
-// device, to the CPU's, which are rng.Mix's: bit for bit.
-func dropoutBasesCase(t *testing.T, m *emu.Module) {
+// stepDropoutKeyCase holds a replayed step's dropout key, hashed on the
+// device, to the CPU's, which is rng.Mix's: bit for bit.
+func stepDropoutKeyCase(t *testing.T, m *emu.Module) {
 	for _, i := range []float32{1, 7, 123456} {
 		st := []float32{0, -1, 0, -1, i}
-		cb := cpuI32(make([]int32, 6))
-		cpuB.DropoutBases(cb, cpuF32(st), 3, 1337)
-		want := make([]int32, 6)
+		cb := cpuI32(make([]int32, 2))
+		cpuB.StepDropoutKey(cb, cpuF32(st), 1337)
+		want := make([]int32, 2)
 		cpuB.Download(backend.AsBytes(want), cb)
 		got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
-			db := emu.NewI32(make([]int32, 6))
-			must(t, kernels.DropoutBases(l, db, emu.NewF32(st), 3, 1337))
+			db := emu.NewI32(make([]int32, 2))
+			must(t, kernels.StepDropoutKey(l, db, emu.NewF32(st), 1337))
 			v := db.I32()
 			out := make([]float32, len(v))
 			for k, x := range v {
@@ -754,15 +754,12 @@ func dropoutBasesCase(t *testing.T, m *emu.Module) {
 		})
 		for k := range want {
 			if math.Float32bits(got[0][k]) != uint32(want[k]) {
-				t.Fatalf("dropout bases at step index %v: device %x, CPU %x", i-1, got[0], want)
+				t.Fatalf("dropout key at step index %v: device %x, CPU %x", i-1, got[0], want)
 			}
 		}
-		// Every micro-step's base is the step's key, rng.Mix(seed, 0xd0, i).
-		h := rng.Mix(1337, 0xd0, uint64(i-1))
-		for m := 0; m < 3; m++ {
-			if uint32(want[2*m]) != uint32(h) || uint32(want[2*m+1]) != uint32(h>>32) {
-				t.Fatalf("the CPU's base for micro-step %d is not the step's key", m)
-			}
+		// The key is the step's, rng.Mix(seed, 0xd0, i).
+		if h := rng.Mix(1337, 0xd0, uint64(i-1)); uint32(want[0]) != uint32(h) || uint32(want[1]) != uint32(h>>32) {
+			t.Fatalf("the CPU's key is not the step's")
 		}
 	}
 }

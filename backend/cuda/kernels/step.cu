@@ -137,21 +137,17 @@ __device__ __forceinline__ unsigned long long fleet_splitmix(unsigned long long 
 	return z ^ (z >> 31);
 }
 
-// fleet_dropout_bases_f32: the dropout key of a step replayed from a graph
-// for each of its micro-steps (backend.Backend.DropoutBases): with i =
-// stats[4]-1, bases[2m], bases[2m+1] = the low and high halves of
-// backend.DropoutKey(seed, i) = rng.Mix(seed, 0xd0, i), the same for every
-// micro-step (masks are keyed by the element's place in the global
-// batch). Launch: one block of one thread.
-extern "C" __global__ void fleet_dropout_bases_f32(int *__restrict__ bases, const float *__restrict__ stats, int micros, long long seed) {
+// fleet_step_dropout_key_f32: the dropout key of a step replayed from a
+// graph (backend.Backend.StepDropoutKey): with i = stats[4]-1, key[0],
+// key[1] = the low and high halves of backend.DropoutKey(seed, i) =
+// rng.Mix(seed, 0xd0, i). Launch: one block of one thread.
+extern "C" __global__ void fleet_step_dropout_key_f32(int *__restrict__ key, const float *__restrict__ stats, long long seed) {
 	long long i = (long long)stats[4] - 1;
 	unsigned long long w[3] = {(unsigned long long)seed, 0xd0ull, (unsigned long long)i};
 	unsigned long long h = 0x243f6a8885a308d3ull;
 	for (int k = 0; k < 3; k++) {
 		h = fleet_splitmix(h ^ fleet_splitmix(w[k] + 0x9e3779b97f4a7c15ull));
 	}
-	for (int m = 0; m < micros; m++) {
-		bases[2 * m] = (int)(unsigned int)h;
-		bases[2 * m + 1] = (int)(unsigned int)(h >> 32);
-	}
+	key[0] = (int)(unsigned int)h;
+	key[1] = (int)(unsigned int)(h >> 32);
 }

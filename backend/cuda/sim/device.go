@@ -114,12 +114,14 @@ type Device struct {
 	strings     [][]byte // C strings handed out, kept alive
 }
 
-// function is a kernel a module holds: its parameters, and where in them
-// the FLOPs formula finds its scalars.
+// function is a kernel a module holds: its parameters, where in them the
+// FLOPs formula finds its scalars, and whether it multiplies on tensor
+// cores (kernels.TensorCoreKernel, decided once when it is loaded).
 type function struct {
-	name   string
-	params []kernels.Param
-	index  map[string]int
+	name       string
+	params     []kernels.Param
+	index      map[string]int
+	tensorCore bool
 }
 
 // New returns a simulated device of the given model, with nothing
@@ -366,7 +368,7 @@ func (d *Device) launch(f *function, params uintptr) {
 		}
 		return 0
 	})
-	if kernels.TensorCoreKernel(f.name) {
+	if f.tensorCore {
 		d.work(f.name, bytes, flops, d.Spec.BF16, TensorCoreEfficiency)
 		return
 	}

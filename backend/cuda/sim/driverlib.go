@@ -302,7 +302,7 @@ func (d *Device) Driver() *libs.Lib {
 			defer d.mu.Unlock()
 			for _, s := range d.modules[a[1]] {
 				if s.Name == name {
-					f := &function{name: name, params: s.Params, index: map[string]int{}}
+					f := &function{name: name, params: s.Params, index: map[string]int{}, tensorCore: kernels.TensorCoreKernel(name)}
 					for i, p := range s.Params {
 						f.index[p.Name] = i
 					}
