@@ -80,6 +80,25 @@ func (e *ExitError) ExitCode() int {
 	return e.Status
 }
 
+// ExitStopped is the status `fleet train` exits with when it was asked to
+// stop (a signal, to it or to any rank of its group) and stopped at a step
+// boundary with its checkpoint saved: sysexits' EX_TEMPFAIL, "try again
+// later", which here means "continue with --resume". Run treats it as a
+// stop, not a failure: it waits for the other processes, which agreed on
+// the same step, signals none of them, and restarts nothing.
+const ExitStopped = 75
+
+// StoppedError is Run's error when a process exited with ExitStopped (the
+// group stopped at a step boundary, asked to by a signal Run did not see).
+type StoppedError struct{ Rank int }
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("rank %d stopped at a step boundary (status %d): continue with --resume", e.Rank, ExitStopped)
+}
+
+// ExitCode is ExitStopped, passed on to whoever started `fleet run`.
+func (e *StoppedError) ExitCode() int { return ExitStopped }
+
 // InterruptedError is Run's error when a signal stopped the job.
 type InterruptedError struct{ Signal os.Signal }
 
@@ -119,6 +138,11 @@ func (e *InterruptedError) ExitCode() int { return 128 + signalNumber(e.Signal) 
 // *ExitError naming the rank that failed and its status. It returns nil when
 // every process exits 0.
 //
+// A process that exits with ExitStopped has not failed: its group agreed to
+// stop after a step (a signal reached one of them, not Run). Run signals no
+// one then, kills only those still running after Grace, restarts nothing
+// and returns a *StoppedError.
+//
 // SIGINT and SIGTERM are forwarded to every process; those still running
 // after Grace are killed, as they are at once on a second signal. Run then
 // returns an *InterruptedError and restarts nothing. On Linux the processes
@@ -146,12 +170,14 @@ func Run(o Options) error {
 		sigs = ch
 	}
 	for restart := 0; ; restart++ {
-		failed, sig, err := s.runGroup(restart, sigs)
+		failed, sig, stopped, err := s.runGroup(restart, sigs)
 		switch {
 		case err != nil:
 			return err
 		case sig != nil:
 			return &InterruptedError{Signal: sig}
+		case stopped != nil:
+			return stopped
 		case failed == nil:
 			return nil
 		}
@@ -296,14 +322,15 @@ type exitEvent struct {
 }
 
 // runGroup runs one attempt: it returns the first failure, or the signal
-// that stopped the group, or an error when the processes could not start.
-func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, os.Signal, error) {
+// that stopped the group, or the first process that exited with
+// ExitStopped, or an error when the processes could not start.
+func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, os.Signal, *StoppedError, error) {
 	o := s.o
 	port := o.MasterPort
 	if port == 0 {
 		var err error
 		if port, err = freePort(); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	first := o.NodeRank * o.NProcPerNode
@@ -363,6 +390,7 @@ func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, o
 	var (
 		failed      *ExitError
 		interrupted os.Signal
+		stopped     *StoppedError
 		killAt      <-chan time.Time
 	)
 	stop := func(sig os.Signal) {
@@ -381,7 +409,7 @@ func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, o
 			alive[ev.local] = false
 			if ev.state == nil {
 				// Wait failed without a status; treat it as a failure.
-				if failed == nil && interrupted == nil && startErr == nil {
+				if failed == nil && interrupted == nil && stopped == nil && startErr == nil {
 					failed = &ExitError{Rank: first + ev.local, Status: 1, How: "could not be waited for: " + ev.err.Error()}
 					s.logf("rank %d %s", failed.Rank, failed.How)
 					stop(sigTerm)
@@ -389,7 +417,18 @@ func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, o
 				continue
 			}
 			code, how := exitStatus(ev.state)
-			if code == 0 || failed != nil || interrupted != nil || startErr != nil {
+			if code == 0 || failed != nil || interrupted != nil || stopped != nil || startErr != nil {
+				continue
+			}
+			if code == ExitStopped && how == "" {
+				// The group agreed to stop after a step (one rank was
+				// signalled); the others are finishing that step and
+				// exit on their own. A signal now would cut them short.
+				stopped = &StoppedError{Rank: first + ev.local}
+				s.logf("rank %d (pid %d) stopped at a step boundary; waiting up to %v for the others", stopped.Rank, ev.state.Pid(), o.Grace)
+				if killAt == nil {
+					killAt = time.After(o.Grace)
+				}
 				continue
 			}
 			if how == "" {
@@ -419,7 +458,7 @@ func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, o
 		}
 	}
 	if startErr != nil {
-		return nil, nil, startErr
+		return nil, nil, nil, startErr
 	}
-	return failed, interrupted, nil
+	return failed, interrupted, stopped, nil
 }

@@ -86,6 +86,22 @@ func child(behaviour string) int {
 		}
 		time.Sleep(60 * time.Second) // stopped by the launcher's SIGTERM
 		return 0
+	case "stop-staggered":
+		// The group agreed to stop: rank 0 exits at once, rank 1 a moment
+		// later. No signal may reach rank 1 in between.
+		if e.Rank == 0 {
+			return ExitStopped
+		}
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		select {
+		case s := <-sigs:
+			fmt.Printf("signalled: %v\n", s)
+			return 1
+		case <-time.After(1500 * time.Millisecond):
+			fmt.Println("finished the step")
+			return ExitStopped
+		}
 	case "hang":
 		ready := filepath.Join(dir, "ready")
 		if e.Rank == 0 {
@@ -246,6 +262,23 @@ func TestRunRestartsAfterFailure(t *testing.T) {
 	}
 	if len(secrets) < 3 {
 		t.Errorf("want at least 3 attempt lines, got %d", len(secrets))
+	}
+}
+
+// TestRunStopAtStepBoundary: a process that exits with ExitStopped (its
+// group agreed to stop after a step) is not a failure: Run leaves the
+// others to finish the same step, restarts nothing and exits 75.
+func TestRunStopAtStepBoundary(t *testing.T) {
+	out, err := runChildren(t, "stop-staggered", Options{NProcPerNode: 2, MaxRestarts: 2, Grace: 20 * time.Second})
+	var se *StoppedError
+	if !errors.As(err, &se) || se.Rank != 0 || se.ExitCode() != ExitStopped {
+		t.Fatalf("err = %v, want a *StoppedError for rank 0\n%s", err, out)
+	}
+	if !strings.Contains(out, "[rank 1] finished the step") || strings.Contains(out, "signalled") {
+		t.Errorf("rank 1 was not left to finish its step:\n%s", out)
+	}
+	if n := strings.Count(out, "fleet run: starting 2 processes"); n != 1 {
+		t.Errorf("%d starts, want 1 (a stop restarts nothing):\n%s", n, out)
 	}
 }
 

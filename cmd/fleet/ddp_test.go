@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
 )
 
@@ -377,8 +379,15 @@ func TestDDPStopTogether(t *testing.T) {
 	if err := syscall.Kill(rankPID(t, token, 1), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	j.finish(t, 2*time.Minute)
+	err, _ := j.finish(t, 2*time.Minute)
 	txt := j.output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != launch.ExitStopped {
+		t.Errorf("fleet run ended with %v, want exit status %d (stopped at a step boundary)", err, launch.ExitStopped)
+	}
+	if strings.Contains(txt, "terminated again") || strings.Contains(txt, "stopping the other processes") {
+		t.Errorf("the launcher took the group's stop for a failure:\n%s", txt)
+	}
 	stopped, ok := j.find("[rank 0] stopped after step")
 	if !ok {
 		t.Fatalf("rank 0 did not stop with a checkpoint:\n%s", txt)

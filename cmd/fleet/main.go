@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/launch"
+	"github.com/fleetml/fleet/train"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -41,7 +43,8 @@ Run fleet COMMAND -h for a command's flags.
 var errUsage = errors.New("usage")
 
 // run is the whole command, separated from main for tests. It returns the
-// exit status: 0 success, 1 failure, 2 bad usage.
+// exit status: 0 success, 1 failure, 2 bad usage, launch.ExitStopped (75)
+// when training was asked to stop and stopped with its checkpoint.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -91,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stderr, "fleet %s: %s\n", args[0], setting.Message(err, flagName))
+	if errors.Is(err, train.ErrInterrupted) {
+		return launch.ExitStopped // stopped with a checkpoint: resume to continue
+	}
 	var ec interface{ ExitCode() int } // fleet run: the failing process's status
 	if errors.As(err, &ec) && ec.ExitCode() > 0 {
 		return ec.ExitCode()
