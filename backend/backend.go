@@ -40,8 +40,12 @@ type MemStats struct {
 }
 
 // Backend is one device's kernel set. Sizes are in elements. Unless a
-// kernel's doc says otherwise, outputs are overwritten, operands do not
-// alias, and all float operands share one DType (F32 today).
+// kernel's doc says otherwise, outputs are overwritten and operands do not
+// alias. Float operands are F32, or BF16 where they are activations or
+// their gradients (autocast's bf16 activations): the kernels compute in
+// F32 and round what they store to BF16. Parameters (LayerNorm's w and b,
+// embedding tables), their gradients and a kernel's statistics (mean,
+// rstd, log-sum-exp, losses) stay F32.
 type Backend interface {
 	Device() Device
 	// Alloc returns uninitialised storage for n elements, from the pool.
@@ -63,7 +67,8 @@ type Backend interface {
 	// MatMul computes, for each batch b,
 	// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] (+ bias broadcast over rows).
 	// A and B are both F32, or both BF16 with alpha 1 (products accumulate
-	// in F32); C and bias are F32.
+	// in F32); C is F32, or BF16 (bf16 activations: the F32 result, with
+	// beta's C widened, rounded once); bias is F32 or C's dtype.
 	MatMul(p MatMul, a, b, c, bias Ref)
 
 	// Binary computes dst[i] = a[i] op b[i] for n elements. dst may alias a or b.

@@ -301,7 +301,20 @@ func (m *GPT) embedSum(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 	} else {
 		pos = positions(m.Device(), B, T, start)
 	}
-	return tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(pos))
+	return activations(tensor.Add(m.WTE.Forward(idx), m.WPE.Forward(pos)))
+}
+
+// activations is the residual stream's first value x in the dtype the
+// model's activations have: under Autocast(BF16), BF16 (bf16 activations,
+// as autocast has them: every op after it reads and writes BF16 and
+// computes in F32, the products read the weights' bf16 copies, and the
+// loss comes out in F32); F32 otherwise. The embeddings are summed in F32
+// and rounded once.
+func activations(x *tensor.Tensor) *tensor.Tensor {
+	if tensor.ProgramOf(x.Device()).AutocastDType() == tensor.BF16 {
+		return tensor.Cast(x, tensor.BF16)
+	}
+	return x
 }
 
 // blocks runs blocks [lo, hi) on the residual stream x. With

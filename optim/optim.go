@@ -42,6 +42,10 @@ type packing struct {
 	params, grads, m, v *tensor.Tensor
 	all                 packedSeg
 	done                bool // every buffer packed (a failed Pack leaves some nil)
+	// order lists the parameters (indices into Params) as packed; half
+	// is the flat bf16 copy of params (KeepHalf), nil without one.
+	order []int
+	half  *tensor.Tensor
 }
 
 // packedSeg is the flat buffers as the update sees them: a view of the
@@ -108,7 +112,7 @@ func (o *AdamW) Pack() bool {
 	for i, p := range o.Params {
 		ps[i] = p.T
 	}
-	k := &packing{}
+	k := &packing{order: order}
 	o.packed = k // so that Free finds what a failure partway leaves
 	k.params, k.grads = tensor.Pack(pick(ps), true)
 	k.m, _ = tensor.Pack(pick(o.M), false)
@@ -139,7 +143,13 @@ func (o *AdamW) Free() {
 	if k == nil {
 		k = &packing{}
 	}
-	for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v} {
+	if k.half != nil {
+		for _, p := range o.Params {
+			p.T.SetHalf(nil)
+		}
+		k.all.p.SetHalf(nil)
+	}
+	for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v, k.half} {
 		if t != nil {
 			t.Free()
 		}
@@ -153,6 +163,54 @@ func (o *AdamW) Free() {
 		}
 	}
 	o.packed = nil
+}
+
+// KeepHalf gives every parameter of a packed optimizer a bf16 copy
+// (tensor.Tensor.SetHalf), a view of one flat BF16 buffer, and writes it:
+// the weights bf16 activations' products read, so that no forward pass
+// casts a weight. Each Step then rewrites it in the update's own pass
+// (backend.AdamW.Half). Whoever writes the parameters otherwise (loading
+// weights, a broadcast) must call RefreshHalf after. It reports false,
+// doing nothing, where the optimizer is not packed; calling it again only
+// refreshes the copy.
+func (o *AdamW) KeepHalf() bool {
+	k := o.packed
+	if k == nil || !k.done {
+		return false
+	}
+	if k.half == nil {
+		dev := k.params.Device()
+		total := k.params.Numel()
+		tensor.ProgramOf(dev).Persist(func() {
+			k.half = tensor.Empty(dev, tensor.BF16, total)
+			off := 0
+			for _, i := range k.order {
+				p := o.Params[i].T
+				n := p.Numel()
+				p.SetHalf(k.half.Rows(off, off+n).Reshape(p.Shape()...))
+				off += n
+			}
+			k.all.p.SetHalf(k.half.Rows(0, total))
+		})
+	}
+	o.RefreshHalf()
+	return true
+}
+
+// RefreshHalf rewrites the parameters' bf16 copies (KeepHalf) from the
+// parameters, in one pass; it does nothing without them.
+func (o *AdamW) RefreshHalf() {
+	if k := o.packed; k != nil && k.half != nil {
+		k.all.p.RefreshHalf()
+	}
+}
+
+// Half is the flat bf16 copy of the packed parameters (KeepHalf), or nil.
+func (o *AdamW) Half() *tensor.Tensor {
+	if o.packed == nil {
+		return nil
+	}
+	return o.packed.half
 }
 
 // SetLR changes the learning rate for the next steps.

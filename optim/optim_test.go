@@ -220,3 +220,59 @@ func TestPackedStepIsUnpacked(t *testing.T) {
 	}
 	ko.Free()
 }
+
+// TestKeepHalf: a packed optimizer's bf16 copies are each parameter
+// rounded to bf16, bit for bit, after KeepHalf and after every step
+// (written in the update's pass, with the decayed and the other
+// parameters), and RefreshHalf puts them right after the parameters are
+// written some other way. An unpacked optimizer keeps none.
+func TestKeepHalf(t *testing.T) {
+	r := tensor.NewRNG(5)
+	var ps []*nn.Parameter
+	for i, shape := range [][]int{{3}, {7, 5}, {5}, {3, 4}} {
+		p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
+		p.Decay = len(shape) == 2
+		ps = append(ps, p)
+	}
+	o := NewAdamW(ps, AdamWConfig{LR: 0.05, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+	if o.KeepHalf() {
+		t.Fatal("KeepHalf on an unpacked optimizer")
+	}
+	if !o.Pack() || !o.KeepHalf() {
+		t.Fatal("KeepHalf on a packed optimizer failed")
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, p := range ps {
+			h := p.T.Half()
+			if h == nil || h.DType() != tensor.BF16 || !h.Shape().Equal(p.T.Shape()) {
+				t.Fatalf("%s: %s's half copy is %v", when, p.Name, h)
+			}
+			want := tensor.Cast(p.T.Detach(), tensor.BF16).Float32s()
+			if !testenv.SameBits(h.Float32s(), want) {
+				t.Fatalf("%s: %s's half copy is not the parameter rounded to bf16", when, p.Name)
+			}
+		}
+	}
+	check("after KeepHalf")
+	for step := 1; step <= 3; step++ {
+		for _, p := range ps {
+			p.T.Grad.CopyFrom(tensor.Randn(tensor.CPU, r, 1, p.T.Shape()...))
+		}
+		before := ps[1].T.Half().Float32s()
+		o.Step()
+		if testenv.SameBits(before, ps[1].T.Half().Float32s()) {
+			t.Fatal("a step left the half copy as it was")
+		}
+		check("after a step")
+	}
+	ps[3].T.CopyFrom(tensor.Randn(tensor.CPU, r, 1, 3, 4)) // a load, say
+	o.RefreshHalf()
+	check("after RefreshHalf")
+	o.Free()
+	for _, p := range ps {
+		if p.T.Half() != nil {
+			t.Fatalf("%s keeps a half copy after Free", p.Name)
+		}
+	}
+}

@@ -95,3 +95,16 @@ func wantDType(op string, dt DType, ts ...*Tensor) {
 		}
 	}
 }
+
+// wantFloat checks that ts are activations of one float dtype: all F32,
+// or all BF16 (autocast's bf16 activations).
+func wantFloat(op string, ts ...*Tensor) {
+	for _, t := range ts {
+		if t.dtype != F32 && t.dtype != BF16 {
+			panic(&Error{Op: op, Msg: fmt.Sprintf("want f32 or bf16, got %v", t.dtype), Operands: operands(ts)})
+		}
+		if t.dtype != ts[0].dtype {
+			panic(&Error{Op: op, Msg: fmt.Sprintf("want one dtype, got %v and %v", ts[0].dtype, t.dtype), Operands: operands(ts)})
+		}
+	}
+}

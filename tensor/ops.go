@@ -13,7 +13,7 @@ func like(op string, a *Tensor, shape Shape) *Tensor { return alloc(op, a.dev, a
 func binary(op string, kind backend.BinaryOp, a, b *Tensor) *Tensor {
 	check(op, a, b)
 	sameShape(op, a, b)
-	wantDType(op, F32, a, b)
+	wantFloat(op, a, b)
 	out := like(op, a, a.shape)
 	a.be.Binary(kind, out.ref(), a.ref(), b.ref(), a.Numel())
 	return out
@@ -61,7 +61,7 @@ func mulBackward(n *node, g *Tensor) {
 
 // Scale returns s * a.
 func Scale(a *Tensor, s float32) *Tensor {
-	wantDType("scale", F32, a)
+	wantFloat("scale", a)
 	out := like("scale", a, a.shape)
 	a.be.Scale(out.ref(), a.ref(), s, a.Numel())
 	if n := record(out, "scale", scaleBackward, a); n != nil {
@@ -184,28 +184,33 @@ func matmulBackward(n *node, g *Tensor) {
 
 // Linear returns x @ w + bias for x [..., in], w [in, out] (the Conv1D
 // layout of GPT-2 checkpoints) and bias [out] or nil, with the bias added
-// in the matmul's epilogue.
+// in the matmul's epilogue. Under Autocast(BF16) with x in BF16 (bf16
+// activations) the output is BF16 too, and w and bias are read as BF16
+// (their half copies where they have them: see SetHalf).
 func Linear(x, w, bias *Tensor) *Tensor {
 	const op = "linear"
 	check(op, x, w)
-	x, w, round := lowPrecision(op, x, w)
+	x, w, wo, odt, round := lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(0) != in {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("input has %d features, weight expects %d", in, w.Dim(0)), Operands: []*Tensor{x, w}})
 	}
 	outF := w.Dim(1)
+	var bo *Tensor
 	if bias != nil {
 		check(op, x, bias)
 		if len(bias.shape) != 1 || bias.shape[0] != outF {
 			panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", bias.shape, outF), Operands: []*Tensor{x, w, bias}})
 		}
+		bo = asOperand(bias, odt)
 	}
 	var buf [maxInlineRank]int
-	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
-	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, Round: round}, x, w, out, bias)
+	out := alloc(op, x.dev, odt, withLast(&buf, x.shape, outF))
+	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, Round: round}, x, wo, out, bo)
 	if n := record(out, op, linearBackward, x, w, bias); n != nil {
 		n.i[0] = int(round)
+		n.saved[2] = wo
 	}
 	return out
 }
@@ -220,8 +225,10 @@ func linearGrads(n *node, g *Tensor, withX bool) {
 	round := DType(n.i[0])
 	gl := Cast(g, x.dtype) // the products run in the forward's precision
 	if x.requiresGrad && withX {
-		n.gin[0] = alloc("linear", x.dev, F32, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, w, n.gin[0], nil)
+		// x's gradient has the output's dtype: BF16 for bf16 activations,
+		// F32 for F32 ones (also where autocast cast x for the product).
+		n.gin[0] = alloc("linear", x.dev, g.dtype, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, TransB: true, Round: round}, gl, operandOf(n, w), n.gin[0], nil)
 	}
 	pw := backend.MatMul{Batch: 1, M: in, N: outF, K: rows, TransA: true, Round: round}
 	if w.requiresGrad && bias != nil && bias.requiresGrad && gl.dtype == F32 {
@@ -281,7 +288,7 @@ func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 	}
 	if !ok || !gp.GELUEpilogues() || x.dtype != F32 || w1.dtype != F32 || w2.dtype != F32 {
 		// The bias and GELU in one pass where the backend has it.
-		if bg, fused := x.be.(backend.BiasGELUer); fused && b1 != nil && b1.dtype == F32 && x.dtype == F32 && w1.dtype == F32 {
+		if bg, fused := x.be.(backend.BiasGELUer); fused && b1 != nil && b1.dtype == F32 {
 			return Linear(biasGELU(bg, Linear(x, w1, nil), b1), w2, b2)
 		}
 		return Linear(GELU(Linear(x, w1, b1)), w2, b2)
@@ -323,16 +330,18 @@ func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 // biasGELU returns gelu(y + b) for y [..., cols] and b [cols] in one pass
 // (backend.BiasGELUer), adding b into y in place: y is MLP's hidden
 // pre-activation, a product's output that nothing else reads (the
-// product's backward reads its inputs), and GELU's backward reads it.
+// product's backward reads its inputs), and GELU's backward reads it. b is
+// read in y's dtype (asOperand); its gradient is b's.
 func biasGELU(bg backend.BiasGELUer, y, b *Tensor) *Tensor {
 	const op = "bias_gelu"
 	check(op, y, b)
+	wantFloat(op, y)
 	rows, cols := rowsOf(y)
 	if len(b.shape) != 1 || b.shape[0] != cols {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", b.shape, cols), Operands: []*Tensor{y, b}})
 	}
 	h := like(op, y, y.shape)
-	bg.BiasGELU(y.ref(), h.ref(), b.ref(), rows, cols)
+	bg.BiasGELU(y.ref(), h.ref(), asOperand(b, y.dtype).ref(), rows, cols)
 	record(h, op, biasGELUBackward, y, b)
 	return h
 }
@@ -371,7 +380,7 @@ func mlpProjBackward(n *node, g *Tensor) {
 func LinearT(x, w *Tensor) *Tensor {
 	const op = "linear_t"
 	check(op, x, w)
-	x, w, round := lowPrecision(op, x, w)
+	x, w, wo, odt, round := lowPrecision(op, x, w)
 	wantRank(op, w, 2)
 	rows, in := rowsOf(x)
 	if w.Dim(1) != in {
@@ -379,10 +388,11 @@ func LinearT(x, w *Tensor) *Tensor {
 	}
 	outF := w.Dim(0)
 	var buf [maxInlineRank]int
-	out := alloc(op, x.dev, F32, withLast(&buf, x.shape, outF))
-	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true, Round: round}, x, w, out, nil)
+	out := alloc(op, x.dev, odt, withLast(&buf, x.shape, outF))
+	gemm(backend.MatMul{Batch: 1, M: rows, N: outF, K: in, TransB: true, Round: round}, x, wo, out, nil)
 	if n := record(out, op, linearTBackward, x, w); n != nil {
 		n.i[0] = int(round)
+		n.saved[2] = wo
 	}
 	return out
 }
@@ -394,8 +404,8 @@ func linearTBackward(n *node, g *Tensor) {
 	round := DType(n.i[0])
 	gl := Cast(g, x.dtype)
 	if x.requiresGrad {
-		n.gin[0] = alloc("linear_t", x.dev, F32, x.shape)
-		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, Round: round}, gl, w, n.gin[0], nil)
+		n.gin[0] = alloc("linear_t", x.dev, g.dtype, x.shape)
+		gemm(backend.MatMul{Batch: 1, M: rows, N: in, K: outF, Round: round}, gl, operandOf(n, w), n.gin[0], nil)
 	}
 	if w.requiresGrad {
 		weightGrad(n, backend.MatMul{Batch: 1, M: outF, N: in, K: rows, TransA: true, Round: round}, gl, x)
@@ -457,27 +467,77 @@ func (p *Program) Autocast(dt DType, fn func()) {
 func (p *Program) AutocastDType() DType { return p.autocast }
 
 // lowPrecision applies the autocast policy of the operands' program to a
-// product's operands, which must then share an F32, BF16 or F16 dtype. A
-// backend that rounds operands within its products (an
-// backend.OperandRounder) keeps F32 operands, and round names the type
-// the product rounds them to; others get cast operands (round is 0).
-func lowPrecision(op string, x, w *Tensor) (_, _ *Tensor, round DType) {
+// product's input x and weight w. It returns the tensors the product's
+// node records (x and w: gradients flow to them), the weight as the
+// product reads it (wo), the output's dtype and round:
+//
+//   - bf16 activations (autocast BF16, x in BF16, w in F32): x as it is,
+//     w read through asOperand (its half copy, or a cast outside
+//     autograd), a BF16 output;
+//   - a backend that rounds operands within its products (an
+//     backend.OperandRounder) with F32 x and w: both as they are, round
+//     naming the type the product rounds them to, an F32 output;
+//   - other autocast products: x and w cast (ops of their own, so their
+//     gradients reach the F32 tensors), an F32 output.
+//
+// The product's operands must then share an F32, BF16 or F16 dtype.
+func lowPrecision(op string, x, w *Tensor) (_, _, wo *Tensor, odt DType, round DType) {
+	odt = F32
 	if dt := ProgramOf(x.dev).autocast; dt != F32 {
-		if r, ok := x.be.(backend.OperandRounder); ok && r.RoundsOperands() && x.dtype == F32 && w.dtype == F32 {
-			round = dt
-		} else {
+		switch {
+		case x.dtype == BF16 && dt == BF16 && (w.dtype == F32 || w.dtype == BF16):
+			odt = BF16
+			wo = asOperand(w, BF16)
+		case x.dtype == F32 && w.dtype == F32:
+			if r, ok := x.be.(backend.OperandRounder); ok && r.RoundsOperands() {
+				round = dt
+			} else {
+				x, w = Cast(x, dt), Cast(w, dt)
+			}
+		default:
 			x, w = Cast(x, dt), Cast(w, dt)
 		}
+	} else if x.dtype == BF16 {
+		odt = BF16 // bf16 activations evaluated without autocast: as they come
 	}
-	if x.dtype != w.dtype || (x.dtype != F32 && x.dtype != BF16 && x.dtype != F16) {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32, both bf16 or both f16)", x.dtype, w.dtype), Operands: []*Tensor{x, w}})
+	if wo == nil {
+		wo = w
 	}
-	return x, w, round
+	if x.dtype != wo.dtype || (x.dtype != F32 && x.dtype != BF16 && x.dtype != F16) {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("operands are %v and %v (want both f32, both bf16 or both f16)", x.dtype, wo.dtype), Operands: []*Tensor{x, w}})
+	}
+	return x, w, wo, odt, round
+}
+
+// asOperand returns parameter p as a product or fused kernel reads it in
+// dtype dt: p itself where it is stored so, its half copy where it has one
+// of that dtype (SetHalf: kept current by the optimizer, so no forward pass
+// casts a weight), else a cast made outside autograd. Gradients go to p
+// all the same: the ops record p, not the operand.
+func asOperand(p *Tensor, dt DType) *Tensor {
+	if p.dtype == dt {
+		return p
+	}
+	if h := p.half; h != nil && h.dtype == dt && !h.freed {
+		return h
+	}
+	out := alloc("cast", p.dev, dt, p.shape)
+	p.be.Cast(out.ref(), p.ref(), p.Numel())
+	return out
+}
+
+// operandOf is the weight a product node's forward pass read (saved[2]
+// where it was not w itself: a half copy or a cast).
+func operandOf(n *node, w *Tensor) *Tensor {
+	if wo := n.saved[2]; wo != nil {
+		return wo
+	}
+	return w
 }
 
 // GELU applies the tanh approximation of GELU elementwise.
 func GELU(x *Tensor) *Tensor {
-	wantDType("gelu", F32, x)
+	wantFloat("gelu", x)
 	out := like("gelu", x, x.shape)
 	x.be.GELU(out.ref(), x.ref(), x.Numel())
 	record(out, "gelu", geluBackward, x)
@@ -493,7 +553,7 @@ func geluBackward(n *node, g *Tensor) {
 
 // Softmax normalises over the last axis.
 func Softmax(x *Tensor) *Tensor {
-	wantDType("softmax", F32, x)
+	wantFloat("softmax", x)
 	rows, cols := rowsOf(x)
 	out := like("softmax", x, x.shape)
 	x.be.Softmax(out.ref(), x.ref(), rows, cols)
@@ -517,8 +577,8 @@ func LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 	const op = "layer_norm"
 	rows, cols, br := layerNormOperands(op, x, w, b)
 	out := like(op, x, x.shape)
-	mean := like(op, x, Shape{rows})
-	rstd := like(op, x, Shape{rows})
+	mean := alloc(op, x.dev, F32, Shape{rows})
+	rstd := alloc(op, x.dev, F32, Shape{rows})
 	x.be.LayerNorm(out.ref(), mean.ref(), rstd.ref(), x.ref(), w.ref(), br, rows, cols, eps)
 	if n := record(out, op, layerNormBackward, x, w, b); n != nil {
 		n.saved[0], n.saved[1] = mean, rstd
@@ -531,7 +591,8 @@ func LayerNorm(x, w, b *Tensor, eps float32) *Tensor {
 // and columns and b's reference.
 func layerNormOperands(op string, x, w, b *Tensor) (rows, cols int, br backend.Ref) {
 	check(op, x, w)
-	wantDType(op, F32, x, w)
+	wantFloat(op, x)
+	wantDType(op, F32, w)
 	rows, cols = rowsOf(x)
 	if len(w.shape) != 1 || w.shape[0] != cols {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("weight shape %v, want [%d]", w.shape, cols), Operands: []*Tensor{x, w}})
@@ -593,16 +654,16 @@ func CrossEntropyInPlace(logits, targets *Tensor) *Tensor { return crossEntropy(
 func crossEntropy(logits, targets *Tensor, inPlace bool) *Tensor {
 	const op = "cross_entropy"
 	check(op, logits, targets)
-	wantDType(op, F32, logits)
+	wantFloat(op, logits)
 	wantDType(op, I32, targets)
 	n, v := rowsOf(logits)
 	if targets.Numel() != n {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d rows of logits, %d targets", n, targets.Numel()), Operands: []*Tensor{logits, targets}})
 	}
-	losses := like(op, logits, Shape{n})
-	lse := like(op, logits, Shape{n})
+	losses := alloc(op, logits.dev, F32, Shape{n})
+	lse := alloc(op, logits.dev, F32, Shape{n})
 	logits.be.CrossEntropy(losses.ref(), lse.ref(), logits.ref(), targets.ref(), n, v)
-	out := like(op, logits, Shape{})
+	out := alloc(op, logits.dev, F32, Shape{})
 	logits.be.SumCols(out.ref(), losses.ref(), 1, n, 1/float32(n)) // the mean
 	if nd := record(out, op, crossEntropyBackward, logits); nd != nil {
 		nd.saved[0], nd.saved[1] = lse, targets
@@ -668,7 +729,7 @@ func embeddingBackward(nd *node, g *Tensor) {
 // F32 kernels); elsewhere it computes in F32.
 func Attention(qkv *Tensor, nHead int) *Tensor {
 	const op = "attention"
-	wantDType(op, F32, qkv)
+	wantFloat(op, qkv)
 	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 {
 		panic(&Error{Op: op, Msg: "want qkv of shape [B, T, 3C]", Operands: []*Tensor{qkv}})
 	}
@@ -683,7 +744,7 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 		}
 	}
 	out := like(op, qkv, Shape{p.B, p.T, C})
-	saved := like(op, qkv, Shape{p.SavedLen()})
+	saved := alloc(op, qkv.dev, F32, Shape{p.SavedLen()}) // the log-sum-exps
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
 	if n := record(out, op, attentionBackward, qkv); n != nil {
 		n.saved[0], n.saved[1] = out, saved
@@ -702,15 +763,21 @@ func attentionBackward(n *node, g *Tensor) {
 
 // Sum returns the sum of all elements as a one-element tensor.
 func Sum(x *Tensor) *Tensor {
-	wantDType("sum", F32, x)
-	out := like("sum", x, Shape{})
+	wantFloat("sum", x)
+	out := alloc("sum", x.dev, F32, Shape{})
 	x.be.SumCols(out.ref(), x.ref(), 1, x.Numel(), 1)
 	record(out, "sum", sumBackward, x)
 	return out
 }
 
 // sumBackward broadcasts the one scalar gradient, read on the host.
-func sumBackward(n *node, g *Tensor) { n.gin[0] = Full(n.in[0].dev, g.Item(), n.in[0].shape...) }
+func sumBackward(n *node, g *Tensor) {
+	in := n.in[0]
+	n.gin[0] = Full(in.dev, g.Item(), in.shape...)
+	if in.dtype != F32 {
+		n.gin[0] = Cast(n.gin[0], in.dtype)
+	}
+}
 
 // Mean returns the mean of all elements.
 func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
@@ -774,8 +841,8 @@ func AddLayerNorm(x, y *Tensor, p float32, r *DropoutStream, base *Tensor, w, b 
 	xr, m := dropoutOperands(op, x, y, p, r, base)
 	sum = like(op, y, y.shape)
 	out = like(op, y, y.shape)
-	mean := like(op, y, Shape{rows})
-	rstd := like(op, y, Shape{rows})
+	mean := alloc(op, y.dev, F32, Shape{rows})
+	rstd := alloc(op, y.dev, F32, Shape{rows})
 	y.be.AddLayerNorm(sum.ref(), out.ref(), mean.ref(), rstd.ref(), xr, y.ref(), w.ref(), br, rows, cols, eps, m)
 	// The graph of the two ops: the add (or dropout), then the LayerNorm.
 	recordDropout(sum, x, y, p, m, base)
@@ -819,10 +886,10 @@ func dropoutOperands(op string, x, y *Tensor, p float32, r *DropoutStream, base 
 	if p < 0 || p >= 1 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("probability %v outside [0, 1)", p), Operands: []*Tensor{y}})
 	}
-	wantDType(op, F32, y)
+	wantFloat(op, y)
 	if x != nil {
 		check(op, x, y)
-		wantDType(op, F32, x)
+		wantFloat(op, y, x)
 		sameShape(op, x, y)
 		xr = x.ref()
 	}
@@ -899,7 +966,7 @@ func dropoutBackward(n *node, g *Tensor) {
 // it after the kernel; otherwise it masks what it gets.
 func stashDropoutGrad(x, g *Tensor) backend.DropoutOut {
 	xn := x.node
-	if xn == nil || xn.ck != nil || !isDropout(xn) || !xn.in[0].requiresGrad || g.dtype != F32 {
+	if xn == nil || xn.ck != nil || !isDropout(xn) || !xn.in[0].requiresGrad || g.dtype != x.dtype {
 		return backend.DropoutOut{}
 	}
 	masked := like("dropout_backward", g, g.shape)
@@ -972,7 +1039,8 @@ func sumSquares(acc, t *Tensor, beta float32) {
 // is a one-element F32 tensor on param's device that the gradient is
 // multiplied by first (a clip coefficient computed there, see ClipCoef);
 // where it is not finite, the step leaves param, m and v as they are. The
-// gradient may be left scaled.
+// gradient may be left scaled. Where param has a bf16 copy (SetHalf), the
+// update writes it too, in the same pass.
 func AdamWStep(param, m, v *Tensor, hp backend.AdamW, gradScale *Tensor) {
 	AdamWStepSched(param, m, v, hp, gradScale, nil)
 }
@@ -997,6 +1065,9 @@ func AdamWStepSched(param, m, v *Tensor, hp backend.AdamW, gradScale, sched *Ten
 		wantDType("adamw", F32, gradScale)
 		wantScalar("adamw", gradScale)
 		hp.GradScale = gradScale.ref()
+	}
+	if h := param.half; h != nil { // its bf16 copy, in the same pass
+		hp.Half = h.ref()
 	}
 	param.be.AdamW(hp, param.ref(), param.Grad.ref(), m.ref(), v.ref(), param.Numel())
 }

@@ -92,6 +92,34 @@ type Tensor struct {
 	visited uint64     // Backward's visit mark
 	scope   *Scope     // the scope tracking it; nil when none does
 	item    [1]float32 // Item's host buffer: a local one would escape
+	half    *Tensor    // a BF16 copy of a parameter the products read (SetHalf)
+}
+
+// SetHalf gives parameter t a BF16 copy h of the same shape and device
+// (nil removes it), which the products of bf16 activations read instead
+// of casting t on every forward pass (see Linear). Whoever sets it keeps
+// it equal to t rounded to BF16 whenever t changes: the optimizer writes
+// it in the same pass as the update (backend.AdamW.Half), and refreshes
+// it with RefreshHalf after anything else writes t.
+func (t *Tensor) SetHalf(h *Tensor) {
+	if h != nil {
+		check("set_half", t, h)
+		sameShape("set_half", t, h)
+		wantDType("set_half", BF16, h)
+		wantDType("set_half", F32, t)
+	}
+	t.half = h
+}
+
+// Half is t's BF16 copy (SetHalf), or nil.
+func (t *Tensor) Half() *Tensor { return t.half }
+
+// RefreshHalf writes t rounded to BF16 into its half copy, outside
+// autograd; it does nothing where t has none.
+func (t *Tensor) RefreshHalf() {
+	if h := t.half; h != nil {
+		t.be.Cast(h.ref(), t.ref(), t.Numel())
+	}
 }
 
 // Shape returns the tensor's shape. Do not modify it.

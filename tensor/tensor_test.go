@@ -260,7 +260,8 @@ func TestMismatchErrors(t *testing.T) {
 		wantErr(t, "embedding across devices", func() { Embedding(a, FromInt32s(cpu1, []int32{0}, 1)) }, "embedding: tensors on cpu and cpu:1")
 
 		h := Cast(a, BF16)
-		wantErr(t, "add f32 and bf16", func() { Add(a, h) }, "add: want f32, got bf16", "tensor([2 3] bf16 cpu)")
+		wantErr(t, "add f32 and bf16", func() { Add(a, h) }, "add: want one dtype, got f32 and bf16", "tensor([2 3] bf16 cpu)")
+		wantErr(t, "add i32", func() { Add(FromInt32s(CPU, []int32{1}, 1), FromInt32s(CPU, []int32{1}, 1)) }, "add: want f32 or bf16, got i32")
 		wantErr(t, "matmul bf16", func() { MatMul(h, Ones(CPU, 3, 2)) }, "matmul: want f32, got bf16")
 		wantErr(t, "embedding with float ids", func() { Embedding(a, Ones(CPU, 4)) }, "embedding: want i32, got f32")
 		wantErr(t, "cross entropy with float targets", func() { CrossEntropy(a, Ones(CPU, 2)) }, "cross_entropy: want i32, got f32")

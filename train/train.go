@@ -951,13 +951,17 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 // pipeline), and, where the gradients are clipped on the device, its
 // buffers. On one device it packs the
 // optimizer (optim.AdamW.Pack): AdamW, zeroing and the gradient norm then
-// take a launch or two each, not one per parameter.
+// take a launch or two each, not one per parameter; in bf16 it gives the
+// weights their bf16 copies (optim.AdamW.KeepHalf).
 func (r *run) openStepState(step int) {
 	dev := r.dev
 	if r.pipe != nil {
 		dev = r.pipe.devs[len(r.pipe.devs)-1]
-	} else {
-		r.opt.Pack()
+	} else if r.opt.Pack() && r.cfg.ProductDType() == tensor.BF16 {
+		// bf16 activations' products read the weights' bf16 copies,
+		// which AdamW rewrites in its own pass: written here once, after
+		// anything that set the weights (a resume, the broadcast).
+		r.opt.KeepHalf()
 	}
 	r.stats = tensor.NewStats(dev)
 	r.lossSum = r.stats.Rows(0, 1)

@@ -14,6 +14,13 @@ const elemGrain = 1 << 14
 
 // Binary implements backend.Backend.
 func (c *CPU) Binary(op backend.BinaryOp, dst, a, b backend.Ref, n int) {
+	if anyBF16(dst, a, b) {
+		w := widening{c: c}
+		as, bs := w.in(a, n), w.in(b, n)
+		c.Binary(op, w.out(dst, n), as, bs, n)
+		w.done()
+		return
+	}
 	runChunks(c, &binaryTasks, n, elemGrain, binaryTask{int(op), f32(dst)[:n], f32(a)[:n], f32(b)[:n]})
 }
 
@@ -60,6 +67,13 @@ func binaryGo(op int, d, x, y []float32) {
 
 // Axpy implements backend.Backend.
 func (c *CPU) Axpy(dst, x backend.Ref, alpha float32, n int) {
+	if anyBF16(dst, x) {
+		w := widening{c: c}
+		xs := w.in(x, n)
+		c.Axpy(w.inout(dst, n), xs, alpha, n)
+		w.done()
+		return
+	}
 	runChunks(c, &axpyTasks, n, elemGrain, axpyTask{f32(dst)[:n], f32(x)[:n], alpha})
 }
 
@@ -92,6 +106,13 @@ func axpyGo(d, s []float32, alpha float32) {
 
 // Scale implements backend.Backend.
 func (c *CPU) Scale(dst, src backend.Ref, alpha float32, n int) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, n)
+		c.Scale(w.out(dst, n), s, alpha, n)
+		w.done()
+		return
+	}
 	runChunks(c, &scaleTasks, n, elemGrain, scaleTask{f32(dst)[:n], f32(src)[:n], alpha})
 }
 
@@ -104,6 +125,13 @@ func scaleGo(d, s []float32, alpha float32) {
 
 // Unary implements backend.Backend.
 func (c *CPU) Unary(op backend.UnaryOp, dst, src backend.Ref, n int) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, n)
+		c.Unary(op, w.out(dst, n), s, n)
+		w.done()
+		return
+	}
 	runChunks(c, &unaryTasks, n, elemGrain, unaryTask{op, f32(dst)[:n], f32(src)[:n]})
 }
 
@@ -138,6 +166,19 @@ func (t *unaryTask) do(lo, hi int) {
 // SumRows implements backend.Backend. Each output column is summed over
 // all rows in order by one goroutine.
 func (c *CPU) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, rows*cols)
+		var d backend.Ref
+		if beta != 0 {
+			d = w.inout(dst, cols)
+		} else {
+			d = w.out(dst, cols)
+		}
+		c.SumRows(d, s, rows, cols, beta)
+		w.done()
+		return
+	}
 	runTask(c, &sumRowsTasks, cols, 64, sumRowsTask{f32(dst)[:cols], f32(src)[:rows*cols], rows, cols, beta})
 }
 
@@ -176,6 +217,13 @@ func (t *sumRowsTask) do(lo, hi int) {
 
 // SumCols implements backend.Backend.
 func (c *CPU) SumCols(dst, src backend.Ref, rows, cols int, alpha float32) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, rows*cols)
+		c.SumCols(w.out(dst, rows), s, rows, cols, alpha)
+		w.done()
+		return
+	}
 	runTask(c, &sumColsTasks, rows, max(1, elemGrain/max(cols, 1)), sumColsTask{f32(dst)[:rows], f32(src)[:rows*cols], cols, alpha})
 }
 
@@ -206,6 +254,13 @@ const sumSquaresChunk = 1 << 15
 // SumSquares implements backend.Backend. Partial sums in float64 over
 // fixed chunks are added in chunk order.
 func (c *CPU) SumSquares(dst, src backend.Ref, n int, beta float32) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, n)
+		c.SumSquares(w.inout(dst, 1), s, n, beta)
+		w.done()
+		return
+	}
 	chunks := (n + sumSquaresChunk - 1) / sumSquaresChunk
 	buf := sumSquaresScratch.get(chunks)
 	defer sumSquaresScratch.put(buf)

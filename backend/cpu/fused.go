@@ -12,6 +12,13 @@ func rowGrain(cols int) int { return max(1, elemGrain/max(cols, 1)) }
 // Softmax implements backend.Backend: a numerically stable softmax over
 // each row, in one goroutine per chunk of rows.
 func (c *CPU) Softmax(dst, src backend.Ref, rows, cols int) {
+	if anyBF16(dst, src) {
+		w := widening{c: c}
+		s := w.in(src, rows*cols)
+		c.Softmax(w.out(dst, rows*cols), s, rows, cols)
+		w.done()
+		return
+	}
 	runTask(c, &softmaxTasks, rows, rowGrain(cols), softmaxTask{f32(dst)[:rows*cols], f32(src)[:rows*cols], cols})
 }
 
@@ -51,6 +58,13 @@ func softmaxRow(d, s []float32) {
 
 // SoftmaxBackward implements backend.Backend.
 func (c *CPU) SoftmaxBackward(dx, y, dy backend.Ref, rows, cols int) {
+	if anyBF16(dx, y, dy) {
+		w := widening{c: c}
+		ys, dys := w.in(y, rows*cols), w.in(dy, rows*cols)
+		c.SoftmaxBackward(w.out(dx, rows*cols), ys, dys, rows, cols)
+		w.done()
+		return
+	}
 	runTask(c, &softmaxBackwardTasks, rows, rowGrain(cols),
 		softmaxBackwardTask{f32(dx)[:rows*cols], f32(y)[:rows*cols], f32(dy)[:rows*cols], cols})
 }
@@ -361,6 +375,13 @@ func (ct *crossEntropyBackwardTask) do(lo, hi int) {
 
 // Embedding implements backend.Backend.
 func (c *CPU) Embedding(out, table, ids backend.Ref, n, dim int) {
+	if anyBF16(out, table) {
+		w := widening{c: c}
+		tb := w.in(table, extent(table))
+		c.Embedding(w.out(out, n*dim), tb, ids, n, dim)
+		w.done()
+		return
+	}
 	runTask(c, &embeddingTasks, n, rowGrain(dim), embeddingTask{f32(out)[:n*dim], f32(table), i32(ids)[:n], dim})
 }
 
@@ -400,5 +421,12 @@ func (t *embeddingBackwardTask) do(lo, hi int) {
 // tasks and each task adds the rows in token order, so repeated ids add in
 // a fixed order.
 func (c *CPU) EmbeddingBackward(dtable, dout, ids backend.Ref, n, dim int) {
+	if anyBF16(dtable, dout) {
+		w := widening{c: c}
+		g := w.in(dout, n*dim)
+		c.EmbeddingBackward(w.inout(dtable, extent(dtable)), g, ids, n, dim)
+		w.done()
+		return
+	}
 	runChunks(c, &embeddingBackwardTasks, dim, 32, embeddingBackwardTask{f32(dtable), f32(dout)[:n*dim], i32(ids)[:n], dim})
 }

@@ -137,6 +137,25 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // element of C is computed by one task with a fixed order over K, so the
 // result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if isBF16(cc) || isBF16(bias) {
+		// bf16 activations: the product into F32 scratch (C widened
+		// into it first where beta reads it), rounded into C once.
+		w := widening{c: c}
+		nc := p.M * p.N
+		if p.Batch > 1 {
+			nc += (p.Batch - 1) * p.StrideC
+		}
+		br := w.in(bias, p.N)
+		var cr backend.Ref
+		if p.Beta != 0 || (p.Batch > 1 && p.StrideC != p.M*p.N) { // C read, or gaps to keep
+			cr = w.inout(cc, nc)
+		} else {
+			cr = w.out(cc, nc)
+		}
+		c.MatMul(p, a, b, cr, br)
+		w.done()
+		return
+	}
 	if r := p.Rounds(); r != backend.F32 && a.S.DType() == backend.F32 && b.S.DType() == backend.F32 {
 		c.matmulRounded(p, r, a, b, cc, bias)
 		return

@@ -3,8 +3,10 @@ package cpu
 import "github.com/fleetml/fleet/backend"
 
 // The activation kernels (LayerNorm, the fused adds, GELU, dropout,
-// attention, cross-entropy) compute in float32 on F32 storage. For BF16
-// storage, as bf16 activations have it (autocast), they widen: each BF16
+// attention, cross-entropy, the elementwise ops and reductions, the
+// embedding gather and its gradient, and the products' outputs) compute in
+// float32 on F32 storage. For BF16 storage, as bf16 activations have it
+// (autocast), they widen: each BF16
 // operand is copied into F32 scratch, the F32 kernel runs, and each BF16
 // output is rounded back (to nearest even), so a BF16 call gives exactly
 // the F32 kernel's results on the widened inputs, rounded. Scratch comes
@@ -56,6 +58,21 @@ func (w *widening) out(r backend.Ref, n int) backend.Ref {
 	w.outs = append(w.outs, wideOut{r, s, n})
 	return s
 }
+
+// inout is in and out at once, for an operand read and then written (an
+// accumulator): its n elements widened into scratch, rounded back by done.
+func (w *widening) inout(r backend.Ref, n int) backend.Ref {
+	if !isBF16(r) {
+		return r
+	}
+	s := w.in(r, n)
+	w.outs = append(w.outs, wideOut{r, s, n})
+	return s
+}
+
+// extent is how many elements r's storage holds from its offset on (a
+// table whose rows an op indexes).
+func extent(r backend.Ref) int { return r.S.Len() - r.Off }
 
 func (w *widening) scratch(n int) backend.Ref {
 	s := w.c.Alloc(backend.F32, max(n, 1))

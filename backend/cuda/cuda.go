@@ -284,13 +284,16 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.Batch == 0 || p.M == 0 || p.N == 0 {
 		return
 	}
-	at, bt := c.dt(a), c.dt(b)
-	if at != bt || (at != backend.F32 && at != backend.BF16 && at != backend.F16) || c.dt(cc) != backend.F32 {
-		c.fail("matmul", fmt.Errorf("operands %v @ %v into %v", at, bt, c.dt(cc)))
+	at, bt, ct := c.dt(a), c.dt(b), c.dt(cc)
+	if !productTypes(at, bt, ct) {
+		c.fail("matmul", fmt.Errorf("operands %v @ %v into %v", at, bt, ct))
 	}
 	if !bias.Nil() {
 		if p.StrideC != p.M*p.N && p.Batch > 1 {
 			c.fail("matmul", fmt.Errorf("a bias needs contiguous outputs (stride %d, %d×%d)", p.StrideC, p.M, p.N))
+		}
+		if c.dt(bias) != ct {
+			c.fail("matmul", fmt.Errorf("a %v bias for a %v output (want the output's dtype)", c.dt(bias), ct))
 		}
 		// One product with cuBLASLt's bias epilogue where it takes it
 		// (a Linear's forward: one matrix, C overwritten).
@@ -298,12 +301,12 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.ltProduct("matmul", p, a, b, cc, backend.Ref{}, bias, cublas.EpilogueBias) {
 			return
 		}
-		c.check("matmul bias", kernels.BiasRows(c, c.ptr(cc), c.ptr(bias), p.Beta, p.Batch*p.M, p.N))
+		c.check("matmul bias", kernels.BiasRows(c, ct, c.ptr(cc), c.ptr(bias), p.Beta, p.Batch*p.M, p.N))
 		p.Beta = 1
 	}
 	if p.K == 0 { // an empty product: C = beta*C
 		if bias.Nil() {
-			c.check("matmul", kernels.Scale(c, backend.F32, c.ptr(cc), c.ptr(cc), p.Beta, p.Batch*p.M*p.N))
+			c.check("matmul", kernels.Scale(c, ct, c.ptr(cc), c.ptr(cc), p.Beta, p.Batch*p.M*p.N))
 		}
 		return
 	}
@@ -312,8 +315,18 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.fail("matmul", fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), c.compute(p, at))
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), dataType(ct), c.compute(p, at))
 	c.check("matmul", c.g.gemm(g))
+}
+
+// productTypes reports whether a product takes operands stored as at and
+// bt into an output stored as ct: one operand type among F32, BF16 and
+// F16, into F32, or into BF16 from BF16 operands (bf16 activations).
+func productTypes(at, bt, ct backend.DType) bool {
+	if at != bt || (at != backend.F32 && at != backend.BF16 && at != backend.F16) {
+		return false
+	}
+	return ct == backend.F32 || (ct == backend.BF16 && at == backend.BF16)
 }
 
 // MatMulBiasGrad implements backend.BiasGradProducts with cuBLASLt's
@@ -384,9 +397,9 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 	if c.noLt.Load() {
 		return false
 	}
-	at, bt := c.dt(a), c.dt(b)
-	if p.Batch != 1 || p.Beta != 0 || p.Alpha != 1 || at != bt || c.dt(out) != backend.F32 || (!aux.Nil() && c.dt(aux) != backend.F32) {
-		c.fail(op, fmt.Errorf("want one product, alpha 1, beta 0, one operand type and F32 outputs (%+v, %v @ %v)", p, at, bt))
+	at, bt, ot := c.dt(a), c.dt(b), c.dt(out)
+	if p.Batch != 1 || p.Beta != 0 || p.Alpha != 1 || !productTypes(at, bt, ot) || (!aux.Nil() && c.dt(aux) != ot) || (!bias.Nil() && c.dt(bias) != ot) {
+		c.fail(op, fmt.Errorf("want one product, alpha 1, beta 0, one operand type, and aux and bias of the output's type (%+v, %v @ %v into %v)", p, at, bt, ot))
 	}
 	if p.M == 0 || p.N == 0 {
 		return true
@@ -417,10 +430,10 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 // operands stored as at with epilogue ep, as cuBLASLt takes it: mapped
 // onto its column-major form as gemmFor maps MatMul.
 func (c *CUDA) ltMatmulOf(p backend.MatMul, a, b, out backend.Ref, at backend.DType, ep cublas.Epilogue) cublas.LtMatmul {
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), c.compute(p, at))
+	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), dataType(c.dt(out)), c.compute(p, at))
 	return cublas.LtMatmul{
 		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1, Beta: p.Beta,
-		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: cublas.R32F,
+		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: g.CType,
 		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
 	}
 }
@@ -460,10 +473,10 @@ func (c *CUDA) compute(p backend.MatMul, at backend.DType) cublas.ComputeType {
 // row-major matrix read column-major is its transpose, so row-major
 // C = op(A)·op(B) is computed as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, with A and
 // B (and M and N) swapped.
-func gemmFor(p backend.MatMul, a, b, c uint64, dt cublas.DataType, compute cublas.ComputeType) cublas.Gemm {
+func gemmFor(p backend.MatMul, a, b, c uint64, dt, ct cublas.DataType, compute cublas.ComputeType) cublas.Gemm {
 	g := cublas.Gemm{
 		M: p.N, N: p.M, K: p.K, Alpha: p.Alpha, Beta: p.Beta,
-		A: b, B: a, C: c, AType: dt, BType: dt, CType: cublas.R32F, LDC: p.N,
+		A: b, B: a, C: c, AType: dt, BType: dt, CType: ct, LDC: p.N,
 		StrideA: int64(p.StrideB), StrideB: int64(p.StrideA), StrideC: int64(p.StrideC),
 		Batch: p.Batch, Compute: compute, Algo: cublas.AlgoDefault,
 	}
@@ -603,12 +616,18 @@ func (c *CUDA) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend
 
 // Embedding implements backend.Backend. Ids outside the table give zero rows.
 func (c *CUDA) Embedding(out, table, ids backend.Ref, n, dim int) {
-	c.check("embedding", kernels.Embedding(c, c.dt(table), c.ptr(out), c.ptr(table), c.ptr(ids), n, dim, c.rowsOf(table, dim)))
+	if c.dt(table) != backend.F32 {
+		c.fail("embedding", fmt.Errorf("a %v table (the kernels read F32 tables)", c.dt(table)))
+	}
+	c.check("embedding", kernels.Embedding(c, c.dt(out), c.ptr(out), c.ptr(table), c.ptr(ids), n, dim, c.rowsOf(table, dim)))
 }
 
 // EmbeddingBackward implements backend.Backend.
 func (c *CUDA) EmbeddingBackward(dtable, dout, ids backend.Ref, n, dim int) {
-	c.check("embedding_backward", kernels.EmbeddingBackward(c, c.dt(dtable), c.ptr(dtable), c.ptr(dout), c.ptr(ids), n, dim, c.rowsOf(dtable, dim)))
+	if c.dt(dtable) != backend.F32 {
+		c.fail("embedding_backward", fmt.Errorf("a %v table gradient (the kernels accumulate in F32)", c.dt(dtable)))
+	}
+	c.check("embedding_backward", kernels.EmbeddingBackward(c, c.dt(dout), c.ptr(dtable), c.ptr(dout), c.ptr(ids), n, dim, c.rowsOf(dtable, dim)))
 }
 
 // rowsOf is how many rows of dim elements a table holds from its offset on.

@@ -211,8 +211,12 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 	default:
 		return fmt.Errorf("fake device: compute type %d", g.Compute)
 	}
-	if g.CType != cublas.R32F || g.AType != g.BType {
+	if (g.CType != cublas.R32F && (g.CType != cublas.R16BF || g.AType != cublas.R16BF)) || g.AType != g.BType {
 		return fmt.Errorf("fake device: types %d %d -> %d", g.AType, g.BType, g.CType)
+	}
+	csize := 4 // C is F32, or BF16 (bf16 activations: read widened, the sum rounded once)
+	if g.CType == cublas.R16BF {
+		csize = 2
 	}
 	size := 4
 	if g.AType == cublas.R16BF {
@@ -240,7 +244,7 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 		if err != nil {
 			return fmt.Errorf("B: %w", err)
 		}
-		c, err := f.mem(devPtr(g.C)+devPtr(int64(bi)*g.StrideC*4), span(g.LDC, g.N)*4)
+		c, err := f.mem(devPtr(g.C)+devPtr(int64(bi)*g.StrideC*int64(csize)), span(g.LDC, g.N)*csize)
 		if err != nil {
 			return fmt.Errorf("C: %w", err)
 		}
@@ -272,10 +276,18 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 					s += at(a, ai) * at(b, bi)
 				}
 				v := float64(g.Alpha) * s
-				if g.Beta != 0 { // C is F32 whatever A and B hold
-					v += float64(g.Beta) * float64(math.Float32frombits(binary.LittleEndian.Uint32(c[4*(i+j*g.LDC):])))
+				k := i + j*g.LDC
+				if csize == 2 {
+					if g.Beta != 0 {
+						v += float64(g.Beta) * float64(backend.BF16ToF32(binary.LittleEndian.Uint16(c[2*k:])))
+					}
+					binary.LittleEndian.PutUint16(c[2*k:], backend.F32ToBF16(float32(v)))
+					continue
 				}
-				binary.LittleEndian.PutUint32(c[4*(i+j*g.LDC):], math.Float32bits(float32(v)))
+				if g.Beta != 0 {
+					v += float64(g.Beta) * float64(math.Float32frombits(binary.LittleEndian.Uint32(c[4*k:])))
+				}
+				binary.LittleEndian.PutUint32(c[4*k:], math.Float32bits(float32(v)))
 			}
 		}
 	}
@@ -295,54 +307,99 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	if f.noLt {
 		return errNoLt
 	}
-	if m.D != m.C || m.Batch > 1 || m.CType != cublas.R32F {
+	if m.D != m.C || m.Batch > 1 || (m.CType != cublas.R32F && m.CType != cublas.R16BF) {
 		return fmt.Errorf("fake device: cuBLASLt product %+v", m)
 	}
+	// D, aux and the bias have D's type (cuBLASLt's default; a bias
+	// gradient is F32 here): F32, or BF16 for bf16 activations, whose
+	// epilogue computes in F32 from the product and rounds what it stores.
+	dsize := 4
+	if m.CType == cublas.R16BF {
+		dsize = 2
+	}
+	dn := m.LDC*(m.N-1) + m.M
 	g := cublas.Gemm{TransA: m.TransA, TransB: m.TransB, M: m.M, N: m.N, K: m.K, Alpha: m.Alpha, Beta: m.Beta,
-		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: m.CType, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
+		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: cublas.R32F, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
 		Batch: 1, Compute: m.Compute}
+	if dsize == 2 { // the product in F32 scratch first
+		if m.Beta != 0 {
+			return fmt.Errorf("fake device: a bf16 cuBLASLt product with beta %v", m.Beta)
+		}
+		tmp := f.next
+		f.next += devPtr(dn*4+4095)&^4095 + 4096
+		f.blocks[tmp] = emu.Poison(emu.U8, dn*4)
+		i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= tmp })
+		f.bases = append(f.bases, 0)
+		copy(f.bases[i+1:], f.bases[i:])
+		f.bases[i] = tmp
+		defer func() {
+			f.blocks[tmp].Free()
+			delete(f.blocks, tmp)
+			f.bases = append(f.bases[:i], f.bases[i+1:]...)
+		}()
+		g.C = uint64(tmp)
+	}
 	if err := f.gemm(g); err != nil {
 		return err
 	}
 	f.gemms--
-	d, err := f.mem(devPtr(m.D), (m.LDC*(m.N-1)+m.M)*4)
+	acc, err := f.mem(devPtr(g.C), dn*4)
+	if err != nil {
+		return fmt.Errorf("product: %w", err)
+	}
+	d, err := f.mem(devPtr(m.D), dn*dsize)
 	if err != nil {
 		return fmt.Errorf("D: %w", err)
 	}
 	var aux []byte
 	if m.Aux != 0 {
-		if aux, err = f.mem(devPtr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*4); err != nil {
+		if aux, err = f.mem(devPtr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*dsize); err != nil {
 			return fmt.Errorf("aux: %w", err)
 		}
 	}
 	var bias []byte
+	bsize := dsize
+	if m.Epilogue == cublas.EpilogueBGradA {
+		bsize = 4
+	}
 	if m.Bias != 0 {
-		if bias, err = f.mem(devPtr(m.Bias), m.M*4); err != nil {
+		if bias, err = f.mem(devPtr(m.Bias), m.M*bsize); err != nil {
 			return fmt.Errorf("bias: %w", err)
 		}
 	}
-	get := func(b []byte, i int) float64 {
+	get := func(b []byte, size, i int) float64 {
+		if size == 2 {
+			return float64(backend.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
+		}
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	}
-	put := func(b []byte, i int, v float64) { binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v))) }
+	put := func(b []byte, size, i int, v float64) {
+		if size == 2 {
+			binary.LittleEndian.PutUint16(b[2*i:], backend.F32ToBF16(float32(v)))
+			return
+		}
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+	}
 	const k = 0.7978845608028654 // sqrt(2/pi)
 	for j := 0; j < m.N; j++ {
 		for i := 0; i < m.M; i++ {
-			v, a := get(d, i+j*m.LDC), i+j*m.AuxLD
+			o, a := i+j*m.LDC, i+j*m.AuxLD
+			v := get(acc, 4, o)
 			switch m.Epilogue {
 			case cublas.EpilogueBGradA: // the bias gradient, below
+				put(d, dsize, o, v)
 			case cublas.EpilogueBias:
-				put(d, i+j*m.LDC, v+get(bias, i))
+				put(d, dsize, o, v+get(bias, bsize, i))
 			case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias:
 				if bias != nil {
-					v = float64(float32(v + get(bias, i)))
+					v = float64(float32(v + get(bias, bsize, i)))
 				}
-				put(aux, a, v)
-				put(d, i+j*m.LDC, 0.5*v*(1+math.Tanh(k*(v+0.044715*v*v*v))))
+				put(aux, dsize, a, v)
+				put(d, dsize, o, 0.5*v*(1+math.Tanh(k*(v+0.044715*v*v*v))))
 			case cublas.EpilogueDGELU:
-				x := get(aux, a)
+				x := get(aux, dsize, a)
 				t := math.Tanh(k * (x + 0.044715*x*x*x))
-				put(d, i+j*m.LDC, v*(0.5*(1+t)+0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)))
+				put(d, dsize, o, v*(0.5*(1+t)+0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)))
 			default:
 				return fmt.Errorf("fake device: epilogue %d", m.Epilogue)
 			}
@@ -363,13 +420,9 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 		for i := 0; i < m.M; i++ {
 			var s float64
 			for k := 0; k < m.K; k++ {
-				if size == 2 {
-					s += float64(backend.BF16ToF32(binary.LittleEndian.Uint16(a[2*(i+k*m.LDA):])))
-				} else {
-					s += get(a, i+k*m.LDA)
-				}
+				s += get(a, size, i+k*m.LDA)
 			}
-			put(bias, i, s)
+			put(bias, 4, i, s)
 		}
 	}
 	return nil

@@ -161,11 +161,11 @@ func (d *Device) CUBLASLt() *libs.Lib {
 				cBytes *= 2 // C is read too
 			}
 			bytes := batch * (la.rows*la.cols*size(la.dt) + lb.rows*lb.cols*size(lb.dt) + cBytes)
-			if ds.aux { // GELU_AUX writes the product beside D; DGELU reads it
-				bytes += batch * m * n * 4
+			if ds.aux { // GELU_AUX writes the product beside D; DGELU reads it (D's type)
+				bytes += batch * m * n * size(lc.dt)
 			}
 			if ds.bias {
-				bytes += m * 4
+				bytes += m * size(lc.dt)
 			}
 			peak := d.Spec.FP32
 			switch {
