@@ -251,10 +251,11 @@ func gradSink(t *Tensor) *Tensor {
 // takePending removes and returns the gradient gathered so far for t,
 // for a backward function that adds it into the gradient it writes for t
 // (in one pass with its own work) and returns the sum in gin. It returns
-// nil where there is none, or where it is not an F32 tensor of t's shape.
+// nil where there is none, or where it is not a tensor of t's dtype (F32,
+// or BF16 for bf16 activations) and shape.
 func takePending(t *Tensor) *Tensor {
 	g := t.pending
-	if g == nil || g.dtype != F32 || !g.shape.Equal(t.shape) {
+	if g == nil || g.dtype != t.dtype || (g.dtype != F32 && g.dtype != BF16) || !g.shape.Equal(t.shape) {
 		return nil
 	}
 	t.pending = nil

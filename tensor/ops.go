@@ -281,12 +281,15 @@ func sumBiasGrad(n *node, k int, bias, g *Tensor, rows, cols int) {
 func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 	gp, ok := x.be.(backend.GELUProducts)
 	var round DType // under autocast, the products round their F32 operands
-	if dt := ProgramOf(x.dev).autocast; dt != F32 {
+	bf16 := false   // bf16 activations: BF16 x, hidden activations and output
+	if dt := ProgramOf(x.dev).autocast; dt == BF16 && x.dtype == BF16 {
+		bf16 = true
+	} else if dt != F32 {
 		r, rounds := x.be.(backend.OperandRounder)
-		ok = ok && rounds && r.RoundsOperands()
+		ok = ok && rounds && r.RoundsOperands() && x.dtype == F32
 		round = dt
 	}
-	if !ok || !gp.GELUEpilogues() || x.dtype != F32 || w1.dtype != F32 || w2.dtype != F32 {
+	if !ok || !gp.GELUEpilogues() || (x.dtype != F32 && !bf16) || w1.dtype != F32 || w2.dtype != F32 {
 		// The bias and GELU in one pass where the backend has it.
 		if bg, fused := x.be.(backend.BiasGELUer); fused && b1 != nil && b1.dtype == F32 {
 			return Linear(biasGELU(bg, Linear(x, w1, nil), b1), w2, b2)
@@ -307,18 +310,22 @@ func MLP(x, w1, b1, w2, b2 *Tensor) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("bias shape %v, want [%d]", b1.shape, hid), Operands: []*Tensor{x, w1, b1}})
 	}
 	var buf [maxInlineRank]int
-	pre := alloc(op, x.dev, F32, withLast(&buf, x.shape, hid))
-	h := alloc(op, x.dev, F32, pre.shape)
+	pre := alloc(op, x.dev, x.dtype, withLast(&buf, x.shape, hid))
+	h := alloc(op, x.dev, x.dtype, pre.shape)
 	var b1r backend.Ref
 	if b1 != nil {
 		check(op, x, b1)
-		b1r = b1.ref()
+		b1r = asOperand(b1, x.dtype).ref()
 	}
-	gp.MatMulGELU(backend.MatMul{Batch: 1, M: rows, N: hid, K: in, Alpha: 1, Round: round}, x.ref(), w1.ref(), h.ref(), pre.ref(), b1r)
+	w1o := asOperand(w1, x.dtype)
+	gp.MatMulGELU(backend.MatMul{Batch: 1, M: rows, N: hid, K: in, Alpha: 1, Round: round}, x.ref(), w1o.ref(), h.ref(), pre.ref(), b1r)
 	// Its gradient arrives already through GELU (see mlpProjBackward).
 	if n := record(h, "mlp_fc", linearBackward, x, w1, b1); n != nil {
 		n.saved[0] = pre
 		n.i[0] = int(round)
+		if w1o != w1 {
+			n.saved[2] = w1o
+		}
 	}
 	out := Linear(h, w2, b2)
 	if n := out.node; n != nil && n.op == "linear" {
@@ -370,9 +377,9 @@ func mlpProjBackward(n *node, g *Tensor) {
 	outF := w.Dim(1)
 	linearGrads(n, g, false)
 	if h.requiresGrad {
-		n.gin[0] = alloc("mlp", h.dev, F32, h.shape)
+		n.gin[0] = alloc("mlp", h.dev, g.dtype, h.shape)
 		h.be.(backend.GELUProducts).MatMulGELUGrad(backend.MatMul{Batch: 1, M: rows, N: hid, K: outF, TransB: true, Alpha: 1, Round: DType(n.i[0])},
-			g.ref(), w.ref(), n.gin[0].ref(), pre.ref())
+			g.ref(), operandOf(n, w).ref(), n.gin[0].ref(), pre.ref())
 	}
 }
 
