@@ -182,7 +182,7 @@ func Diagnose(t Telemetry) Diagnosis {
 			ev = append(ev, fmt.Sprintf("MFU %.1f%% of %s", 100*t.MFU, fmtFLOPs(t.PeakFLOPs)))
 		}
 		fs = append(fs, Finding{Kind: Precision, Title: "fp32 on tensor cores", Cost: BF16Gain * cs, Evidence: ev,
-			Fix: "--precision bf16 (bf16 operands, f32 accumulation and master weights)"})
+			Fix: "--precision bf16 (bf16 activations and operands, f32 accumulation and master weights)"})
 	}
 
 	// Host syncs.
