@@ -87,3 +87,35 @@ func TestStepsReadNothingBack(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16StepCastsNoWeight counts, on sim:h200, the casts to bf16 of a
+// bf16 training step that follows no check point: one per micro-step,
+// the residual stream's after the embeddings, and none of a weight (the
+// products read the copies AdamW writes), while the activation kernels
+// run on bf16 storage.
+func TestBF16StepCastsNoWeight(t *testing.T) {
+	c := tinyConfig(t)
+	c.Device, c.Precision = "sim:h200", "bf16"
+	c.MaxIters, c.EvalInterval, c.LogInterval, c.GradAccum = 8, 100, 100, 2
+	c.Bias = true
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := be.(interface{ Sim() *sim.Device }).Sim()
+	counts := map[int]map[string]int64{}
+	c.AfterStep = func(done int) { counts[done] = sd.Counters().ByKernel }
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	for done := 3; done <= 7; done++ { // steps 3-7: after the warm-up, before the final evaluation
+		delta := func(k string) int64 { return counts[done][k] - counts[done-1][k] }
+		if n := delta("fleet_cast_f32_bf16"); n != int64(c.GradAccum) {
+			t.Errorf("step %d: %d casts to bf16, want %d (one per micro-step, no weight's)", done, n, c.GradAccum)
+		}
+		if delta("fleet_add_layernorm_bf16") == 0 || delta("fleet_add_layernorm_f32") != 0 {
+			t.Errorf("step %d: the residual adds did not run on bf16 storage", done)
+		}
+	}
+}
