@@ -2,42 +2,10 @@ package model
 
 import (
 	"math"
-	"strconv"
 	"testing"
 
-	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/tensor"
 )
-
-// bf16Fixture is the PyTorch fixture's model and batch (see
-// TestPyTorchParity).
-func bf16Fixture(t *testing.T) (*GPT, []int32, []int32, int, int) {
-	t.Helper()
-	f, err := checkpoint.Load("../testdata/gpt_bias.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := func(k string) int {
-		v, err := strconv.Atoi(f.Metadata[k])
-		if err != nil {
-			t.Fatalf("metadata %s: %v", k, err)
-		}
-		return v
-	}
-	cfg := Config{VocabSize: meta("vocab_size"), BlockSize: meta("block_size"), NLayer: meta("n_layer"),
-		NHead: meta("n_head"), NEmbd: meta("n_embd"), Bias: true}
-	m, err := New(cfg, tensor.CPU, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SetWeights(f); err != nil {
-		t.Fatal(err)
-	}
-	x, _ := f.Tensors["x"].Int32s()
-	y, _ := f.Tensors["y"].Int32s()
-	B := meta("batch_size")
-	return m, x, y, B, len(x) / B
-}
 
 // gradsUnder returns the loss and every parameter's gradient of one
 // forward and backward pass under Autocast(dt), and the logits' dtype.
@@ -74,7 +42,7 @@ func gradsUnder(m *GPT, dt tensor.DType, x, y []int32, B, T int) (loss float32, 
 // products read: with exact copies the results are the same bits as
 // casting on the fly, and with a corrupted copy they change.
 func TestBF16Activations(t *testing.T) {
-	m, x, y, B, T := bf16Fixture(t)
+	m, _, x, y, B, T := loadFixture(t, "gpt_bias")
 	ref, refGrads, refDT := gradsUnder(m, tensor.F32, x, y, B, T)
 	loss, grads, dt := gradsUnder(m, tensor.BF16, x, y, B, T)
 	if refDT != tensor.F32 || dt != tensor.BF16 {

@@ -15,31 +15,8 @@ import (
 func TestPyTorchParity(t *testing.T) {
 	for _, name := range []string{"gpt_bias", "gpt_nobias"} {
 		t.Run(name, func(t *testing.T) {
-			f, err := checkpoint.Load("../testdata/" + name + ".safetensors")
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta := func(k string) int {
-				v, err := strconv.Atoi(f.Metadata[k])
-				if err != nil {
-					t.Fatalf("metadata %s: %v", k, err)
-				}
-				return v
-			}
-			cfg := Config{VocabSize: meta("vocab_size"), BlockSize: meta("block_size"), NLayer: meta("n_layer"),
-				NHead: meta("n_head"), NEmbd: meta("n_embd"), Bias: f.Metadata["bias"] == "true"}
-			m, err := New(cfg, tensor.CPU, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.SetWeights(f); err != nil {
-				t.Fatal(err)
-			}
-			x, _ := f.Tensors["x"].Int32s()
-			y, _ := f.Tensors["y"].Int32s()
+			m, f, x, y, B, T := loadFixture(t, name)
 			want, _ := f.Tensors["loss"].Float64s()
-			B := meta("batch_size")
-			T := len(x) / B
 			tensor.Step(func() {
 				loss := m.Loss(tensor.FromInt32s(tensor.CPU, x, B, T), tensor.FromInt32s(tensor.CPU, y, B, T))
 				got := float64(loss.Item())
@@ -64,6 +41,36 @@ func TestPyTorchParity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loadFixture loads testdata/name.safetensors, a tiny GPT made with
+// PyTorch by scripts/make_gpt_fixture.py: the model with its weights, the
+// file (its loss and gradients), and the batch x, y of B rows of T tokens.
+func loadFixture(t *testing.T, name string) (m *GPT, f *checkpoint.File, x, y []int32, B, T int) {
+	t.Helper()
+	f, err := checkpoint.Load("../testdata/" + name + ".safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := func(k string) int {
+		v, err := strconv.Atoi(f.Metadata[k])
+		if err != nil {
+			t.Fatalf("metadata %s: %v", k, err)
+		}
+		return v
+	}
+	cfg := Config{VocabSize: meta("vocab_size"), BlockSize: meta("block_size"), NLayer: meta("n_layer"),
+		NHead: meta("n_head"), NEmbd: meta("n_embd"), Bias: f.Metadata["bias"] == "true"}
+	if m, err = New(cfg, tensor.CPU, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetWeights(f); err != nil {
+		t.Fatal(err)
+	}
+	x, _ = f.Tensors["x"].Int32s()
+	y, _ = f.Tensors["y"].Int32s()
+	B = meta("batch_size")
+	return m, f, x, y, B, len(x) / B
 }
 
 // TestTo moves a model to another (logical CPU) device: the loss there is

@@ -162,24 +162,27 @@ func TestClipCoefIsClipGradNorm(t *testing.T) {
 	}
 }
 
+// mixedParams returns four random parameters, vectors and matrices
+// interleaved, the matrices taking weight decay.
+func mixedParams() []*nn.Parameter {
+	r := tensor.NewRNG(5)
+	var ps []*nn.Parameter
+	for i, shape := range [][]int{{3}, {7, 5}, {5}, {3, 4}} {
+		p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
+		p.Decay = len(shape) == 2
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 // TestPackedStepIsUnpacked packs an optimizer and holds its steps to an
 // unpacked one's, bit for bit: parameters, moments, and what the model
 // sees through its own tensors (views of the flat buffers now). Zeroing
 // clears every gradient; ClipCoef's norm is the per-parameter one up to
 // rounding.
 func TestPackedStepIsUnpacked(t *testing.T) {
-	newParams := func() []*nn.Parameter {
-		r := tensor.NewRNG(5)
-		var ps []*nn.Parameter
-		for i, shape := range [][]int{{3}, {7, 5}, {5}, {3, 4}} {
-			p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
-			p.Decay = len(shape) == 2
-			ps = append(ps, p)
-		}
-		return ps
-	}
 	cfg := AdamWConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}
-	plain, packed := newParams(), newParams()
+	plain, packed := mixedParams(), mixedParams()
 	po, ko := NewAdamW(plain, cfg), NewAdamW(packed, cfg)
 	a := packed[1].T // the model's handle on a parameter, kept across the packing
 	if !ko.Pack() || ko.packed == nil || ko.packed.all.decayEnd != 7*5+3*4 {
@@ -227,13 +230,8 @@ func TestPackedStepIsUnpacked(t *testing.T) {
 // parameters), and RefreshHalf puts them right after the parameters are
 // written some other way. An unpacked optimizer keeps none.
 func TestKeepHalf(t *testing.T) {
-	r := tensor.NewRNG(5)
-	var ps []*nn.Parameter
-	for i, shape := range [][]int{{3}, {7, 5}, {5}, {3, 4}} {
-		p := nn.NewParameter(string(rune('a'+i)), tensor.Randn(tensor.CPU, r, 1, shape...))
-		p.Decay = len(shape) == 2
-		ps = append(ps, p)
-	}
+	r := tensor.NewRNG(6)
+	ps := mixedParams()
 	o := NewAdamW(ps, AdamWConfig{LR: 0.05, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 	if o.KeepHalf() {
 		t.Fatal("KeepHalf on an unpacked optimizer")
