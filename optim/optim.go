@@ -33,6 +33,9 @@ type AdamW struct {
 	// packed holds the flat buffers of a packed optimizer (Pack); nil
 	// where each parameter is updated on its own.
 	packed *packing
+	// halves: an unpacked optimizer's parameters have bf16 copies of
+	// their own (KeepHalf).
+	halves bool
 }
 
 // packing is a packed optimizer's flat buffers: parameters, gradients and
@@ -112,6 +115,14 @@ func (o *AdamW) Pack() bool {
 	for i, p := range o.Params {
 		ps[i] = p.T
 	}
+	if o.halves { // the flat copy replaces the parameters' own
+		for _, p := range o.Params {
+			p.T.Half().Free()
+			p.T.SetHalf(nil)
+		}
+		o.halves = false
+		defer o.KeepHalf()
+	}
 	k := &packing{order: order}
 	o.packed = k // so that Free finds what a failure partway leaves
 	k.params, k.grads = tensor.Pack(pick(ps), true)
@@ -143,6 +154,13 @@ func (o *AdamW) Free() {
 	if k == nil {
 		k = &packing{}
 	}
+	if o.halves {
+		for _, p := range o.Params {
+			p.T.Half().Free()
+			p.T.SetHalf(nil)
+		}
+		o.halves = false
+	}
 	if k.half != nil {
 		for _, p := range o.Params {
 			p.T.SetHalf(nil)
@@ -165,18 +183,25 @@ func (o *AdamW) Free() {
 	o.packed = nil
 }
 
-// KeepHalf gives every parameter of a packed optimizer a bf16 copy
-// (tensor.Tensor.SetHalf), a view of one flat BF16 buffer, and writes it:
-// the weights bf16 activations' products read, so that no forward pass
-// casts a weight. Each Step then rewrites it in the update's own pass
-// (backend.AdamW.Half). Whoever writes the parameters otherwise (loading
-// weights, a broadcast) must call RefreshHalf after. It reports false,
-// doing nothing, where the optimizer is not packed; calling it again only
-// refreshes the copy.
-func (o *AdamW) KeepHalf() bool {
+// KeepHalf gives every parameter a bf16 copy (tensor.Tensor.SetHalf) and
+// writes it: the weights bf16 activations' products read, so that no
+// forward pass casts a weight. Each Step then rewrites it in the update's
+// own pass (backend.AdamW.Half). On a packed optimizer the copies are
+// views of one flat BF16 buffer (one update, one refresh); otherwise each
+// parameter's is its own tensor on its device (a pipeline's stages).
+// Whoever writes the parameters otherwise (loading weights, a broadcast)
+// must call RefreshHalf after. Calling it again only refreshes the copies.
+func (o *AdamW) KeepHalf() {
 	k := o.packed
 	if k == nil || !k.done {
-		return false
+		if !o.halves {
+			for _, p := range o.Params {
+				tensor.ProgramOf(p.T.Device()).Persist(func() { p.T.SetHalf(tensor.Empty(p.T.Device(), tensor.BF16, p.T.Shape()...)) })
+			}
+			o.halves = true
+		}
+		o.RefreshHalf()
+		return
 	}
 	if k.half == nil {
 		dev := k.params.Device()
@@ -194,14 +219,19 @@ func (o *AdamW) KeepHalf() bool {
 		})
 	}
 	o.RefreshHalf()
-	return true
 }
 
 // RefreshHalf rewrites the parameters' bf16 copies (KeepHalf) from the
-// parameters, in one pass; it does nothing without them.
+// parameters (in one pass where packed); it does nothing without them.
 func (o *AdamW) RefreshHalf() {
 	if k := o.packed; k != nil && k.half != nil {
 		k.all.p.RefreshHalf()
+		return
+	}
+	if o.halves {
+		for _, p := range o.Params {
+			p.T.RefreshHalf()
+		}
 	}
 }
 

@@ -224,21 +224,15 @@ func TestPackedStepIsUnpacked(t *testing.T) {
 	ko.Free()
 }
 
-// TestKeepHalf: a packed optimizer's bf16 copies are each parameter
-// rounded to bf16, bit for bit, after KeepHalf and after every step
-// (written in the update's pass, with the decayed and the other
-// parameters), and RefreshHalf puts them right after the parameters are
-// written some other way. An unpacked optimizer keeps none.
+// TestKeepHalf: an optimizer's bf16 copies are each parameter rounded to
+// bf16, bit for bit, after KeepHalf and after every step (written in the
+// update's pass, with the decayed and the other parameters), unpacked,
+// then packed (the copies moved into one flat buffer), and RefreshHalf
+// puts them right after the parameters are written some other way.
 func TestKeepHalf(t *testing.T) {
 	r := tensor.NewRNG(6)
 	ps := mixedParams()
 	o := NewAdamW(ps, AdamWConfig{LR: 0.05, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
-	if o.KeepHalf() {
-		t.Fatal("KeepHalf on an unpacked optimizer")
-	}
-	if !o.Pack() || !o.KeepHalf() {
-		t.Fatal("KeepHalf on a packed optimizer failed")
-	}
 	check := func(when string) {
 		t.Helper()
 		for _, p := range ps {
@@ -252,18 +246,40 @@ func TestKeepHalf(t *testing.T) {
 			}
 		}
 	}
-	check("after KeepHalf")
-	for step := 1; step <= 3; step++ {
-		for _, p := range ps {
-			p.T.Grad.CopyFrom(tensor.Randn(tensor.CPU, r, 1, p.T.Shape()...))
+	steps := func(when string) {
+		t.Helper()
+		for step := 1; step <= 2; step++ {
+			for _, p := range ps {
+				g := tensor.Randn(tensor.CPU, r, 1, p.T.Shape()...)
+				if p.T.Grad == nil {
+					p.T.Grad = g
+				} else {
+					p.T.Grad.CopyFrom(g)
+				}
+			}
+			before := ps[1].T.Half().Float32s()
+			o.Step()
+			if testenv.SameBits(before, ps[1].T.Half().Float32s()) {
+				t.Fatal("a step left the half copy as it was")
+			}
+			check(when)
 		}
-		before := ps[1].T.Half().Float32s()
-		o.Step()
-		if testenv.SameBits(before, ps[1].T.Half().Float32s()) {
-			t.Fatal("a step left the half copy as it was")
-		}
-		check("after a step")
 	}
+	// Unpacked: each parameter's own copy, updated by its own step.
+	o.KeepHalf()
+	check("after KeepHalf, unpacked")
+	steps("after an unpacked step")
+	// Packing moves the copies into one flat buffer.
+	if !o.Pack() {
+		t.Fatal("Pack failed")
+	}
+	if o.Half() == nil {
+		t.Fatal("packing left the copies unpacked")
+	}
+	check("after Pack")
+	steps("after a packed step")
+	o.KeepHalf()
+	check("after KeepHalf again")
 	ps[3].T.CopyFrom(tensor.Randn(tensor.CPU, r, 1, 3, 4)) // a load, say
 	o.RefreshHalf()
 	check("after RefreshHalf")

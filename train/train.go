@@ -957,7 +957,10 @@ func (r *run) openStepState(step int) {
 	dev := r.dev
 	if r.pipe != nil {
 		dev = r.pipe.devs[len(r.pipe.devs)-1]
-	} else if r.opt.Pack() && r.cfg.ProductDType() == tensor.BF16 {
+	} else {
+		r.opt.Pack()
+	}
+	if r.cfg.ProductDType() == tensor.BF16 {
 		// bf16 activations' products read the weights' bf16 copies,
 		// which AdamW rewrites in its own pass: written here once, after
 		// anything that set the weights (a resume, the broadcast).
