@@ -2,6 +2,7 @@ package dist
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 )
 
@@ -40,6 +41,13 @@ type bucket struct {
 	offs   []int
 	buf    []float32
 	work   Work
+	tag    string // "bucket N", for the group's flight record
+}
+
+// tagger is a ProcessGroup whose flight record can say what an
+// all-reduce carries.
+type tagger interface {
+	AllReduceAsyncTag(buf []float32, op Op, tag string) Work
 }
 
 // NewReducer builds the buckets for grads (one slice per parameter, in
@@ -67,9 +75,10 @@ func NewReducer(pg ProcessGroup, grads [][]float32, bucketBytes int) *Reducer {
 			cur = nil // full: the next gradient starts another
 		}
 	}
-	for _, b := range r.buckets {
+	for i, b := range r.buckets {
 		n := b.offs[len(b.offs)-1] + len(grads[b.params[len(b.params)-1]])
 		b.buf = make([]float32, n)
+		b.tag = "bucket " + strconv.Itoa(i)
 	}
 	r.reset()
 	return r
@@ -125,7 +134,11 @@ func (r *Reducer) launchReady() {
 		for j, p := range b.params {
 			copy(b.buf[b.offs[j]:], r.grads[p])
 		}
-		b.work = r.pg.AllReduceAsync(b.buf, Avg)
+		if t, ok := r.pg.(tagger); ok {
+			b.work = t.AllReduceAsyncTag(b.buf, Avg, b.tag)
+		} else {
+			b.work = r.pg.AllReduceAsync(b.buf, Avg)
+		}
 		r.next++
 		r.launched++
 	}

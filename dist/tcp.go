@@ -56,6 +56,8 @@ type TCPGroup struct {
 	err    error // the first failure, or errGroupClosed
 	closed bool
 	done   chan struct{}
+
+	flight *FlightRecorder
 }
 
 var _ ProcessGroup = (*TCPGroup)(nil)
@@ -88,7 +90,7 @@ func NewTCPGroup(store *Store, opts TCPOptions) (*TCPGroup, error) {
 	g := &TCPGroup{
 		store: store, rank: store.Rank(), size: store.World(), opts: opts,
 		prefix: "tcp/" + opts.Name, chunk: max(opts.ChunkBytes/4, 1),
-		seq: map[string]int{}, done: make(chan struct{}),
+		seq: map[string]int{}, done: make(chan struct{}), flight: newFlightRecorder(),
 	}
 	g.cond = sync.NewCond(&g.mu)
 	if g.size > 1 {
@@ -215,6 +217,8 @@ func (g *TCPGroup) Close() error {
 type tcpWork struct {
 	kind      string
 	seq       int
+	fseq      int    // its Seq in the flight record
+	tag       string // what it carries, for the flight record
 	buf, recv []float32
 	op        Op
 	root      int
@@ -239,8 +243,10 @@ func (g *TCPGroup) submit(w *tcpWork) *tcpWork {
 	g.mu.Lock()
 	g.seq[w.kind]++
 	w.seq = g.seq[w.kind]
+	w.fseq = g.flight.add(w.kind, w.seq, w.tag, w.bytes())
 	if g.err != nil {
 		w.err = g.err
+		g.flight.set(w.fseq, FlightFailed, w.err)
 		close(w.done)
 	} else {
 		g.queue = append(g.queue, w)
@@ -267,9 +273,15 @@ func (g *TCPGroup) loop() {
 		err := g.err
 		g.mu.Unlock()
 		if err == nil {
+			g.flight.set(w.fseq, FlightRunning, nil)
 			if err = g.run(w); err != nil {
 				err = g.failed(w, err)
 			}
+		}
+		if err != nil {
+			g.flight.set(w.fseq, FlightFailed, err)
+		} else {
+			g.flight.set(w.fseq, FlightDone, nil)
 		}
 		w.err = err
 		close(w.done)
@@ -350,6 +362,16 @@ func (g *TCPGroup) AllReduce(buf []float32, op Op) error { return g.AllReduceAsy
 func (g *TCPGroup) AllReduceAsync(buf []float32, op Op) Work {
 	return g.submit(&tcpWork{kind: "all-reduce", buf: buf, op: op})
 }
+
+// AllReduceAsyncTag is AllReduceAsync with a tag that says what buf
+// carries ("bucket 7"), kept in the flight record.
+func (g *TCPGroup) AllReduceAsyncTag(buf []float32, op Op, tag string) Work {
+	return g.submit(&tcpWork{kind: "all-reduce", buf: buf, op: op, tag: tag})
+}
+
+// Flight is the group's flight recorder: its last FlightCapacity
+// collectives, for a hang's post-mortem (DesyncReport).
+func (g *TCPGroup) Flight() *FlightRecorder { return g.flight }
 
 // Broadcast copies root's buf to every rank.
 func (g *TCPGroup) Broadcast(buf []float32, root int) error {

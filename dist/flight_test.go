@@ -1,0 +1,129 @@
+package dist
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestFlightRecorderRing keeps the last FlightCapacity collectives, oldest
+// first, with their states and times.
+func TestFlightRecorderRing(t *testing.T) {
+	f := newFlightRecorder()
+	for i := 1; i <= FlightCapacity+5; i++ {
+		seq := f.add("all-reduce", i, fmt.Sprintf("bucket %d", i%3), int64(4*i))
+		f.set(seq, FlightRunning, nil)
+		if i < FlightCapacity+5 {
+			f.set(seq, FlightDone, nil)
+		}
+	}
+	f.set(3, FlightFailed, nil) // long gone from the ring: ignored
+	es := f.Entries()
+	if len(es) != FlightCapacity || es[0].Seq != 6 || es[len(es)-1].Seq != FlightCapacity+5 {
+		t.Fatalf("%d entries, seq %d to %d; want %d, 6 to %d", len(es), es[0].Seq, es[len(es)-1].Seq, FlightCapacity, FlightCapacity+5)
+	}
+	last := es[len(es)-1]
+	if last.State != FlightRunning || last.Started == 0 || last.Ended != 0 || es[0].State != FlightDone || es[0].Ended < es[0].Started {
+		t.Errorf("states or times wrong: first %+v, last %+v", es[0], last)
+	}
+}
+
+// flightJob runs fn(rank, group) on each of 4 in-process ranks whose
+// collectives time out after 600 ms, and returns their flight dumps.
+func flightJob(t *testing.T, fn func(r int, g *TCPGroup)) []FlightDump {
+	t.Helper()
+	groups := job(t, 4, TCPOptions{Timeout: 600 * time.Millisecond, RootCauseWait: 300 * time.Millisecond}, nil)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Go(func() { fn(r, g) })
+	}
+	wg.Wait()
+	dumps := make([]FlightDump, len(groups))
+	for r, g := range groups {
+		dumps[r] = FlightDump{Rank: r, World: len(groups), Group: "ddp", Reason: "test", Dumped: time.Now().UnixNano(), Entries: g.Flight().Entries()}
+	}
+	return dumps
+}
+
+// TestDesyncReportNamesTheRankThatNeverEntered: rank 3 skips the second
+// all-reduce (it is alive, but busy elsewhere); the others time out in
+// it, and the report names rank 3, the collective and what it had done,
+// from every rank's dump and from the others' alone (as when rank 3 is
+// stopped and cannot dump), also after a round trip through files.
+func TestDesyncReportNamesTheRankThatNeverEntered(t *testing.T) {
+	start := time.Now()
+	dumps := flightJob(t, func(r int, g *TCPGroup) {
+		buf := make([]float32, 1000)
+		if err := g.AllReduceAsyncTag(buf, Sum, "bucket 0").Wait(); err != nil {
+			t.Errorf("rank %d: first all-reduce: %v", r, err)
+		}
+		if r == 3 {
+			return
+		}
+		if err := g.AllReduceAsyncTag(buf, Sum, "bucket 1").Wait(); err == nil {
+			t.Errorf("rank %d: the second all-reduce succeeded without rank 3", r)
+		}
+	})
+	t.Logf("the ranks failed %v after starting", time.Since(start).Round(time.Millisecond))
+	got, err := DesyncReport(dumps, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rank 3 never entered all-reduce #2 (seq 2, bucket 1, 3.9 KiB)", "ranks 0-2 waited", "rank 3's last completed collective was all-reduce #1 (seq 1)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report %q lacks %q", got, want)
+		}
+	}
+	t.Logf("report: %s", got)
+
+	dir := t.TempDir()
+	for _, d := range dumps[:3] { // rank 3 stopped: no dump
+		if err := WriteFlightDump(dir, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, err := ReadFlightDumps(dir)
+	if err != nil || len(read) != 3 {
+		t.Fatalf("read %d dumps: %v", len(read), err)
+	}
+	got, err = DesyncReport(read, 4)
+	if err != nil || !strings.HasPrefix(got, "rank 3 left no flight record") || !strings.Contains(got, "all-reduce #2 (seq 2") {
+		t.Errorf("without rank 3's dump: %q, %v", got, err)
+	}
+}
+
+// TestDesyncReportNamesTheRankThatSkipped: rank 2 skips bucket 0 and
+// issues bucket 1 first; its neighbours see another collective's header
+// and fail at once, and the report names rank 2 and both collectives.
+func TestDesyncReportNamesTheRankThatSkipped(t *testing.T) {
+	dumps := flightJob(t, func(r int, g *TCPGroup) {
+		b0, b1 := make([]float32, 64), make([]float32, 32)
+		if r != 2 {
+			g.AllReduceAsyncTag(b0, Avg, "bucket 0").Wait()
+		}
+		g.AllReduceAsyncTag(b1, Avg, "bucket 1").Wait()
+	})
+	got, err := DesyncReport(dumps, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "rank 2 issued all-reduce #1 (seq 1, bucket 1, 128 B) as seq 1, where ranks 0, 1, 3 issued all-reduce #1 (seq 1, bucket 0, 256 B)"
+	if !strings.Contains(got, want) {
+		t.Errorf("report %q lacks %q", got, want)
+	}
+}
+
+// TestDesyncReportQuiet: dumps of a group that finished everything show
+// no desync; an empty folder is an error naming it.
+func TestDesyncReportQuiet(t *testing.T) {
+	dumps := flightJob(t, func(r int, g *TCPGroup) { g.AllReduce(make([]float32, 10), Sum) })
+	if _, err := DesyncReport(dumps, 4); err != ErrNoDesync {
+		t.Errorf("a clean group: %v, want ErrNoDesync", err)
+	}
+	dir := t.TempDir()
+	if _, err := ReadFlightDumps(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("an empty folder: %v", err)
+	}
+}
