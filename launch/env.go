@@ -27,6 +27,10 @@ const (
 	// EnvFleetRun is set to 1 by `fleet run` for its processes, so they
 	// can tell it from torchrun.
 	EnvFleetRun = "FLEET_RUN"
+	// EnvFlightDir is a folder `fleet run` makes for each attempt, where
+	// each rank also writes its collectives' flight record when one fails
+	// (dist.FlightDump), so that the launcher can print the desync report.
+	EnvFlightDir = "FLEET_FLIGHT_DIR"
 )
 
 // DefaultMasterPort is torchrun's default rendezvous port, used by

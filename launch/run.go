@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
 )
 
@@ -169,7 +171,18 @@ func Run(o Options) error {
 		defer signal.Stop(ch)
 		sigs = ch
 	}
+	if dir, err := os.MkdirTemp("", "fleet-flight-"); err == nil {
+		s.flightDir = dir
+		defer os.RemoveAll(dir)
+	}
 	for restart := 0; ; restart++ {
+		if s.flightDir != "" { // the last attempt's records are not this one's
+			if old, err := os.ReadDir(s.flightDir); err == nil {
+				for _, e := range old {
+					os.Remove(filepath.Join(s.flightDir, e.Name()))
+				}
+			}
+		}
 		failed, sig, stopped, err := s.runGroup(restart, sigs)
 		switch {
 		case err != nil:
@@ -182,6 +195,7 @@ func Run(o Options) error {
 			return nil
 		}
 		failed.Restarts = restart
+		s.desync()
 		if restart >= o.MaxRestarts {
 			if o.MaxRestarts > 0 {
 				s.logf("rank %d %s; no restarts left (--max-restarts %d)", failed.Rank, failed.How, o.MaxRestarts)
@@ -262,6 +276,30 @@ func (o *Options) fill() error {
 type supervisor struct {
 	o           Options
 	out, errOut *output
+	// flightDir is where the processes write their flight records
+	// (EnvFlightDir), emptied before each attempt; "" when it could not
+	// be made.
+	flightDir string
+}
+
+// desync prints the desync report of a failed attempt's flight records
+// (dist.DesyncReport), where the processes left some that show one.
+func (s *supervisor) desync() {
+	if s.flightDir == "" {
+		return
+	}
+	dumps, err := dist.ReadFlightDumps(s.flightDir)
+	if err != nil {
+		return // no collective failed: nothing was dumped
+	}
+	rep, err := dist.DesyncReport(dumps, s.o.NNodes*s.o.NProcPerNode)
+	if err != nil {
+		return
+	}
+	if s.o.NNodes > 1 {
+		rep += " (from this node's ranks; `fleet diagnose` on the job's shared output folder reads every node's)"
+	}
+	s.logf("desync: %s", rep)
 }
 
 // logf writes one launcher line to Stderr.
@@ -285,6 +323,9 @@ func (s *supervisor) childEnv(local, restart, port int) []string {
 		"TORCHELASTIC_MAX_RESTARTS":  strconv.Itoa(o.MaxRestarts),
 		EnvSecret:                    o.Secret,
 		EnvFleetRun:                  "1",
+	}
+	if s.flightDir != "" {
+		set[EnvFlightDir] = s.flightDir
 	}
 	env := make([]string, 0, len(o.Env)+len(set)+1)
 	hasProcs := false

@@ -49,6 +49,11 @@ type ddp struct {
 	// hookFn is hook as a func value, made once: a method value made per
 	// step would be a heap allocation per step.
 	hookFn func(*tensor.Tensor)
+	// out is the run's folder (its FlightDir gets the flight record), log
+	// the run's log; stopSignal ends the SIGUSR1 handler.
+	out        string
+	log        io.Writer
+	stopSignal func()
 }
 
 // useDeviceGroup says whether gradients go through a device group: with
@@ -110,7 +115,8 @@ func (r *run) openDDP(store *dist.Store) error {
 		return fmt.Errorf("dist: %w", err)
 	}
 	d := &ddp{store: store, pg: pg, params: r.model.Parameters(), index: map[*tensor.Tensor]int{},
-		bucket: cfg.BucketMB << 20}
+		bucket: cfg.BucketMB << 20, out: cfg.Out, log: r.log}
+	d.stopSignal = d.dumpOnSignal()
 	for i, p := range d.params {
 		d.index[p.T] = i
 	}
@@ -298,11 +304,21 @@ func (d *ddp) close() {
 	if d == nil {
 		return
 	}
+	if d.stopSignal != nil {
+		d.stopSignal()
+	}
 	if d.devGrad != nil {
 		d.devGrad.close(d.err != nil)
 	}
 	if d.pg == nil { // a Stepper's: a device group alone
 		return
+	}
+	if d.err != nil || d.failedCollective() {
+		reason := "a collective failed"
+		if d.err != nil {
+			reason = d.err.Error()
+		}
+		d.dumpFlight(reason)
 	}
 	if d.err == nil {
 		d.pg.Barrier() // rank 0's store must outlive the others' last requests

@@ -201,6 +201,70 @@ func TestDDPRankDies(t *testing.T) {
 	if exit > timeout+5*time.Second {
 		t.Errorf("the job took %v after the fault to end, more than the collective timeout %v plus 5 s", exit, timeout)
 	}
+	// Rank 0's collective failed: it left its flight record, and the
+	// launcher's desync report names rank 1, which left none.
+	if _, ok := j.find("fleet run: desync: rank 1 left no flight record", "all-reduce #"); !ok {
+		t.Errorf("no desync report naming rank 1:\n%s", out)
+	}
+}
+
+// TestDDPFlightRecorder stops rank 2 of 4 (SIGSTOP) in the middle of a run
+// with a 3 s collective timeout: the others fail in the collective they
+// were waiting in and write their flight records; the launcher's desync
+// report, within the timeout plus 10 s of the stop, names rank 2 and the
+// collective by its sequence number, and `fleet diagnose` on the run's
+// folder prints the same.
+func TestDDPFlightRecorder(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the rank's process in /proc")
+	}
+	if testing.Short() {
+		t.Skip("waits out a collective timeout")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	out := filepath.Join(dir, "out")
+	const timeout = 3 * time.Second
+	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
+	args := append([]string{"run", "--nproc-per-node", "4", "--max-restarts", "0", "--grace", "2s", "--", bin, "train"},
+		ddpTrainArgs(data, out, "--max-iters", "100000", "--comm-timeout", timeout.String())...)
+	j := startJob(t, bin, jobEnv(token), args...)
+	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
+	pid := rankPID(t, token, 2)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	err, _ := j.finish(t, timeout+time.Minute)
+	txt := j.output()
+	if err == nil {
+		t.Fatalf("the job succeeded although rank 2 was stopped:\n%s", txt)
+	}
+	report, ok := j.find("fleet run: desync: rank 2 left no flight record")
+	if !ok {
+		t.Fatalf("no desync report naming rank 2:\n%s", txt)
+	}
+	var kindSeq, seq int
+	i := strings.Index(report.text, " #")
+	if i < 0 {
+		t.Fatalf("the report names no collective: %q", report.text)
+	}
+	if _, err := fmt.Sscanf(report.text[i:], " #%d (seq %d", &kindSeq, &seq); err != nil || kindSeq < 1 || seq < kindSeq {
+		t.Errorf("the report's collective: %q (%v)", report.text[i:], err)
+	}
+	if d := report.at.Sub(stopped); d > timeout+10*time.Second {
+		t.Errorf("the report came %v after the stop, more than the timeout %v plus 10 s", d, timeout)
+	}
+	t.Logf("%v after the stop: %s", report.at.Sub(stopped).Round(time.Millisecond), report.text)
+	var diag, errb bytes.Buffer
+	if err := diagnoseCmd([]string{out}, &diag, &errb); err != nil && !strings.Contains(err.Error(), "telemetry") {
+		t.Fatalf("fleet diagnose: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(diag.String(), "rank 2 left no flight record") || !strings.Contains(diag.String(), fmt.Sprintf("(seq %d", seq)) {
+		t.Errorf("fleet diagnose does not report the same:\n%s", diag.String())
+	}
 }
 
 // rankPID finds the process of rank rank whose environment holds the

@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/monitor/diagnose"
+	"github.com/fleetml/fleet/train"
 )
 
 // diagnoseCmd prints what held a finished run back, from the telemetry
@@ -17,18 +19,45 @@ import (
 func diagnoseCmd(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	fset.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fleet diagnose RUN_DIR\n\nNames the main bottleneck of a training run (data loading, a small batch,\nhost-device copies, fp32 on tensor cores, host syncs, communication, or none:\ncompute-bound), with the measurements behind it and the flag that fixes it,\nfrom RUN_DIR/%s.\n", diagnose.TelemetryFile)
+		fmt.Fprintf(stderr, "Usage: fleet diagnose RUN_DIR\n\nNames the main bottleneck of a training run (data loading, a small batch,\nhost-device copies, fp32 on tensor cores, host syncs, communication, or none:\ncompute-bound), with the measurements behind it and the flag that fixes it,\nfrom RUN_DIR/%s. Where the ranks of a data-parallel run left flight\nrecords of their collectives (RUN_DIR/%s/rank-K.json: written when a\ncollective fails, and on SIGUSR1), it first names the collective the group\nhung in and the rank that never entered it.\n", diagnose.TelemetryFile, train.FlightDir)
 		fset.PrintDefaults()
 	}
 	dir, err := runDirArg(fset, args, stderr)
 	if err != nil {
 		return err
 	}
+	flight := desyncReport(stdout, filepath.Join(dir, train.FlightDir))
 	t, err := readTelemetry(dir)
 	if err != nil {
+		if flight {
+			return nil // a hung run: the flight records are its diagnosis
+		}
 		return err
 	}
 	return diagnose.Format(stdout, diagnose.Diagnose(t))
+}
+
+// desyncReport prints the desync report of the flight records in dir
+// (dist.DesyncReport) and reports whether there were any.
+func desyncReport(stdout io.Writer, dir string) bool {
+	dumps, err := dist.ReadFlightDumps(dir)
+	if err != nil {
+		return false
+	}
+	world := 0
+	for _, d := range dumps {
+		world = max(world, d.World)
+	}
+	rep, err := dist.DesyncReport(dumps, world)
+	switch {
+	case errors.Is(err, dist.ErrNoDesync):
+		fmt.Fprintf(stdout, "Collectives: the flight records of %d of %d ranks in %s show no rank missing from a collective\n\n", len(dumps), world, dir)
+	case err != nil:
+		fmt.Fprintf(stdout, "Collectives: %s: %v\n\n", dir, err)
+	default:
+		fmt.Fprintf(stdout, "Collectives (flight records of %d of %d ranks in %s):\n  %s\n\n", len(dumps), world, dir, rep)
+	}
+	return true
 }
 
 // runDirArg parses a command's flags, which may come before or after the
