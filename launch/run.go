@@ -140,6 +140,11 @@ func (e *InterruptedError) ExitCode() int { return 128 + signalNumber(e.Signal) 
 // *ExitError naming the rank that failed and its status. It returns nil when
 // every process exits 0.
 //
+// Each process finds in EnvFlightDir a folder, emptied before each
+// attempt, where a fleet trainer writes the flight record of its
+// collectives when one fails; after a failed attempt Run prints the
+// desync report of what it finds there (dist.DesyncReport).
+//
 // A process that exits with ExitStopped has not failed: its group agreed to
 // stop after a step (a signal reached one of them, not Run). Run signals no
 // one then, kills only those still running after Grace, restarts nothing
