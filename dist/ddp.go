@@ -29,6 +29,10 @@ type Reducer struct {
 	buckets []*bucket
 	of      []int // bucket of each parameter
 
+	// skip, where set (tests only), drops a bucket's all-reduce as a
+	// rank with a bug would, to test that the flight record names it.
+	skip func(bucket int) bool
+
 	mu       sync.Mutex
 	ready    []bool
 	pending  []int // per bucket, gradients not yet ready
@@ -134,7 +138,9 @@ func (r *Reducer) launchReady() {
 		for j, p := range b.params {
 			copy(b.buf[b.offs[j]:], r.grads[p])
 		}
-		if t, ok := r.pg.(tagger); ok {
+		if r.skip != nil && r.skip(r.next) {
+			b.work = skipped{}
+		} else if t, ok := r.pg.(tagger); ok {
 			b.work = t.AllReduceAsyncTag(b.buf, Avg, b.tag)
 		} else {
 			b.work = r.pg.AllReduceAsync(b.buf, Avg)
@@ -143,6 +149,11 @@ func (r *Reducer) launchReady() {
 		r.launched++
 	}
 }
+
+// skipped is the Work of a bucket a test hook dropped.
+type skipped struct{}
+
+func (skipped) Wait() error { return nil }
 
 // Wait finishes the step: buckets whose gradients were never marked ready
 // (parameters unused this step) start now with the gradients as they are,

@@ -199,8 +199,13 @@ func DesyncReport(dumps []FlightDump, world int) (string, error) {
 		return "", ErrNoDesync
 	}
 	name := describeEntry(hung)
-	if r, ok := mismatch(dumps, hung.Seq); ok {
-		return r, nil
+	// A rank that issued another collective under the same number, up to
+	// the hung one: with another size the ring fails there at once; with
+	// the same size it reduces mismatched data and hangs later.
+	for seq := firstSeq(dumps); seq <= hung.Seq; seq++ {
+		if r, ok := mismatch(dumps, seq); ok {
+			return r, nil
+		}
 	}
 
 	var waiting, absent, missing []int
@@ -312,8 +317,34 @@ func mismatch(dumps []FlightDump, seq int) (string, bool) {
 		fmt.Fprintf(&b, "%s issued %s as seq %d, where %s issued %s: ", rankList(groups[k]), describeEntry(of[k]), seq,
 			rankList(groups[major]), describeEntry(of[major]))
 	}
-	b.WriteString("the ranks issued different collectives (one skipped or reordered one)")
+	b.WriteString("the ranks issued different collectives (one skipped or reordered one")
+	if seqDone(dumps, seq) {
+		b.WriteString("; their sizes matched, so the ring reduced mismatched data and hung later")
+	}
+	b.WriteString(")")
 	return b.String(), true
+}
+
+// seqDone reports whether every dump that holds collective seq finished it.
+func seqDone(dumps []FlightDump, seq int) bool {
+	for i := range dumps {
+		if e, ok := entryAt(&dumps[i], seq); ok && e.State != FlightDone {
+			return false
+		}
+	}
+	return true
+}
+
+// firstSeq is the oldest collective every dump still holds (the rings
+// forget the oldest ones first), or 1.
+func firstSeq(dumps []FlightDump) int {
+	first := 1
+	for _, d := range dumps {
+		if len(d.Entries) > 0 {
+			first = max(first, d.Entries[0].Seq)
+		}
+	}
+	return first
 }
 
 // entryAt finds collective seq in d's record.

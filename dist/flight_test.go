@@ -127,3 +127,35 @@ func TestDesyncReportQuiet(t *testing.T) {
 		t.Errorf("an empty folder: %v", err)
 	}
 }
+
+// TestDesyncReportReducerSkipsABucket: rank 1's Reducer drops bucket 0
+// (the test hook). The buckets have the same size, so the ring pairs
+// rank 1's bucket 1 with the others' bucket 0 (the headers agree) and the
+// group hangs in the next all-reduce, which rank 1 never issues; the report
+// goes back to where the ranks first diverged and names rank 1 and the
+// buckets.
+func TestDesyncReportReducerSkipsABucket(t *testing.T) {
+	dumps := flightJob(t, func(r int, g *TCPGroup) {
+		grads := [][]float32{make([]float32, 300), make([]float32, 200), make([]float32, 100)}
+		red := NewReducer(g, grads, 4*250) // buckets {2, 1} and {0}
+		if r == 1 {
+			red.skip = func(b int) bool { return b == 0 }
+		}
+		for i := len(grads) - 1; i >= 0; i-- {
+			red.GradReady(i)
+		}
+		if err := red.Wait(); err == nil && r != 1 {
+			t.Errorf("rank %d: the step succeeded with rank 1 skipping a bucket", r)
+		}
+	})
+	got, err := DesyncReport(dumps, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rank 1 issued all-reduce #1 (seq 1, bucket 1, 1.2 KiB) as seq 1, where ranks 0, 2, 3 issued all-reduce #1 (seq 1, bucket 0, 1.2 KiB)",
+		"their sizes matched"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report %q lacks %q", got, want)
+		}
+	}
+}
