@@ -389,6 +389,25 @@ func (g *TCPGroup) AllGather(send, recv []float32) error {
 	return g.submit(&tcpWork{kind: "all-gather", buf: send, recv: recv}).Wait()
 }
 
+// Shard is rank's share of n elements split among world ranks: [lo, hi),
+// contiguous, in rank order, sizes differing by at most one. ReduceScatter
+// and AllGatherShards cut buffers so.
+func Shard(n, world, rank int) (lo, hi int) { return rank * n / world, (rank + 1) * n / world }
+
+// ReduceScatter reduces buf over the ranks into this rank's shard of it
+// (Shard(len(buf), Size(), Rank())): the first half of an all-reduce, half
+// its traffic. The rest of buf is left holding partial sums.
+func (g *TCPGroup) ReduceScatter(buf []float32, op Op) error {
+	return g.submit(&tcpWork{kind: "reduce-scatter", buf: buf, op: op}).Wait()
+}
+
+// AllGatherShards copies each rank's shard of buf (Shard) into every
+// rank's buf: the second half of an all-reduce, and what a sharded
+// optimizer's updated parameters need.
+func (g *TCPGroup) AllGatherShards(buf []float32) error {
+	return g.submit(&tcpWork{kind: "all-gather-shards", buf: buf}).Wait()
+}
+
 // Barrier returns once every rank has entered it.
 func (g *TCPGroup) Barrier() error {
 	return g.submit(&tcpWork{kind: "barrier", buf: make([]float32, g.size)}).Wait()
@@ -466,6 +485,23 @@ func (g *TCPGroup) plan(w *tcpWork) (sends, recvs []xfer) {
 			segs[i] = w.recv[i*m : (i+1)*m]
 		}
 		ring(segs, n-1, 0, false)
+	case "reduce-scatter":
+		// The all-reduce's first lap, with the segments turned by one so
+		// that rank r ends with the reduction of its own shard (Shard).
+		segs := make([][]float32, n)
+		for i := range n {
+			lo, hi := Shard(len(w.buf), n, mod(i-1))
+			segs[i] = w.buf[lo:hi]
+		}
+		ring(segs, n-1, n-1, w.op == Avg)
+	case "all-gather-shards":
+		// The all-reduce's second lap: each rank starts with its shard.
+		segs := make([][]float32, n)
+		for i := range n {
+			lo, hi := Shard(len(w.buf), n, i)
+			segs[i] = w.buf[lo:hi]
+		}
+		ring(segs, n-1, 0, false)
 	case "broadcast":
 		rel := mod(r - w.root)
 		for j, c := range chunks(w.buf) {
@@ -482,7 +518,7 @@ func (g *TCPGroup) plan(w *tcpWork) (sends, recvs []xfer) {
 	return sends, recvs
 }
 
-var kindCode = map[string]byte{"all-reduce": 1, "broadcast": 2, "all-gather": 3, "barrier": 4}
+var kindCode = map[string]byte{"all-reduce": 1, "broadcast": 2, "all-gather": 3, "barrier": 4, "reduce-scatter": 5, "all-gather-shards": 6}
 
 const headerLen = 32
 

@@ -554,3 +554,63 @@ func waitLog(t *testing.T, log *syncBuf, want string) {
 	}
 	t.Errorf("log lacks %q:\n%s", want, log.String())
 }
+
+// TestReduceScatterAllGatherShards: a reduce-scatter leaves each rank its
+// shard of the sum (or mean) over ranks, the all-gather of shards gives
+// every rank all of them, bit for bit the same on every rank, for sizes
+// that do not split evenly (and smaller than the world), worlds 1 to 4,
+// and chunks smaller than a shard.
+func TestReduceScatterAllGatherShards(t *testing.T) {
+	for _, world := range []int{1, 2, 3, 4} {
+		groups := job(t, world, TCPOptions{ChunkBytes: 64}, nil)
+		for _, n := range []int{1, 3, 50, 1001} {
+			for _, op := range []Op{Sum, Avg} {
+				bufs := make([][]float32, world)
+				want := make([]float64, n)
+				for r := range world {
+					rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
+					bufs[r] = make([]float32, n)
+					for i := range bufs[r] {
+						bufs[r][i] = float32(rng.NormFloat64())
+						want[i] += float64(bufs[r][i])
+					}
+				}
+				var wg sync.WaitGroup
+				errs := make([]error, world)
+				for r, g := range groups {
+					wg.Go(func() { errs[r] = g.ReduceScatter(bufs[r], op) })
+				}
+				wg.Wait()
+				for r := range world {
+					if errs[r] != nil {
+						t.Fatalf("world %d n %d rank %d: %v", world, n, r, errs[r])
+					}
+					lo, hi := Shard(n, world, r)
+					for i := lo; i < hi; i++ {
+						w := want[i]
+						if op == Avg {
+							w /= float64(world)
+						}
+						if math.Abs(float64(bufs[r][i])-w) > 1e-5*(1+math.Abs(w)) {
+							t.Fatalf("world %d n %d %v rank %d [%d]: %v, want %v", world, n, op, r, i, bufs[r][i], w)
+						}
+					}
+				}
+				for r, g := range groups {
+					wg.Go(func() { errs[r] = g.AllGatherShards(bufs[r]) })
+				}
+				wg.Wait()
+				for r := range world {
+					if errs[r] != nil {
+						t.Fatalf("all-gather: %v", errs[r])
+					}
+					for i := range n {
+						if math.Float32bits(bufs[r][i]) != math.Float32bits(bufs[0][i]) {
+							t.Fatalf("world %d n %d: rank %d [%d] = %v, rank 0 has %v", world, n, r, i, bufs[r][i], bufs[0][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
