@@ -49,6 +49,11 @@ type packing struct {
 	// is the flat bf16 copy of params (KeepHalf), nil without one.
 	order []int
 	half  *tensor.Tensor
+	// sharded: the moments m and v hold only flat elements [lo, hi)
+	// (Shard), and the update touches only those.
+	sharded bool
+	lo, hi  int
+	decayed int // flat elements with weight decay (they come first)
 }
 
 // packedSeg is the flat buffers as the update sees them: a view of the
@@ -134,6 +139,7 @@ func (o *AdamW) Pack() bool {
 			decayed += p.T.Numel()
 		}
 	}
+	k.decayed = decayed
 	seg := &k.all
 	seg.decay = decayed > 0
 	if decayed < total {
@@ -166,6 +172,7 @@ func (o *AdamW) Free() {
 			p.T.SetHalf(nil)
 		}
 		k.all.p.SetHalf(nil)
+		k.params.SetHalf(nil)
 	}
 	for _, t := range []*tensor.Tensor{k.params, k.grads, k.m, k.v, k.half} {
 		if t != nil {
@@ -215,7 +222,12 @@ func (o *AdamW) KeepHalf() {
 				p.SetHalf(k.half.Rows(off, off+n).Reshape(p.Shape()...))
 				off += n
 			}
-			k.all.p.SetHalf(k.half.Rows(0, total))
+			k.params.SetHalf(k.half)
+			lo, hi := 0, total
+			if k.sharded {
+				lo, hi = k.lo, k.hi
+			}
+			k.all.p.SetHalf(k.half.Rows(lo, hi))
 		})
 	}
 	o.RefreshHalf()
@@ -225,7 +237,7 @@ func (o *AdamW) KeepHalf() {
 // parameters (in one pass where packed); it does nothing without them.
 func (o *AdamW) RefreshHalf() {
 	if k := o.packed; k != nil && k.half != nil {
-		k.all.p.RefreshHalf()
+		k.params.RefreshHalf()
 		return
 	}
 	if o.halves {
@@ -241,6 +253,112 @@ func (o *AdamW) Half() *tensor.Tensor {
 		return nil
 	}
 	return o.packed.half
+}
+
+// Shard makes a packed optimizer ZeRO-1's shard of a data-parallel
+// group: it keeps AdamW's moments for flat elements [lo, hi) only (the
+// rest of the moments it held are dropped, so a resumed run's loaded
+// moments carry over) and each Step updates only those parameters, from
+// their gradients (a reduce-scatter's shard); the caller gathers the
+// updated parameters from the other shards. GradSumSquares and ClipCoef
+// then cover the shard alone: the group's norm is the sum over shards. M
+// and V no longer hold per-parameter views (nil). It reports false,
+// doing nothing, where the optimizer is not packed or [lo, hi) is not
+// within the flat buffer.
+func (o *AdamW) Shard(lo, hi int) bool {
+	k := o.packed
+	if k == nil || !k.done || k.sharded || lo < 0 || hi < lo || hi > k.params.Numel() {
+		return false
+	}
+	dev := k.params.Device()
+	var m, v *tensor.Tensor
+	tensor.ProgramOf(dev).Persist(func() {
+		m, v = tensor.Empty(dev, tensor.F32, max(hi-lo, 1)), tensor.Empty(dev, tensor.F32, max(hi-lo, 1))
+		if hi > lo {
+			m.Rows(0, hi-lo).CopyFrom(k.m.Rows(lo, hi))
+			v.Rows(0, hi-lo).CopyFrom(k.v.Rows(lo, hi))
+		}
+	})
+	k.m.Free()
+	k.v.Free()
+	k.m, k.v = m, v
+	for i := range o.M {
+		o.M[i], o.V[i] = nil, nil
+	}
+	k.sharded, k.lo, k.hi = true, lo, hi
+	seg := &k.all
+	end := min(max(k.decayed-lo, 0), hi-lo) // the shard's decayed elements come first too
+	seg.decay, seg.decayEnd = end > 0, 0
+	if end < hi-lo {
+		seg.decayEnd = end
+	}
+	tensor.ProgramOf(dev).Persist(func() {
+		seg.p, seg.m, seg.v = k.params.Rows(lo, hi), m.Rows(0, hi-lo), v.Rows(0, hi-lo)
+		seg.p.Grad = k.grads.Rows(lo, hi)
+		if k.half != nil {
+			seg.p.SetHalf(k.half.Rows(lo, hi))
+		}
+	})
+	return true
+}
+
+// ShardRange is the flat elements a sharded optimizer updates (Shard),
+// and whether it is sharded.
+func (o *AdamW) ShardRange() (lo, hi int, ok bool) {
+	if k := o.packed; k != nil && k.sharded {
+		return k.lo, k.hi, true
+	}
+	return 0, 0, false
+}
+
+// PackedParams is the flat buffer every parameter is a view of, on a
+// packed optimizer (Pack); nil otherwise. A sharded group all-gathers its
+// shards into it after each step.
+func (o *AdamW) PackedParams() *tensor.Tensor {
+	if o.packed == nil || !o.packed.done {
+		return nil
+	}
+	return o.packed.params
+}
+
+// Moments are a packed optimizer's flat moment buffers: the whole flat
+// buffer's, or a sharded one's shard (ShardRange).
+func (o *AdamW) Moments() (m, v *tensor.Tensor) {
+	if o.packed == nil || !o.packed.done {
+		return nil, nil
+	}
+	return o.packed.m, o.packed.v
+}
+
+// FlatOffsets gives, for each parameter (in Params' order), where it
+// starts in a packed optimizer's flat buffers; nil where not packed.
+func (o *AdamW) FlatOffsets() []int {
+	k := o.packed
+	if k == nil || !k.done {
+		return nil
+	}
+	offs := make([]int, len(o.Params))
+	off := 0
+	for _, i := range k.order {
+		offs[i] = off
+		off += o.Params[i].T.Numel()
+	}
+	return offs
+}
+
+// StateBytes is the memory AdamW's moments take: both of them, the
+// whole model's, or a shard's.
+func (o *AdamW) StateBytes() int64 {
+	if k := o.packed; k != nil && k.done {
+		return 8 * int64(k.m.Numel())
+	}
+	var n int64
+	for i := range o.M {
+		if o.M[i] != nil {
+			n += 8 * int64(o.M[i].Numel())
+		}
+	}
+	return n
 }
 
 // SetLR changes the learning rate for the next steps.
@@ -340,7 +458,7 @@ func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step 
 // gradients.
 func (o *AdamW) GradSumSquares(acc *tensor.Tensor) {
 	if o.packed != nil && o.packed.done {
-		tensor.SetSumSquares(acc, o.packed.grads)
+		tensor.SetSumSquares(acc, o.packed.all.p.Grad) // the whole flat buffer, or a shard
 		return
 	}
 	tensor.Fill(acc, 0)

@@ -290,3 +290,63 @@ func TestKeepHalf(t *testing.T) {
 		}
 	}
 }
+
+// TestShardedStepIsUnsharded: the shards of a flat buffer, each stepped
+// by its own optimizer (ZeRO-1's ranks, given the same gradients), put
+// together are the unsharded optimizer's step bit for bit, parameters and
+// moments, with the weight decay's boundary inside a shard; each keeps
+// only its shard's moments, and their sums of squares add up to the
+// whole's.
+func TestShardedStepIsUnsharded(t *testing.T) {
+	cfg := AdamWConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1}
+	whole := NewAdamW(mixedParams(), cfg)
+	if !whole.Pack() {
+		t.Fatal("Pack failed")
+	}
+	n := whole.PackedParams().Numel()
+	cuts := []int{0, 20, 50, n} // the decayed elements (7×5 + 3×4 = 47) end inside the second shard
+	var shards []*AdamW
+	for i := 0; i+1 < len(cuts); i++ {
+		o := NewAdamW(mixedParams(), cfg)
+		if !o.Pack() || !o.Shard(cuts[i], cuts[i+1]) {
+			t.Fatal("Shard failed")
+		}
+		if lo, hi, ok := o.ShardRange(); !ok || lo != cuts[i] || hi != cuts[i+1] || o.StateBytes() != int64(8*(hi-lo)) {
+			t.Fatalf("shard %d: range %d-%d %v, state %d bytes", i, lo, hi, ok, o.StateBytes())
+		}
+		shards = append(shards, o)
+	}
+	r := tensor.NewRNG(3)
+	acc := tensor.Zeros(tensor.CPU)
+	for step := 1; step <= 3; step++ {
+		g := tensor.Randn(tensor.CPU, r, 1, n)
+		whole.PackedGrads().CopyFrom(g)
+		whole.GradSumSquares(acc)
+		want := float64(acc.Item())
+		whole.Step()
+		sum := 0.0
+		for _, o := range shards {
+			o.PackedGrads().CopyFrom(g)
+			o.GradSumSquares(acc)
+			sum += float64(acc.Item())
+			o.Step()
+		}
+		if math.Abs(sum-want) > 1e-5*want {
+			t.Errorf("step %d: the shards' sums of squares add to %v, the whole's is %v", step, sum, want)
+		}
+	}
+	wp := whole.PackedParams().Float32s()
+	wm, wv := whole.Moments()
+	wmv, wvv := wm.Float32s(), wv.Float32s()
+	for i, o := range shards {
+		lo, hi, _ := o.ShardRange()
+		m, v := o.Moments()
+		if !testenv.SameBits(o.PackedParams().Float32s()[lo:hi], wp[lo:hi]) ||
+			!testenv.SameBits(m.Float32s()[:hi-lo], wmv[lo:hi]) || !testenv.SameBits(v.Float32s()[:hi-lo], wvv[lo:hi]) {
+			t.Errorf("shard %d (%d-%d): parameters or moments differ from the unsharded step's", i, lo, hi)
+		}
+		if rest := o.PackedParams().Float32s(); lo > 0 && testenv.SameBits(rest[:lo], wp[:lo]) {
+			t.Errorf("shard %d updated parameters outside its range", i)
+		}
+	}
+}
