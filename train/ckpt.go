@@ -51,17 +51,20 @@ type ckptResult struct {
 // every interval is saved and the host buffers are never read and written
 // at once.
 type checkpointer struct {
-	root     string
-	keep     int
-	cfgJSON  []byte
-	tokJSON  []byte
-	snap     snapshot
-	busy     bool
-	snapTime time.Duration
-	done     chan ckptResult
-	last     string     // the directory of the last completed write
-	lastStep int        // and its step (-1: none yet)
-	lastRes  ckptResult // and its times
+	// zeroM and zeroV are a sharded optimizer's moments, gathered whole
+	// for the snapshot, per parameter (see save).
+	zeroM, zeroV [][]float32
+	root         string
+	keep         int
+	cfgJSON      []byte
+	tokJSON      []byte
+	snap         snapshot
+	busy         bool
+	snapTime     time.Duration
+	done         chan ckptResult
+	last         string     // the directory of the last completed write
+	lastStep     int        // and its step (-1: none yet)
+	lastRes      ckptResult // and its times
 }
 
 func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
@@ -96,6 +99,11 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 	}
 	for i, p := range params {
 		p.T.ReadFloat32s(s.w[i])
+		if c.zeroM != nil { // gathered from the shards (save)
+			copy(s.m[i], c.zeroM[i])
+			copy(s.v[i], c.zeroV[i])
+			continue
+		}
 		r.opt.M[i].ReadFloat32s(s.m[i])
 		r.opt.V[i].ReadFloat32s(s.v[i])
 	}
@@ -210,6 +218,17 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // write, snapshots, and writes in the background (sync false) or before
 // returning.
 func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
+	if r.ddp != nil && r.ddp.zero != nil {
+		// Every rank lends its shard of the moments (a collective, so
+		// before anything only rank 0 decides); the checkpoint holds
+		// them whole, as a run without shards writes it, so it resumes
+		// with any number of ranks, sharded or not.
+		m, v, err := r.gatherMoments()
+		if err != nil {
+			return err
+		}
+		c.zeroM, c.zeroV = m, v
+	}
 	if r.cfg.Rank != 0 { // rank 0 checkpoints for the whole group
 		return nil
 	}

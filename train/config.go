@@ -51,6 +51,11 @@ type Config struct {
 	// without a pipeline, else tcp).
 	DistBackend string `json:"dist_backend,omitempty"`
 	BucketMB    int    `json:"bucket_mb,omitempty"`
+	// Zero 1 shards AdamW's state over the data-parallel group (ZeRO-1):
+	// gradients are reduce-scattered, each rank updates its contiguous
+	// shard of the flat parameters, keeping only that shard's moments,
+	// and the updated parameters are all-gathered. 0 is plain DDP.
+	Zero int `json:"zero,omitempty"`
 
 	// Out is the run's folder, where its files go directly. Empty, the run
 	// gets a new numbered folder of its own under Runs (default
@@ -249,6 +254,10 @@ func (c Config) Validate() error {
 		return setting.Errorf("{DistBackend} must be auto, tcp or nccl, got %q", c.DistBackend)
 	case c.CommTimeout < 0:
 		return setting.Errorf("{CommTimeout} must not be negative")
+	case c.Zero != 0 && c.Zero != 1:
+		return setting.Errorf("{Zero} must be 0 (plain data parallelism) or 1 (sharded optimizer state), got %d", c.Zero)
+	case c.Zero == 1 && c.Pipeline != "":
+		return setting.Errorf("{Zero} 1 with {Pipeline} is not supported: a pipeline's stages update their own parameters, which are not one flat buffer to shard")
 	case c.BatchAuto && c.WorldSize > 1:
 		return setting.Errorf("{BatchSize} auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give {BatchSize} N")
 	case c.MemoryLimit < 0:

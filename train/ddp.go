@@ -54,6 +54,11 @@ type ddp struct {
 	out        string
 	log        io.Writer
 	stopSignal func()
+	// zero, with Config.Zero 1, is this rank's ZeRO-1 shard: gradients
+	// are reduce-scattered after backward instead of all-reduced, from
+	// the optimizer's flat buffer (flatGrads).
+	zero      *zeroState
+	flatGrads func() *tensor.Tensor
 }
 
 // useDeviceGroup says whether gradients go through a device group: with
@@ -115,7 +120,7 @@ func (r *run) openDDP(store *dist.Store) error {
 		return fmt.Errorf("dist: %w", err)
 	}
 	d := &ddp{store: store, pg: pg, params: r.model.Parameters(), index: map[*tensor.Tensor]int{},
-		bucket: cfg.BucketMB << 20, out: cfg.Out, log: r.log}
+		bucket: cfg.BucketMB << 20, out: cfg.Out, log: r.log, flatGrads: r.opt.PackedGrads}
 	d.stopSignal = d.dumpOnSignal()
 	for i, p := range d.params {
 		d.index[p.T] = i
@@ -124,6 +129,9 @@ func (r *run) openDDP(store *dist.Store) error {
 	r.ddp = d
 	backendName := "tcp"
 	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
+		if cfg.Zero == 1 {
+			return setting.Errorf("dist: {Zero} 1 runs on the TCP ring in this version: add {DistBackend} tcp")
+		}
 		grp, err := newDeviceGroup(store, r.dev)
 		if err == nil {
 			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, timeout, r.log)
@@ -197,6 +205,9 @@ func (d *ddp) sameStart(steps int) error {
 
 // hook is the gradient-ready hook of a synchronizing backward pass.
 func (d *ddp) hook(leaf *tensor.Tensor) {
+	if d.zero != nil { // one reduce-scatter after backward
+		return
+	}
 	if d.devGrad != nil {
 		d.devGrad.ready(leaf)
 		return
@@ -221,6 +232,9 @@ func (d *ddp) sync() error {
 	d.syncs++
 	if d.devGrad != nil {
 		return d.devGrad.sync()
+	}
+	if d.zero != nil {
+		return d.zero.reduceScatter(d.flatGrads())
 	}
 	if !d.first.IsZero() {
 		d.overlapMs += float64(time.Since(d.first).Nanoseconds()) / 1e6

@@ -188,6 +188,12 @@ func startGroup(t testing.TB, cfgs []Config) (files []*checkpoint.File, errs []e
 func runSingle(t *testing.T, cfg Config) *checkpoint.File {
 	t.Helper()
 	cfg.Out = filepath.Join(t.TempDir(), "out")
+	return runSingleIn(t, cfg)
+}
+
+// runSingleIn is runSingle in cfg.Out (a run to resume, say).
+func runSingleIn(t *testing.T, cfg Config) *checkpoint.File {
+	t.Helper()
 	var log bytes.Buffer
 	res, err := Run(cfg, &log)
 	if err != nil {

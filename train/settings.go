@@ -142,6 +142,7 @@ func settingsOf(rc RunConfig) []recorded {
 		{Flag: "--ckpt-interval", field: "CkptInterval", Value: itoa(c.CkptInterval), kind: perRank},
 		{Flag: "--bucket-mb", field: "BucketMB", Value: itoa(c.BucketMB), kind: perRank},
 		{Flag: "--dist-backend", field: "DistBackend", Value: orDefault(c.DistBackend, "auto"), kind: perRank},
+		{Flag: "--zero", field: "Zero", Value: itoa(c.Zero), kind: perRank},
 		{Flag: "--pipeline", field: "Pipeline", Value: itoa(pipelineStages(c.Pipeline)), kind: perRank,
 			Show: itoa(pipelineStages(c.Pipeline)) + " stages"},
 		{Flag: "--micro-batches", field: "MicroBatches", Value: itoa(max(c.MicroBatches, 1)), kind: perRank},

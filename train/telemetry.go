@@ -434,6 +434,8 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 		MemPeakBytes:        sum.PeakMemBytes,
 		MemTotalBytes:       sum.MemTotalBytes,
 		MemUsedBytes:        tensor.MemStats(r.dev).Allocated,
+		OptimizerStateBytes: r.opt.StateBytes(),
+		ZeroStage:           cfg.Zero,
 		CommMsPerStep:       sum.PhaseMs[PhaseNames[phComm]] + r.commOverlappedMs,
 		CommOverlappedMs:    r.commOverlappedMs,
 		OverheadPct:         sum.TelemetryOverheadPct,

@@ -900,6 +900,11 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 			return err
 		}
 		r.openStepState(step)
+		if r.ddp != nil && r.cfg.Zero == 1 {
+			if err := r.openZero(); err != nil {
+				return err
+			}
+		}
 	}
 	cfg := r.cfg
 	if cfg.CUDAGraphs && r.pipe == nil && r.ddp == nil && hook == nil {
@@ -942,6 +947,9 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 		}
 	}
 	tel.to(phOptimizer)
+	if r.ddp != nil && r.ddp.zero != nil {
+		return r.zeroUpdate(step, lr, hook)
+	}
 	r.update(step, lr, hook)
 	return nil
 }

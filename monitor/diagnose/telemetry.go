@@ -106,6 +106,11 @@ type Telemetry struct {
 	MemUsedBytes  int64 `json:"mem_used_bytes"`  // at the end of the run
 	MemPeakBytes  int64 `json:"mem_peak_bytes"`  // the most held at once
 	MemTotalBytes int64 `json:"mem_total_bytes"` // the device's (a CPU: what the process may use)
+	// OptimizerStateBytes is the memory of AdamW's moments on this
+	// process: all of them, or its shard's with a sharded optimizer
+	// (ZeRO-1), about 1/WorldSize of that.
+	OptimizerStateBytes int64 `json:"optimizer_state_bytes,omitempty"`
+	ZeroStage           int   `json:"zero_stage,omitempty"`
 
 	CommMsPerStep    float64 `json:"comm_ms_per_step"`   // all of the step's communication
 	CommOverlappedMs float64 `json:"comm_overlapped_ms"` // the part of it that ran during backward

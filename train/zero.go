@@ -1,0 +1,166 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/internal/units"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// sharder is a process group with ZeRO-1's collectives (the TCP ring).
+type sharder interface {
+	ReduceScatter(buf []float32, op dist.Op) error
+	AllGatherShards(buf []float32) error
+}
+
+// zeroState is a rank's part of ZeRO-1 (Config.Zero 1): the optimizer
+// keeps the moments of its shard of the flat parameters, [lo, hi) as
+// dist.Shard cuts them, and each step reduce-scatters the gradients,
+// updates the shard and all-gathers the parameters.
+type zeroState struct {
+	pg     sharder
+	lo, hi int
+	// stage is a host copy of a flat buffer where the device's memory is
+	// not the host's (a GPU over the TCP ring).
+	stage []float32
+	// gradShard and paramShard are views of the flat buffers' shard.
+	gradShard, paramShard *tensor.Tensor
+	sumsq                 [1]float32
+}
+
+// openZero shards the packed optimizer over the group (after Pack and
+// KeepHalf) and logs what each rank keeps.
+func (r *run) openZero() error {
+	d := r.ddp
+	pg, ok := d.pg.(sharder)
+	if !ok {
+		return fmt.Errorf("dist: --zero 1: the process group has no reduce-scatter")
+	}
+	flat := r.opt.PackedParams()
+	if flat == nil {
+		return fmt.Errorf("dist: --zero 1 needs the optimizer's flat buffers (one device, f32 parameters)")
+	}
+	whole := r.opt.StateBytes()
+	n, world := flat.Numel(), d.pg.Size()
+	lo, hi := dist.Shard(n, world, d.pg.Rank())
+	if !r.opt.Shard(lo, hi) {
+		return fmt.Errorf("dist: --zero 1: the optimizer could not be sharded")
+	}
+	z := &zeroState{pg: pg, lo: lo, hi: hi}
+	tensor.ProgramOf(flat.Device()).Persist(func() {
+		z.paramShard = flat.Rows(lo, hi)
+		z.gradShard = r.opt.PackedGrads().Rows(lo, hi)
+	})
+	d.zero = z
+	fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s\n",
+		world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole))
+	return nil
+}
+
+// host returns flat's elements on the host: its own memory where the
+// device is the host's (then writes go straight to it), else z.stage
+// filled from it.
+func (z *zeroState) host(flat *tensor.Tensor) (buf []float32, view bool) {
+	if v, ok := flat.HostFloat32s(); ok {
+		return v, true
+	}
+	if len(z.stage) != flat.Numel() {
+		z.stage = make([]float32, flat.Numel())
+	}
+	flat.ReadFloat32s(z.stage)
+	return z.stage, false
+}
+
+// reduceScatter averages the flat gradients over the group into this
+// rank's shard (the rest of the buffer holds partial sums, read by
+// nothing: the update and the norm cover the shard).
+func (z *zeroState) reduceScatter(flat *tensor.Tensor) error {
+	buf, view := z.host(flat)
+	if err := z.pg.ReduceScatter(buf, dist.Avg); err != nil {
+		return fmt.Errorf("gradient reduce-scatter: %w", err)
+	}
+	if !view {
+		z.gradShard.SetFloat32s(buf[z.lo:z.hi])
+	}
+	return nil
+}
+
+// allGather gives every rank every shard of the updated flat parameters.
+func (z *zeroState) allGather(flat *tensor.Tensor) error {
+	buf, view := z.host(flat)
+	if err := z.pg.AllGatherShards(buf); err != nil {
+		return fmt.Errorf("parameter all-gather: %w", err)
+	}
+	if !view {
+		flat.SetFloat32s(buf)
+	}
+	return nil
+}
+
+// zeroUpdate is update for a sharded optimizer: the shards' sums of
+// squared gradients are added over the group (the clip's global norm, and
+// fp16's skip decision, are every rank's), the shard is updated, and the
+// parameters are all-gathered, their bf16 copies refreshed.
+func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
+	if hook != nil {
+		hook()
+	}
+	d := r.ddp
+	z := d.zero
+	r.opt.GradSumSquares(r.clipAcc)
+	r.clipAcc.ReadFloat32s(z.sumsq[:])
+	if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {
+		d.err = err
+		return fmt.Errorf("step %d: the gradient norm over the shards: %w", step+1, err)
+	}
+	r.clipAcc.SetFloat32s(z.sumsq[:])
+	if r.scalerState != nil {
+		if r.lrFill {
+			tensor.Fill(r.lrs, float32(lr))
+		}
+		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
+			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
+		r.opt.StepSched(r.clipCoef, r.sched16)
+	} else {
+		tensor.ClipCoef(r.clipCoef, r.stats, r.clipAcc, r.cfg.GradClip, step+1)
+		r.opt.SetLR(float32(lr))
+		r.opt.StepScaled(r.clipCoef)
+	}
+	r.opt.ZeroGrad()
+	if err := z.allGather(r.opt.PackedParams()); err != nil {
+		d.err = err
+		return fmt.Errorf("step %d: %w", step+1, err)
+	}
+	r.opt.RefreshHalf()
+	return nil
+}
+
+// gatherMoments all-gathers a sharded optimizer's moments into whole
+// host buffers (every rank takes part; rank 0 checkpoints them), and
+// returns, for each parameter, its moments' slices of them.
+func (r *run) gatherMoments() (m, v [][]float32, err error) {
+	z := r.ddp.zero
+	flat := r.opt.PackedParams()
+	n := flat.Numel()
+	sm, sv := r.opt.Moments()
+	var whole [2][]float32
+	for i, t := range []*tensor.Tensor{sm, sv} {
+		buf := make([]float32, n)
+		if z.hi > z.lo {
+			t.Rows(0, z.hi-z.lo).ReadFloat32s(buf[z.lo:z.hi])
+		}
+		if err := z.pg.AllGatherShards(buf); err != nil {
+			r.ddp.err = err
+			return nil, nil, fmt.Errorf("checkpoint: gathering the optimizer's moments: %w", err)
+		}
+		whole[i] = buf
+	}
+	offs := r.opt.FlatOffsets()
+	for i, p := range r.opt.Params {
+		k := p.T.Numel()
+		m = append(m, whole[0][offs[i]:offs[i]+k])
+		v = append(v, whole[1][offs[i]:offs[i]+k])
+	}
+	return m, v, nil
+}
