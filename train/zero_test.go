@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
 // zeroConfig is the reference model (4 layers, 128 wide, block 64) on a
@@ -59,6 +61,10 @@ func TestZeroMatchesDDP(t *testing.T) {
 			n, _ := strconv.Atoi(m[4])
 			if world != tc.world || lo != 0 || hi != n/world {
 				t.Errorf("rank 0 keeps [%d, %d) of %d over %d ranks, want [0, %d)", lo, hi, n, world, n/tc.world)
+			}
+			tel, err := diagnose.ReadFile(filepath.Join(cfg.Out, diagnose.TelemetryFile))
+			if err != nil || tel.ZeroStage != 1 || tel.OptimizerStateBytes != int64(8*(hi-lo)) {
+				t.Errorf("telemetry: zero stage %d, optimizer state %d bytes (%v); want 1 and %d", tel.ZeroStage, tel.OptimizerStateBytes, err, 8*(hi-lo))
 			}
 			// The sums of a reduce-scatter start at other ranks than the
 			// all-reduce's buckets' do, so the last bits differ (none
