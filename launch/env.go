@@ -27,6 +27,15 @@ const (
 	// EnvFleetRun is set to 1 by `fleet run` for its processes, so they
 	// can tell it from torchrun.
 	EnvFleetRun = "FLEET_RUN"
+	// EnvLocalDevice is the device slot of a process on its node: its
+	// local rank, until an elastic shrink (Options.MinNProc) drops a slot,
+	// after which the survivors keep their own devices (the GPU of slot k
+	// is cuda:k) while their local ranks close up.
+	EnvLocalDevice = "FLEET_LOCAL_DEVICE"
+	// EnvElastic is set to 1 when the group may shrink (Options.MinNProc):
+	// a trainer resuming with fewer processes than its checkpoint's then
+	// keeps the global batch by raising its gradient accumulation.
+	EnvElastic = "FLEET_ELASTIC"
 	// EnvFlightDir is a folder `fleet run` makes for each attempt, where
 	// each rank also writes its collectives' flight record when one fails
 	// (dist.FlightDump), so that the launcher can print the desync report.

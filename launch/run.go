@@ -38,6 +38,11 @@ type Options struct {
 	// single-node one.
 	MasterPort  int
 	MaxRestarts int      // restarts of the whole group after a failure
+	// MinNProc, where above 0 and below NProcPerNode, lets a single-node
+	// group shrink: a process that fails again on the restart after its
+	// failure is dropped, and the survivors restart, as long as at least
+	// MinNProc remain (see Run).
+	MinNProc int
 	Command     []string // the program and its arguments
 	// Secret is FLEET_JOB_SECRET for the processes. Empty means 32 random
 	// bytes in hex, made once and kept across restarts; a multi-node job
@@ -168,7 +173,11 @@ func Run(o Options) error {
 		return err
 	}
 	mu := new(sync.Mutex)
-	s := &supervisor{o: o, out: &output{mu: mu, w: o.Stdout}, errOut: &output{mu: mu, w: o.Stderr}}
+	s := &supervisor{o: o, out: &output{mu: mu, w: o.Stdout}, errOut: &output{mu: mu, w: o.Stderr}, lastFailed: -1,
+		elastic: o.MinNProc > 0 && o.MinNProc < o.NProcPerNode}
+	for k := range o.NProcPerNode {
+		s.slots = append(s.slots, k)
+	}
 	sigs := o.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
@@ -201,6 +210,15 @@ func Run(o Options) error {
 		}
 		failed.Restarts = restart
 		s.desync()
+		local := failed.Rank - s.o.NodeRank*s.o.NProcPerNode
+		slot := -1
+		if local >= 0 && local < len(s.slots) {
+			slot = s.slots[local]
+		}
+		if restart < o.MaxRestarts && s.shrink(local) {
+			s.logf("rank %d (device slot %d) failed again after a restart: dropping it, %d processes go on (--min-nproc %d); they resume from the last checkpoint with the same global batch",
+				failed.Rank, slot, s.o.NProcPerNode, o.MinNProc)
+		}
 		if restart >= o.MaxRestarts {
 			if o.MaxRestarts > 0 {
 				s.logf("rank %d %s; no restarts left (--max-restarts %d)", failed.Rank, failed.How, o.MaxRestarts)
@@ -213,7 +231,7 @@ func Run(o Options) error {
 			return &InterruptedError{Signal: sig}
 		default:
 		}
-		s.logf("restarting all %d processes (restart %d of %d)", o.NProcPerNode, restart+1, o.MaxRestarts)
+		s.logf("restarting all %d processes (restart %d of %d)", s.o.NProcPerNode, restart+1, o.MaxRestarts)
 	}
 }
 
@@ -228,6 +246,10 @@ func (o *Options) fill() error {
 	switch {
 	case o.NProcPerNode < 1:
 		return setting.Errorf("{NProcPerNode} %d: must be at least 1", o.NProcPerNode)
+	case o.MinNProc < 0 || o.MinNProc > o.NProcPerNode:
+		return setting.Errorf("{MinNProc} %d: must be in [1, {NProcPerNode}] (%d), or 0 for a group that never shrinks", o.MinNProc, o.NProcPerNode)
+	case o.MinNProc > 0 && o.MinNProc < o.NProcPerNode && o.NNodes > 1:
+		return setting.Errorf("{MinNProc}: a group shrinks on one node only in this version (the other nodes' launchers could not follow); with {NNodes} %d, let the scheduler restart the job", o.NNodes)
 	case o.NNodes < 1:
 		return setting.Errorf("{NNodes} %d: must be at least 1", o.NNodes)
 	case o.NodeRank < 0 || o.NodeRank >= o.NNodes:
@@ -285,6 +307,33 @@ type supervisor struct {
 	// (EnvFlightDir), emptied before each attempt; "" when it could not
 	// be made.
 	flightDir string
+	// slots are the device slots of this node's processes (EnvLocalDevice),
+	// in local-rank order: 0 … NProcPerNode-1 until a shrink drops one;
+	// lastFailed is the slot whose process failed the last attempt first
+	// (-1: none).
+	slots      []int
+	lastFailed int
+	elastic    bool // the group may shrink (MinNProc)
+}
+
+// shrink drops the slot of local process local when it failed the last
+// attempt too (it "died for good"), as long as MinNProc processes remain,
+// and reports whether it did.
+func (s *supervisor) shrink(local int) bool {
+	if local < 0 || local >= len(s.slots) {
+		s.lastFailed = -1
+		return false
+	}
+	slot := s.slots[local]
+	again := slot == s.lastFailed
+	s.lastFailed = slot
+	if !again || s.o.MinNProc <= 0 || len(s.slots)-1 < s.o.MinNProc {
+		return false
+	}
+	s.slots = append(s.slots[:local:local], s.slots[local+1:]...)
+	s.o.NProcPerNode = len(s.slots)
+	s.lastFailed = -1
+	return true
 }
 
 // desync prints the desync report of a failed attempt's flight records
@@ -328,6 +377,10 @@ func (s *supervisor) childEnv(local, restart, port int) []string {
 		"TORCHELASTIC_MAX_RESTARTS":  strconv.Itoa(o.MaxRestarts),
 		EnvSecret:                    o.Secret,
 		EnvFleetRun:                  "1",
+		EnvLocalDevice:               strconv.Itoa(s.slots[local]),
+	}
+	if s.elastic {
+		set[EnvElastic] = "1"
 	}
 	if s.flightDir != "" {
 		set[EnvFlightDir] = s.flightDir

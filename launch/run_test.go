@@ -86,6 +86,14 @@ func child(behaviour string) int {
 		}
 		time.Sleep(60 * time.Second) // stopped by the launcher's SIGTERM
 		return 0
+	case "slot1-fails":
+		// The process on device slot 1 always fails; the others report
+		// what they were given.
+		if os.Getenv(EnvLocalDevice) == "1" {
+			return 4
+		}
+		fmt.Printf("slot=%s local=%d world=%d elastic=%s restart=%d\n", os.Getenv(EnvLocalDevice), e.LocalRank, e.WorldSize, os.Getenv(EnvElastic), e.RestartCount)
+		return 0
 	case "stop-staggered":
 		// The group agreed to stop: rank 0 exits at once, rank 1 a moment
 		// later. No signal may reach rank 1 in between.
@@ -262,6 +270,36 @@ func TestRunRestartsAfterFailure(t *testing.T) {
 	}
 	if len(secrets) < 3 {
 		t.Errorf("want at least 3 attempt lines, got %d", len(secrets))
+	}
+}
+
+// TestRunShrinks: with MinNProc, the process that fails again after a
+// restart (slot 1 of 3) is dropped and the other two go on as a group of
+// 2, keeping their device slots (0 and 2) with local ranks 0 and 1; without
+// MinNProc the group gives up when restarts run out; and MinNProc is
+// refused outside [0, NProcPerNode] or across nodes.
+func TestRunShrinks(t *testing.T) {
+	out, err := runChildren(t, "slot1-fails", Options{NProcPerNode: 3, MinNProc: 2, MaxRestarts: 3, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"fleet run: rank 1 (device slot 1) failed again after a restart: dropping it, 2 processes go on (--min-nproc 2)",
+		"[rank 0] slot=0 local=0 world=2 elastic=1 restart=2",
+		"[rank 1] slot=2 local=1 world=2 elastic=1 restart=2",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := runChildren(t, "slot1-fails", Options{NProcPerNode: 2, MaxRestarts: 1, Grace: 5 * time.Second}); err == nil {
+		t.Error("without --min-nproc the group succeeded though a process always fails")
+	}
+	for _, o := range []Options{{NProcPerNode: 2, MinNProc: 3}, {NProcPerNode: 2, MinNProc: -1}, {NProcPerNode: 2, MinNProc: 1, NNodes: 2, MasterAddr: "10.0.0.1"}} {
+		o.Command = []string{"true"}
+		if err := Run(o); err == nil || !strings.Contains(err.Error(), "MinNProc") {
+			t.Errorf("%+v: %v, want a refusal naming MinNProc", o, err)
+		}
 	}
 }
 

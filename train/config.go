@@ -151,6 +151,10 @@ type Config struct {
 	// of the same job, never another run's.
 	JobID   string `json:"job_id,omitempty"`
 	Restart bool   `json:"-"`
+	// Elastic says the group may have shrunk since its checkpoint (fleet
+	// run --min-nproc): resuming, the run keeps the checkpoint's global
+	// batch by raising GradAccum (see keepGlobalBatch).
+	Elastic bool `json:"-"`
 	// Stop, when closed, makes the run finish its step, save a checkpoint
 	// and return ErrInterrupted.
 	Stop <-chan struct{} `json:"-"`

@@ -363,6 +363,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		resumeDir, resumeMan = d, m
 	}
+	if cfg.Elastic && resumeMan != nil {
+		if err := keepGlobalBatch(&cfg, resumeDir, resumeMan, log); err != nil {
+			return nil, err
+		}
+	}
 	ds, err := openData(cfg)
 	if err != nil {
 		return nil, err

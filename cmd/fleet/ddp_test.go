@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
 )
@@ -384,6 +386,67 @@ func TestDDPRestartBitwise(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Fatalf("the restarted job's model.safetensors differs from the uninterrupted job's:\n%s", log)
+	}
+}
+
+// TestElasticShrink runs 3 ranks with --min-nproc 2 where rank 2 fails
+// after step 12 in the first attempt and again after the restart: the
+// launcher drops it, and the 2 survivors resume from the step-10
+// checkpoint with --grad-accum 3 instead of 2, keeping the global batch of
+// 12 sequences, and end within 1e-5 of an uninterrupted 3-rank run.
+func TestElasticShrink(t *testing.T) {
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	run := func(name, fault string) (string, string) {
+		out := filepath.Join(dir, name)
+		args := append([]string{"run", "--nproc-per-node", "3", "--min-nproc", "2", "--max-restarts", "3", "--", bin, "train"},
+			ddpTrainArgs(data, out, "--max-iters", "20", "--batch-size", "2", "--grad-accum", "2", "--lr-decay-iters", "20",
+				"--ckpt-interval", "5", "--comm-timeout", "1m")...)
+		env := jobEnv()
+		if fault != "" {
+			env = append(env, "FLEET_FAULT_EXIT="+fault)
+		}
+		j := startJob(t, bin, env, args...)
+		if err, _ := j.finish(t, 3*time.Minute); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, j.output())
+		}
+		return filepath.Join(out, "model.safetensors"), j.output()
+	}
+	plain, _ := run("plain", "")
+	shrunk, log := run("shrunk", "2:12:2")
+	for _, want := range []string{
+		"fleet run: rank 2 (device slot 2) failed again after a restart: dropping it, 2 processes go on (--min-nproc 2)",
+		"fleet run: starting 2 processes: ranks 0-1 of 2",
+		"[rank 0] elastic: 2 processes where the checkpoint had 3: --grad-accum 2 → 3 keeps the global batch of 12 sequences",
+		"[rank 0] resume: continuing from",
+	} {
+		if !strings.Contains(log, want) {
+			t.Fatalf("the shrunk run's output lacks %q:\n%s", want, log)
+		}
+	}
+	a, err := checkpoint.Load(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := checkpoint.Load(shrunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for name, ta := range a.Tensors {
+		va, _ := ta.Float32s()
+		vb, err := b.Tensors[name].Float32s()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i := range va {
+			worst = max(worst, math.Abs(float64(va[i]-vb[i])))
+		}
+	}
+	t.Logf("3 ranks shrunk to 2 at step 10: max |w - w_uninterrupted| = %.3g", worst)
+	if worst > 1e-5 {
+		t.Errorf("the shrunk run ends %.3g from the uninterrupted one (want ≤ 1e-5)", worst)
 	}
 }
 

@@ -10,6 +10,7 @@ var flagNames = map[string]string{
 	"TensorBoard":  "tensorboard",
 	"NProcPerNode": "nproc-per-node",
 	"NNodes":       "nnodes",
+	"MinNProc":     "min-nproc",
 }
 
 // flagName is the flag that sets a settings field the libraries name in

@@ -62,6 +62,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	masterPort := fs.Int("master-port", defaults.masterPort, "rendezvous port (default: a free port on one node, 29500 across nodes)")
 	maxRestarts := fs.Int("max-restarts", defaults.maxRestarts, "restarts of all processes after one fails")
 	grace := fs.Duration("grace", launch.DefaultGrace, "how long stopped processes get to exit before SIGKILL")
+	minNProc := fs.Int("min-nproc", 0, "elastic shrink (one node): a process that fails again after a restart is dropped and the others go on, from the last checkpoint with the same global batch, while at least this many remain (0: never shrink)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -90,6 +91,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		MasterAddr:   *masterAddr,
 		MasterPort:   *masterPort,
 		MaxRestarts:  *maxRestarts,
+		MinNProc:     *minNProc,
 		Command:      command,
 		Secret:       os.Getenv(launch.EnvSecret),
 		Stdout:       stdout,

@@ -214,6 +214,18 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 			c.Resume = true
 		}
 	}
+	c.Elastic = os.Getenv(launch.EnvElastic) == "1"
+	slot := env.LocalRank // the devices of a node's process k, unless a shrink renumbered the processes
+	if v := os.Getenv(launch.EnvLocalDevice); v != "" {
+		if slot, err = strconv.Atoi(v); err != nil || slot < 0 {
+			return fmt.Errorf("%s=%q: want a device slot (0, 1, ...)", launch.EnvLocalDevice, v)
+		}
+	}
+	if c.Placement != nil { // each process of a node on devices of its own
+		pl := c.Placement.ForLocalRank(slot, c.Device != "auto" && c.Device != "cuda")
+		pl.Record(c)
+		c.Placement = &pl
+	}
 	if env.WorldSize <= 1 {
 		return nil
 	}
@@ -222,11 +234,6 @@ func joinJob(c *train.Config, stderr io.Writer) error {
 	}
 	c.Rank, c.WorldSize = env.Rank, env.WorldSize
 	c.MasterAddr, c.MasterPort, c.Secret = env.MasterAddr, env.MasterPort, env.Secret
-	if c.Placement != nil { // each process of a node on devices of its own
-		pl := c.Placement.ForLocalRank(env.LocalRank, c.Device != "auto" && c.Device != "cuda")
-		pl.Record(c)
-		c.Placement = &pl
-	}
 	return nil
 }
 
@@ -249,14 +256,23 @@ func generate(m *model.GPT, tok interface {
 // faultExit is a fault-injection hook for tests of failure handling: with
 // FLEET_FAULT_EXIT=RANK:STEP in the environment, that rank's process exits
 // with status 3 right after step STEP of the job's first attempt
-// (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed process would. It
-// returns nil (no hook) otherwise.
+// (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed process would;
+// RANK:STEP:N does so in each of the first N attempts (a rank that fails
+// again after a restart). It returns nil (no hook) otherwise.
 func faultExit(rank int, stderr io.Writer) func(done int) {
 	var r, step int
-	if _, err := fmt.Sscanf(os.Getenv("FLEET_FAULT_EXIT"), "%d:%d", &r, &step); err != nil || r != rank {
+	attempts := 1
+	spec := os.Getenv("FLEET_FAULT_EXIT")
+	if _, err := fmt.Sscanf(spec, "%d:%d:%d", &r, &step, &attempts); err != nil {
+		attempts = 1
+		if _, err := fmt.Sscanf(spec, "%d:%d", &r, &step); err != nil {
+			return nil
+		}
+	}
+	if r != rank {
 		return nil
 	}
-	if n := os.Getenv("TORCHELASTIC_RESTART_COUNT"); n != "" && n != "0" {
+	if n, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT")); n >= attempts {
 		return nil
 	}
 	return func(done int) {
