@@ -37,13 +37,13 @@ type Options struct {
 	// multi-node job and a free port picked anew for each start of a
 	// single-node one.
 	MasterPort  int
-	MaxRestarts int      // restarts of the whole group after a failure
+	MaxRestarts int // restarts of the whole group after a failure
 	// MinNProc, where above 0 and below NProcPerNode, lets a single-node
 	// group shrink: a process that fails again on the restart after its
 	// failure is dropped, and the survivors restart, as long as at least
 	// MinNProc remain (see Run).
 	MinNProc int
-	Command     []string // the program and its arguments
+	Command  []string // the program and its arguments
 	// Secret is FLEET_JOB_SECRET for the processes. Empty means 32 random
 	// bytes in hex, made once and kept across restarts; a multi-node job
 	// must give it, the same on every node.
