@@ -129,6 +129,8 @@ func (e *InterruptedError) ExitCode() int { return 128 + signalNumber(e.Signal) 
 //	TORCHELASTIC_MAX_RESTARTS   MaxRestarts
 //	FLEET_JOB_SECRET            the job's secret (see Options.Secret)
 //	FLEET_RUN                   1, so FromEnv reports the source as "fleet run"
+//	FLEET_LOCAL_DEVICE          the process's device slot: its local rank until a shrink
+//	FLEET_ELASTIC               1 where the group may shrink (MinNProc)
 //
 // and, with more than one process on the node and no GOMAXPROCS in the
 // environment, GOMAXPROCS = the CPUs this launcher may use / NProcPerNode,
@@ -149,6 +151,11 @@ func (e *InterruptedError) ExitCode() int { return 128 + signalNumber(e.Signal) 
 // attempt, where a fleet trainer writes the flight record of its
 // collectives when one fails; after a failed attempt Run prints the
 // desync report of what it finds there (dist.DesyncReport).
+//
+// With MinNProc (one node), a process that fails the attempt after the one
+// it failed, from the same device slot, has died for good: the next attempt
+// runs without it, the survivors keeping their slots and closing up their
+// local ranks, as long as MinNProc remain.
 //
 // A process that exits with ExitStopped has not failed: its group agreed to
 // stop after a step (a signal reached one of them, not Run). Run signals no
