@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,72 @@ func TestKillDuringCheckpoints(t *testing.T) {
 		t.Fatalf("after %d kills and resumes, model.safetensors differs from the uninterrupted run's", resumes)
 	}
 	t.Logf("uninterrupted run %v; %d kills and resumes; model.safetensors bitwise identical", full.Round(time.Millisecond), resumes)
+}
+
+// TestKillZeroGroup kills a 2-rank --zero 1 job (the launcher with
+// SIGKILL; its processes die with it) at random moments while it
+// checkpoints every step, resuming each time: the newest checkpoint (the
+// moments gathered from both shards) must always verify and load and
+// never go backwards, and the job, resumed until it finishes, must end
+// with the uninterrupted job's model.safetensors, bit for bit.
+func TestKillZeroGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the processes die with their launcher on Linux only")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	job := func(out string, extra ...string) []string {
+		return append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--", bin, "train"},
+			ddpTrainArgs(data, out, append([]string{"--zero", "1", "--dist-backend", "tcp", "--max-iters", "300", "--grad-accum", "2",
+				"--comm-timeout", "30s"}, extra...)...)...)
+	}
+	mc := model.Config{NLayer: 2, NHead: 2, NEmbd: 32, BlockSize: 16}
+	chars := map[rune]bool{}
+	for _, c := range wordText(100_000) {
+		chars[c] = true
+	}
+	mc.VocabSize = len(chars)
+	outA := filepath.Join(dir, "uninterrupted")
+	t0 := time.Now()
+	if startKill(t, bin, job(outA, "--ckpt-interval", "1", "--keep", "2"), time.Hour) {
+		t.Fatal("unreachable")
+	}
+	full := time.Since(t0)
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	outB := filepath.Join(dir, "killed")
+	prev, kills := -1, 0
+	for n := 0; ; n++ {
+		d := time.Duration(float64(full) * (0.1 + 0.3*r.Float64()))
+		if n >= 4 {
+			d = time.Hour // let it finish
+		}
+		if !startKill(t, bin, append(job(outB, "--ckpt-interval", "1", "--keep", "2"), "--resume"), d) {
+			break
+		}
+		kills++
+		time.Sleep(200 * time.Millisecond) // the ranks die with the launcher
+		step := checkLatest(t, outB, mc)
+		if step < prev {
+			t.Fatalf("kill %d: the newest checkpoint went back from step %d to %d", kills, prev, step)
+		}
+		t.Logf("killed after %v: newest checkpoint at step %d", d.Round(time.Millisecond), step)
+		prev = step
+	}
+	if kills < 2 || prev < 1 {
+		t.Fatalf("%d kills, newest checkpoint at step %d: the test did not kill the job while it checkpointed", kills, prev)
+	}
+	want, err := os.ReadFile(filepath.Join(outA, train.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(outB, train.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after %d kills and resumes, model.safetensors differs from the uninterrupted job's", kills)
+	}
 }
 
 // TestSignalSavesCheckpoint sends SIGTERM to a training run: it must save a
