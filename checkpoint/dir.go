@@ -49,10 +49,40 @@ type FileSum struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Entry is one file of a checkpoint: its name and what writes it.
+// Entry is one file of a checkpoint: its name and what writes it, or,
+// where From is set, a file another process wrote there already (durably,
+// with WriteStaged), which WriteDir moves into the directory under Name,
+// taking Sum as its sum (its size is checked).
 type Entry struct {
 	Name  string
 	Write func(w io.Writer) error
+	From  string
+	Sum   FileSum
+}
+
+// WriteStaged writes a file for a checkpoint that another process commits
+// (an Entry's From): what fn writes goes to a temporary name next to path,
+// is fsynced, and is renamed to path, its folder fsynced, so that path
+// exists only complete. It returns the file's size and sum.
+func WriteStaged(path string, fn func(io.Writer) error) (FileSum, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return FileSum{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	tmp := filepath.Join(dir, tmpPrefix+filepath.Base(path))
+	os.Remove(tmp) // a leftover of a killed attempt
+	sum, err := writeFile(tmp, filepath.Base(path), fn)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return FileSum{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	return sum, nil
 }
 
 // writeHook, when set (by tests), wraps the writer of every checkpoint
@@ -94,6 +124,20 @@ func WriteDir(root string, m *Manifest, files []Entry, keep int) (dir string, er
 	m.Format = FormatVersion
 	m.Files = map[string]FileSum{}
 	for _, e := range files {
+		if e.From != "" {
+			st, err := os.Stat(e.From)
+			if err != nil {
+				return "", err
+			}
+			if st.Size() != e.Sum.Size {
+				return "", fmt.Errorf("%s holds %d bytes, its writer reported %d", e.From, st.Size(), e.Sum.Size)
+			}
+			if err := os.Rename(e.From, filepath.Join(tmp, e.Name)); err != nil {
+				return "", err
+			}
+			m.Files[e.Name] = e.Sum
+			continue
+		}
 		sum, err := writeFile(filepath.Join(tmp, e.Name), e.Name, e.Write)
 		if err != nil {
 			return "", err

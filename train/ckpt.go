@@ -51,9 +51,9 @@ type ckptResult struct {
 // every interval is saved and the host buffers are never read and written
 // at once.
 type checkpointer struct {
-	// zeroM and zeroV are a sharded optimizer's moments, gathered whole
-	// for the snapshot, per parameter (see save).
-	zeroM, zeroV [][]float32
+	// shard is, under --zero 1, this rank's shard of the moments as the
+	// step's snapshot holds it (see saveShard).
+	shard *shardSnap
 	root         string
 	keep         int
 	cfgJSON      []byte
@@ -93,15 +93,15 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 			s.names = append(s.names, p.Name)
 			s.shapes = append(s.shapes, slices.Clone([]int(p.T.Shape())))
 			s.w = append(s.w, make([]float32, n))
-			s.m = append(s.m, make([]float32, n))
-			s.v = append(s.v, make([]float32, n))
+			if c.shard == nil { // a sharded group's moments are in the shards' files
+				s.m = append(s.m, make([]float32, n))
+				s.v = append(s.v, make([]float32, n))
+			}
 		}
 	}
 	for i, p := range params {
 		p.T.ReadFloat32s(s.w[i])
-		if c.zeroM != nil { // gathered from the shards (save)
-			copy(s.m[i], c.zeroM[i])
-			copy(s.v[i], c.zeroV[i])
+		if c.shard != nil { // the moments are in the shards' files
 			continue
 		}
 		r.opt.M[i].ReadFloat32s(s.m[i])
@@ -128,6 +128,9 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		"world_size":      strconv.Itoa(max(cfg.WorldSize, 1)),
 	}
 	r.scaler.Metadata(s.meta)
+	if c.shard != nil {
+		c.shard.metadata(s.meta)
+	}
 }
 
 // writeFault, when set (by tests), wraps the writer of each checkpoint
@@ -140,6 +143,9 @@ func (c *checkpointer) files() (*checkpoint.Manifest, []checkpoint.Entry) {
 	state := &checkpoint.File{Metadata: s.meta, Tensors: map[string]checkpoint.Tensor{}}
 	for i, name := range s.names {
 		weights.Tensors[name] = checkpoint.Tensor{DType: checkpoint.F32, Shape: s.shapes[i], Data: backend.AsBytes(s.w[i])}
+		if c.shard != nil {
+			continue // in the shards' files
+		}
 		state.Tensors["exp_avg."+name] = checkpoint.Tensor{DType: checkpoint.F32, Shape: s.shapes[i], Data: backend.AsBytes(s.m[i])}
 		state.Tensors["exp_avg_sq."+name] = checkpoint.Tensor{DType: checkpoint.F32, Shape: s.shapes[i], Data: backend.AsBytes(s.v[i])}
 	}
@@ -156,6 +162,9 @@ func (c *checkpointer) files() (*checkpoint.Manifest, []checkpoint.Entry) {
 		bytesEntry(ConfigFile, c.cfgJSON),
 		bytesEntry(TokenizerFile, c.tokJSON),
 	}
+	if sh := c.shard; sh != nil {
+		files = append(files, checkpoint.Entry{Name: ShardFile(0), Write: sh.encode})
+	}
 	if fault := writeFault; fault != nil {
 		for i, e := range files {
 			write, step := e.Write, s.step
@@ -168,7 +177,18 @@ func (c *checkpointer) files() (*checkpoint.Manifest, []checkpoint.Entry) {
 func (c *checkpointer) write() ckptResult {
 	t0 := time.Now()
 	m, files := c.files()
+	var err error
+	if c.shard != nil { // the other ranks' shards, once durable
+		var others []checkpoint.Entry
+		if others, err = c.shard.others(c.root, c.snap.step); err != nil {
+			return ckptResult{step: c.snap.step, snap: c.snapTime, write: time.Since(t0), err: err}
+		}
+		files = append(files, others...)
+	}
 	dir, err := checkpoint.WriteDir(c.root, m, files, c.keep)
+	if err == nil && c.shard != nil {
+		c.shard.cleanStaged(c.root, c.snap.step)
+	}
 	if err == nil {
 		c.last, c.lastStep = dir, c.snap.step
 	}
@@ -218,22 +238,20 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // write, snapshots, and writes in the background (sync false) or before
 // returning.
 func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
-	if r.ddp != nil && r.ddp.zero != nil {
-		// Every rank lends its shard of the moments (a collective, so
-		// before anything only rank 0 decides); the checkpoint holds
-		// them whole, as a run without shards writes it, so it resumes
-		// with any number of ranks, sharded or not.
-		m, v, err := r.gatherMoments()
-		if err != nil {
+	if r.cfg.Rank == 0 {
+		if err := c.wait(r.log); err != nil { // its writer reads the snapshot
 			return err
 		}
-		c.zeroM, c.zeroV = m, v
+	}
+	if r.ddp != nil && r.ddp.zero != nil {
+		// Every rank writes its own shard of the moments; rank 0 commits
+		// the step once they all are durable (see saveShard).
+		if err := c.saveShard(r, step); err != nil {
+			return err
+		}
 	}
 	if r.cfg.Rank != 0 { // rank 0 checkpoints for the whole group
 		return nil
-	}
-	if err := c.wait(r.log); err != nil {
-		return err
 	}
 	if c.lastStep == step {
 		return nil // saved already (a stop right after an interval checkpoint)
@@ -307,6 +325,12 @@ func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best floa
 	if w := st.Metadata["world_size"]; w != strconv.Itoa(max(r.cfg.WorldSize, 1)) {
 		fmt.Fprintf(r.log, "resume: the checkpoint was written by a world of %s processes, this run has %d: the batches are the same, but the result is not bitwise that of an uninterrupted run\n",
 			w, max(r.cfg.WorldSize, 1))
+	}
+	if st.Metadata[metaZeroWorld] != "" {
+		if err := restoreShards(r, dir, st.Metadata); err != nil {
+			return 0, 0, bad("%v", err)
+		}
+		return step, best, nil
 	}
 	for i, p := range r.model.Parameters() {
 		for _, mv := range []struct {

@@ -135,32 +135,3 @@ func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
 	r.opt.RefreshHalf()
 	return nil
 }
-
-// gatherMoments all-gathers a sharded optimizer's moments into whole
-// host buffers (every rank takes part; rank 0 checkpoints them), and
-// returns, for each parameter, its moments' slices of them.
-func (r *run) gatherMoments() (m, v [][]float32, err error) {
-	z := r.ddp.zero
-	flat := r.opt.PackedParams()
-	n := flat.Numel()
-	sm, sv := r.opt.Moments()
-	var whole [2][]float32
-	for i, t := range []*tensor.Tensor{sm, sv} {
-		buf := make([]float32, n)
-		if z.hi > z.lo {
-			t.Rows(0, z.hi-z.lo).ReadFloat32s(buf[z.lo:z.hi])
-		}
-		if err := z.pg.AllGatherShards(buf); err != nil {
-			r.ddp.err = err
-			return nil, nil, fmt.Errorf("checkpoint: gathering the optimizer's moments: %w", err)
-		}
-		whole[i] = buf
-	}
-	offs := r.opt.FlatOffsets()
-	for i, p := range r.opt.Params {
-		k := p.T.Numel()
-		m = append(m, whole[0][offs[i]:offs[i]+k])
-		v = append(v, whole[1][offs[i]:offs[i]+k])
-	}
-	return m, v, nil
-}

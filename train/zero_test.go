@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
@@ -85,10 +86,10 @@ func TestZeroMatchesDDP(t *testing.T) {
 }
 
 // TestZeroResumesOnAnotherWorld stops a 2-rank --zero 1 run at step 20
-// and resumes its checkpoint (which holds the moments whole) with 4 ranks
-// sharded, with 1 process, and with 4 ranks of plain DDP, keeping the
-// global batch: each ends at step 30 within 1e-5 of the uninterrupted
-// 2-rank run.
+// (its checkpoint holds a shard of the moments per rank, committed once
+// both are durable) and resumes it with 4 ranks sharded, with 1 process,
+// and with 4 ranks of plain DDP, keeping the global batch: each ends at
+// step 30 within 1e-5 of the uninterrupted 2-rank run.
 func TestZeroResumesOnAnotherWorld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 5 groups")
@@ -102,6 +103,27 @@ func TestZeroResumesOnAnotherWorld(t *testing.T) {
 	first.Out = filepath.Join(t.TempDir(), "first")
 	first.MaxIters, first.CkptInterval = 20, 10
 	runGroup(t, first, 2)
+	// The step's directory holds a shard per rank, and the state file no
+	// moments but how the flat buffer was cut.
+	d, m, _, err := checkpoint.Latest(filepath.Join(first.Out, CheckpointDir))
+	if err != nil || m == nil || m.Step != 20 {
+		t.Fatalf("newest checkpoint %q at %v: %v", d, m, err)
+	}
+	for k := range 2 {
+		if _, ok := m.Files[ShardFile(k)]; !ok {
+			t.Errorf("the manifest lists no %s: %v", ShardFile(k), m.Files)
+		}
+	}
+	st, err := checkpoint.Load(filepath.Join(d, StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Metadata[metaZeroWorld] != "2" || len(st.Tensors) != 0 {
+		t.Errorf("state file: zero_world %q, %d tensors; want 2 and none", st.Metadata[metaZeroWorld], len(st.Tensors))
+	}
+	if left, _ := os.ReadDir(filepath.Join(first.Out, CheckpointDir, shardStaging)); len(left) != 0 {
+		t.Errorf("staged shards left behind: %v", left)
+	}
 	for _, tc := range []struct {
 		name         string
 		world, batch int
