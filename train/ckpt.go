@@ -53,18 +53,18 @@ type ckptResult struct {
 type checkpointer struct {
 	// shard is, under --zero 1, this rank's shard of the moments as the
 	// step's snapshot holds it (see saveShard).
-	shard *shardSnap
-	root         string
-	keep         int
-	cfgJSON      []byte
-	tokJSON      []byte
-	snap         snapshot
-	busy         bool
-	snapTime     time.Duration
-	done         chan ckptResult
-	last         string     // the directory of the last completed write
-	lastStep     int        // and its step (-1: none yet)
-	lastRes      ckptResult // and its times
+	shard    *shardSnap
+	root     string
+	keep     int
+	cfgJSON  []byte
+	tokJSON  []byte
+	snap     snapshot
+	busy     bool
+	snapTime time.Duration
+	done     chan ckptResult
+	last     string     // the directory of the last completed write
+	lastStep int        // and its step (-1: none yet)
+	lastRes  ckptResult // and its times
 }
 
 func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
