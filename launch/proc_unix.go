@@ -43,6 +43,9 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
 const sigTerm, sigKill = syscall.SIGTERM, syscall.SIGKILL
 
+// sigFlight asks a fleet trainer to write its flight record (Options.FlightSignal).
+var sigFlight os.Signal = syscall.SIGUSR1
+
 func signalNumber(s os.Signal) int {
 	if n, ok := s.(syscall.Signal); ok {
 		return int(n)

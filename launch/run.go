@@ -21,6 +21,10 @@ import (
 	"github.com/fleetml/fleet/internal/setting"
 )
 
+// flightWait is how long Run gives the processes to write their flight
+// records (Options.FlightSignal) before it stops them.
+const flightWait = 500 * time.Millisecond
+
 // DefaultGrace is how long Run waits, after SIGTERM (or a forwarded signal),
 // before it kills processes with SIGKILL: enough for a trainer to finish its
 // step and save a checkpoint.
@@ -38,6 +42,11 @@ type Options struct {
 	// single-node one.
 	MasterPort  int
 	MaxRestarts int // restarts of the whole group after a failure
+	// FlightSignal says the processes are fleet trainers, which write the
+	// flight record of their collectives on SIGUSR1: when one fails, Run
+	// asks the others for theirs before it stops them, so that the desync
+	// report sees what every reachable rank was doing.
+	FlightSignal bool
 	// MinNProc, where above 0 and below NProcPerNode, lets a single-node
 	// group shrink: a process that fails again on the restart after its
 	// failure is dropped, and the survivors restart, as long as at least
@@ -542,6 +551,10 @@ func (s *supervisor) runGroup(restart int, sigs <-chan os.Signal) (*ExitError, o
 			}
 			failed = &ExitError{Rank: first + ev.local, Status: code, How: how}
 			s.logf("rank %d (pid %d) %s; stopping the other processes", failed.Rank, ev.state.Pid(), how)
+			if o.FlightSignal && sigFlight != nil && running > 0 {
+				signalAll(sigFlight) // their flight records, before they stop
+				time.Sleep(flightWait)
+			}
 			stop(sigTerm)
 		case sig := <-sigs:
 			if interrupted == nil {

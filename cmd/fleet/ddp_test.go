@@ -21,8 +21,10 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/train"
 )
 
 // line is one line of a job's output and when the test read it.
@@ -386,6 +388,44 @@ func TestDDPRestartBitwise(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) {
 		t.Fatalf("the restarted job's model.safetensors differs from the uninterrupted job's:\n%s", log)
+	}
+}
+
+// TestFlightRecordOnSIGUSR1 asks rank 1 of a running 2-rank job for its
+// flight record (SIGUSR1): it writes OUT/flight/rank-1.json, the
+// collectives it completed in it, and the job goes on to finish.
+func TestFlightRecordOnSIGUSR1(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finds the rank's process in /proc")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	data := writeFile(t, dir, "words.txt", wordText(100_000))
+	out := filepath.Join(dir, "out")
+	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
+	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--", bin, "train"},
+		ddpTrainArgs(data, out, "--max-iters", "400")...)
+	j := startJob(t, bin, jobEnv(token), args...)
+	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
+	if err := syscall.Kill(rankPID(t, token, 1), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	j.waitFor(t, "[rank 1] dist: flight record of the last", 30*time.Second)
+	if err, _ := j.finish(t, 2*time.Minute); err != nil {
+		t.Fatalf("the job failed after SIGUSR1: %v\n%s", err, j.output())
+	}
+	dumps, err := dist.ReadFlightDumps(filepath.Join(out, train.FlightDir))
+	if err != nil || len(dumps) != 1 || dumps[0].Rank != 1 || dumps[0].Reason != "SIGUSR1" {
+		t.Fatalf("flight records %+v, %v; want rank 1's, for SIGUSR1", dumps, err)
+	}
+	done := 0
+	for _, e := range dumps[0].Entries {
+		if e.State == dist.FlightDone {
+			done++
+		}
+	}
+	if done < 5 {
+		t.Errorf("rank 1's record holds %d completed collectives after 5 steps", done)
 	}
 }
 

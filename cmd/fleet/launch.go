@@ -84,6 +84,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// fleet trainers write their flight records on SIGUSR1; another
+	// program might die of it.
+	self, _ := os.Executable()
+	trainer := len(command) >= 2 && command[1] == "train" && (filepath.Base(command[0]) == "fleet" || command[0] == self)
 	return launch.Run(launch.Options{
 		NProcPerNode: n,
 		NNodes:       *nnodes,
@@ -92,6 +96,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		MasterPort:   *masterPort,
 		MaxRestarts:  *maxRestarts,
 		MinNProc:     *minNProc,
+		FlightSignal: trainer,
 		Command:      command,
 		Secret:       os.Getenv(launch.EnvSecret),
 		Stdout:       stdout,
