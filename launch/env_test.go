@@ -208,7 +208,7 @@ func TestFromEnvRunRoundTrip(t *testing.T) {
 			MasterAddr: "10.0.0." + strconv.Itoa(rng.IntN(255)), Secret: strconv.FormatUint(rng.Uint64(), 16),
 			Env: []string{"RANK=99", "PATH=/bin", "GOMAXPROCS=3", "FLEET_JOB_SECRET=stale"}}
 		o.NodeRank = rng.IntN(o.NNodes)
-		s := &supervisor{o: o}
+		s := newSupervisor(o)
 		local, restart, port := rng.IntN(o.NProcPerNode), rng.IntN(4), 1+rng.IntN(65535)
 		env := s.childEnv(local, restart, port)
 		e, err := FromEnv(envOf(env...))

@@ -188,12 +188,7 @@ func Run(o Options) error {
 	if err := o.fill(); err != nil {
 		return err
 	}
-	mu := new(sync.Mutex)
-	s := &supervisor{o: o, out: &output{mu: mu, w: o.Stdout}, errOut: &output{mu: mu, w: o.Stderr}, lastFailed: -1,
-		elastic: o.MinNProc > 0 && o.MinNProc < o.NProcPerNode}
-	for k := range o.NProcPerNode {
-		s.slots = append(s.slots, k)
-	}
+	s := newSupervisor(o)
 	sigs := o.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
@@ -330,6 +325,18 @@ type supervisor struct {
 	slots      []int
 	lastFailed int
 	elastic    bool // the group may shrink (MinNProc)
+}
+
+// newSupervisor makes the supervisor of o (filled in): every device slot
+// in use, nothing failed yet.
+func newSupervisor(o Options) *supervisor {
+	mu := new(sync.Mutex)
+	s := &supervisor{o: o, out: &output{mu: mu, w: o.Stdout}, errOut: &output{mu: mu, w: o.Stderr}, lastFailed: -1,
+		elastic: o.MinNProc > 0 && o.MinNProc < o.NProcPerNode}
+	for k := range o.NProcPerNode {
+		s.slots = append(s.slots, k)
+	}
+	return s
 }
 
 // shrink drops the slot of local process local when it failed the last
