@@ -496,10 +496,18 @@ func TestWriteBeforeStart(t *testing.T) {
 	}
 }
 
+// spinFlag is TestTimeout's flag, kept for the life of the process: the
+// spinning thread outlives its launch and reads the flag until it sees it
+// set, which on a loaded machine can be after the test has ended, and a
+// buffer no one holds is unmapped (the thread then faulted, killing the
+// test binary).
+var spinFlag *emu.Buffer
+
 func TestTimeout(t *testing.T) {
 	// A module of its own, as a timed-out module refuses further launches.
 	m := testModule(t, "spin.cu").WithTimeout(200 * time.Millisecond)
 	flag := emu.Zeros(emu.I32, 1)
+	spinFlag = flag
 	err := m.Launch("fleet_test_spin", emu.Dim(1), emu.Dim(2), 0, flag)
 	flag.SetI32([]int32{1}) // let the spinning thread go
 	if err == nil || !(strings.Contains(err.Error(), "did not finish within 200 ms") || strings.Contains(err.Error(), "timed out")) {
