@@ -36,9 +36,18 @@ func mustRead(t *testing.T, path string) []byte {
 // TestResumeIsExact resumes a run (dropout, accumulation, two loader
 // workers) from its checkpoints at several steps and checks that the final
 // weights, and the checkpoints written after the resume, are bitwise those
-// of the uninterrupted run.
+// of the uninterrupted run; in fp32, and in bf16, whose products read
+// bf16 copies of the weights that a resume must make from the loaded
+// weights.
 func TestResumeIsExact(t *testing.T) {
+	for _, prec := range []string{"fp32", "bf16"} {
+		t.Run(prec, func(t *testing.T) { testResumeIsExact(t, prec) })
+	}
+}
+
+func testResumeIsExact(t *testing.T, prec string) {
 	c := resumeConfig(t)
+	c.Precision = prec
 	var log bytes.Buffer
 	if _, err := Run(c, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
