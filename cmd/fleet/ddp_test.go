@@ -404,7 +404,7 @@ func TestFlightRecordOnSIGUSR1(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
 	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--", bin, "train"},
-		ddpTrainArgs(data, out, "--max-iters", "400")...)
+		ddpTrainArgs(data, out, "--max-iters", "2000")...)
 	j := startJob(t, bin, jobEnv(token), args...)
 	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
 	if err := syscall.Kill(rankPID(t, token, 1), syscall.SIGUSR1); err != nil {
