@@ -130,7 +130,12 @@ func (sh *shardSnap) others(root string, step int) ([]checkpoint.Entry, error) {
 		if _, err := fmt.Sscanf(string(v), "%d %s", &sum.Size, &sum.SHA256); err != nil {
 			return nil, fmt.Errorf("checkpoint step %d: rank %d reported its shard as %q", step, k, v)
 		}
-		out = append(out, checkpoint.Entry{Name: ShardFile(k), From: stagedShard(root, step, k), Sum: sum})
+		from := stagedShard(root, step, k)
+		if _, err := os.Stat(from); err != nil {
+			return nil, fmt.Errorf("checkpoint step %d: rank %d reported its shard of the optimizer written, but %s is not there: "+
+				"every rank must write into rank 0's --out (on several nodes, storage they share): %w", step, k, from, err)
+		}
+		out = append(out, checkpoint.Entry{Name: ShardFile(k), From: from, Sum: sum})
 	}
 	return out, nil
 }
