@@ -230,18 +230,7 @@ func TestDDPFlightRecorder(t *testing.T) {
 	data := writeFile(t, dir, "words.txt", wordText(100_000))
 	out := filepath.Join(dir, "out")
 	const timeout = 3 * time.Second
-	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
-	args := append([]string{"run", "--nproc-per-node", "4", "--max-restarts", "0", "--grace", "2s", "--", bin, "train"},
-		ddpTrainArgs(data, out, "--max-iters", "100000", "--comm-timeout", timeout.String())...)
-	j := startJob(t, bin, jobEnv(token), args...)
-	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
-	pid := rankPID(t, token, 2)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	defer syscall.Kill(pid, syscall.SIGKILL)
-	err, _ := j.finish(t, timeout+time.Minute)
+	j, stopped, err, _ := stopRankMidRun(t, bin, data, out, 4, 2, "2s", timeout)
 	txt := j.output()
 	if err == nil {
 		t.Fatalf("the job succeeded although rank 2 was stopped:\n%s", txt)
@@ -297,6 +286,28 @@ func rankPID(t *testing.T, token string, rank int) int {
 	return 0
 }
 
+// stopRankMidRun starts a job of nproc ranks with collective timeout
+// timeout and launcher grace grace, stops rank stop (SIGSTOP: alive,
+// connected, silent) after step 5, and waits for the job to end; it
+// returns the job, when the rank was stopped, and how and when the job
+// ended. The stopped process is killed when the test ends.
+func stopRankMidRun(t *testing.T, bin, data, out string, nproc, stop int, grace string, timeout time.Duration) (*job, time.Time, error, time.Time) {
+	t.Helper()
+	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
+	args := append([]string{"run", "--nproc-per-node", strconv.Itoa(nproc), "--max-restarts", "0", "--grace", grace, "--", bin, "train"},
+		ddpTrainArgs(data, out, "--max-iters", "100000", "--comm-timeout", timeout.String())...)
+	j := startJob(t, bin, jobEnv(token), args...)
+	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
+	pid := rankPID(t, token, stop)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	err, end := j.finish(t, timeout+time.Minute)
+	return j, stopped, err, end
+}
+
 // TestDDPRankStuck stops rank 1 (SIGSTOP: alive, connected, silent) in
 // the middle of a run with a 3 s collective timeout: rank 0 must fail
 // with an error that names rank 1 and the all-reduce after about the
@@ -312,18 +323,7 @@ func TestDDPRankStuck(t *testing.T) {
 	dir := t.TempDir()
 	data := writeFile(t, dir, "words.txt", wordText(100_000))
 	const timeout = 3 * time.Second
-	token := fmt.Sprintf("FLEET_TEST_JOB=%x", rand.Uint64())
-	args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "0", "--grace", "1s", "--", bin, "train"},
-		ddpTrainArgs(data, filepath.Join(dir, "out"), "--max-iters", "100000", "--comm-timeout", timeout.String())...)
-	j := startJob(t, bin, jobEnv(token), args...)
-	j.waitFor(t, "[rank 0] step 5/", 2*time.Minute)
-	pid := rankPID(t, token, 1)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	defer syscall.Kill(pid, syscall.SIGKILL)
-	err, end := j.finish(t, timeout+time.Minute)
+	j, stopped, err, end := stopRankMidRun(t, bin, data, filepath.Join(dir, "out"), 2, 1, "1s", timeout)
 	out := j.output()
 	if err == nil {
 		t.Fatalf("the job succeeded although rank 1 was stopped:\n%s", out)
@@ -346,6 +346,23 @@ func TestDDPRankStuck(t *testing.T) {
 	}
 }
 
+// runFaultyJob runs `fleet run RUNFLAGS -- fleet train TRAINARGS` to the end,
+// with FLEET_FAULT_EXIT=fault where fault is not empty, and returns the
+// path of the model it wrote into out and the job's output.
+func runFaultyJob(t *testing.T, bin, out, fault string, runFlags, trainArgs []string) (string, string) {
+	t.Helper()
+	args := append(append(append([]string{"run"}, runFlags...), "--", bin, "train"), trainArgs...)
+	env := jobEnv()
+	if fault != "" {
+		env = append(env, "FLEET_FAULT_EXIT="+fault)
+	}
+	j := startJob(t, bin, env, args...)
+	if err, _ := j.finish(t, 3*time.Minute); err != nil {
+		t.Fatalf("%s: %v\n%s", filepath.Base(out), err, j.output())
+	}
+	return filepath.Join(out, train.ModelFile), j.output()
+}
+
 // TestDDPRestartBitwise runs a 2-rank job twice with the same flags
 // (dropout, accumulation, a checkpoint every 3 steps): once uninterrupted,
 // once with rank 1 dying after step 8 of the first attempt and
@@ -356,19 +373,9 @@ func TestDDPRestartBitwise(t *testing.T) {
 	dir := t.TempDir()
 	data := writeFile(t, dir, "words.txt", wordText(100_000))
 	run := func(name, fault string) (string, string) {
-		out := filepath.Join(dir, name)
-		args := append([]string{"run", "--nproc-per-node", "2", "--max-restarts", "1", "--", bin, "train"},
-			ddpTrainArgs(data, out, "--max-iters", "14", "--dropout", "0.1", "--grad-accum", "2",
-				"--ckpt-interval", "3", "--comm-timeout", "1m")...)
-		env := jobEnv()
-		if fault != "" {
-			env = append(env, "FLEET_FAULT_EXIT="+fault)
-		}
-		j := startJob(t, bin, env, args...)
-		if err, _ := j.finish(t, 2*time.Minute); err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, j.output())
-		}
-		return filepath.Join(out, "model.safetensors"), j.output()
+		return runFaultyJob(t, bin, filepath.Join(dir, name), fault, []string{"--nproc-per-node", "2", "--max-restarts", "1"},
+			ddpTrainArgs(data, filepath.Join(dir, name), "--max-iters", "14", "--dropout", "0.1", "--grad-accum", "2",
+				"--ckpt-interval", "3", "--comm-timeout", "1m"))
 	}
 	plain, _ := run("plain", "")
 	restarted, log := run("restarted", "1:8")
@@ -439,19 +446,9 @@ func TestElasticShrink(t *testing.T) {
 	dir := t.TempDir()
 	data := writeFile(t, dir, "words.txt", wordText(100_000))
 	run := func(name, fault string) (string, string) {
-		out := filepath.Join(dir, name)
-		args := append([]string{"run", "--nproc-per-node", "3", "--min-nproc", "2", "--max-restarts", "3", "--", bin, "train"},
-			ddpTrainArgs(data, out, "--max-iters", "20", "--batch-size", "2", "--grad-accum", "2", "--lr-decay-iters", "20",
-				"--ckpt-interval", "5", "--comm-timeout", "1m")...)
-		env := jobEnv()
-		if fault != "" {
-			env = append(env, "FLEET_FAULT_EXIT="+fault)
-		}
-		j := startJob(t, bin, env, args...)
-		if err, _ := j.finish(t, 3*time.Minute); err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, j.output())
-		}
-		return filepath.Join(out, "model.safetensors"), j.output()
+		return runFaultyJob(t, bin, filepath.Join(dir, name), fault, []string{"--nproc-per-node", "3", "--min-nproc", "2", "--max-restarts", "3"},
+			ddpTrainArgs(data, filepath.Join(dir, name), "--max-iters", "20", "--batch-size", "2", "--grad-accum", "2", "--lr-decay-iters", "20",
+				"--ckpt-interval", "5", "--comm-timeout", "1m"))
 	}
 	plain, _ := run("plain", "")
 	shrunk, log := run("shrunk", "2:12:2")
@@ -568,11 +565,7 @@ func TestDDPStopTogether(t *testing.T) {
 	var step int
 	fmt.Sscanf(stopped.text, "[rank 0] stopped after step %d", &step)
 	mc := model.Config{NLayer: 2, NHead: 2, NEmbd: 32, BlockSize: 16}
-	chars := map[rune]bool{}
-	for _, c := range wordText(100_000) {
-		chars[c] = true
-	}
-	mc.VocabSize = len(chars)
+	mc.VocabSize = wordVocab(100_000)
 	if got := checkLatest(t, out, mc); got != step {
 		t.Errorf("the newest checkpoint is at step %d, rank 0 stopped after step %d", got, step)
 	}

@@ -45,6 +45,32 @@ func wordText(n int) string {
 	return b.String()
 }
 
+// wordVocab is the character vocabulary size of wordText(n).
+func wordVocab(n int) int {
+	chars := map[rune]bool{}
+	for _, c := range wordText(n) {
+		chars[c] = true
+	}
+	return len(chars)
+}
+
+// sameModel fails the test unless the runs in outs a and b wrote the same
+// model.safetensors, byte for byte.
+func sameModel(t *testing.T, a, b, what string) {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join(a, train.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(b, train.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: model.safetensors differs", what)
+	}
+}
+
 // checkLatest verifies and loads the newest checkpoint in out and returns
 // its step (-1 with none). A damaged step directory fails the test.
 func checkLatest(t *testing.T, out string, mc model.Config) int {
@@ -117,11 +143,7 @@ func TestKillDuringCheckpoints(t *testing.T) {
 	fmt.Sscan(shape[3], &mc.NHead)
 	fmt.Sscan(shape[5], &mc.NEmbd)
 	fmt.Sscan(shape[7], &mc.BlockSize)
-	chars := map[rune]bool{}
-	for _, c := range wordText(300_000) {
-		chars[c] = true
-	}
-	mc.VocabSize = len(chars)
+	mc.VocabSize = wordVocab(300_000)
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 
 	// Kills during continuous checkpoint writes.
@@ -203,11 +225,7 @@ func TestKillZeroGroup(t *testing.T) {
 				"--comm-timeout", "30s"}, extra...)...)...)
 	}
 	mc := model.Config{NLayer: 2, NHead: 2, NEmbd: 32, BlockSize: 16}
-	chars := map[rune]bool{}
-	for _, c := range wordText(100_000) {
-		chars[c] = true
-	}
-	mc.VocabSize = len(chars)
+	mc.VocabSize = wordVocab(100_000)
 	outA := filepath.Join(dir, "uninterrupted")
 	t0 := time.Now()
 	if startKill(t, bin, job(outA, "--ckpt-interval", "1", "--keep", "2"), time.Hour) {
@@ -237,17 +255,7 @@ func TestKillZeroGroup(t *testing.T) {
 	if kills < 2 || prev < 1 {
 		t.Fatalf("%d kills, newest checkpoint at step %d: the test did not kill the job while it checkpointed", kills, prev)
 	}
-	want, err := os.ReadFile(filepath.Join(outA, train.ModelFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(filepath.Join(outB, train.ModelFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("after %d kills and resumes, model.safetensors differs from the uninterrupted job's", kills)
-	}
+	sameModel(t, outA, outB, fmt.Sprintf("after %d kills and resumes, against the uninterrupted job", kills))
 }
 
 // TestSignalSavesCheckpoint sends SIGTERM to a training run: it must save a
