@@ -61,25 +61,27 @@ type Entry struct {
 }
 
 // WriteStaged writes a file for a checkpoint that another process commits
-// (an Entry's From): what fn writes goes to a temporary name next to path,
-// is fsynced, and is renamed to path, its folder fsynced, so that path
-// exists only complete. It returns the file's size and sum.
+// (an Entry's From), atomically (atomicfile.Write: path exists only
+// complete, fsynced, its folder too), and returns its size and sum.
 func WriteStaged(path string, fn func(io.Writer) error) (FileSum, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return FileSum{}, fmt.Errorf("checkpoint: %w", err)
 	}
-	tmp := filepath.Join(dir, tmpPrefix+filepath.Base(path))
-	os.Remove(tmp) // a leftover of a killed attempt
-	sum, err := writeFile(tmp, filepath.Base(path), fn)
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
+	var sum FileSum
+	err := atomicfile.Write(path, func(f io.Writer) error {
+		h := sha256.New()
+		cw := &countWriter{w: io.MultiWriter(f, h)}
+		var w io.Writer = cw
+		if writeHook != nil {
+			w = writeHook(filepath.Base(path), w)
+		}
+		if err := fn(w); err != nil {
+			return err
+		}
+		sum = FileSum{Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
+		return nil
+	})
 	if err != nil {
-		os.Remove(tmp)
 		return FileSum{}, fmt.Errorf("checkpoint: %w", err)
 	}
 	return sum, nil

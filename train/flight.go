@@ -24,19 +24,19 @@ type flightRecorder interface{ Flight() *dist.FlightRecorder }
 // logged, never fatal: the run is failing already, or must go on.
 func (d *ddp) dumpFlight(reason string) {
 	fr, ok := d.pg.(flightRecorder)
-	if !ok || d.pg == nil {
+	if !ok {
 		return
 	}
 	dump := dist.FlightDump{Rank: d.pg.Rank(), World: d.pg.Size(), Group: "ddp", Reason: reason,
 		Dumped: time.Now().UnixNano(), Entries: fr.Flight().Entries()}
-	dirs := []string{filepath.Join(d.out, FlightDir)}
+	var dirs []string
+	if d.out != "" {
+		dirs = append(dirs, filepath.Join(d.out, FlightDir))
+	}
 	if extra := os.Getenv(launch.EnvFlightDir); extra != "" {
 		dirs = append(dirs, extra)
 	}
 	for _, dir := range dirs {
-		if dir == FlightDir && d.out == "" {
-			continue
-		}
 		if err := dist.WriteFlightDump(dir, dump); err != nil {
 			fmt.Fprintf(d.log, "warning: %v\n", err)
 			continue
@@ -49,7 +49,7 @@ func (d *ddp) dumpFlight(reason string) {
 // failed collective.
 func (d *ddp) failedCollective() bool {
 	fr, ok := d.pg.(flightRecorder)
-	if !ok || d.pg == nil {
+	if !ok {
 		return false
 	}
 	es := fr.Flight().Entries()

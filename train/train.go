@@ -1235,35 +1235,8 @@ func (r *run) update(step int, lr float64, hook func()) bool {
 	if hook != nil {
 		hook()
 	}
-	if r.scalerState != nil {
-		// fp16 on the device: the unscaling, the clip, the scaler's
-		// decision and the step's learning rate and AdamW constants
-		// (which the schedule's position, held back by skipped steps,
-		// gives), read by nothing. Whether the weights moved is known
-		// there only.
-		if r.lrFill && step >= 0 { // (a captured step's is set outside its graph)
-			tensor.Fill(r.lrs, float32(lr))
-		}
-		r.opt.GradSumSquares(r.clipAcc)
-		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
-			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
-		r.opt.StepSched(r.clipCoef, r.sched16)
-		r.opt.ZeroGrad()
-		return true
-	}
-	if r.clipCoef != nil && step < 0 { // captured: the rate and constants from the step clock
-		r.opt.ClipCoef(r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, -1)
-		r.opt.StepSched(r.clipCoef, r.graphSched)
-		r.opt.ZeroGrad()
-		return true
-	}
-	if r.clipCoef != nil {
-		// On the device: the norm, the clip coefficient and the skip
-		// of a step whose gradients are not finite, read by nothing.
-		r.opt.ClipCoef(r.cfg.GradClip, r.clipAcc, r.clipCoef, r.stats, step+1)
-		r.opt.SetLR(float32(lr))
-		r.opt.StepScaled(r.clipCoef)
-		r.opt.ZeroGrad()
+	if r.scalerState != nil || r.clipCoef != nil {
+		r.stepOnDevice(step, lr, nil) // with nothing to reduce, it cannot fail
 		return true
 	}
 	if r.scaler != nil {
@@ -1294,6 +1267,42 @@ func (r *run) update(step int, lr float64, hook func()) bool {
 	r.opt.Step()
 	r.opt.ZeroGrad()
 	return true
+}
+
+// stepOnDevice is update's step where the clip (and fp16's loss scaler)
+// run on the device, read by nothing: the gradients' sum of squares, then,
+// where reduce is given, its sum over the group's shards (ZeRO-1), then
+// the clip coefficient (or the scaler's unscaling, clip, decision and the
+// step's learning rate and AdamW constants, which the schedule's position,
+// held back by skipped steps, gives: whether the weights moved is known
+// there only), AdamW and the zeroing. A step captured in a graph (step
+// < 0) takes its rate and constants from the step clock. It returns
+// reduce's error, having stepped nothing.
+func (r *run) stepOnDevice(step int, lr float64, reduce func() error) error {
+	r.opt.GradSumSquares(r.clipAcc)
+	if reduce != nil {
+		if err := reduce(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case r.scalerState != nil:
+		if r.lrFill && step >= 0 { // (a captured step's is set outside its graph)
+			tensor.Fill(r.lrs, float32(lr))
+		}
+		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
+			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
+		r.opt.StepSched(r.clipCoef, r.sched16)
+	case step < 0:
+		tensor.ClipCoef(r.clipCoef, r.stats, r.clipAcc, r.cfg.GradClip, -1)
+		r.opt.StepSched(r.clipCoef, r.graphSched)
+	default:
+		tensor.ClipCoef(r.clipCoef, r.stats, r.clipAcc, r.cfg.GradClip, step+1)
+		r.opt.SetLR(float32(lr))
+		r.opt.StepScaled(r.clipCoef)
+	}
+	r.opt.ZeroGrad()
+	return nil
 }
 
 // evaluate estimates train and val loss on EvalIters random batches each,

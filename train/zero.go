@@ -59,16 +59,18 @@ func (r *run) openZero() error {
 }
 
 // host returns flat's elements on the host: its own memory where the
-// device is the host's (then writes go straight to it), else z.stage
-// filled from it.
-func (z *zeroState) host(flat *tensor.Tensor) (buf []float32, view bool) {
+// device is the host's (then writes go straight to it), else z.stage with
+// part, flat's elements from lo on, read into it (all of flat for the
+// reduce-scatter, the shard alone for the gather, which overwrites the
+// rest).
+func (z *zeroState) host(flat, part *tensor.Tensor, lo int) (buf []float32, view bool) {
 	if v, ok := flat.HostFloat32s(); ok {
 		return v, true
 	}
 	if len(z.stage) != flat.Numel() {
 		z.stage = make([]float32, flat.Numel())
 	}
-	flat.ReadFloat32s(z.stage)
+	part.ReadFloat32s(z.stage[lo : lo+part.Numel()])
 	return z.stage, false
 }
 
@@ -76,7 +78,7 @@ func (z *zeroState) host(flat *tensor.Tensor) (buf []float32, view bool) {
 // rank's shard (the rest of the buffer holds partial sums, read by
 // nothing: the update and the norm cover the shard).
 func (z *zeroState) reduceScatter(flat *tensor.Tensor) error {
-	buf, view := z.host(flat)
+	buf, view := z.host(flat, flat, 0)
 	if err := z.pg.ReduceScatter(buf, dist.Avg); err != nil {
 		return fmt.Errorf("gradient reduce-scatter: %w", err)
 	}
@@ -88,7 +90,7 @@ func (z *zeroState) reduceScatter(flat *tensor.Tensor) error {
 
 // allGather gives every rank every shard of the updated flat parameters.
 func (z *zeroState) allGather(flat *tensor.Tensor) error {
-	buf, view := z.host(flat)
+	buf, view := z.host(flat, z.paramShard, z.lo)
 	if err := z.pg.AllGatherShards(buf); err != nil {
 		return fmt.Errorf("parameter all-gather: %w", err)
 	}
@@ -108,26 +110,17 @@ func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
 	}
 	d := r.ddp
 	z := d.zero
-	r.opt.GradSumSquares(r.clipAcc)
-	r.clipAcc.ReadFloat32s(z.sumsq[:])
-	if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {
+	if err := r.stepOnDevice(step, lr, func() error { // the shards' sums of squares, added
+		r.clipAcc.ReadFloat32s(z.sumsq[:])
+		if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {
+			return err
+		}
+		r.clipAcc.SetFloat32s(z.sumsq[:])
+		return nil
+	}); err != nil {
 		d.err = err
 		return fmt.Errorf("step %d: the gradient norm over the shards: %w", step+1, err)
 	}
-	r.clipAcc.SetFloat32s(z.sumsq[:])
-	if r.scalerState != nil {
-		if r.lrFill {
-			tensor.Fill(r.lrs, float32(lr))
-		}
-		tensor.ScalerCoef(r.clipCoef, r.stats, r.clipAcc, r.scalerState, r.lrs, r.cfg.GradClip, step,
-			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
-		r.opt.StepSched(r.clipCoef, r.sched16)
-	} else {
-		tensor.ClipCoef(r.clipCoef, r.stats, r.clipAcc, r.cfg.GradClip, step+1)
-		r.opt.SetLR(float32(lr))
-		r.opt.StepScaled(r.clipCoef)
-	}
-	r.opt.ZeroGrad()
 	if err := z.allGather(r.opt.PackedParams()); err != nil {
 		d.err = err
 		return fmt.Errorf("step %d: %w", step+1, err)

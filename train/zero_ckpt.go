@@ -141,12 +141,14 @@ func (sh *shardSnap) others(root string, step int) ([]checkpoint.Entry, error) {
 }
 
 // cleanStaged removes staged shards of steps up to step (committed, or
-// left by an attempt that was killed).
+// left by an attempt that was killed, whole or half written).
 func (sh *shardSnap) cleanStaged(root string, step int) {
 	dir := filepath.Join(root, shardStaging)
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		name, _, ok := strings.Cut(e.Name(), "-optimizer-shard-")
+		// A staged shard, or atomicfile's temporary one (".NAME.tmp-…")
+		// that a kill left.
+		name, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), "."), "-optimizer-shard-")
 		if !ok {
 			continue
 		}

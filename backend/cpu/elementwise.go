@@ -169,13 +169,7 @@ func (c *CPU) SumRows(dst, src backend.Ref, rows, cols int, beta float32) {
 	if anyBF16(dst, src) {
 		w := widening{c: c}
 		s := w.in(src, rows*cols)
-		var d backend.Ref
-		if beta != 0 {
-			d = w.inout(dst, cols)
-		} else {
-			d = w.out(dst, cols)
-		}
-		c.SumRows(d, s, rows, cols, beta)
+		c.SumRows(w.dst(dst, cols, beta != 0), s, rows, cols, beta)
 		w.done()
 		return
 	}

@@ -146,13 +146,8 @@ func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			nc += (p.Batch - 1) * p.StrideC
 		}
 		br := w.in(bias, p.N)
-		var cr backend.Ref
-		if p.Beta != 0 || (p.Batch > 1 && p.StrideC != p.M*p.N) { // C read, or gaps to keep
-			cr = w.inout(cc, nc)
-		} else {
-			cr = w.out(cc, nc)
-		}
-		c.MatMul(p, a, b, cr, br)
+		// C is read with beta, and kept in the gaps between strided items.
+		c.MatMul(p, a, b, w.dst(cc, nc, p.Beta != 0 || (p.Batch > 1 && p.StrideC != p.M*p.N)), br)
 		w.done()
 		return
 	}

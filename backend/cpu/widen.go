@@ -70,6 +70,15 @@ func (w *widening) inout(r backend.Ref, n int) backend.Ref {
 	return s
 }
 
+// dst is out, or inout where the kernel reads r's elements before it
+// writes them (read: an accumulator, a product's C with beta).
+func (w *widening) dst(r backend.Ref, n int, read bool) backend.Ref {
+	if read {
+		return w.inout(r, n)
+	}
+	return w.out(r, n)
+}
+
 // extent is how many elements r's storage holds from its offset on (a
 // table whose rows an op indexes).
 func extent(r backend.Ref) int { return r.S.Len() - r.Off }
