@@ -2,6 +2,8 @@ package dist
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 )
@@ -26,8 +28,13 @@ const DefaultBucketBytes = 25 << 20
 type Reducer struct {
 	pg      ProcessGroup
 	grads   [][]float32
-	buckets []*bucket
-	of      []int // bucket of each parameter
+	buckets []*bucket // in launch order
+	of      []int     // bucket of each parameter
+
+	// shards, where set (NewShardReducer), reduce-scatters each bucket, a
+	// piece of a flat buffer of total elements, in place.
+	shards ShardGroup
+	total  int
 
 	// skip, where set (tests only), drops a bucket's all-reduce as a
 	// rank with a bug would, to test that the flight record names it.
@@ -46,6 +53,7 @@ type bucket struct {
 	buf    []float32
 	work   Work
 	tag    string // "bucket N", for the group's flight record
+	flat   int    // a shard reducer's: buf's offset in the flat buffer
 }
 
 // tagger is a ProcessGroup whose flight record can say what an
@@ -135,11 +143,15 @@ func (r *Reducer) GradReady(i int) {
 func (r *Reducer) launchReady() {
 	for r.next < len(r.buckets) && r.pending[r.next] == 0 {
 		b := r.buckets[r.next]
-		for j, p := range b.params {
-			copy(b.buf[b.offs[j]:], r.grads[p])
+		if r.shards == nil {
+			for j, p := range b.params {
+				copy(b.buf[b.offs[j]:], r.grads[p])
+			}
 		}
 		if r.skip != nil && r.skip(r.next) {
 			b.work = skipped{}
+		} else if r.shards != nil {
+			b.work = r.shards.ReduceScatterAsync(b.buf, b.flat, r.total, Avg, b.tag)
 		} else if t, ok := r.pg.(tagger); ok {
 			b.work = t.AllReduceAsyncTag(b.buf, Avg, b.tag)
 		} else {
@@ -175,6 +187,9 @@ func (r *Reducer) Wait() error {
 			errs = append(errs, err)
 			continue
 		}
+		if r.shards != nil {
+			continue
+		}
 		for j, p := range b.params {
 			copy(r.grads[p], b.buf[b.offs[j]:])
 		}
@@ -183,9 +198,77 @@ func (r *Reducer) Wait() error {
 	r.reset()
 	r.mu.Unlock()
 	if len(errs) > 0 {
+		if r.shards != nil {
+			return fmt.Errorf("gradient reduce-scatter: %w", errs[0])
+		}
 		return fmt.Errorf("gradient all-reduce: %w", errs[0])
 	}
 	return nil
+}
+
+// ShardGroup is a process group that can reduce-scatter the pieces of a
+// flat buffer (TCPGroup.ReduceScatterAsync).
+type ShardGroup interface {
+	ProcessGroup
+	ReduceScatterAsync(buf []float32, off, total int, op Op, tag string) Work
+}
+
+// NewShardReducer is the Reducer of a sharded optimizer (ZeRO-1): the
+// gradients live in one flat buffer, parameter i's at flat[offs[i]:
+// offs[i]+sizes[i]], and each rank is to end with the average of its
+// shard of it (Shard(len(flat), Size(), Rank())). Buckets are contiguous
+// runs of flat, filled from its end with gradients in falling parameter
+// order, and cut where two are not adjacent, where the order breaks (a
+// packed optimizer's decayed parameters, then the others), or once a
+// bucket holds bucketBytes or more; each is reduce-scattered in
+// place as soon as every gradient in it is ready, so the averaging
+// overlaps backward as the Reducer's all-reduces do, with half their
+// traffic. Buckets start in one order on every rank: by the lowest
+// parameter they hold, the highest first, which is the order backward
+// finishes them. Wait leaves the rest of flat holding partial sums.
+func NewShardReducer(pg ShardGroup, flat []float32, offs, sizes []int, bucketBytes int) (*Reducer, error) {
+	if bucketBytes <= 0 {
+		bucketBytes = DefaultBucketBytes
+	}
+	if len(offs) != len(sizes) {
+		return nil, fmt.Errorf("dist: %d offsets for %d gradients", len(offs), len(sizes))
+	}
+	byOff := make([]int, len(offs))
+	for i := range byOff {
+		byOff[i] = i
+		if offs[i] < 0 || sizes[i] < 0 || offs[i]+sizes[i] > len(flat) {
+			return nil, fmt.Errorf("dist: gradient %d, [%d, %d), is not within the flat buffer of %d", i, offs[i], offs[i]+sizes[i], len(flat))
+		}
+	}
+	sort.Slice(byOff, func(a, b int) bool { return offs[byOff[a]] > offs[byOff[b]] })
+	r := &Reducer{pg: pg, shards: pg, total: len(flat), of: make([]int, len(offs)), ready: make([]bool, len(offs))}
+	r.grads = make([][]float32, len(offs))
+	var cur *bucket
+	end := -1 // where the bucket being filled starts in flat
+	for k, i := range byOff {
+		if k > 0 && offs[i]+sizes[i] > offs[byOff[k-1]] {
+			return nil, fmt.Errorf("dist: gradients %d and %d overlap in the flat buffer", i, byOff[k-1])
+		}
+		r.grads[i] = flat[offs[i] : offs[i]+sizes[i]]
+		if cur == nil || offs[i]+sizes[i] != end || i > byOff[k-1] || 4*(len(cur.buf)) >= bucketBytes {
+			cur = &bucket{}
+			r.buckets = append(r.buckets, cur)
+		}
+		cur.params = append(cur.params, i)
+		cur.flat = offs[i]
+		cur.buf = flat[cur.flat : cur.flat+len(cur.buf)+sizes[i]]
+		end = offs[i]
+	}
+	low := func(b *bucket) int { return slices.Min(b.params) }
+	sort.SliceStable(r.buckets, func(a, b int) bool { return low(r.buckets[a]) > low(r.buckets[b]) })
+	for k, b := range r.buckets {
+		for _, i := range b.params {
+			r.of[i] = k
+		}
+		b.tag = "bucket " + strconv.Itoa(k)
+	}
+	r.reset()
+	return r, nil
 }
 
 // BroadcastParams copies rank 0's parameters to every rank, packed into

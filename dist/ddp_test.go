@@ -115,3 +115,87 @@ func TestBroadcastParams(t *testing.T) {
 		}
 	}
 }
+
+// TestShardReducer: a sharded optimizer's buckets are contiguous runs of
+// the flat buffer, cut where gradients are not adjacent (here the layout
+// puts even parameters first, as packing puts those with weight decay),
+// started in the order backward finishes them; most start before
+// backward ends, and each rank ends with its shard of the average, bit
+// for bit what one reduce-scatter of the whole buffer gives.
+func TestShardReducer(t *testing.T) {
+	sizes := []int{700, 3, 5000, 1, 1200, 64, 9000, 17, 2500, 10}
+	offs := make([]int, len(sizes))
+	total := 0
+	for pass := range 2 {
+		for i, n := range sizes {
+			if i%2 == pass {
+				offs[i] = total
+				total += n
+			}
+		}
+	}
+	const capBytes = 8 << 10 // 2048 floats
+	for _, world := range []int{2, 3, 4} {
+		groups := job(t, world, TCPOptions{ChunkBytes: 4096}, nil)
+		rng := rand.New(rand.NewPCG(9, uint64(world)))
+		flat := make([][]float32, world)
+		reducers := make([]*Reducer, world)
+		for r := range world {
+			flat[r] = randomFloats(rng, total)
+			red, err := NewShardReducer(groups[r], flat[r], offs, sizes, capBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reducers[r] = red
+		}
+		// Even parameters (the first run of flat) cut from the end once a
+		// bucket is full; the odd ones are one run, cut from the even
+		// ones where the parameter order breaks; the bucket holding
+		// parameter 0 goes last.
+		if got, want := fmt.Sprint(reducers[0].Buckets()), "[[8] [6] [4 2] [9 7 5 3 1] [0]]"; got != want {
+			t.Fatalf("buckets %s, want %s", got, want)
+		}
+		for step := range 2 {
+			whole := make([][]float32, world)
+			want := make([]float64, total)
+			for r := range world {
+				whole[r] = append([]float32(nil), flat[r]...)
+				for i, v := range flat[r] {
+					want[i] += float64(v) / float64(world)
+				}
+			}
+			must(t, each(groups, func(r int, g *TCPGroup) error { return g.ReduceScatter(whole[r], Avg) }))
+			launchedEarly := make([]int, world)
+			must(t, each(groups, func(r int, g *TCPGroup) error {
+				red := reducers[r]
+				for i := len(sizes) - 1; i >= 0; i-- {
+					red.GradReady(i)
+					if i == 1 {
+						launchedEarly[r] = red.Launched()
+					}
+				}
+				return red.Wait()
+			}))
+			for r := range world {
+				if launchedEarly[r] != 4 {
+					t.Errorf("world %d rank %d: %d buckets started before the last gradient, want 4", world, r, launchedEarly[r])
+				}
+				lo, hi := Shard(total, world, r)
+				for i := lo; i < hi; i++ {
+					if math.Float32bits(flat[r][i]) != math.Float32bits(whole[r][i]) {
+						t.Fatalf("world %d step %d rank %d [%d]: %v, one reduce-scatter gives %v", world, step, r, i, flat[r][i], whole[r][i])
+					}
+					if math.Abs(float64(flat[r][i])-want[i]) > 1e-5 {
+						t.Fatalf("world %d step %d rank %d [%d]: %v, want %v", world, step, r, i, flat[r][i], want[i])
+					}
+				}
+			}
+		}
+	}
+	if _, err := NewShardReducer(nil, make([]float32, 10), []int{0, 5}, []int{6, 5}, 0); err == nil {
+		t.Error("overlapping gradients were accepted")
+	}
+	if _, err := NewShardReducer(nil, make([]float32, 10), []int{8}, []int{3}, 0); err == nil {
+		t.Error("a gradient past the flat buffer's end was accepted")
+	}
+}

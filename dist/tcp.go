@@ -222,8 +222,12 @@ type tcpWork struct {
 	buf, recv []float32
 	op        Op
 	root      int
-	done      chan struct{}
-	err       error
+	// off and total place a reduce-scatter's buf in the flat buffer
+	// whose shards it reduces into: its elements [off, off+len(buf)) of
+	// total.
+	off, total int
+	done       chan struct{}
+	err        error
 }
 
 func (w *tcpWork) Wait() error {
@@ -398,7 +402,28 @@ func Shard(n, world, rank int) (lo, hi int) { return rank * n / world, (rank + 1
 // (Shard(len(buf), Size(), Rank())): the first half of an all-reduce, half
 // its traffic. The rest of buf is left holding partial sums.
 func (g *TCPGroup) ReduceScatter(buf []float32, op Op) error {
-	return g.submit(&tcpWork{kind: "reduce-scatter", buf: buf, op: op}).Wait()
+	return g.ReduceScatterAsync(buf, 0, len(buf), op, "").Wait()
+}
+
+// ReduceScatterAsync queues the reduce-scatter of a piece of a flat
+// buffer: buf is its elements [off, off+len(buf)) of total, and each rank
+// ends with the reduction of the part of buf its shard of the flat buffer
+// (Shard(total, Size(), rank)) covers; the rest of buf holds partial sums.
+// Reduce-scattering a flat buffer's pieces one by one, as backward
+// finishes them (a sharded optimizer's buckets), leaves every rank what
+// one ReduceScatter of the whole would: the pieces are contiguous shards'
+// parts, so a piece inside one shard travels the ring once, pipelined
+// chunk by chunk, and ends at its owner (a ring reduce). tag says what
+// buf carries, for the flight record.
+func (g *TCPGroup) ReduceScatterAsync(buf []float32, off, total int, op Op, tag string) Work {
+	w := &tcpWork{kind: "reduce-scatter", buf: buf, op: op, off: off, total: total, tag: tag}
+	if off < 0 || off+len(buf) > total {
+		w.err = fmt.Errorf("reduce-scatter: elements [%d, %d) are not within a flat buffer of %d", off, off+len(buf), total)
+		w.done = make(chan struct{})
+		close(w.done)
+		return w
+	}
+	return g.submit(w)
 }
 
 // AllGatherShards copies each rank's shard of buf (Shard) into every
@@ -487,10 +512,13 @@ func (g *TCPGroup) plan(w *tcpWork) (sends, recvs []xfer) {
 		ring(segs, n-1, 0, false)
 	case "reduce-scatter":
 		// The all-reduce's first lap, with the segments turned by one so
-		// that rank r ends with the reduction of its own shard (Shard).
+		// that rank r ends with the reduction of its own shard (Shard) of
+		// the flat buffer, or of the part of it buf holds: the segments
+		// of ranks whose shards buf misses are empty.
 		segs := make([][]float32, n)
 		for i := range n {
-			lo, hi := Shard(len(w.buf), n, mod(i-1))
+			lo, hi := Shard(w.total, n, mod(i-1))
+			lo, hi = min(max(lo-w.off, 0), len(w.buf)), min(max(hi-w.off, 0), len(w.buf))
 			segs[i] = w.buf[lo:hi]
 		}
 		ring(segs, n-1, n-1, w.op == Avg)
@@ -523,7 +551,9 @@ var kindCode = map[string]byte{"all-reduce": 1, "broadcast": 2, "all-gather": 3,
 const headerLen = 32
 
 // header describes a collective so that the neighbour can check it is
-// running the same one: greeting, kind, op, root, sequence, size.
+// running the same one: greeting, kind, op, root, sequence, size, and a
+// reduce-scatter's place in its flat buffer (offset and total, their low
+// 32 bits).
 func header(w *tcpWork) []byte {
 	h := make([]byte, headerLen)
 	copy(h, "FLRG")
@@ -532,6 +562,8 @@ func header(w *tcpWork) []byte {
 	binary.LittleEndian.PutUint16(h[6:], uint16(w.root))
 	binary.LittleEndian.PutUint64(h[8:], uint64(w.seq))
 	binary.LittleEndian.PutUint64(h[16:], uint64(w.bytes()))
+	binary.LittleEndian.PutUint32(h[24:], uint32(w.off))
+	binary.LittleEndian.PutUint32(h[28:], uint32(w.total))
 	return h
 }
 

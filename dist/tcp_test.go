@@ -3,6 +3,7 @@ package dist
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -610,6 +611,79 @@ func TestReduceScatterAllGatherShards(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestReduceScatterPieces: reduce-scattering a flat buffer piece by piece
+// (ReduceScatterAsync, several in flight, pieces inside one shard and
+// across shards' edges, some of one element) leaves every rank its shard
+// bit for bit as one ReduceScatter of the whole does: each element is
+// summed along the same path of the ring. A piece placed differently on
+// two ranks fails, naming the mismatch.
+func TestReduceScatterPieces(t *testing.T) {
+	const n = 1001
+	for _, world := range []int{1, 2, 3, 4} {
+		groups := job(t, world, TCPOptions{ChunkBytes: 64}, nil)
+		cuts := []int{0, 1, 2, 40, 250, 251, 600, 999, n} // shards' edges fall inside pieces and on them
+		whole := make([][]float32, world)
+		pieces := make([][]float32, world)
+		want := make([]float64, n)
+		for r := range world {
+			rng := rand.New(rand.NewPCG(uint64(r), 7))
+			whole[r] = make([]float32, n)
+			for i := range whole[r] {
+				whole[r][i] = float32(rng.NormFloat64())
+				want[i] += float64(whole[r][i]) / float64(world)
+			}
+			pieces[r] = append([]float32(nil), whole[r]...)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, world)
+		for r, g := range groups {
+			wg.Go(func() {
+				if errs[r] = g.ReduceScatter(whole[r], Avg); errs[r] != nil {
+					return
+				}
+				var works []Work
+				for k := len(cuts) - 2; k >= 0; k-- { // backward's order: the last piece first
+					lo, hi := cuts[k], cuts[k+1]
+					works = append(works, g.ReduceScatterAsync(pieces[r][lo:hi], lo, n, Avg, fmt.Sprintf("bucket %d", k)))
+				}
+				for _, w := range works {
+					errs[r] = errors.Join(errs[r], w.Wait())
+				}
+			})
+		}
+		wg.Wait()
+		for r := range world {
+			if errs[r] != nil {
+				t.Fatalf("world %d rank %d: %v", world, r, errs[r])
+			}
+			lo, hi := Shard(n, world, r)
+			for i := lo; i < hi; i++ {
+				if math.Float32bits(pieces[r][i]) != math.Float32bits(whole[r][i]) {
+					t.Fatalf("world %d rank %d [%d]: pieces gave %v, the whole buffer %v", world, r, i, pieces[r][i], whole[r][i])
+				}
+				if math.Abs(float64(pieces[r][i])-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+					t.Fatalf("world %d rank %d [%d]: %v, want %v", world, r, i, pieces[r][i], want[i])
+				}
+			}
+		}
+		if w := groups[0].ReduceScatterAsync(make([]float32, 3), n-2, n, Sum, ""); w.Wait() == nil {
+			t.Errorf("world %d: a piece past the flat buffer's end was accepted", world)
+		}
+		if world < 2 {
+			continue
+		}
+		for r, g := range groups {
+			wg.Go(func() { errs[r] = g.ReduceScatterAsync(make([]float32, 10), 10*(1+r%2), n, Sum, "").Wait() })
+		}
+		wg.Wait()
+		for r := range world {
+			if errs[r] == nil || !strings.Contains(errs[r].Error(), "different collectives") {
+				t.Errorf("world %d rank %d: pieces at different offsets gave %v", world, r, errs[r])
 			}
 		}
 	}

@@ -54,9 +54,9 @@ type ddp struct {
 	out        string
 	log        io.Writer
 	stopSignal func()
-	// zero, with Config.Zero 1, is this rank's ZeRO-1 shard: gradients
-	// are reduce-scattered after backward instead of all-reduced, from
-	// the optimizer's flat buffer (flatGrads).
+	// zero, with Config.Zero 1, is this rank's ZeRO-1 shard: the
+	// optimizer's flat gradients (flatGrads) are reduce-scattered bucket
+	// by bucket during backward (its Reducer, red) instead of all-reduced.
 	zero      *zeroState
 	flatGrads func() *tensor.Tensor
 }
@@ -205,9 +205,6 @@ func (d *ddp) sameStart(steps int) error {
 
 // hook is the gradient-ready hook of a synchronizing backward pass.
 func (d *ddp) hook(leaf *tensor.Tensor) {
-	if d.zero != nil { // one reduce-scatter after backward
-		return
-	}
 	if d.devGrad != nil {
 		d.devGrad.ready(leaf)
 		return
@@ -233,12 +230,25 @@ func (d *ddp) sync() error {
 	if d.devGrad != nil {
 		return d.devGrad.sync()
 	}
-	if d.zero != nil {
-		return d.zero.reduceScatter(d.flatGrads())
-	}
 	if !d.first.IsZero() {
 		d.overlapMs += float64(time.Since(d.first).Nanoseconds()) / 1e6
 		d.first = time.Time{}
+	}
+	if d.red != nil && d.syncs == 2 {
+		// The first step's buckets may be cut after its backward; the
+		// second's show the overlap.
+		what := "all-reduced"
+		if d.zero != nil {
+			what = "reduce-scattered"
+		}
+		fmt.Fprintf(d.log, "dist: %d of %d buckets %s during backward, the rest after it\n", d.red.Launched(), len(d.red.Buckets()), what)
+	}
+	if d.zero != nil {
+		if err := d.red.Wait(); err != nil {
+			return err
+		}
+		d.zero.gradsDone()
+		return nil
 	}
 	if d.red == nil {
 		d.host = make([][]float32, len(d.params))

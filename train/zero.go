@@ -10,19 +10,22 @@ import (
 
 // sharder is a process group with ZeRO-1's collectives (the TCP ring).
 type sharder interface {
-	ReduceScatter(buf []float32, op dist.Op) error
+	dist.ShardGroup
 	AllGatherShards(buf []float32) error
 }
 
 // zeroState is a rank's part of ZeRO-1 (Config.Zero 1): the optimizer
 // keeps the moments of its shard of the flat parameters, [lo, hi) as
-// dist.Shard cuts them, and each step reduce-scatters the gradients,
-// updates the shard and all-gathers the parameters.
+// dist.Shard cuts them; each step's gradients are reduce-scattered
+// bucket by bucket during backward (the ddp's Reducer, from
+// dist.NewShardReducer), the shard is updated, and the parameters are
+// all-gathered.
 type zeroState struct {
 	pg     sharder
 	lo, hi int
 	// stage is a host copy of a flat buffer where the device's memory is
-	// not the host's (a GPU over the TCP ring).
+	// not the host's (a GPU over the TCP ring): the gradient hook reads
+	// each gradient into its place in it.
 	stage []float32
 	// gradShard and paramShard are views of the flat buffers' shard.
 	gradShard, paramShard *tensor.Tensor
@@ -30,7 +33,8 @@ type zeroState struct {
 }
 
 // openZero shards the packed optimizer over the group (after Pack and
-// KeepHalf) and logs what each rank keeps.
+// KeepHalf), builds the Reducer that reduce-scatters its flat gradients
+// during backward, and logs what each rank keeps.
 func (r *run) openZero() error {
 	d := r.ddp
 	pg, ok := d.pg.(sharder)
@@ -48,21 +52,53 @@ func (r *run) openZero() error {
 		return fmt.Errorf("dist: --zero 1: the optimizer could not be sharded")
 	}
 	z := &zeroState{pg: pg, lo: lo, hi: hi}
+	grads := r.opt.PackedGrads()
 	tensor.ProgramOf(flat.Device()).Persist(func() {
 		z.paramShard = flat.Rows(lo, hi)
-		z.gradShard = r.opt.PackedGrads().Rows(lo, hi)
+		z.gradShard = grads.Rows(lo, hi)
 	})
+	// The gradients' places in the flat buffer, in the ddp's parameter
+	// order, and the host buffer the ring reduces in place.
+	host, view := grads.HostFloat32s()
+	if !view {
+		z.stage = make([]float32, n)
+		host = z.stage
+	}
+	offs, sizes := make([]int, len(d.params)), make([]int, len(d.params))
+	for k, off := range r.opt.FlatOffsets() {
+		i, ok := d.index[r.opt.Params[k].T]
+		if !ok {
+			return fmt.Errorf("dist: --zero 1: the optimizer's parameter %s is not the model's", r.opt.Params[k].Name)
+		}
+		offs[i], sizes[i] = off, r.opt.Params[k].T.Numel()
+	}
+	red, err := dist.NewShardReducer(pg, host, offs, sizes, d.bucket)
+	if err != nil {
+		return fmt.Errorf("dist: --zero 1: %w", err)
+	}
+	d.red, d.view = red, view
+	d.host = make([][]float32, len(d.params))
+	for i := range d.params {
+		d.host[i] = host[offs[i] : offs[i]+sizes[i]]
+	}
 	d.zero = z
-	fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s\n",
-		world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole))
+	fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered in %d buckets during backward\n",
+		world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole), len(red.Buckets()))
 	return nil
+}
+
+// gradsDone puts the reduce-scattered shard where the optimizer reads it,
+// where the ring reduced a host copy of the gradients (z.stage).
+func (z *zeroState) gradsDone() {
+	if z.stage != nil {
+		z.gradShard.SetFloat32s(z.stage[z.lo:z.hi])
+	}
 }
 
 // host returns flat's elements on the host: its own memory where the
 // device is the host's (then writes go straight to it), else z.stage with
-// part, flat's elements from lo on, read into it (all of flat for the
-// reduce-scatter, the shard alone for the gather, which overwrites the
-// rest).
+// part, flat's elements from lo on, read into it (the shard alone for the
+// gather, which overwrites the rest).
 func (z *zeroState) host(flat, part *tensor.Tensor, lo int) (buf []float32, view bool) {
 	if v, ok := flat.HostFloat32s(); ok {
 		return v, true
@@ -72,20 +108,6 @@ func (z *zeroState) host(flat, part *tensor.Tensor, lo int) (buf []float32, view
 	}
 	part.ReadFloat32s(z.stage[lo : lo+part.Numel()])
 	return z.stage, false
-}
-
-// reduceScatter averages the flat gradients over the group into this
-// rank's shard (the rest of the buffer holds partial sums, read by
-// nothing: the update and the norm cover the shard).
-func (z *zeroState) reduceScatter(flat *tensor.Tensor) error {
-	buf, view := z.host(flat, flat, 0)
-	if err := z.pg.ReduceScatter(buf, dist.Avg); err != nil {
-		return fmt.Errorf("gradient reduce-scatter: %w", err)
-	}
-	if !view {
-		z.gradShard.SetFloat32s(buf[z.lo:z.hi])
-	}
-	return nil
 }
 
 // allGather gives every rank every shard of the updated flat parameters.

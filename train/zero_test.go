@@ -33,6 +33,7 @@ func TestZeroMatchesDDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 10 groups for 30 steps")
 	}
+	overlapRE := regexp.MustCompile(`dist: (\d+) of (\d+) buckets reduce-scattered during backward`)
 	stateRE := regexp.MustCompile(`zero: AdamW's state sharded over (\d+) ranks: this rank keeps the moments of parameters \[(\d+), (\d+)\) of (\d+)`)
 	for _, tc := range []struct {
 		name               string
@@ -52,8 +53,15 @@ func TestZeroMatchesDDP(t *testing.T) {
 			cfg.Out = filepath.Join(t.TempDir(), "ddp")
 			plain := runGroup(t, cfg, tc.world)
 			cfg.Zero = 1
+			cfg.BucketMB = 1 // the model's 3.2 MB of gradients in 4 buckets
 			cfg.Out = filepath.Join(t.TempDir(), "zero")
 			zero, outs := runGroupOut(t, cfg, tc.world)
+			// The buckets' reduce-scatters start during backward.
+			if m := overlapRE.FindStringSubmatch(outs[0]); m == nil || m[1] == "0" || m[2] == "1" {
+				t.Errorf("rank 0's log does not show reduce-scatters overlapping backward (%q):\n%s", m, outs[0])
+			} else {
+				t.Log(m[0])
+			}
 			for r := range tc.world {
 				if name := sameBits(zero[0], zero[r]); name != "" {
 					t.Errorf("rank %d's %s differs from rank 0's", r, name)
