@@ -111,6 +111,9 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 	var ms, rates []float64
 	defer r.Close()
 	simDev := simOf(dev)
+	if cfg.Zero != 0 && o.SimWorld <= 1 {
+		return Result{}, setting.Errorf("{Zero} in a benchmark needs {SimWorld} above 1")
+	}
 	if o.SimWorld > 1 {
 		if simDev == nil {
 			return Result{}, setting.Errorf("{SimWorld} needs a simulated GPU ({Device} sim:h200, say), not %v", dev)

@@ -72,6 +72,24 @@ func (g *simGroup) AllGather(send, recv uintptr, count int, dt dist.DType, strea
 	g.dev.Collective("ncclAllGather", float64(g.world-1)*float64(count*dt.Size()), g.world, stream)
 	return nil
 }
+func (g *simGroup) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, stream uintptr) error {
+	// As NCCL's group does it: a ring reduce to each owner of a shard the
+	// piece meets, each moving its piece once through every link.
+	for k := range g.world {
+		lo, hi := dist.Shard(total, g.world, k)
+		if lo, hi = max(lo, off), min(hi, off+count); lo < hi {
+			g.dev.Collective("ncclReduce", float64((hi-lo)*dt.Size()), g.world, stream)
+		}
+	}
+	return nil
+}
+func (g *simGroup) AllGatherShards(buf uintptr, total int, dt dist.DType, stream uintptr) error {
+	for k := range g.world { // a broadcast from each owner
+		lo, hi := dist.Shard(total, g.world, k)
+		g.dev.Collective("ncclBroadcast", float64((hi-lo)*dt.Size()), g.world, stream)
+	}
+	return nil
+}
 func (g *simGroup) CheckAsync() error { return nil }
 func (g *simGroup) Abort() error      { return nil }
 func (g *simGroup) Close() error      { return nil }

@@ -129,9 +129,6 @@ func (r *run) openDDP(store *dist.Store) error {
 	r.ddp = d
 	backendName := "tcp"
 	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
-		if cfg.Zero == 1 {
-			return setting.Errorf("dist: {Zero} 1 runs on the TCP ring in this version: add {DistBackend} tcp")
-		}
 		grp, err := newDeviceGroup(store, r.dev)
 		if err == nil {
 			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, timeout, r.log)

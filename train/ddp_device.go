@@ -66,6 +66,10 @@ type deviceDDP struct {
 	flat  *tensor.Tensor   // [n] F32: every gradient, in parameter order
 	views []*tensor.Tensor // flat's piece of each parameter, shaped like it
 
+	// sharded (ZeRO-1, shard): each bucket is reduce-scattered into the
+	// ranks' shards of the flat gradients instead of all-reduced.
+	sharded bool
+
 	// The watchdog's state, under mu.
 	mu      sync.Mutex
 	pending []inflight // joined communication not yet seen done, oldest first
@@ -268,13 +272,77 @@ func (d *deviceDDP) launch(b int) error {
 	bk := &d.buckets[b]
 	bk.launched = true
 	d.ops++
+	what := "all-reduce"
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
+		if d.sharded {
+			what = "reduce-scatter"
+			return d.grp.ReduceScatterShards(d.base+uintptr(4*bk.off), bk.off, bk.n, d.grads.Numel(), dist.F32, dist.Avg, stream)
+		}
 		return d.grp.AllReduce(d.base+uintptr(4*bk.off), bk.n, dist.F32, dist.Avg, stream)
 	})
 	if err != nil {
-		return fmt.Errorf("all-reduce of bucket %d of %d (%s) in step %d: %w", b+1, len(d.buckets), units.Bytes(int64(4*bk.n)), d.steps, err)
+		return fmt.Errorf("%s of bucket %d of %d (%s) in step %d: %w", what, b+1, len(d.buckets), units.Bytes(int64(4*bk.n)), d.steps, err)
 	}
 	return nil
+}
+
+// shard makes the buckets reduce-scatter into the ranks' shards of the
+// packed gradients (ZeRO-1). It needs the overlapped path: the
+// optimizer's flat buffer.
+func (d *deviceDDP) shard() error {
+	if d.packed() == nil {
+		return fmt.Errorf("dist: --zero 1 needs the optimizer's flat gradients")
+	}
+	d.sharded = true
+	return nil
+}
+
+// onComm queues one of a sharded step's collectives on the communication
+// stream after the compute issued so far, makes the compute after it
+// wait for it, and hands it to the watchdog; the host does not wait.
+func (d *deviceDDP) onComm(what string, buf *tensor.Tensor, op func(addr, stream uintptr) error) error {
+	if err := d.failure(); err != nil {
+		return err
+	}
+	if d.aborted.Load() {
+		return fmt.Errorf("%s: the communicator was aborted", what)
+	}
+	d.ops++
+	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
+		addr, ok := buf.DeviceAddress()
+		if !ok {
+			return fmt.Errorf("%v has no device addresses", d.dev)
+		}
+		return op(addr, stream)
+	})
+	if err == nil {
+		var probe backend.CommProbe
+		if probe, err = tensor.JoinComm(d.dev); err == nil {
+			d.watch(probe, what)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// sumShards adds the ranks' acc (one F32: a shard's sum of squared
+// gradients) on the device, so that every rank clips by, and fp16's
+// scaler decides on, the whole gradient's norm.
+func (d *deviceDDP) sumShards(acc *tensor.Tensor) error {
+	return d.onComm(fmt.Sprintf("the gradient norm's all-reduce of step %d", d.steps), acc, func(addr, stream uintptr) error {
+		return d.grp.AllReduce(addr, 1, dist.F32, dist.Sum, stream)
+	})
+}
+
+// gatherShards gives every rank each rank's updated shard of the flat
+// parameters.
+func (d *deviceDDP) gatherShards(params *tensor.Tensor) error {
+	what := fmt.Sprintf("the parameters' all-gather of step %d (%s)", d.steps, units.Bytes(int64(4*params.Numel())))
+	return d.onComm(what, params, func(addr, stream uintptr) error {
+		return d.grp.AllGatherShards(addr, params.Numel(), dist.F32, stream)
+	})
 }
 
 // sync finishes the averaging of the gradients after the last micro-step's
@@ -301,7 +369,11 @@ func (d *deviceDDP) sync() error {
 	} else if d.steps == 2 {
 		// The first step's buckets were cut after its backward; the
 		// second's show the overlap.
-		fmt.Fprintf(d.log, "dist: %d of %d buckets all-reduced during backward, the rest after it\n", d.early, len(d.buckets))
+		what := "all-reduced"
+		if d.sharded {
+			what = "reduce-scattered"
+		}
+		fmt.Fprintf(d.log, "dist: %d of %d buckets %s during backward, the rest after it\n", d.early, len(d.buckets), what)
 	}
 	d.early = 0
 	for b := range d.buckets {

@@ -20,7 +20,7 @@ type Stepper struct{ r *run }
 // precision and optimizer settings (cfg must be valid, with its
 // accumulation resolved), drawing its batches from s.
 func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *Stepper {
-	r := &run{cfg: cfg, dev: dev, model: m, train: s}
+	r := &run{cfg: cfg, dev: dev, model: m, train: s, log: io.Discard}
 	if cfg.Precision == "fp16" {
 		r.scaler = optim.NewGradScaler()
 	}
@@ -48,7 +48,8 @@ func (s *Stepper) Loss(done int) float64 {
 // memory, in buckets of cfg.BucketMB launched during backward on the
 // device's communication stream. The ranks start as they are (no
 // broadcast). A benchmark passes a simulated group, whose other ranks are
-// imagined.
+// imagined. With cfg.Zero 1 the optimizer is sharded over grp (ZeRO-1)
+// when the first step opens.
 func (s *Stepper) UseDeviceGroup(grp dist.DeviceGroup) error {
 	r := s.r
 	d := &ddp{params: r.model.Parameters(), index: map[*tensor.Tensor]int{}, bucket: r.cfg.BucketMB << 20}

@@ -38,7 +38,7 @@ type zeroState struct {
 func (r *run) openZero() error {
 	d := r.ddp
 	pg, ok := d.pg.(sharder)
-	if !ok {
+	if !ok && d.devGrad == nil {
 		return fmt.Errorf("dist: --zero 1: the process group has no reduce-scatter")
 	}
 	flat := r.opt.PackedParams()
@@ -46,8 +46,13 @@ func (r *run) openZero() error {
 		return fmt.Errorf("dist: --zero 1 needs the optimizer's flat buffers (one device, f32 parameters)")
 	}
 	whole := r.opt.StateBytes()
-	n, world := flat.Numel(), d.pg.Size()
-	lo, hi := dist.Shard(n, world, d.pg.Rank())
+	n, world, rank := flat.Numel(), 0, 0
+	if d.devGrad != nil {
+		world, rank = d.devGrad.grp.Size(), d.devGrad.grp.Rank()
+	} else {
+		world, rank = d.pg.Size(), d.pg.Rank()
+	}
+	lo, hi := dist.Shard(n, world, rank)
 	if !r.opt.Shard(lo, hi) {
 		return fmt.Errorf("dist: --zero 1: the optimizer could not be sharded")
 	}
@@ -57,6 +62,15 @@ func (r *run) openZero() error {
 		z.paramShard = flat.Rows(lo, hi)
 		z.gradShard = grads.Rows(lo, hi)
 	})
+	if d.devGrad != nil { // NCCL: the buckets reduce-scatter in device memory
+		if err := d.devGrad.shard(); err != nil {
+			return err
+		}
+		d.zero = z
+		fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered on the device during backward\n",
+			world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole))
+		return nil
+	}
 	// The gradients' places in the flat buffer, in the ddp's parameter
 	// order, and the host buffer the ring reduces in place.
 	host, view := grads.HostFloat32s()
@@ -132,6 +146,18 @@ func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
 	}
 	d := r.ddp
 	z := d.zero
+	if d.devGrad != nil { // NCCL: every collective on the device, no wait on the host
+		if err := r.stepOnDevice(step, lr, func() error { return d.devGrad.sumShards(r.clipAcc) }); err != nil {
+			d.err = err
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		if err := d.devGrad.gatherShards(r.opt.PackedParams()); err != nil {
+			d.err = err
+			return fmt.Errorf("step %d: %w", step+1, err)
+		}
+		r.opt.RefreshHalf()
+		return nil
+	}
 	if err := r.stepOnDevice(step, lr, func() error { // the shards' sums of squares, added
 		r.clipAcc.ReadFloat32s(z.sumsq[:])
 		if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {

@@ -39,7 +39,10 @@ func TestZeroMatchesDDP(t *testing.T) {
 		name               string
 		world, batch, accm int
 		prec               string
-	}{{"2x6", 2, 6, 1, "fp32"}, {"4x3", 4, 3, 1, "fp32"}, {"2x3_accum2", 2, 3, 2, "fp32"}, {"2x6_bf16", 2, 6, 1, "bf16"}, {"4x3_fp16", 4, 3, 1, "fp16"}} {
+		nccl               bool // the device-group path, with the host stand-in for NCCL
+	}{{"2x6", 2, 6, 1, "fp32", false}, {"4x3", 4, 3, 1, "fp32", false}, {"2x3_accum2", 2, 3, 2, "fp32", false},
+		{"2x6_bf16", 2, 6, 1, "bf16", false}, {"4x3_fp16", 4, 3, 1, "fp16", false},
+		{"4x3_nccl", 4, 3, 1, "fp32", true}, {"2x3_accum2_nccl_fp16", 2, 3, 2, "fp16", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.prec == "bf16" {
 				// Each process times the CPU's two bf16 products once and
@@ -50,6 +53,10 @@ func TestZeroMatchesDDP(t *testing.T) {
 			}
 			cfg := zeroConfig(t)
 			cfg.BatchSize, cfg.GradAccum, cfg.Precision = tc.batch, tc.accm, tc.prec
+			if tc.nccl {
+				cfg.DistBackend = "nccl"
+				t.Setenv(envChildBucket, "1048576") // the model in 4 buckets
+			}
 			cfg.Out = filepath.Join(t.TempDir(), "ddp")
 			plain := runGroup(t, cfg, tc.world)
 			cfg.Zero = 1

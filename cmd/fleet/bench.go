@@ -31,6 +31,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
 	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "with --sim-world: MiB of gradients per all-reduce bucket")
+	fs.IntVar(&c.Zero, "zero", 0, "with --sim-world: 1 shards AdamW's state over the ranks (ZeRO-1: buckets reduce-scattered, parameters all-gathered)")
 	simWorld := fs.Int("sim-world", 1, "on a simulated GPU, train data-parallel over this many ranks (the others imagined alike) and report the all-reduce's time and how much of it backward does not hide, under a bus-bandwidth model (450 GB/s within a node of 8, 45 GB/s across nodes)")
 	jsonOut := fs.String("json", "", "also write the results to this file as JSON (an object; a list for --precision all); on a simulated GPU (--device sim:h200) with what it counted per step")
 	if err := parse(fs, args, stderr); err != nil {
@@ -140,7 +141,7 @@ func printSim(w io.Writer, label string, r bench.Result) {
 	fmt.Fprintf(w, "%s  %.1f GB touched, %.1f TFLOP | peak memory %s (reserved %s)\n",
 		label, s.BytesTouchedPerStep/1e9, s.FLOPsPerStep/1e12, units.Bytes(s.PeakMemoryBytes), units.Bytes(s.PeakReservedBytes))
 	if s.SimWorld > 1 {
-		fmt.Fprintf(w, "%s  %d ranks (%s): all-reduce %.2f ms, of which %.2f ms not hidden by backward and added to the device time (estimates)\n",
+		fmt.Fprintf(w, "%s  %d ranks (%s): collectives %.2f ms, of which %.2f ms not hidden by backward and added to the device time (estimates)\n",
 			label, s.SimWorld, s.CommModel, s.CommMsPerStep, s.ExposedCommMsPerStep)
 	}
 	fmt.Fprintf(w, "%s  host %.2f ms (measured) | device %.2f ms (estimate) | predicted %.2f ms/step, %.0f tokens/s, MFU %.1f%% (estimate)\n",

@@ -101,3 +101,42 @@ func benchJSON(t *testing.T, args ...string) (string, map[string]any) {
 	}
 	return stdout, r
 }
+
+// TestBenchSimZero: with --zero 1 on 8 simulated ranks the buckets are
+// reduced into their shards' owners (ncclReduce, at least one per
+// bucket), the shards' norms are added (one ncclAllReduce of a float) and
+// the parameters gathered (a broadcast from each rank), with no host
+// sync; each rank keeps an eighth of AdamW's moments, so the peak memory
+// falls by about 7/8 of them (8 bytes per parameter).
+func TestBenchSimZero(t *testing.T) {
+	run := func(zero string) map[string]any {
+		_, r := benchJSON(t, "--device", "sim:h200", "--n-layer", "4", "--n-embd", "256", "--n-head", "4",
+			"--block-size", "128", "--batch-size", "8", "--vocab-size", "1000", "--bucket-mb", "1",
+			"--steps", "2", "--warmup", "2", "--matmuls=false", "--sim-world", "8", "--zero", zero)
+		return r
+	}
+	plain, zero := run("0"), run("1")
+	params := zero["num_params"].(float64)
+	by := zero["launches_by_kernel"].(map[string]any)
+	buckets := plain["launches_by_kernel"].(map[string]any)["ncclAllReduce"].(float64)
+	if r, _ := by["ncclReduce"].(float64); r < buckets {
+		t.Errorf("%v reduces per step for %v buckets", r, buckets)
+	}
+	if a, _ := by["ncclAllReduce"].(float64); a != 1 {
+		t.Errorf("%v all-reduces per step, want 1 (the norm)", a)
+	}
+	if b, _ := by["ncclBroadcast"].(float64); b != 8 {
+		t.Errorf("%v broadcasts per step, want 8 (a shard each)", b)
+	}
+	if s := zero["host_syncs_per_step"].(float64); s != 0 {
+		t.Errorf("%v host syncs per step", s)
+	}
+	saved := plain["peak_memory_bytes"].(float64) - zero["peak_memory_bytes"].(float64)
+	if want := 8 * params * 7 / 8; saved < 0.9*want || saved > 1.1*want {
+		t.Errorf("--zero 1 saves %.0f bytes of peak memory, want about %.0f (7/8 of the moments)", saved, want)
+	}
+	code, _, stderr := fleet(t, "bench", "--device", "sim:h200", "--zero", "1", "--steps", "1", "--warmup", "0")
+	if code == 0 || !strings.Contains(stderr, "--sim-world") {
+		t.Errorf("--zero without --sim-world: exit %d, %s", code, stderr)
+	}
+}

@@ -107,6 +107,7 @@ type Lib struct {
 	commDestroy, commAbort, commGetAsyncError             libs.Func
 	groupStart, groupEnd                                  libs.Func
 	allReduce, broadcast, allGather, reduceScatter        libs.Func
+	reduce                                                libs.Func
 
 	// ncclCommInitRank takes the 128-byte id by value, which needs purego's
 	// struct support rather than a plain SyscallN.
@@ -148,6 +149,7 @@ func Load(lib *libs.Lib) (*Lib, error) {
 		{&l.groupStart, "ncclGroupStart"}, {&l.groupEnd, "ncclGroupEnd"},
 		{&l.allReduce, "ncclAllReduce"}, {&l.broadcast, "ncclBroadcast"},
 		{&l.allGather, "ncclAllGather"}, {&l.reduceScatter, "ncclReduceScatter"},
+		{&l.reduce, "ncclReduce"},
 	} {
 		*b.f = lib.Func(b.name)
 	}
@@ -253,6 +255,13 @@ func (c *Comm) AllReduce(send, recv uintptr, count int, dt DataType, op RedOp, s
 func (c *Comm) Broadcast(send, recv uintptr, count int, dt DataType, root int, stream uintptr) error {
 	r, err := c.l.broadcast.Call(send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, stream)
 	return c.l.check("ncclBroadcast", r, err, c.h)
+}
+
+// Reduce reduces count elements from every rank's send into root's recv
+// (in place when they are equal; recv matters on root only).
+func (c *Comm) Reduce(send, recv uintptr, count int, dt DataType, op RedOp, root int, stream uintptr) error {
+	r, err := c.l.reduce.Call(send, recv, uintptr(count), uintptr(dt), uintptr(op), uintptr(root), c.h, stream)
+	return c.l.check("ncclReduce", r, err, c.h)
 }
 
 // AllGather gathers sendcount elements from every rank into recv.
@@ -434,6 +443,76 @@ func (g *Group) AllGather(send, recv uintptr, count int, dt dist.DType, stream u
 		return err
 	}
 	return g.Comm.AllGather(send, recv, count, t, stream)
+}
+
+// ReduceScatterShards reduces buf, elements [off, off+count) of a flat
+// buffer of total, into the ranks' shards of it: one ncclReduce to each
+// rank whose shard buf meets, grouped (ncclGroupStart/End) so that they
+// run together. ncclReduceScatter would need the shards equal and the
+// bucket cut at their edges; a reduce to the shard's owner keeps them
+// contiguous, and a bucket inside one shard costs one pipelined ring
+// reduce.
+func (g *Group) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, stream uintptr) error {
+	t, err := dataType(dt)
+	if err != nil {
+		return err
+	}
+	o, err := redOp(op)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+count > total {
+		return fmt.Errorf("nccl: elements [%d, %d) are not within a flat buffer of %d", off, off+count, total)
+	}
+	return g.grouped(func() error {
+		for k := range g.Comm.size {
+			lo, hi := dist.Shard(total, g.Comm.size, k)
+			lo, hi = max(lo, off), min(hi, off+count)
+			if lo >= hi {
+				continue
+			}
+			p := buf + uintptr((lo-off)*dt.Size())
+			if err := g.Comm.Reduce(p, p, hi-lo, t, o, k, stream); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AllGatherShards gives every rank each rank's shard of the total
+// elements at buf: one ncclBroadcast from each owner, grouped.
+// (ncclAllGather would need the shards equal.)
+func (g *Group) AllGatherShards(buf uintptr, total int, dt dist.DType, stream uintptr) error {
+	t, err := dataType(dt)
+	if err != nil {
+		return err
+	}
+	return g.grouped(func() error {
+		for k := range g.Comm.size {
+			lo, hi := dist.Shard(total, g.Comm.size, k)
+			if lo >= hi {
+				continue
+			}
+			p := buf + uintptr(lo*dt.Size())
+			if err := g.Comm.Broadcast(p, p, hi-lo, t, k, stream); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// grouped runs fn's calls between ncclGroupStart and ncclGroupEnd.
+func (g *Group) grouped(fn func() error) error {
+	if err := g.Comm.l.GroupStart(); err != nil {
+		return err
+	}
+	err := fn()
+	if end := g.Comm.l.GroupEnd(); err == nil {
+		err = end
+	}
+	return err
 }
 
 // CheckAsync returns the communicator's asynchronous error, if any.
