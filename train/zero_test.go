@@ -109,8 +109,9 @@ func TestZeroMatchesDDP(t *testing.T) {
 
 // TestZeroResumesOnAnotherWorld stops a 2-rank --zero 1 run at step 20
 // (its checkpoint holds a shard of the moments per rank, committed once
-// both are durable) and resumes it with 4 ranks sharded, with 1 process,
-// and with 4 ranks of plain DDP, keeping the global batch: each ends at
+// both are durable) and resumes it with 4 ranks sharded (on the TCP ring,
+// and on the device-group path NCCL takes), with 1 process, and with 4
+// ranks of plain DDP, keeping the global batch: each ends at
 // step 30 within 1e-5 of the uninterrupted 2-rank run.
 func TestZeroResumesOnAnotherWorld(t *testing.T) {
 	if testing.Short() {
@@ -150,14 +151,16 @@ func TestZeroResumesOnAnotherWorld(t *testing.T) {
 		name         string
 		world, batch int
 		zero         int
-	}{{"4_ranks_zero", 4, 3, 1}, {"1_process", 1, 12, 0}, {"4_ranks_ddp", 4, 3, 0}} {
+		backend      string
+	}{{"4_ranks_zero", 4, 3, 1, ""}, {"1_process", 1, 12, 0, ""}, {"4_ranks_ddp", 4, 3, 0, ""},
+		{"4_ranks_zero_nccl", 4, 3, 1, "nccl"}} { // the device-group path, with NCCL's host stand-in
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			if err := copyDir(first.Out, out); err != nil {
 				t.Fatal(err)
 			}
 			next := cfg
-			next.Out, next.Resume, next.BatchSize, next.Zero = out, true, tc.batch, tc.zero
+			next.Out, next.Resume, next.BatchSize, next.Zero, next.DistBackend = out, true, tc.batch, tc.zero, tc.backend
 			var got []float64
 			if tc.world == 1 {
 				f := runSingleIn(t, next)
