@@ -56,11 +56,43 @@ type FlightRecorder struct {
 	mu    sync.Mutex
 	ring  []FlightEntry
 	total int // collectives recorded; entry i lives at ring[(i-1) % cap]
+	// kinds numbers the collectives Record adds, per kind.
+	kinds map[string]int
 }
 
+// NewFlightRecorder makes an empty recorder, for collectives recorded
+// through Record (a TCPGroup makes its own: Flight).
+func NewFlightRecorder() *FlightRecorder { return newFlightRecorder() }
+
 func newFlightRecorder() *FlightRecorder {
-	return &FlightRecorder{ring: make([]FlightEntry, FlightCapacity)}
+	return &FlightRecorder{ring: make([]FlightEntry, FlightCapacity), kinds: map[string]int{}}
 }
+
+// Record adds a collective that runs outside the group but is issued in
+// one order with its own on every rank (a device group's: NCCL's, named
+// "nccl all-reduce" and so on), so that it shares the group's Seq and a
+// desync report sees both; its KindSeq counts the records of its kind.
+// The entry starts in state (FlightRunning for work enqueued on a device
+// stream: the host cannot see it start) and Set moves it on. It returns
+// the entry's Seq.
+func (f *FlightRecorder) Record(op, tag string, bytes int64, state string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kinds[op]++
+	f.total++
+	now := time.Now().UnixNano()
+	e := FlightEntry{Seq: f.total, Op: op, KindSeq: f.kinds[op], Tag: tag, Bytes: bytes, State: state, Enqueued: now}
+	if state == FlightRunning {
+		e.Started = now
+	}
+	f.ring[(f.total-1)%len(f.ring)] = e
+	return f.total
+}
+
+// Set moves a recorded collective (Record's Seq) to state, stamping the
+// time it started or ended and keeping err; a Seq the ring no longer
+// holds is ignored.
+func (f *FlightRecorder) Set(seq int, state string, err error) { f.set(seq, state, err) }
 
 // add records a newly issued collective and returns its group-wide Seq.
 func (f *FlightRecorder) add(op string, kindSeq int, tag string, bytes int64) int {

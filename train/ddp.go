@@ -137,6 +137,7 @@ func (r *run) openDDP(store *dist.Store) error {
 			return setting.Errorf("dist: {DistBackend} %s: %w", cfg.DistBackend, err)
 		}
 		backendName = "nccl"
+		d.devGrad.flight = pg.Flight() // NCCL's collectives in the group's flight record
 		if err := d.devGrad.broadcast(); err != nil {
 			d.err = err
 			return fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)

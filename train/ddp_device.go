@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,14 @@ type deviceDDP struct {
 	// ranks' shards of the flat gradients instead of all-reduced.
 	sharded bool
 
+	// flight, where set, is the TCP group's flight recorder: each
+	// collective enqueued is recorded there (running from its enqueueing,
+	// done when the watchdog sees its step's work finish, failed with the
+	// watchdog's error), numbered with the group's own. launched holds the
+	// records of the work not yet handed to the watchdog.
+	flight   *dist.FlightRecorder
+	launched []int
+
 	// The watchdog's state, under mu.
 	mu      sync.Mutex
 	pending []inflight // joined communication not yet seen done, oldest first
@@ -101,11 +110,34 @@ type devBucket struct {
 	launched             bool
 }
 
-// inflight is one step's communication, joined by the compute stream.
+// inflight is one step's communication, joined by the compute stream,
+// and its collectives' flight records.
 type inflight struct {
 	probe backend.CommProbe
 	since time.Time
 	what  string
+	seqs  []int
+}
+
+// record adds an enqueued collective to the flight record, if kept, and
+// remembers it for the next watch.
+func (d *deviceDDP) record(op, tag string, elems int) int {
+	if d.flight == nil {
+		return 0
+	}
+	seq := d.flight.Record("nccl "+op, tag, int64(4*elems), dist.FlightRunning)
+	d.launched = append(d.launched, seq)
+	return seq
+}
+
+// settle moves flight records to state (done, or failed with err).
+func (d *deviceDDP) settle(seqs []int, state string, err error) {
+	if d.flight == nil {
+		return
+	}
+	for _, q := range seqs {
+		d.flight.Set(q, state, err)
+	}
 }
 
 // watchPeriod is how often the watchdog polls.
@@ -156,6 +188,19 @@ func newDeviceDDP(grp dist.DeviceGroup, dev tensor.Device, params []*nn.Paramete
 func (d *deviceDDP) collective(name string, buf *tensor.Tensor, op func(addr, stream uintptr) error) error {
 	d.ops++
 	size := units.Bytes(int64(4 * buf.Numel()))
+	seq := d.record(name, "parameters", buf.Numel())
+	d.launched = d.launched[:0] // the host waits for this one here
+	err := d.waitCollective(name, size, buf, op)
+	if err != nil {
+		d.settle([]int{seq}, dist.FlightFailed, err)
+	} else {
+		d.settle([]int{seq}, dist.FlightDone, nil)
+	}
+	return err
+}
+
+// waitCollective is collective's enqueueing and wait.
+func (d *deviceDDP) waitCollective(name, size string, buf *tensor.Tensor, op func(addr, stream uintptr) error) error {
 	err := tensor.OnDeviceQueue(d.dev, func(stream uintptr) error {
 		addr, ok := buf.DeviceAddress()
 		if !ok {
@@ -273,14 +318,18 @@ func (d *deviceDDP) launch(b int) error {
 	bk.launched = true
 	d.ops++
 	what := "all-reduce"
+	if d.sharded {
+		what = "reduce-scatter"
+	}
+	seq := d.record(what, "bucket "+strconv.Itoa(b), bk.n)
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
 		if d.sharded {
-			what = "reduce-scatter"
 			return d.grp.ReduceScatterShards(d.base+uintptr(4*bk.off), bk.off, bk.n, d.grads.Numel(), dist.F32, dist.Avg, stream)
 		}
 		return d.grp.AllReduce(d.base+uintptr(4*bk.off), bk.n, dist.F32, dist.Avg, stream)
 	})
 	if err != nil {
+		d.settle([]int{seq}, dist.FlightFailed, err)
 		return fmt.Errorf("%s of bucket %d of %d (%s) in step %d: %w", what, b+1, len(d.buckets), units.Bytes(int64(4*bk.n)), d.steps, err)
 	}
 	return nil
@@ -300,7 +349,7 @@ func (d *deviceDDP) shard() error {
 // onComm queues one of a sharded step's collectives on the communication
 // stream after the compute issued so far, makes the compute after it
 // wait for it, and hands it to the watchdog; the host does not wait.
-func (d *deviceDDP) onComm(what string, buf *tensor.Tensor, op func(addr, stream uintptr) error) error {
+func (d *deviceDDP) onComm(op, tag, what string, buf *tensor.Tensor, enqueue func(addr, stream uintptr) error) error {
 	if err := d.failure(); err != nil {
 		return err
 	}
@@ -308,12 +357,13 @@ func (d *deviceDDP) onComm(what string, buf *tensor.Tensor, op func(addr, stream
 		return fmt.Errorf("%s: the communicator was aborted", what)
 	}
 	d.ops++
+	seq := d.record(op, tag, buf.Numel())
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
 		addr, ok := buf.DeviceAddress()
 		if !ok {
 			return fmt.Errorf("%v has no device addresses", d.dev)
 		}
-		return op(addr, stream)
+		return enqueue(addr, stream)
 	})
 	if err == nil {
 		var probe backend.CommProbe
@@ -322,6 +372,7 @@ func (d *deviceDDP) onComm(what string, buf *tensor.Tensor, op func(addr, stream
 		}
 	}
 	if err != nil {
+		d.settle([]int{seq}, dist.FlightFailed, err)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
@@ -331,7 +382,7 @@ func (d *deviceDDP) onComm(what string, buf *tensor.Tensor, op func(addr, stream
 // gradients) on the device, so that every rank clips by, and fp16's
 // scaler decides on, the whole gradient's norm.
 func (d *deviceDDP) sumShards(acc *tensor.Tensor) error {
-	return d.onComm(fmt.Sprintf("the gradient norm's all-reduce of step %d", d.steps), acc, func(addr, stream uintptr) error {
+	return d.onComm("all-reduce", "gradient norm", fmt.Sprintf("the gradient norm's all-reduce of step %d", d.steps), acc, func(addr, stream uintptr) error {
 		return d.grp.AllReduce(addr, 1, dist.F32, dist.Sum, stream)
 	})
 }
@@ -340,7 +391,7 @@ func (d *deviceDDP) sumShards(acc *tensor.Tensor) error {
 // parameters.
 func (d *deviceDDP) gatherShards(params *tensor.Tensor) error {
 	what := fmt.Sprintf("the parameters' all-gather of step %d (%s)", d.steps, units.Bytes(int64(4*params.Numel())))
-	return d.onComm(what, params, func(addr, stream uintptr) error {
+	return d.onComm("all-gather-shards", "parameters", what, params, func(addr, stream uintptr) error {
 		return d.grp.AllGatherShards(addr, params.Numel(), dist.F32, stream)
 	})
 }
@@ -464,6 +515,7 @@ func (d *deviceDDP) syncCopies() error {
 	}
 	d.ops++
 	what := fmt.Sprintf("the all-reduce of step %d (%s)", d.steps, units.Bytes(int64(4*d.n)))
+	seq := d.record("all-reduce", "gradients", d.n)
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
 		addr, ok := d.flat.DeviceAddress()
 		if !ok {
@@ -472,6 +524,7 @@ func (d *deviceDDP) syncCopies() error {
 		return d.grp.AllReduce(addr, d.n, dist.F32, dist.Avg, stream)
 	})
 	if err != nil {
+		d.settle([]int{seq}, dist.FlightFailed, err)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	probe, err := tensor.JoinComm(d.dev)
@@ -489,7 +542,8 @@ func (d *deviceDDP) syncCopies() error {
 // watch hands a step's joined communication to the watchdog.
 func (d *deviceDDP) watch(p backend.CommProbe, what string) {
 	d.mu.Lock()
-	d.pending = append(d.pending, inflight{p, time.Now(), what})
+	d.pending = append(d.pending, inflight{p, time.Now(), what, d.launched})
+	d.launched = nil
 	d.mu.Unlock()
 }
 
@@ -519,21 +573,25 @@ func (d *deviceDDP) check() {
 		done, err := f.probe.Done()
 		if err != nil {
 			d.err = fmt.Errorf("%s: %w", f.what, err)
+			d.settle(f.seqs, dist.FlightFailed, d.err)
 			d.abort()
 			return
 		}
 		if done {
 			f.probe.Release()
+			d.settle(f.seqs, dist.FlightDone, nil)
 			d.pending = d.pending[1:]
 			continue
 		}
 		if err := d.grp.CheckAsync(); err != nil {
 			d.err = fmt.Errorf("%s: a peer failed: %w", f.what, err)
+			d.settle(f.seqs, dist.FlightFailed, d.err)
 			d.abort()
 			return
 		}
 		if time.Since(f.since) > d.timeout {
 			d.err = setting.Errorf("%s: not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted", f.what, d.timeout)
+			d.settle(f.seqs, dist.FlightFailed, d.err)
 			d.abort()
 		}
 		return
