@@ -23,10 +23,13 @@ type sharder interface {
 type zeroState struct {
 	pg     sharder
 	lo, hi int
-	// stage is a host copy of a flat buffer where the device's memory is
-	// not the host's (a GPU over the TCP ring): the gradient hook reads
-	// each gradient into its place in it.
-	stage []float32
+	// stage and gather are host copies of the flat buffers where the
+	// device's memory is not the host's (a GPU over the TCP ring): the
+	// gradient hook reads each gradient into its place in stage, and the
+	// parameters are all-gathered in gather. (Two buffers: a gradient
+	// never marked ready keeps its last value in stage, never a
+	// parameter's.)
+	stage, gather []float32
 	// gradShard and paramShard are views of the flat buffers' shard.
 	gradShard, paramShard *tensor.Tensor
 	sumsq                 [1]float32
@@ -110,18 +113,18 @@ func (z *zeroState) gradsDone() {
 }
 
 // host returns flat's elements on the host: its own memory where the
-// device is the host's (then writes go straight to it), else z.stage with
+// device is the host's (then writes go straight to it), else z.gather with
 // part, flat's elements from lo on, read into it (the shard alone for the
 // gather, which overwrites the rest).
 func (z *zeroState) host(flat, part *tensor.Tensor, lo int) (buf []float32, view bool) {
 	if v, ok := flat.HostFloat32s(); ok {
 		return v, true
 	}
-	if len(z.stage) != flat.Numel() {
-		z.stage = make([]float32, flat.Numel())
+	if len(z.gather) != flat.Numel() {
+		z.gather = make([]float32, flat.Numel())
 	}
-	part.ReadFloat32s(z.stage[lo : lo+part.Numel()])
-	return z.stage, false
+	part.ReadFloat32s(z.gather[lo : lo+part.Numel()])
+	return z.gather, false
 }
 
 // allGather gives every rank every shard of the updated flat parameters.
