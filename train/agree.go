@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
 )
@@ -21,9 +22,15 @@ const (
 // every other rank, before any rank writes: in a data-parallel job only
 // rank 0 looks at --out (the ranks of several nodes may not even share
 // it), and a refusal fails the whole job. A world of one decides alone.
-func shareOut(store *dist.Store, cfg Config) (outPlan, error) {
+// For a bf16 run on the CPU (cpuBF16) whose Config.CPUBF16 is auto, the
+// plan also carries rank 0's choice of the CPU's BF16 product, so every
+// rank runs the same one.
+func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
 	if cfg.Rank == 0 {
 		p, err := decideOut(cfg)
+		if cpuBF16 && orDefault(cfg.CPUBF16, "auto") == "auto" {
+			p.CPUBF16, p.CPUBF16How = fcpu.BF16Product() // timed once, for every rank
+		}
 		if store == nil {
 			return p, err
 		}

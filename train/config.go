@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
@@ -68,6 +69,14 @@ type Config struct {
 	// accumulation; master weights, norms, loss and optimizer in F32), or
 	// fp16 (the same with F16 operands and dynamic loss scaling).
 	Precision string `json:"precision"`
+	// CPUBF16 is the CPU's BF16 product under bf16 on the CPU: dot
+	// (AVX512-BF16's VDPBF16PS), widen (operands widened to F32, the F32
+	// product), or auto ("" too): on a resume the checkpoint's, else the
+	// faster on this core, timed by rank 0 for the job. The run resolves
+	// it, so config.json and its checkpoints record the product it ran:
+	// the two sum in different orders, and a resume, or a rank, that ran
+	// the other would not continue the run bit for bit.
+	CPUBF16 string `json:"cpu_bf16,omitempty"`
 
 	NLayer    int     `json:"n_layer"`
 	NHead     int     `json:"n_head"`
@@ -252,6 +261,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.Precision != "" && c.Precision != "fp32" && c.Precision != "bf16" && c.Precision != "fp16":
 		return setting.Errorf("{Precision} must be fp32, bf16 or fp16, got %q", c.Precision)
+	case c.CPUBF16 != "" && c.CPUBF16 != "auto" && c.CPUBF16 != fcpu.BF16ProductDot && c.CPUBF16 != fcpu.BF16ProductWiden:
+		return setting.Errorf("{CPUBF16} must be auto, dot or widen, got %q", c.CPUBF16)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
 		return setting.Errorf("{BucketMB} must be positive")
 	case c.DistBackend != "" && c.DistBackend != "auto" && c.DistBackend != "tcp" && c.DistBackend != "nccl":

@@ -37,6 +37,20 @@ func (c Config) Place() (Placement, error) {
 	return pl, nil
 }
 
+// onHost reports whether any of the run's products run on the CPU: its
+// device's, or a pipeline stage's.
+func (p Placement) onHost() bool {
+	if len(p.Stages) == 0 {
+		return p.Device.Kind == "cpu"
+	}
+	for _, d := range p.Stages {
+		if d.Kind == "cpu" {
+			return true
+		}
+	}
+	return false
+}
+
 // Open opens the stages' devices, saying which fails.
 func (p Placement) Open() error {
 	for _, d := range p.Stages {

@@ -97,6 +97,10 @@ type outPlan struct {
 	// Err is rank 0's refusal, passed to the other ranks of a job as a
 	// setting.Errorf format (setting.Portable).
 	Err string `json:"err,omitempty"`
+	// CPUBF16 is rank 0's choice of the CPU's BF16 product under
+	// Config.CPUBF16 auto (settleCPUBF16), and CPUBF16How how it chose.
+	CPUBF16    string `json:"cpu_bf16,omitempty"`
+	CPUBF16How string `json:"cpu_bf16_how,omitempty"`
 }
 
 // decideOut decides the run's folder. With Out given, the run's files go

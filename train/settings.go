@@ -128,6 +128,9 @@ func settingsOf(rc RunConfig) []recorded {
 		{Flag: "--grad-clip", field: "GradClip", Value: fmtFloat(c.GradClip), kind: tunable},
 		{Flag: "--dropout", field: "Dropout", Value: fmtFloat(c.Dropout), kind: tunable},
 		{Flag: "--precision", field: "Precision", Value: precisionName(c.Precision), kind: tunable},
+		// The CPU's bf16 product (settleCPUBF16); auto where there is none
+		// (no bf16 on the CPU, or a checkpoint of an older fleet).
+		{Flag: "--cpu-bf16", field: "CPUBF16", Value: orDefault(c.CPUBF16, "auto"), kind: tunable},
 		{Flag: "--tokens-per-step", field: "TokensPerStep", Value: itoa(global), kind: tunable,
 			Show: fmt.Sprintf("%d (%d × %d × %d × %d)", global, c.BatchSize, c.GradAccum, c.BlockSize, world),
 			Note: "the global batch: {BatchSize} × {GradAccum} × {BlockSize} × processes"},
@@ -182,6 +185,9 @@ func resumeCheck(was, now RunConfig, allow bool) (changes []Change, warn string,
 		n := cur[i]
 		if o.kind == perRank || o.Value == n.Value {
 			continue
+		}
+		if o.Flag == "--cpu-bf16" && (o.Value == "auto" || n.Value == "auto") {
+			continue // one side ran no bf16 product on the CPU
 		}
 		if o.Value == "" && (o.Flag == "tokenizer" || o.Flag == "--data") {
 			warn += fmt.Sprintf("resume: the checkpoint does not record its %s by content (an older fleet wrote it): not checked\n",

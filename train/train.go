@@ -337,7 +337,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			store.Close()
 		}()
 	}
-	plan, err := shareOut(store, cfg)
+	cpuBF16 := cfg.Precision == "bf16" && place.onHost()
+	plan, err := shareOut(store, cfg, cpuBF16)
 	if err != nil {
 		return nil, err
 	}
@@ -381,6 +382,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	tok, err := ds.tokenizer()
 	if err != nil {
 		return nil, err
+	}
+	if cpuBF16 {
+		if err := settleCPUBF16(&cfg, plan, resumeDir, resumeMan, log); err != nil {
+			return nil, err
+		}
 	}
 	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
 		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
@@ -45,10 +46,10 @@ func TestZeroMatchesDDP(t *testing.T) {
 		{"4x3_nccl", 4, 3, 1, "fp32", true}, {"2x3_accum2_nccl_fp16", 2, 3, 2, "fp16", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.prec == "bf16" {
-				// Each process times the CPU's two bf16 products once and
-				// takes the faster (see backend/cpu); two groups could
-				// choose apart and differ by bf16 rounding (measured once:
-				// 1.9e-3). One choice for every process of both groups.
+				// Each group's rank 0 times the CPU's two bf16 products
+				// once and every rank takes its choice (settleCPUBF16);
+				// two groups could choose apart and differ by bf16
+				// rounding (measured once: 1.9e-3). One choice for both.
 				t.Setenv("FLEET_CPU_BF16", "widen")
 			}
 			cfg := zeroConfig(t)
@@ -63,6 +64,13 @@ func TestZeroMatchesDDP(t *testing.T) {
 			cfg.BucketMB = 1 // the model's 3.2 MB of gradients in 4 buckets
 			cfg.Out = filepath.Join(t.TempDir(), "zero")
 			zero, outs := runGroupOut(t, cfg, tc.world)
+			if tc.prec == "bf16" { // every rank runs rank 0's choice of the CPU's bf16 product
+				for r, out := range outs {
+					if !strings.Contains(out, "precision: the CPU's bf16 products: widen") || (r > 0) != strings.Contains(out, "rank 0's: FLEET_CPU_BF16") {
+						t.Errorf("rank %d does not say it runs rank 0's bf16 product:\n%s", r, out)
+					}
+				}
+			}
 			// The buckets' reduce-scatters start during backward.
 			if m := overlapRE.FindStringSubmatch(outs[0]); m == nil || m[1] == "0" || m[2] == "1" {
 				t.Errorf("rank 0's log does not show reduce-scatters overlapping backward (%q):\n%s", m, outs[0])

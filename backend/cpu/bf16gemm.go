@@ -38,7 +38,53 @@ var (
 	bf16Dot    = false
 	bf16Chosen sync.Once
 	chooseBF16 = func() {}
+	// hasBF16Dot says the CPU has AVX512-BF16, which the dot products
+	// need (set by bf16gemm_amd64.go); bf16How says how bf16Dot was
+	// chosen, for BF16Product.
+	hasBF16Dot = false
+	bf16How    = "this CPU has no AVX512-BF16"
 )
+
+// The CPU's BF16 products, as BF16Product names them.
+const (
+	// BF16ProductWiden widens the operands to F32 and runs the F32 product.
+	BF16ProductWiden = "widen"
+	// BF16ProductDot runs AVX512-BF16's VDPBF16PS on packed pairs.
+	BF16ProductDot = "dot"
+)
+
+// BF16Product is the BF16 product this process runs, BF16ProductWiden or
+// BF16ProductDot, and how it was chosen. The first call (or the first BF16
+// product) chooses it, once: FLEET_CPU_BF16 where set, else the faster on
+// this core (timed), unless SetBF16Product has fixed it. The two round
+// alike but sum in different orders, so a run's choice is part of what
+// makes it repeatable: the trainer records it and sets it on resume and on
+// every rank.
+func BF16Product() (kind, how string) {
+	bf16Chosen.Do(chooseBF16)
+	if bf16Dot {
+		return BF16ProductDot, bf16How
+	}
+	return BF16ProductWiden, bf16How
+}
+
+// SetBF16Product fixes this process's BF16 product (a run's recorded
+// choice). BF16ProductDot needs AVX512-BF16 and is refused, naming it,
+// where the CPU lacks it. Call it before a product runs, not during one.
+func SetBF16Product(kind string) error {
+	switch kind {
+	case BF16ProductWiden:
+	case BF16ProductDot:
+		if !hasBF16Dot {
+			return fmt.Errorf("cpu: the bf16 product %q needs AVX512-BF16 (VDPBF16PS), which this CPU lacks", kind)
+		}
+	default:
+		return fmt.Errorf("cpu: no bf16 product %q (want %q or %q)", kind, BF16ProductDot, BF16ProductWiden)
+	}
+	bf16Chosen.Do(func() {}) // no timing after this
+	bf16Dot, bf16How = kind == BF16ProductDot, "set"
+	return nil
+}
 
 // bf16DotFromEnv returns the choice of product the environment variable
 // FLEET_CPU_BF16 makes ("dot" or "widen"), else def's: a way to time both
@@ -46,10 +92,13 @@ var (
 func bf16DotFromEnv(def func() bool) bool {
 	switch os.Getenv("FLEET_CPU_BF16") {
 	case "dot":
+		bf16How = "FLEET_CPU_BF16"
 		return true
 	case "widen":
+		bf16How = "FLEET_CPU_BF16"
 		return false
 	}
+	bf16How = "timed: the faster on this core"
 	return def()
 }
 

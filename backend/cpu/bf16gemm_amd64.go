@@ -42,6 +42,7 @@ func init() {
 			_, _, _ = a[kp*bf16MR-1], b[kp*bf16NR-1], c[(bf16MR-1)*ldc+bf16NR-1]
 			bf16KernelAVX512(kp, &a[0], &b[0], &c[0], ldc, add)
 		}
+		hasBF16Dot = true
 		chooseBF16 = func() { bf16Dot = bf16DotFromEnv(dotBeatsFMA) }
 	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
@@ -247,4 +248,89 @@ func TestMatMulRound(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSetBF16Product: a run's recorded choice fixes the product: after
+// SetBF16Product each product runs the kernel it names (told apart by
+// their bits, since they sum in different orders), BF16Product reports
+// it, and the dot products are refused, naming what is missing, on a CPU
+// without AVX512-BF16 (here pretended), as is a kind that does not exist.
+func TestSetBF16Product(t *testing.T) {
+	bf16Chosen.Do(chooseBF16)
+	defer func(dot, has bool, how string) { bf16Dot, hasBF16Dot, bf16How = dot, has, how }(bf16Dot, hasBF16Dot, bf16How)
+	kind, how := BF16Product()
+	t.Logf("this process chose %q (%s)", kind, how)
+	c := newCPU(2)
+	r := rng.New(9)
+	const m, n, k = 24, 40, 96
+	av, bv := make([]uint16, m*k), make([]uint16, k*n)
+	for i := range av {
+		av[i] = backend.F32ToBF16(float32(r.Norm()))
+	}
+	for i := range bv {
+		bv[i] = backend.F32ToBF16(float32(r.Norm()))
+	}
+	as, bs := c.Alloc(backend.BF16, len(av)), c.Alloc(backend.BF16, len(bv))
+	c.Upload(backend.Ref{S: as}, backend.AsBytes(av))
+	c.Upload(backend.Ref{S: bs}, backend.AsBytes(bv))
+	product := func() []float32 {
+		cc := put(c, make([]float32, m*n), 0)
+		c.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, StrideA: m * k, StrideB: k * n, StrideC: m * n, Alpha: 1},
+			backend.Ref{S: as}, backend.Ref{S: bs}, cc, backend.Ref{})
+		return get(c, cc, m*n)
+	}
+	// The widened product is the F32 product of the widened operands.
+	if err := SetBF16Product(BF16ProductWiden); err != nil {
+		t.Fatal(err)
+	}
+	if kind, how := BF16Product(); kind != BF16ProductWiden || how != "set" {
+		t.Errorf("after setting widen: %q (%s)", kind, how)
+	}
+	wide := product()
+	af, bf := put(c, widenBF16(av), 0), put(c, widenBF16(bv), 0)
+	cf := put(c, make([]float32, m*n), 0)
+	c.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, StrideA: m * k, StrideB: k * n, StrideC: m * n, Alpha: 1}, af, bf, cf, backend.Ref{})
+	if got, want := wide, get(c, cf, m*n); !sameF32(got, want) {
+		t.Error("the widened product differs from the F32 product of the widened operands")
+	}
+	if hasBF16Dot {
+		if err := SetBF16Product(BF16ProductDot); err != nil {
+			t.Fatal(err)
+		}
+		if kind, _ := BF16Product(); kind != BF16ProductDot {
+			t.Errorf("after setting dot: %q", kind)
+		}
+		if sameF32(product(), wide) {
+			t.Error("the dot products gave the widened product's bits: the setting did not take")
+		}
+	}
+	hasBF16Dot = false
+	if err := SetBF16Product(BF16ProductDot); err == nil || !strings.Contains(err.Error(), "AVX512-BF16") {
+		t.Errorf("dot without AVX512-BF16: %v", err)
+	}
+	if err := SetBF16Product("amx"); err == nil {
+		t.Error("an unknown product was accepted")
+	}
+}
+
+// widenBF16 widens bf16 values to float32 (exactly).
+func widenBF16(v []uint16) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = backend.BF16ToF32(x)
+	}
+	return out
+}
+
+// sameF32 reports whether a and b are bit for bit equal.
+func sameF32(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ var flagNames = map[string]string{
 	"NProcPerNode": "nproc-per-node",
 	"NNodes":       "nnodes",
 	"MinNProc":     "min-nproc",
+	"CPUBF16":      "cpu-bf16",
 }
 
 // flagName is the flag that sets a settings field the libraries name in
@@ -41,4 +42,13 @@ func kebab(field string) string {
 		b.WriteRune(unicode.ToLower(c))
 	}
 	return b.String()
+}
+
+// orAuto is s, or "auto" where s is empty: a default that says what it
+// does.
+func orAuto(s string) string {
+	if s == "" {
+		return "auto"
+	}
+	return s
 }

@@ -131,6 +131,7 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", dist.DefaultTimeout, "data parallelism: how long any collective may wait for a peer before the run fails, naming it")
 	fs.StringVar(&c.DistBackend, "dist-backend", "auto", "data parallelism: how gradients are all-reduced: nccl (in device memory; CUDA), tcp (a ring through the host; any device), auto (nccl on CUDA without --pipeline, else tcp)")
 	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "data parallelism: MiB of gradients per all-reduce bucket")
+	fs.StringVar(&c.CPUBF16, "cpu-bf16", orAuto(c.CPUBF16), "bf16 on the CPU: dot (AVX512-BF16's VDPBF16PS), widen (operands widened to f32), or auto: a resume's recorded product, else the faster on this core (rank 0 times it for the job); config.json and the checkpoints record the product run")
 	fs.IntVar(&c.Zero, "zero", c.Zero, "data parallelism: 1 shards AdamW's state over the ranks (ZeRO-1: gradients reduce-scattered, each rank updates its shard, parameters all-gathered; 1/world of the optimizer memory); 0 keeps it whole on every rank")
 	fs.StringVar(&c.Pipeline, "pipeline", "", "pipeline parallelism: stage devices, comma-separated (cuda:0,cuda:1; or logical cpu:0,cpu:1 for testing), each a contiguous range of blocks, the embeddings on the first, the head on the last")
 	fs.IntVar(&c.MicroBatches, "micro-batches", 0, "with --pipeline: pipeline micro-batches per --batch-size (which they must divide; 0: 1, the naive schedule)")
