@@ -35,6 +35,10 @@ type DropoutMask struct {
 	Base      Ref
 }
 
+// Identity reports whether m keeps every element as it is (a dropout with
+// p 0: no mask), so that a device can skip the draws.
+func (m DropoutMask) Identity() bool { return m.Threshold == 0 && m.Scale == 1 }
+
 // DropoutGenerator names the generator and its keying, as checkpoints
 // record it: a resume must draw the masks the run drew.
 const DropoutGenerator = "philox4x32-10; key rng.Mix(seed, 0xd0, step); counter (g/4, site, 0), word g%4, g = window·T·C + position·C + channel"

@@ -588,6 +588,14 @@ func (c *CPU) DropoutAdd(out, x, y backend.Ref, n int, m backend.DropoutMask) {
 		w.done()
 		return
 	}
+	if m.Identity() { // p 0 (a fused residual add's): the sum or copy, bit for bit, without the draws
+		if x.Nil() {
+			c.Copy(out, y, n)
+		} else {
+			c.Binary(backend.Add, out, x, y, n)
+		}
+		return
+	}
 	if !m.Base.Nil() {
 		m = m.Resolved(i32(m.Base)[:2])
 	}

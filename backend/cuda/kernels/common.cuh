@@ -232,6 +232,12 @@ __device__ __forceinline__ void fleet_philox4x32(unsigned c[4], unsigned k0, uns
 // mask is the CPU's; one Philox call serves the elements of one counter.
 __device__ __forceinline__ void fleet_dropout_factors(unsigned long long key, long long offset, int site, unsigned threshold, float scale, long long i0,
 	int n, float f[4]) {
+	if (threshold == 0u) { // p 0 (a fused residual add's): every element kept, no draws
+		for (int k = 0; k < n; k++) {
+			f[k] = scale;
+		}
+		return;
+	}
 	unsigned long long g = (unsigned long long)(offset + i0);
 	unsigned c[4];
 	unsigned long long q = ~0ull;
