@@ -136,7 +136,7 @@ func TestNoGPU(t *testing.T) {
 	if code == 0 {
 		t.Skip("a GPU works here:\n" + stdout)
 	}
-	if code != 1 || !strings.Contains(stdout, "libraries:") || !strings.Contains(stderr, "no usable GPU") {
+	if code != 1 || !strings.Contains(stdout, "libraries:") || !strings.Contains(stdout, "OpenCL:") || !strings.Contains(stderr, "no usable GPU") {
 		t.Fatalf("doctor exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	dir := t.TempDir()

@@ -21,6 +21,9 @@ type Library struct {
 	// before soname is opened from dir: libraries that it opens by name
 	// later, or needs and might not find by itself.
 	Companions func(dir, soname string) []string
+	// Locate, if set, lists the places to look in instead of Locations
+	// (a library that is not NVIDIA's: OpenCL's loader).
+	Locate func() []Location
 }
 
 // The libraries fleet uses.
@@ -249,7 +252,11 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 // and opens the first that loads.
 func Search(l Library) (*Lib, error) {
 	var tried []Attempt
-	for _, loc := range Locations() {
+	locs := Locations
+	if l.Locate != nil {
+		locs = l.Locate
+	}
+	for _, loc := range locs() {
 		if loc.Reason != "" { // a step with nothing to look in
 			tried = append(tried, Attempt{Where: loc.Where, Reason: loc.Reason})
 			continue

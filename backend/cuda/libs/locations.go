@@ -21,16 +21,7 @@ type Location struct {
 // Locations lists the places Search looks, in order, from the environment
 // as it is now.
 func Locations() []Location {
-	var locs []Location
-	if p := os.Getenv("FLEET_CUDA_PATH"); p != "" {
-		for _, d := range filepath.SplitList(p) {
-			if d != "" {
-				locs = append(locs, Location{Where: "$FLEET_CUDA_PATH", Dir: d})
-			}
-		}
-	} else {
-		locs = append(locs, Location{Where: "$FLEET_CUDA_PATH", Reason: "not set"})
-	}
+	locs := EnvLocations("FLEET_CUDA_PATH")
 	locs = append(locs, Location{Where: "loader search"})
 	if h := os.Getenv("CUDA_HOME"); h != "" {
 		locs = append(locs, Location{Where: "$CUDA_HOME", Dir: filepath.Join(h, "lib64")})
@@ -51,6 +42,31 @@ func Locations() []Location {
 		locs = append(locs, Location{Where: "system", Dir: filepath.Join("/usr/lib", t)})
 	}
 	return dedupe(locs)
+}
+
+// EnvLocations are the folders listed in the environment variable name
+// (separated like $PATH), or one step saying it is not set.
+func EnvLocations(name string) []Location {
+	p := os.Getenv(name)
+	if p == "" {
+		return []Location{{Where: "$" + name, Reason: "not set"}}
+	}
+	var locs []Location
+	for _, d := range filepath.SplitList(p) {
+		if d != "" {
+			locs = append(locs, Location{Where: "$" + name, Dir: d})
+		}
+	}
+	return locs
+}
+
+// SystemLocations is the system's multiarch library folder
+// (/usr/lib/x86_64-linux-gnu), where there is one for this architecture.
+func SystemLocations() []Location {
+	if t := multiarch(); t != "" {
+		return []Location{{Where: "system", Dir: filepath.Join("/usr/lib", t)}}
+	}
+	return nil
 }
 
 // multiarch is Debian's multiarch triplet for this architecture.

@@ -1,0 +1,238 @@
+package opencl
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/fleetml/fleet/backend/cuda/libs"
+)
+
+// Context is an OpenCL context on one device with an in-order command
+// queue. Its methods are not safe for concurrent use.
+type Context struct {
+	a          *api
+	Device     Device
+	ctx, queue uintptr
+}
+
+// Open makes a context and an in-order queue on d.
+func Open(d Device) (*Context, error) {
+	a, err := load()
+	if err != nil {
+		return nil, err
+	}
+	var code int32
+	id := d.id
+	ctx, err := a.createContext.Call(0, 1, uintptr(unsafe.Pointer(&id)), 0, 0, uintptr(unsafe.Pointer(&code)))
+	if err := check("clCreateContext", uintptr(code), err); err != nil {
+		return nil, err
+	}
+	q, err := a.createCommandQueue.Call(ctx, d.id, 0, uintptr(unsafe.Pointer(&code)))
+	if err := check("clCreateCommandQueue", uintptr(code), err); err != nil {
+		a.releaseContext.Call(ctx)
+		return nil, err
+	}
+	return &Context{a: a, Device: d, ctx: ctx, queue: q}, nil
+}
+
+// Close finishes the queue's work and releases the queue and the context.
+func (c *Context) Close() error {
+	err := c.Finish()
+	r, e := c.a.releaseCommandQueue.Call(c.queue)
+	if err == nil {
+		err = check("clReleaseCommandQueue", r, e)
+	}
+	r, e = c.a.releaseContext.Call(c.ctx)
+	if err == nil {
+		err = check("clReleaseContext", r, e)
+	}
+	return err
+}
+
+// Finish waits until the queue's work is done.
+func (c *Context) Finish() error {
+	r, err := c.a.finish.Call(c.queue)
+	return check("clFinish", r, err)
+}
+
+// Buffer is device memory of a context.
+type Buffer struct {
+	c     *Context
+	mem   uintptr
+	Bytes int
+}
+
+// Alloc allocates bytes of device memory (read and write).
+func (c *Context) Alloc(bytes int) (*Buffer, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("opencl: a buffer of %d bytes", bytes)
+	}
+	var code int32
+	m, err := c.a.createBuffer.Call(c.ctx, clMemReadWrite, uintptr(bytes), 0, uintptr(unsafe.Pointer(&code)))
+	if err := check("clCreateBuffer", uintptr(code), err); err != nil {
+		return nil, err
+	}
+	return &Buffer{c: c, mem: m, Bytes: bytes}, nil
+}
+
+// Free releases the buffer.
+func (b *Buffer) Free() error {
+	r, err := b.c.a.releaseMemObject.Call(b.mem)
+	return check("clReleaseMemObject", r, err)
+}
+
+// Write copies src to the buffer's start, and returns when it is done.
+func (b *Buffer) Write(src []byte) error {
+	if len(src) > b.Bytes {
+		return fmt.Errorf("opencl: writing %d bytes into a buffer of %d", len(src), b.Bytes)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	r, err := b.c.a.enqueueWriteBuffer.Call(b.c.queue, b.mem, 1, 0, uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, 0)
+	return check("clEnqueueWriteBuffer", r, err)
+}
+
+// Read copies the buffer's first len(dst) bytes into dst, after the work
+// queued before it, and returns when it is done.
+func (b *Buffer) Read(dst []byte) error {
+	if len(dst) > b.Bytes {
+		return fmt.Errorf("opencl: reading %d bytes from a buffer of %d", len(dst), b.Bytes)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	r, err := b.c.a.enqueueReadBuffer.Call(b.c.queue, b.mem, 1, 0, uintptr(len(dst)), uintptr(unsafe.Pointer(&dst[0])), 0, 0, 0)
+	return check("clEnqueueReadBuffer", r, err)
+}
+
+// Program is OpenCL C built for a context's device.
+type Program struct {
+	c    *Context
+	prog uintptr
+}
+
+// Build compiles src with the device's compiler (options as
+// clBuildProgram takes them). A failed build's error carries the
+// compiler's log.
+func (c *Context) Build(src, options string) (*Program, error) {
+	cs := libs.CString(src)
+	ptrs := []uintptr{uintptr(unsafe.Pointer(&cs[0]))}
+	lens := []uintptr{uintptr(len(src))}
+	var code int32
+	p, err := c.a.createProgramWithSource.Call(c.ctx, 1, uintptr(unsafe.Pointer(&ptrs[0])), uintptr(unsafe.Pointer(&lens[0])), uintptr(unsafe.Pointer(&code)))
+	keep(cs)
+	if err := check("clCreateProgramWithSource", uintptr(code), err); err != nil {
+		return nil, err
+	}
+	opts := libs.CString(options)
+	id := c.Device.id
+	r, err := c.a.buildProgram.Call(p, 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(&opts[0])), 0, 0)
+	if err := check("clBuildProgram", r, err); err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Log, _ = buildLog(c.a, p, c.Device.id)
+		}
+		c.a.releaseProgram.Call(p)
+		return nil, err
+	}
+	return &Program{c: c, prog: p}, nil
+}
+
+// buildLog reads a program's build log for a device.
+func buildLog(a *api, p, dev uintptr) (string, error) {
+	var size uintptr
+	r, err := a.getProgramBuildInfo.Call(p, dev, clProgramBuildLog, 0, 0, uintptr(unsafe.Pointer(&size)))
+	if err := check("clGetProgramBuildInfo", r, err); err != nil || size == 0 {
+		return "", err
+	}
+	b := make([]byte, size)
+	r, err = a.getProgramBuildInfo.Call(p, dev, clProgramBuildLog, size, uintptr(unsafe.Pointer(&b[0])), 0)
+	if err := check("clGetProgramBuildInfo", r, err); err != nil {
+		return "", err
+	}
+	return string(b[:len(b)-1]), nil
+}
+
+// Release releases the program (its kernels keep it alive while they
+// exist).
+func (p *Program) Release() error {
+	r, err := p.c.a.releaseProgram.Call(p.prog)
+	return check("clReleaseProgram", r, err)
+}
+
+// Kernel is one kernel of a built program.
+type Kernel struct {
+	c    *Context
+	Name string
+	k    uintptr
+}
+
+// Kernel looks up the kernel called name.
+func (p *Program) Kernel(name string) (*Kernel, error) {
+	cn := libs.CString(name)
+	var code int32
+	k, err := p.c.a.createKernel.Call(p.prog, uintptr(unsafe.Pointer(&cn[0])), uintptr(unsafe.Pointer(&code)))
+	keep(cn)
+	if err := check("clCreateKernel", uintptr(code), err); err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", name, err)
+	}
+	return &Kernel{c: p.c, Name: name, k: k}, nil
+}
+
+// Release releases the kernel.
+func (k *Kernel) Release() error {
+	r, err := k.c.a.releaseKernel.Call(k.k)
+	return check("clReleaseKernel", r, err)
+}
+
+// SetArgs sets the kernel's arguments in order: *Buffer (a global
+// pointer), int32, uint32, int64 or float32.
+func (k *Kernel) SetArgs(args ...any) error {
+	for i, v := range args {
+		var r uintptr
+		var err error
+		switch v := v.(type) {
+		case *Buffer:
+			m := v.mem
+			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
+		case int32:
+			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&v)))
+		case uint32:
+			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&v)))
+		case int64:
+			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 8, uintptr(unsafe.Pointer(&v)))
+		case float32:
+			bits := math.Float32bits(v)
+			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&bits)))
+		default:
+			return fmt.Errorf("opencl: kernel %s argument %d: a %T", k.Name, i, v)
+		}
+		if err := check("clSetKernelArg", r, err); err != nil {
+			return fmt.Errorf("kernel %s argument %d: %w", k.Name, i, err)
+		}
+	}
+	return nil
+}
+
+// Launch queues k over global work-items in work-groups of local (0: the
+// implementation chooses). Global need not be a multiple of local: it is
+// rounded up, and the kernel must check its index against its size.
+func (c *Context) Launch(k *Kernel, global, local int) error {
+	if global <= 0 {
+		return fmt.Errorf("opencl: kernel %s over %d work-items", k.Name, global)
+	}
+	g, l := uintptr(global), uintptr(local)
+	var r uintptr
+	var err error
+	if local > 0 {
+		g = (g + l - 1) / l * l
+		r, err = c.a.enqueueNDRangeKernel.Call(c.queue, k.k, 1, 0, uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(&l)), 0, 0, 0)
+	} else {
+		r, err = c.a.enqueueNDRangeKernel.Call(c.queue, k.k, 1, 0, uintptr(unsafe.Pointer(&g)), 0, 0, 0, 0)
+	}
+	if err := check("clEnqueueNDRangeKernel", r, err); err != nil {
+		return fmt.Errorf("kernel %s: %w", k.Name, err)
+	}
+	return nil
+}
