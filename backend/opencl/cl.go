@@ -133,6 +133,7 @@ type api struct {
 	createContext, createCommandQueue, createBuffer              libs.Func
 	enqueueWriteBuffer, enqueueReadBuffer                        libs.Func
 	createProgramWithSource, buildProgram, getProgramBuildInfo   libs.Func
+	createProgramWithBinary, getProgramInfo                      libs.Func
 	createKernel, setKernelArg, enqueueNDRangeKernel, finish     libs.Func
 	releaseMemObject, releaseKernel, releaseProgram              libs.Func
 	releaseCommandQueue, releaseContext                          libs.Func
@@ -168,6 +169,7 @@ func load() (*api, error) {
 			{&a.releaseMemObject, "clReleaseMemObject"}, {&a.releaseKernel, "clReleaseKernel"},
 			{&a.releaseProgram, "clReleaseProgram"}, {&a.releaseCommandQueue, "clReleaseCommandQueue"},
 			{&a.releaseContext, "clReleaseContext"},
+			{&a.createProgramWithBinary, "clCreateProgramWithBinary"}, {&a.getProgramInfo, "clGetProgramInfo"},
 		} {
 			*b.f = lib.Func(b.name)
 		}

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/fleetml/fleet/backend/cuda/kcache"
 	"github.com/fleetml/fleet/backend/cuda/libs"
 )
 
@@ -165,4 +168,73 @@ func TestLibrarySearch(t *testing.T) {
 // bytesOf views f's memory as bytes.
 func bytesOf(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// TestBuildCached: the first build compiles and stores the device's
+// binary, the second loads it without compiling and its kernels compute
+// the same, and a damaged entry is compiled again.
+func TestBuildCached(t *testing.T) {
+	d := devices(t)[0]
+	c, err := Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cache, err := kcache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(p *Program) []float32 {
+		t.Helper()
+		k, err := p.Kernel("add")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Release()
+		const n = 1000
+		x, y := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i], y[i] = float32(i)*0.5, float32(n-i)
+		}
+		bx, _ := c.Alloc(4 * n)
+		by, _ := c.Alloc(4 * n)
+		bo, _ := c.Alloc(4 * n)
+		defer func() { bx.Free(); by.Free(); bo.Free() }()
+		out := make([]float32, n)
+		if err := errors.Join(bx.Write(bytesOf(x)), by.Write(bytesOf(y)), k.SetArgs(bx, by, bo, int32(n)), c.Launch(k, n, 0), bo.Read(bytesOf(out))); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var want []float32
+	for i, wantHit := range []bool{false, true} {
+		p, hit, err := c.BuildCached(cache, testSource, "-cl-std=CL1.2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hit != wantHit {
+			t.Fatalf("build %d: hit %v, want %v", i+1, hit, wantHit)
+		}
+		got := run(p)
+		if want == nil {
+			want = got
+		} else if string(bytesOf(got)) != string(bytesOf(want)) {
+			t.Fatal("the cached program computes otherwise")
+		}
+		p.Release()
+	}
+	entries, _ := os.ReadDir(cache.Dir())
+	for _, e := range entries {
+		if err := os.WriteFile(filepath.Join(cache.Dir(), e.Name()), []byte("damaged"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, hit, err := c.BuildCached(cache, testSource, "-cl-std=CL1.2")
+	if err != nil || hit {
+		t.Fatalf("after damage: hit %v, %v", hit, err)
+	}
+	if got := run(p); string(bytesOf(got)) != string(bytesOf(want)) {
+		t.Fatal("the rebuilt program computes otherwise")
+	}
+	p.Release()
 }
