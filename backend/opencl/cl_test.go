@@ -238,3 +238,74 @@ func TestBuildCached(t *testing.T) {
 	}
 	p.Release()
 }
+
+// TestSgemm holds CLBlast's products to a float64 reference on random
+// inputs, with each transpose, sizes that fit no tile, beta, offsets, and
+// a strided batch. It skips, saying why, where CLBlast is not installed.
+func TestSgemm(t *testing.T) {
+	d := devices(t)[0]
+	if _, err := loadBLAS(); err != nil {
+		t.Skipf("%v (install libclblast1)", err)
+	}
+	c, err := Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, g := range []GEMM{
+		{Batch: 1, M: 67, N: 45, K: 33, Alpha: 1},
+		{Batch: 1, M: 20, N: 70, K: 129, TransA: true, Alpha: 0.5, Beta: 1},
+		{Batch: 1, M: 64, N: 31, K: 40, TransB: true, Alpha: 1, Beta: 0.25, OffA: 3, OffB: 5, OffC: 7},
+		{Batch: 3, M: 17, N: 19, K: 23, TransA: true, TransB: true, Alpha: 1, StrideA: 23*17 + 2, StrideB: 19*23 + 1, StrideC: 17*19 + 3},
+	} {
+		na := g.OffA + (g.Batch-1)*g.StrideA + g.M*g.K
+		nb := g.OffB + (g.Batch-1)*g.StrideB + g.K*g.N
+		nc := g.OffC + (g.Batch-1)*g.StrideC + g.M*g.N
+		av, bv, cv := make([]float32, na), make([]float32, nb), make([]float32, nc)
+		for _, v := range [][]float32{av, bv, cv} {
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+		}
+		ba, _ := c.Alloc(4 * na)
+		bb, _ := c.Alloc(4 * nb)
+		bc, _ := c.Alloc(4 * nc)
+		got := make([]float32, nc)
+		if err := errors.Join(ba.Write(bytesOf(av)), bb.Write(bytesOf(bv)), bc.Write(bytesOf(cv)), c.Sgemm(g, ba, bb, bc), bc.Read(bytesOf(got))); err != nil {
+			t.Fatalf("%+v: %v", g, err)
+		}
+		for bi := range g.Batch {
+			at := func(i, k int) float64 { // op(A)[i][k]
+				o := g.OffA + bi*g.StrideA
+				if g.TransA {
+					return float64(av[o+k*g.M+i])
+				}
+				return float64(av[o+i*g.K+k])
+			}
+			bt := func(k, j int) float64 {
+				o := g.OffB + bi*g.StrideB
+				if g.TransB {
+					return float64(bv[o+j*g.K+k])
+				}
+				return float64(bv[o+k*g.N+j])
+			}
+			for i := range g.M {
+				for j := range g.N {
+					var s float64
+					for k := range g.K {
+						s += at(i, k) * bt(k, j)
+					}
+					ci := g.OffC + bi*g.StrideC + i*g.N + j
+					want := float64(g.Alpha)*s + float64(g.Beta)*float64(cv[ci])
+					if math.Abs(float64(got[ci])-want) > 1e-5*float64(g.K)+1e-5*math.Abs(want) {
+						t.Fatalf("%+v: C[%d][%d][%d] = %v, want %v", g, bi, i, j, got[ci], want)
+					}
+				}
+			}
+		}
+		ba.Free()
+		bb.Free()
+		bc.Free()
+	}
+}
