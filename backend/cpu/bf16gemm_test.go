@@ -8,6 +8,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/ref"
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/internal/testenv"
 	"golang.org/x/sys/cpu"
 )
 
@@ -290,7 +291,7 @@ func TestSetBF16Product(t *testing.T) {
 	af, bf := put(c, widenBF16(av), 0), put(c, widenBF16(bv), 0)
 	cf := put(c, make([]float32, m*n), 0)
 	c.MatMul(backend.MatMul{Batch: 1, M: m, N: n, K: k, StrideA: m * k, StrideB: k * n, StrideC: m * n, Alpha: 1}, af, bf, cf, backend.Ref{})
-	if got, want := wide, get(c, cf, m*n); !sameF32(got, want) {
+	if got, want := wide, get(c, cf, m*n); !testenv.SameBits(got, want) {
 		t.Error("the widened product differs from the F32 product of the widened operands")
 	}
 	if hasBF16Dot {
@@ -300,7 +301,7 @@ func TestSetBF16Product(t *testing.T) {
 		if kind, _ := BF16Product(); kind != BF16ProductDot {
 			t.Errorf("after setting dot: %q", kind)
 		}
-		if sameF32(product(), wide) {
+		if testenv.SameBits(product(), wide) {
 			t.Error("the dot products gave the widened product's bits: the setting did not take")
 		}
 	}
@@ -320,17 +321,4 @@ func widenBF16(v []uint16) []float32 {
 		out[i] = backend.BF16ToF32(x)
 	}
 	return out
-}
-
-// sameF32 reports whether a and b are bit for bit equal.
-func sameF32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }

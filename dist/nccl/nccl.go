@@ -414,13 +414,19 @@ func (g *Group) Rank() int { return g.Comm.rank }
 // Size is the number of ranks.
 func (g *Group) Size() int { return g.Comm.size }
 
-// AllReduce reduces count elements at buf in place, on stream.
-func (g *Group) AllReduce(buf uintptr, count int, dt dist.DType, op dist.Op, stream uintptr) error {
+// typeAndOp is NCCL's data type and reduction for dt and op.
+func typeAndOp(dt dist.DType, op dist.Op) (DataType, RedOp, error) {
 	t, err := dataType(dt)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	o, err := redOp(op)
+	return t, o, err
+}
+
+// AllReduce reduces count elements at buf in place, on stream.
+func (g *Group) AllReduce(buf uintptr, count int, dt dist.DType, op dist.Op, stream uintptr) error {
+	t, o, err := typeAndOp(dt, op)
 	if err != nil {
 		return err
 	}
@@ -453,11 +459,7 @@ func (g *Group) AllGather(send, recv uintptr, count int, dt dist.DType, stream u
 // contiguous, and a bucket inside one shard costs one pipelined ring
 // reduce.
 func (g *Group) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, stream uintptr) error {
-	t, err := dataType(dt)
-	if err != nil {
-		return err
-	}
-	o, err := redOp(op)
+	t, o, err := typeAndOp(dt, op)
 	if err != nil {
 		return err
 	}
