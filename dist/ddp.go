@@ -240,7 +240,12 @@ func NewShardReducer(pg ShardGroup, flat []float32, offs, sizes []int, bucketByt
 			return nil, fmt.Errorf("dist: gradient %d, [%d, %d), is not within the flat buffer of %d", i, offs[i], offs[i]+sizes[i], len(flat))
 		}
 	}
-	sort.Slice(byOff, func(a, b int) bool { return offs[byOff[a]] > offs[byOff[b]] })
+	sort.Slice(byOff, func(a, b int) bool { // from the end; an empty gradient after the one that starts where it sits
+		if oa, ob := offs[byOff[a]], offs[byOff[b]]; oa != ob {
+			return oa > ob
+		}
+		return sizes[byOff[a]] > sizes[byOff[b]]
+	})
 	r := &Reducer{pg: pg, shards: pg, total: len(flat), of: make([]int, len(offs)), ready: make([]bool, len(offs))}
 	r.grads = make([][]float32, len(offs))
 	var cur *bucket

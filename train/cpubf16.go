@@ -31,6 +31,9 @@ func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, man *checkpoint.
 		}
 	}
 	if want == "auto" {
+		if plan.CPUBF16 == "" {
+			return setting.Errorf("{CPUBF16} auto: rank 0 runs no bf16 product on the CPU, so it chose none for the job; name one with {CPUBF16}")
+		}
 		want, how = plan.CPUBF16, plan.CPUBF16How
 		if cfg.Rank != 0 {
 			how = "rank 0's: " + how

@@ -23,6 +23,14 @@ func TestCPUBF16Recorded(t *testing.T) {
 	base.Precision, base.MaxIters, base.LRDecayIters, base.CkptInterval = "bf16", 10, 10, 5
 	hasDot := fcpu.SetBF16Product(fcpu.BF16ProductDot) == nil
 	defer fcpu.SetBF16Product(fcpu.BF16ProductWiden)
+	// An fp32 run runs no bf16 product on the CPU and records none, even
+	// where one was named, so that none binds its resumes.
+	fp32 := base
+	fp32.Precision, fp32.CPUBF16, fp32.MaxIters, fp32.Out = "fp32", fcpu.BF16ProductWiden, 2, filepath.Join(t.TempDir(), "fp32")
+	runSingleIn(t, fp32)
+	if b, err := os.ReadFile(filepath.Join(fp32.Out, ConfigFile)); err != nil || strings.Contains(string(b), `"cpu_bf16"`) {
+		t.Errorf("an fp32 run's config.json records a bf16 product (%v):\n%s", err, b)
+	}
 	for _, kind := range []string{fcpu.BF16ProductWiden, fcpu.BF16ProductDot} {
 		t.Run(kind, func(t *testing.T) {
 			if kind == fcpu.BF16ProductDot && !hasDot {

@@ -130,6 +130,22 @@ func (d *deviceDDP) record(op, tag string, elems int) int {
 	return seq
 }
 
+// failed records that the collective seq, the last recorded, failed to
+// enqueue: it will not be watched.
+func (d *deviceDDP) failed(seq int, err error) {
+	d.settle([]int{seq}, dist.FlightFailed, err)
+	if n := len(d.launched); n > 0 && d.launched[n-1] == seq {
+		d.launched = d.launched[:n-1]
+	}
+}
+
+// abandon records every collective enqueued and not yet watched as failed
+// with err: a step that gives up before handing them to the watchdog.
+func (d *deviceDDP) abandon(err error) {
+	d.settle(d.launched, dist.FlightFailed, err)
+	d.launched = nil
+}
+
 // settle moves flight records to state (done, or failed with err).
 func (d *deviceDDP) settle(seqs []int, state string, err error) {
 	if d.flight == nil {
@@ -329,7 +345,7 @@ func (d *deviceDDP) launch(b int) error {
 		return d.grp.AllReduce(d.base+uintptr(4*bk.off), bk.n, dist.F32, dist.Avg, stream)
 	})
 	if err != nil {
-		d.settle([]int{seq}, dist.FlightFailed, err)
+		d.failed(seq, err)
 		return fmt.Errorf("%s of bucket %d of %d (%s) in step %d: %w", what, b+1, len(d.buckets), units.Bytes(int64(4*bk.n)), d.steps, err)
 	}
 	return nil
@@ -372,7 +388,7 @@ func (d *deviceDDP) onComm(op, tag, what string, buf *tensor.Tensor, enqueue fun
 		}
 	}
 	if err != nil {
-		d.settle([]int{seq}, dist.FlightFailed, err)
+		d.failed(seq, err)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
@@ -410,6 +426,7 @@ func (d *deviceDDP) sync() error {
 		return d.syncCopies()
 	}
 	if err := d.hookErr; err != nil {
+		d.abandon(err)
 		return err
 	}
 	if d.grads != g {
@@ -430,12 +447,14 @@ func (d *deviceDDP) sync() error {
 	for b := range d.buckets {
 		if !d.buckets[b].launched {
 			if err := d.launch(b); err != nil {
+				d.abandon(err)
 				return err
 			}
 		}
 	}
 	probe, err := tensor.JoinComm(d.dev)
 	if err != nil {
+		d.abandon(err)
 		return fmt.Errorf("all-reduce of step %d: %w", d.steps, err)
 	}
 	d.watch(probe, fmt.Sprintf("the all-reduce of step %d (%d buckets, %s)", d.steps, len(d.buckets), units.Bytes(int64(4*d.n))))
@@ -524,7 +543,7 @@ func (d *deviceDDP) syncCopies() error {
 		return d.grp.AllReduce(addr, d.n, dist.F32, dist.Avg, stream)
 	})
 	if err != nil {
-		d.settle([]int{seq}, dist.FlightFailed, err)
+		d.failed(seq, err)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	probe, err := tensor.JoinComm(d.dev)

@@ -387,6 +387,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		if err := settleCPUBF16(&cfg, plan, resumeDir, resumeMan, log); err != nil {
 			return nil, err
 		}
+	} else {
+		cfg.CPUBF16 = "" // no bf16 product runs on the CPU: none is recorded
 	}
 	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
 		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}

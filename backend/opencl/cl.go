@@ -45,33 +45,33 @@ const (
 
 	clDeviceTypeAll = 0xFFFFFFFF
 
-	clDeviceType              = 0x1000
-	clDeviceMaxComputeUnits   = 0x1002
-	clDeviceMaxWorkGroupSize  = 0x1004
-	clDeviceGlobalMemSize     = 0x101F
-	clDeviceName              = 0x102B
-	clDeviceVendor            = 0x102C
-	clDriverVersion           = 0x102D
-	clDeviceVersion           = 0x102F
-	clDeviceExtensions        = 0x1030
-	clProgramBuildLog         = 0x1183
-	clMemReadWrite            = 1 << 0
-	clDeviceNotFound          = -1
-	clBuildProgramFailure     = -11
-	clDeviceTypeCPU           = 1 << 1
-	clDeviceTypeGPU           = 1 << 2
-	clDeviceTypeAccelerator   = 1 << 3
-	clPlatformNotFoundKHR     = -1001
-	clInvalidKernelName       = -46
-	clOutOfResources          = -5
-	clMemObjectAllocFailure   = -4
-	clOutOfHostMemory         = -6
-	clInvalidBufferSize       = -61
-	clInvalidWorkGroupSize    = -54
-	clInvalidGlobalWorkSize   = -63
-	clCompilerNotAvailable    = -3
-	clInvalidValue            = -30
-	clInvalidProgramExecution = -56
+	clDeviceType               = 0x1000
+	clDeviceMaxComputeUnits    = 0x1002
+	clDeviceMaxWorkGroupSize   = 0x1004
+	clDeviceGlobalMemSize      = 0x101F
+	clDeviceName               = 0x102B
+	clDeviceVendor             = 0x102C
+	clDriverVersion            = 0x102D
+	clDeviceVersion            = 0x102F
+	clDeviceExtensions         = 0x1030
+	clProgramBuildLog          = 0x1183
+	clMemReadWrite             = 1 << 0
+	clDeviceNotFound           = -1
+	clBuildProgramFailure      = -11
+	clDeviceTypeCPU            = 1 << 1
+	clDeviceTypeGPU            = 1 << 2
+	clDeviceTypeAccelerator    = 1 << 3
+	clPlatformNotFoundKHR      = -1001
+	clInvalidKernelName        = -46
+	clOutOfResources           = -5
+	clMemObjectAllocFailure    = -4
+	clOutOfHostMemory          = -6
+	clInvalidBufferSize        = -61
+	clInvalidWorkGroupSize     = -54
+	clInvalidGlobalWorkSize    = -63
+	clCompilerNotAvailable     = -3
+	clInvalidValue             = -30
+	clInvalidProgramExecutable = -45
 )
 
 // Error is a failed OpenCL call: the function and its error code.
@@ -111,7 +111,7 @@ func codeName(c int32) string {
 		return "CL_INVALID_KERNEL_NAME"
 	case clInvalidWorkGroupSize:
 		return "CL_INVALID_WORK_GROUP_SIZE"
-	case clInvalidProgramExecution:
+	case clInvalidProgramExecutable:
 		return "CL_INVALID_PROGRAM_EXECUTABLE"
 	case clInvalidBufferSize:
 		return "CL_INVALID_BUFFER_SIZE"

@@ -39,6 +39,11 @@ var (
 // loadBLAS opens CLBlast and binds its products, once.
 func loadBLAS() (*blas, error) {
 	blasOnce.Do(func() {
+		defer func() { // purego refuses a signature the platform cannot pass (too many arguments)
+			if r := recover(); r != nil {
+				blasLib, blasErr = nil, fmt.Errorf("opencl: binding CLBlast: %v", r)
+			}
+		}()
 		lib, err := libs.Open(CLBlastLibrary)
 		if err != nil {
 			blasErr = fmt.Errorf("opencl: the products need CLBlast: %w", err)
