@@ -201,6 +201,16 @@ func (d *ddp) sameStart(steps int) error {
 		"every rank must see rank 0's checkpoints in {Out} (on several nodes, storage they share)", at(0), strings.Join(odd, ", "))
 }
 
+// logOverlap logs how many of a step's buckets started during backward
+// (all-reduced, or reduce-scattered where sharded): the overlap, once.
+func logOverlap(w io.Writer, early, buckets int, sharded bool) {
+	what := "all-reduced"
+	if sharded {
+		what = "reduce-scattered"
+	}
+	fmt.Fprintf(w, "dist: %d of %d buckets %s during backward, the rest after it\n", early, buckets, what)
+}
+
 // hook is the gradient-ready hook of a synchronizing backward pass.
 func (d *ddp) hook(leaf *tensor.Tensor) {
 	if d.devGrad != nil {
@@ -235,11 +245,7 @@ func (d *ddp) sync() error {
 	if d.red != nil && d.syncs == 2 {
 		// The first step's buckets may be cut after its backward; the
 		// second's show the overlap.
-		what := "all-reduced"
-		if d.zero != nil {
-			what = "reduce-scattered"
-		}
-		fmt.Fprintf(d.log, "dist: %d of %d buckets %s during backward, the rest after it\n", d.red.Launched(), len(d.red.Buckets()), what)
+		logOverlap(d.log, d.red.Launched(), len(d.red.Buckets()), d.zero != nil)
 	}
 	if d.zero != nil {
 		if err := d.red.Wait(); err != nil {

@@ -108,6 +108,7 @@ func (d *deviceDDP) abort() error {
 type devBucket struct {
 	off, n, params, left int
 	launched             bool
+	tag                  string // "bucket N", for the flight record
 }
 
 // inflight is one step's communication, joined by the compute stream,
@@ -337,7 +338,7 @@ func (d *deviceDDP) launch(b int) error {
 	if d.sharded {
 		what = "reduce-scatter"
 	}
-	seq := d.record(what, "bucket "+strconv.Itoa(b), bk.n)
+	seq := d.record(what, bk.tag, bk.n)
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
 		if d.sharded {
 			return d.grp.ReduceScatterShards(d.base+uintptr(4*bk.off), bk.off, bk.n, d.grads.Numel(), dist.F32, dist.Avg, stream)
@@ -437,11 +438,7 @@ func (d *deviceDDP) sync() error {
 	} else if d.steps == 2 {
 		// The first step's buckets were cut after its backward; the
 		// second's show the overlap.
-		what := "all-reduced"
-		if d.sharded {
-			what = "reduce-scattered"
-		}
-		fmt.Fprintf(d.log, "dist: %d of %d buckets %s during backward, the rest after it\n", d.early, len(d.buckets), what)
+		logOverlap(d.log, d.early, len(d.buckets), d.sharded)
 	}
 	d.early = 0
 	for b := range d.buckets {
@@ -499,7 +496,7 @@ func (d *deviceDDP) cut(g *tensor.Tensor) error {
 	for _, p := range pieces {
 		nb := len(d.buckets)
 		if nb == 0 || 4*d.buckets[nb-1].n >= d.bucket || d.buckets[nb-1].off+d.buckets[nb-1].n != p.off {
-			d.buckets = append(d.buckets, devBucket{off: p.off})
+			d.buckets = append(d.buckets, devBucket{off: p.off, tag: "bucket " + strconv.Itoa(nb)})
 			nb++
 		}
 		b := &d.buckets[nb-1]

@@ -65,13 +65,16 @@ func (r *run) openZero() error {
 		z.paramShard = flat.Rows(lo, hi)
 		z.gradShard = grads.Rows(lo, hi)
 	})
+	logged := func(how string) {
+		d.zero = z
+		fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered %s during backward\n",
+			world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole), how)
+	}
 	if d.devGrad != nil { // NCCL: the buckets reduce-scatter in device memory
 		if err := d.devGrad.shard(); err != nil {
 			return err
 		}
-		d.zero = z
-		fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered on the device during backward\n",
-			world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole))
+		logged("on the device")
 		return nil
 	}
 	// The gradients' places in the flat buffer, in the ddp's parameter
@@ -98,9 +101,7 @@ func (r *run) openZero() error {
 	for i := range d.params {
 		d.host[i] = host[offs[i] : offs[i]+sizes[i]]
 	}
-	d.zero = z
-	fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered in %d buckets during backward\n",
-		world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole), len(red.Buckets()))
+	logged(fmt.Sprintf("in %d buckets", len(red.Buckets())))
 	return nil
 }
 
