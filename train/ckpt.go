@@ -273,11 +273,7 @@ func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
 // describes (see resumeCheck), and carries the checkpoint's history of
 // changed settings into rc, with this resume's changes when
 // --allow-changes allowed them, which it also logs.
-func checkResume(rc *RunConfig, dir string, man *checkpoint.Manifest, log io.Writer) error {
-	var was RunConfig
-	if err := json.Unmarshal(man.Config, &was); err != nil {
-		return fmt.Errorf("resume from %s: its config: %w", dir, err)
-	}
+func checkResume(rc *RunConfig, was RunConfig, dir string, step int, log io.Writer) error {
 	changes, warn, err := resumeCheck(was, *rc, rc.Train.AllowChanges)
 	fmt.Fprint(log, warn)
 	if err != nil {
@@ -285,9 +281,9 @@ func checkResume(rc *RunConfig, dir string, man *checkpoint.Manifest, log io.Wri
 	}
 	rc.History = was.History
 	if len(changes) > 0 {
-		rc.History = append(slices.Clone(rc.History), Resumption{Step: man.Step, Changes: changes})
+		rc.History = append(slices.Clone(rc.History), Resumption{Step: step, Changes: changes})
 		for _, c := range changes {
-			fmt.Fprintf(log, "resume: --allow-changes: %s changes from %s to %s at step %d\n", c.Flag, c.From, c.To, man.Step)
+			fmt.Fprintf(log, "resume: --allow-changes: %s changes from %s to %s at step %d\n", c.Flag, c.From, c.To, step)
 		}
 	}
 	return nil

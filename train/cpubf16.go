@@ -1,12 +1,10 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
 	fcpu "github.com/fleetml/fleet/backend/cpu"
-	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
 )
 
@@ -22,13 +20,10 @@ var setBF16Product = fcpu.SetBF16Product
 // by name is taken as it is (on a resume, a different one than the
 // checkpoint's is then a changed setting: see resumeCheck). One this CPU
 // cannot run is refused, naming it.
-func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, man *checkpoint.Manifest, log io.Writer) error {
+func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *RunConfig, log io.Writer) error {
 	want, how := orDefault(cfg.CPUBF16, "auto"), "given"
-	if want == "auto" && man != nil {
-		var was RunConfig
-		if json.Unmarshal(man.Config, &was) == nil && orDefault(was.Train.CPUBF16, "auto") != "auto" {
-			want, how = was.Train.CPUBF16, "the checkpoint's"
-		}
+	if want == "auto" && was != nil && orDefault(was.Train.CPUBF16, "auto") != "auto" {
+		want, how = was.Train.CPUBF16, "the checkpoint's"
 	}
 	if want == "auto" {
 		if plan.CPUBF16 == "" {

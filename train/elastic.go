@@ -1,28 +1,23 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
-	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
 )
 
-// keepGlobalBatch readies an elastic restart (Config.Elastic): a group
-// that lost ranks since its checkpoint keeps the checkpoint's global
+// keepGlobalBatch readies an elastic restart (Config.Elastic) from a
+// checkpoint of the run was: a group that lost ranks since its checkpoint
+// keeps the checkpoint's global
 // batch, sequences per optimizer step, by raising each rank's gradient
 // accumulation, because batches depend only on the seed and the step,
 // never on the split. A global batch the remaining ranks cannot split
 // evenly with the run's micro-batch is refused, saying why. A run that
 // sets TokensPerStep has its accumulation follow the world already.
-func keepGlobalBatch(cfg *Config, dir string, man *checkpoint.Manifest, log io.Writer) error {
+func keepGlobalBatch(cfg *Config, was RunConfig, log io.Writer) error {
 	if cfg.TokensPerStep > 0 {
 		return nil
-	}
-	var was RunConfig
-	if err := json.Unmarshal(man.Config, &was); err != nil {
-		return fmt.Errorf("resume from %s: its config: %w", dir, err)
 	}
 	w := was.Train
 	global := w.BatchSize * max(w.GradAccum, 1) * max(w.WorldSize, 1)

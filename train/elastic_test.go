@@ -2,11 +2,8 @@ package train
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/fleetml/fleet/checkpoint"
 )
 
 // TestKeepGlobalBatch: an elastic restart with fewer ranks raises the
@@ -14,13 +11,8 @@ import (
 // keeps it (or sets --tokens-per-step) alone, and refuses a global batch
 // the remaining ranks cannot split, naming the numbers.
 func TestKeepGlobalBatch(t *testing.T) {
-	manifest := func(batch, accum, world int) *checkpoint.Manifest {
-		was := RunConfig{Train: Config{BatchSize: batch, GradAccum: accum, WorldSize: world, BlockSize: 16}}
-		b, err := json.Marshal(was)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &checkpoint.Manifest{Config: b}
+	runOf := func(batch, accum, world int) RunConfig {
+		return RunConfig{Train: Config{BatchSize: batch, GradAccum: accum, WorldSize: world, BlockSize: 16}}
 	}
 	for _, tc := range []struct {
 		name                string
@@ -38,7 +30,7 @@ func TestKeepGlobalBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{BatchSize: tc.batch, GradAccum: tc.accum, WorldSize: tc.world, BlockSize: 16, TokensPerStep: tc.tokensPerStep}
 			var log bytes.Buffer
-			err := keepGlobalBatch(&cfg, "ckpt", manifest(tc.was[0], tc.was[1], tc.was[2]), &log)
+			err := keepGlobalBatch(&cfg, runOf(tc.was[0], tc.was[1], tc.was[2]), &log)
 			if tc.want == 0 {
 				if err == nil || !strings.Contains(err.Error(), "global batch of 6 sequences") {
 					t.Fatalf("err = %v, want a refusal naming the global batch", err)

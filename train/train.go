@@ -364,8 +364,15 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		resumeDir, resumeMan = d, m
 	}
-	if cfg.Elastic && resumeMan != nil {
-		if err := keepGlobalBatch(&cfg, resumeDir, resumeMan, log); err != nil {
+	var was *RunConfig // the checkpoint's run, read once
+	if resumeMan != nil {
+		was = new(RunConfig)
+		if err := json.Unmarshal(resumeMan.Config, was); err != nil {
+			return nil, fmt.Errorf("resume from %s: its config: %w", resumeDir, err)
+		}
+	}
+	if cfg.Elastic && was != nil {
+		if err := keepGlobalBatch(&cfg, *was, log); err != nil {
 			return nil, err
 		}
 	}
@@ -384,7 +391,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if cpuBF16 {
-		if err := settleCPUBF16(&cfg, plan, resumeDir, resumeMan, log); err != nil {
+		if err := settleCPUBF16(&cfg, plan, resumeDir, was, log); err != nil {
 			return nil, err
 		}
 	} else {
@@ -392,8 +399,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
 		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}
-	if resumeMan != nil {
-		if err := checkResume(&rc, resumeDir, resumeMan, log); err != nil {
+	if was != nil {
+		if err := checkResume(&rc, *was, resumeDir, resumeMan.Step, log); err != nil {
 			return nil, err
 		}
 	}
