@@ -2,6 +2,7 @@ package opencl
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/cuda/kcache"
@@ -52,7 +53,7 @@ func (p *Program) binary() ([]byte, error) {
 	bin := make([]byte, size)
 	ptrs := []uintptr{uintptr(unsafe.Pointer(&bin[0]))}
 	r, err = a.getProgramInfo.Call(p.prog, clProgramBinaries, unsafe.Sizeof(ptrs[0]), uintptr(unsafe.Pointer(&ptrs[0])), 0)
-	keep(bin)
+	runtime.KeepAlive(bin)
 	if err := check("clGetProgramInfo", r, err); err != nil {
 		return nil, err
 	}
@@ -72,7 +73,7 @@ func (c *Context) buildBinary(bin []byte, options string) (*Program, error) {
 	var status, code int32
 	p, err := a.createProgramWithBinary.Call(c.ctx, 1, uintptr(unsafe.Pointer(&id)), uintptr(unsafe.Pointer(&lens[0])),
 		uintptr(unsafe.Pointer(&ptrs[0])), uintptr(unsafe.Pointer(&status)), uintptr(unsafe.Pointer(&code)))
-	keep(bin)
+	runtime.KeepAlive(bin)
 	if err := check("clCreateProgramWithBinary", uintptr(code), err); err != nil {
 		return nil, err
 	}

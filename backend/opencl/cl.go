@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -41,7 +40,6 @@ const (
 
 	clPlatformVersion = 0x0901
 	clPlatformName    = 0x0902
-	clPlatformVendor  = 0x0903
 
 	clDeviceTypeAll = 0xFFFFFFFF
 
@@ -364,10 +362,6 @@ func infoString(name string, f libs.Func, obj uintptr, param uint32) (string, er
 	}
 	return strings.TrimRight(string(b), "\x00 "), nil
 }
-
-// keep keeps v alive until this call (for Go memory whose address went to
-// C as a uintptr).
-func keep(v any) { runtime.KeepAlive(v) }
 
 // Doctor writes what fleet finds of OpenCL: where the loader is, or why
 // it was not found, and each platform's devices with their versions,

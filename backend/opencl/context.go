@@ -3,6 +3,7 @@ package opencl
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/cuda/libs"
@@ -122,7 +123,7 @@ func (c *Context) Build(src, options string) (*Program, error) {
 	lens := []uintptr{uintptr(len(src))}
 	var code int32
 	p, err := c.a.createProgramWithSource.Call(c.ctx, 1, uintptr(unsafe.Pointer(&ptrs[0])), uintptr(unsafe.Pointer(&lens[0])), uintptr(unsafe.Pointer(&code)))
-	keep(cs)
+	runtime.KeepAlive(cs)
 	if err := check("clCreateProgramWithSource", uintptr(code), err); err != nil {
 		return nil, err
 	}
@@ -173,7 +174,7 @@ func (p *Program) Kernel(name string) (*Kernel, error) {
 	cn := libs.CString(name)
 	var code int32
 	k, err := p.c.a.createKernel.Call(p.prog, uintptr(unsafe.Pointer(&cn[0])), uintptr(unsafe.Pointer(&code)))
-	keep(cn)
+	runtime.KeepAlive(cn)
 	if err := check("clCreateKernel", uintptr(code), err); err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", name, err)
 	}
