@@ -41,8 +41,8 @@ func ParseDevice(s string) (Device, error) {
 		}
 		return Device{}, fmt.Errorf("unknown device %q (want %s:NAME, NAME one of %s)", s, kind, strings.Join(names, ", "))
 	}
-	if kind != "cpu" && kind != "cuda" {
-		return Device{}, fmt.Errorf("unknown device %q (want cpu, cpu:N, cuda or cuda:N%s)", s, namedKinds())
+	if kind != "cpu" && kind != "cuda" && kind != "opencl" {
+		return Device{}, fmt.Errorf("unknown device %q (want cpu, cpu:N, cuda, cuda:N, opencl or opencl:N%s)", s, namedKinds())
 	}
 	if found {
 		n, err := strconv.Atoi(idx)

@@ -315,6 +315,10 @@ func onHost(dev tensor.Device) bool {
 func (r *run) startSampler() {
 	var s *sysstat.Sampler
 	var err error
+	if r.dev.Kind == "opencl" {
+		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: OpenCL has no utilisation counter (memory comes from fleet's own allocator)\n")
+		return
+	}
 	if !onHost(r.dev) {
 		s, err = sysstat.NewGPUSampler(launch.PhysicalGPU(r.dev.Index, os.Getenv(launch.EnvVisibleDevices)), 0)
 	} else {
@@ -447,7 +451,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 	if onHost(r.dev) {
 		t.DeviceName, t.Cores = fcpu.Model(), runtime.GOMAXPROCS(0)
 	} else {
-		t.TensorCores = true // every GPU fleet's CUDA backend runs on (sm_80+) has them
+		t.TensorCores = isCUDA(r.dev) // every GPU fleet's CUDA backend runs on (sm_80+) has them; its OpenCL kernels use none
 		if n, ok := tensor.BackendOf(r.dev).(named); ok {
 			t.DeviceName = n.Name()
 		}

@@ -334,26 +334,27 @@ func checkBackendOps(t *testing.T, be backend.Backend) {
 	ref := host{be: cpu.New(backend.CPU)}
 	dev := host{be: be}
 	for _, c := range backendOpCases(1) {
-		want := c.run(host{be: ref.be, asF32: c.bf16})
-		var got [][]float32
-		if err := deviceError(func() { got = c.run(dev) }); err != nil {
-			t.Errorf("%s: %v", c.name, err)
-			continue
-		}
-		for i := range want {
-			if c.tol == 0 {
-				for j := range want[i] {
-					if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-						t.Errorf("%s: output %d differs at %d: %v, want %v", c.name, i, j, got[i][j], want[i][j])
-						break
+		t.Run(c.name, func(t *testing.T) {
+			want := c.run(host{be: ref.be, asF32: c.bf16})
+			var got [][]float32
+			if err := deviceError(func() { got = c.run(dev) }); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if c.tol == 0 {
+					for j := range want[i] {
+						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+							t.Errorf("output %d differs at %d: %v, want %v", i, j, got[i][j], want[i][j])
+							break
+						}
 					}
+					continue
 				}
-				continue
+				if err := closeTo(got[i], want[i], c.tol); err != nil {
+					t.Errorf("output %d: %v", i, err)
+				}
 			}
-			if err := closeTo(got[i], want[i], c.tol); err != nil {
-				t.Errorf("%s: output %d: %v", c.name, i, err)
-			}
-		}
+		})
 	}
 }
 

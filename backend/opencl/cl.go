@@ -1,9 +1,14 @@
 // Package opencl binds OpenCL through its ICD loader (libOpenCL.so.1) at
 // run time, with no cgo and no headers, and finds the OpenCL devices of
-// every platform: the first part of fleet's OpenCL backend. It compiles
-// OpenCL C with the device's own compiler (clBuildProgram), moves buffers
-// and launches kernels; the backend's ops, its allocator and its
-// registration as a device ("opencl:N") come after it.
+// every platform, for fleet's OpenCL devices. It compiles OpenCL C with
+// the device's own compiler (clBuildProgram, binaries cached on disk),
+// moves buffers over two in-order queues ordered by events, launches
+// kernels, and runs products through CLBlast. It also holds the kernels:
+// the OpenCL C twins of the CUDA kernels (kernels/*.cl; see
+// kernels/common.cl). The backend itself, registered as "opencl:N", is
+// the CUDA backend's code over a driver of OpenCL calls
+// (backend/cuda/driver_opencl.go): the same allocator, op functions and
+// checks on both kinds of GPU.
 //
 // The loader is searched for as package libs searches for NVIDIA's
 // libraries, with its own variable: $FLEET_OPENCL_PATH (folders, like
@@ -47,6 +52,7 @@ const (
 	clDeviceMaxComputeUnits    = 0x1002
 	clDeviceMaxWorkGroupSize   = 0x1004
 	clDeviceGlobalMemSize      = 0x101F
+	clDeviceMaxMemAllocSize    = 0x1010
 	clDeviceName               = 0x102B
 	clDeviceVendor             = 0x102C
 	clDriverVersion            = 0x102D
@@ -135,6 +141,12 @@ type api struct {
 	createKernel, setKernelArg, enqueueNDRangeKernel, finish     libs.Func
 	releaseMemObject, releaseKernel, releaseProgram              libs.Func
 	releaseCommandQueue, releaseContext                          libs.Func
+	// The backend's queue work: copies, events, mapped host memory.
+	enqueueCopyBuffer, enqueueMarkerWithWaitList libs.Func
+	enqueueBarrierWithWaitList, waitForEvents    libs.Func
+	releaseEvent, getEventProfilingInfo, flush   libs.Func
+	enqueueMapBuffer, enqueueUnmapMemObject      libs.Func
+	getKernelInfo                                libs.Func
 }
 
 var (
@@ -168,6 +180,11 @@ func load() (*api, error) {
 			{&a.releaseProgram, "clReleaseProgram"}, {&a.releaseCommandQueue, "clReleaseCommandQueue"},
 			{&a.releaseContext, "clReleaseContext"},
 			{&a.createProgramWithBinary, "clCreateProgramWithBinary"}, {&a.getProgramInfo, "clGetProgramInfo"},
+			{&a.enqueueCopyBuffer, "clEnqueueCopyBuffer"}, {&a.enqueueMarkerWithWaitList, "clEnqueueMarkerWithWaitList"},
+			{&a.enqueueBarrierWithWaitList, "clEnqueueBarrierWithWaitList"}, {&a.waitForEvents, "clWaitForEvents"},
+			{&a.releaseEvent, "clReleaseEvent"}, {&a.getEventProfilingInfo, "clGetEventProfilingInfo"},
+			{&a.flush, "clFlush"}, {&a.enqueueMapBuffer, "clEnqueueMapBuffer"},
+			{&a.enqueueUnmapMemObject, "clEnqueueUnmapMemObject"}, {&a.getKernelInfo, "clGetKernelInfo"},
 		} {
 			*b.f = lib.Func(b.name)
 		}
@@ -203,6 +220,8 @@ type Device struct {
 	ComputeUnits           int
 	MaxWorkGroupSize       int
 	GlobalMemBytes         int64
+	// MaxAllocBytes is the largest single buffer the device allows.
+	MaxAllocBytes int64
 	// FP16 says the device has half-precision arithmetic (cl_khr_fp16).
 	FP16 bool
 	// BF16 names an extension for bf16 where the device lists one
@@ -306,7 +325,7 @@ func describe(a *api, p, id uintptr) (Device, error) {
 	}
 	var typ uint64
 	var cu, wg uint64
-	var mem uint64
+	var mem, maxAlloc uint64
 	for _, f := range []struct {
 		param uint32
 		dst   unsafe.Pointer
@@ -314,13 +333,14 @@ func describe(a *api, p, id uintptr) (Device, error) {
 	}{
 		{clDeviceType, unsafe.Pointer(&typ), 8}, {clDeviceMaxComputeUnits, unsafe.Pointer(&cu), 4},
 		{clDeviceMaxWorkGroupSize, unsafe.Pointer(&wg), unsafe.Sizeof(uintptr(0))}, {clDeviceGlobalMemSize, unsafe.Pointer(&mem), 8},
+		{clDeviceMaxMemAllocSize, unsafe.Pointer(&maxAlloc), 8},
 	} {
 		r, err := a.getDeviceInfo.Call(id, uintptr(f.param), f.size, uintptr(f.dst), 0)
 		if err := check("clGetDeviceInfo", r, err); err != nil {
 			return d, err
 		}
 	}
-	d.ComputeUnits, d.MaxWorkGroupSize, d.GlobalMemBytes = int(uint32(cu)), int(wg), int64(mem)
+	d.ComputeUnits, d.MaxWorkGroupSize, d.GlobalMemBytes, d.MaxAllocBytes = int(uint32(cu)), int(wg), int64(mem), int64(maxAlloc)
 	switch {
 	case typ&clDeviceTypeGPU != 0:
 		d.Type = "gpu"
@@ -395,5 +415,11 @@ func Doctor(w io.Writer) {
 		fmt.Fprintf(w, "    opencl:%d  %s (%s, %s, driver %s): %d compute units, %s, %s\n",
 			d.Index, d.Name, d.Type, d.Version, d.DriverVersion, d.ComputeUnits, units.Bytes(d.GlobalMemBytes), fp16)
 	}
-	fmt.Fprintln(w, "  (fleet cannot train on OpenCL devices yet: the backend's ops are to come)")
+	fmt.Fprintln(w, "  (train on one with --device opencl:N; --device auto never picks OpenCL)")
+}
+
+// OutOfMemory reports whether the error says the device ran out of
+// memory for a buffer.
+func (e *Error) OutOfMemory() bool {
+	return e.Code == clMemObjectAllocFailure || e.Code == clOutOfResources || e.Code == clInvalidBufferSize
 }

@@ -16,6 +16,7 @@ var CLBlastLibrary = libs.Library{Name: "clblast", Sonames: []string{"libclblast
 // CLBlast's enumerations (clblast_c.h).
 const (
 	clblastRowMajor    = 101
+	clblastColMajor    = 102
 	clblastNoTranspose = 111
 	clblastTranspose   = 112
 	clblastSuccess     = 0
@@ -70,12 +71,18 @@ func loadBLAS() (*blas, error) {
 // Batch items, C = Alpha·op(A)·op(B) + Beta·C, op(A) M×K and op(B) K×N,
 // with the items StrideA, StrideB and StrideC elements apart and the first
 // at OffA, OffB and OffC.
+//
+// ColMajor reads the matrices column-major instead (as BLAS and cuBLAS
+// do), and LDA, LDB and LDC, where not 0, are the leading dimensions (else
+// those of packed matrices).
 type GEMM struct {
 	Batch, M, N, K            int
 	TransA, TransB            bool
 	Alpha, Beta               float32
 	OffA, OffB, OffC          int
 	StrideA, StrideB, StrideC int
+	ColMajor                  bool
+	LDA, LDB, LDC             int
 }
 
 // Sgemm queues the F32 product g of buffers a, b and c on the context's
@@ -89,6 +96,9 @@ func (c *Context) Sgemm(g GEMM, a, b, cc *Buffer) error {
 	if g.Batch < 1 || g.M < 1 || g.N < 1 || g.K < 1 {
 		return fmt.Errorf("opencl: sgemm of %d×(%d×%d×%d)", g.Batch, g.M, g.K, g.N)
 	}
+	layout := int32(clblastRowMajor)
+	// Packed leading dimensions: a row-major op(A) M×K stored as is has
+	// K columns; column-major, M rows.
 	ta, lda := int32(clblastNoTranspose), g.K
 	if g.TransA {
 		ta, lda = clblastTranspose, g.M
@@ -97,16 +107,31 @@ func (c *Context) Sgemm(g GEMM, a, b, cc *Buffer) error {
 	if g.TransB {
 		tb, ldb = clblastTranspose, g.K
 	}
+	ldc := g.N
+	if g.ColMajor {
+		layout, lda, ldb, ldc = clblastColMajor, g.M, g.K, g.M
+		if g.TransA {
+			lda = g.K
+		}
+		if g.TransB {
+			ldb = g.N
+		}
+	}
+	for _, ld := range []struct{ set, packed *int }{{&g.LDA, &lda}, {&g.LDB, &ldb}, {&g.LDC, &ldc}} {
+		if *ld.set != 0 {
+			*ld.packed = *ld.set
+		}
+	}
 	q := c.queue
 	var code int32
 	if g.Batch == 1 {
-		code = bl.sgemm(clblastRowMajor, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
+		code = bl.sgemm(layout, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
 			a.mem, uintptr(g.OffA), uintptr(lda), b.mem, uintptr(g.OffB), uintptr(ldb),
-			g.Beta, cc.mem, uintptr(g.OffC), uintptr(g.N), &q, 0)
+			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), &q, 0)
 	} else {
-		code = bl.sgemmStridedBatched(clblastRowMajor, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
+		code = bl.sgemmStridedBatched(layout, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
 			a.mem, uintptr(g.OffA), uintptr(lda), uintptr(g.StrideA), b.mem, uintptr(g.OffB), uintptr(ldb), uintptr(g.StrideB),
-			g.Beta, cc.mem, uintptr(g.OffC), uintptr(g.N), uintptr(g.StrideC), uintptr(g.Batch), &q, 0)
+			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), uintptr(g.StrideC), uintptr(g.Batch), &q, 0)
 	}
 	if code != clblastSuccess {
 		return fmt.Errorf("opencl: CLBlast sgemm %d×(%d×%d×%d): status %d", g.Batch, g.M, g.K, g.N, code)

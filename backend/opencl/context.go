@@ -9,15 +9,18 @@ import (
 	"github.com/fleetml/fleet/backend/cuda/libs"
 )
 
-// Context is an OpenCL context on one device with an in-order command
-// queue. Its methods are not safe for concurrent use.
+// Context is an OpenCL context on one device with two in-order command
+// queues, both timing their commands (profiling): one for the compute
+// work, which every method here uses unless it says otherwise, and one
+// for uploads that overlap it (Upload, ordered against the first by
+// events). Its methods are not safe for concurrent use.
 type Context struct {
-	a          *api
-	Device     Device
-	ctx, queue uintptr
+	a                  *api
+	Device             Device
+	ctx, queue, upload uintptr
 }
 
-// Open makes a context and an in-order queue on d.
+// Open makes a context and its two queues on d.
 func Open(d Device) (*Context, error) {
 	a, err := load()
 	if err != nil {
@@ -29,21 +32,31 @@ func Open(d Device) (*Context, error) {
 	if err := check("clCreateContext", uintptr(code), err); err != nil {
 		return nil, err
 	}
-	q, err := a.createCommandQueue.Call(ctx, d.id, 0, uintptr(unsafe.Pointer(&code)))
-	if err := check("clCreateCommandQueue", uintptr(code), err); err != nil {
-		a.releaseContext.Call(ctx)
-		return nil, err
+	var qs [2]uintptr
+	for i := range qs {
+		qs[i], err = a.createCommandQueue.Call(ctx, d.id, clQueueProfilingEnable, uintptr(unsafe.Pointer(&code)))
+		if err := check("clCreateCommandQueue", uintptr(code), err); err != nil {
+			if i == 1 {
+				a.releaseCommandQueue.Call(qs[0])
+			}
+			a.releaseContext.Call(ctx)
+			return nil, err
+		}
 	}
-	return &Context{a: a, Device: d, ctx: ctx, queue: q}, nil
+	return &Context{a: a, Device: d, ctx: ctx, queue: qs[0], upload: qs[1]}, nil
 }
 
-// Close finishes the queue's work and releases the queue and the context.
+// Close finishes the queues' work and releases them and the context.
 func (c *Context) Close() error {
 	err := c.Finish()
-	r, e := c.a.releaseCommandQueue.Call(c.queue)
-	if err == nil {
-		err = check("clReleaseCommandQueue", r, e)
+	for _, q := range []uintptr{c.queue, c.upload} {
+		r, e := c.a.releaseCommandQueue.Call(q)
+		if err == nil {
+			err = check("clReleaseCommandQueue", r, e)
+		}
 	}
+	var r uintptr
+	var e error
 	r, e = c.a.releaseContext.Call(c.ctx)
 	if err == nil {
 		err = check("clReleaseContext", r, e)
@@ -51,9 +64,13 @@ func (c *Context) Close() error {
 	return err
 }
 
-// Finish waits until the queue's work is done.
+// Finish waits until both queues' work is done.
 func (c *Context) Finish() error {
-	r, err := c.a.finish.Call(c.queue)
+	r, err := c.a.finish.Call(c.upload)
+	if err := check("clFinish", r, err); err != nil {
+		return err
+	}
+	r, err = c.a.finish.Call(c.queue)
 	return check("clFinish", r, err)
 }
 

@@ -1,0 +1,582 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/cuda/cublas"
+	"github.com/fleetml/fleet/backend/cuda/kcache"
+	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/backend/opencl"
+)
+
+// OpenCL devices run this package's backend on a driver of their own
+// (clGPU): the same allocator, the same op functions (package kernels)
+// and the same checks, with the kernels' OpenCL C twins
+// (backend/opencl/kernels) and CLBlast's products. They register as
+// "opencl", numbered as opencl.Devices lists them.
+func init() {
+	backend.Register("opencl", func(index int) (backend.Backend, error) {
+		g, err := openCLGPU(index)
+		if err != nil {
+			return nil, err
+		}
+		return newCUDA(backend.Device{Kind: "opencl", Index: index}, g), nil
+	})
+}
+
+// clGPU is an OpenCL device. OpenCL buffers are handles, not addresses, so
+// device addresses are made up: block k (from 1) spans the addresses
+// [k<<clBlockShift, (k+1)<<clBlockShift), and a launch passes a buffer
+// argument as the block's handle and the offset within it.
+type clGPU struct {
+	ctx   *opencl.Context
+	cache *kcache.Cache // nil: compile every process
+
+	mu        sync.Mutex // one call at a time (kernel arguments are set on shared kernel objects)
+	blocks    map[devPtr]*opencl.Buffer
+	nextBlock devPtr
+	allocated int64
+
+	file    map[string]opencl.File // kernel -> its file
+	kernels map[string]*clKernel
+	failed  map[string]error // files that did not build, and why
+	pinned  map[uintptr]*opencl.HostBuffer
+	marks   map[uintptr]opencl.Event // Timer marks, by number
+	nmarks  uintptr
+
+	// scratch holds the F32 copies a product makes of operands that are
+	// not F32, or that it rounds (index 0 A, 1 B, 2 C).
+	scratch [3]*opencl.Buffer
+}
+
+type clKernel struct {
+	k *opencl.Kernel
+	// nargs is its number of parameters: one more than a launch's
+	// arguments make is the __local memory the launch's shared bytes
+	// size.
+	nargs int
+}
+
+const clBlockShift = 40 // blocks up to 1 TiB
+
+// openCLGPU opens OpenCL device index.
+func openCLGPU(index int) (*clGPU, error) {
+	ds, err := opencl.Devices()
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= len(ds) {
+		return nil, fmt.Errorf("opencl: no device %d (%d found)", index, len(ds))
+	}
+	ctx, err := opencl.Open(ds[index])
+	if err != nil {
+		return nil, err
+	}
+	cache, err := kcache.Open("")
+	if err != nil {
+		cache = nil
+	}
+	g := &clGPU{ctx: ctx, cache: cache, blocks: map[devPtr]*opencl.Buffer{}, nextBlock: 1,
+		file: map[string]opencl.File{}, kernels: map[string]*clKernel{}, failed: map[string]error{}, pinned: map[uintptr]*opencl.HostBuffer{},
+		marks: map[uintptr]opencl.Event{}}
+	for _, f := range opencl.Files() {
+		for _, k := range opencl.Kernels(f.Source) {
+			g.file[k] = f
+		}
+	}
+	return g, nil
+}
+
+// at resolves a device address to its block and the byte offset in it.
+func (g *clGPU) at(p devPtr) (*opencl.Buffer, int, error) {
+	b, ok := g.blocks[p>>clBlockShift]
+	if !ok {
+		return nil, 0, fmt.Errorf("opencl: address %#x is in no block", uint64(p))
+	}
+	off := int(p & (1<<clBlockShift - 1))
+	if off > b.Bytes {
+		return nil, 0, fmt.Errorf("opencl: address %#x is past its block of %d bytes", uint64(p), b.Bytes)
+	}
+	return b, off, nil
+}
+
+func (g *clGPU) memAlloc(bytes int) (devPtr, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := g.ctx.Device
+	if int64(bytes) > d.MaxAllocBytes || g.allocated+int64(bytes) > d.GlobalMemBytes {
+		return 0, fmt.Errorf("%w (opencl: %d bytes asked, %d allocated, %d in all, %d at most in one buffer)",
+			backend.ErrOutOfMemory, bytes, g.allocated, d.GlobalMemBytes, d.MaxAllocBytes)
+	}
+	b, err := g.ctx.Alloc(bytes)
+	if err != nil {
+		var e *opencl.Error
+		if errors.As(err, &e) && e.OutOfMemory() {
+			return 0, fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
+		}
+		return 0, err
+	}
+	k := g.nextBlock
+	g.nextBlock++
+	g.blocks[k] = b
+	g.allocated += int64(bytes)
+	return k << clBlockShift, nil
+}
+
+func (g *clGPU) memFree(p devPtr) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, off, err := g.at(p)
+	if err != nil {
+		return err
+	}
+	if off != 0 {
+		return fmt.Errorf("opencl: freeing %#x, inside a block", uint64(p))
+	}
+	delete(g.blocks, p>>clBlockShift)
+	g.allocated -= int64(b.Bytes)
+	return b.Free()
+}
+
+func (g *clGPU) memInfo() (free, total uint64, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.ctx.Device.GlobalMemBytes
+	return uint64(max(t-g.allocated, 0)), uint64(t), nil
+}
+
+func (g *clGPU) htod(dst devPtr, src []byte) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, off, err := g.at(dst)
+	if err != nil {
+		return err
+	}
+	return g.ctx.WriteAt(b, off, src)
+}
+
+func (g *clGPU) dtoh(dst []byte, src devPtr) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, off, err := g.at(src)
+	if err != nil {
+		return err
+	}
+	return g.ctx.ReadAt(dst, b, off)
+}
+
+func (g *clGPU) dtod(dst, src devPtr, bytes int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	db, doff, err := g.at(dst)
+	if err != nil {
+		return err
+	}
+	sb, soff, err := g.at(src)
+	if err != nil {
+		return err
+	}
+	return g.ctx.CopyBuffer(db, doff, sb, soff, bytes)
+}
+
+func (g *clGPU) peerCopy(devPtr, gpu, devPtr, int) error { return errNoPeer }
+
+func (g *clGPU) hostAlloc(bytes int) ([]byte, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, err := g.ctx.AllocHost(bytes)
+	if err != nil {
+		return nil, err
+	}
+	g.pinned[uintptr(unsafe.Pointer(&h.Bytes[0]))] = h
+	return h.Bytes, nil
+}
+
+func (g *clGPU) hostFree(b []byte) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b[:cap(b)])))
+	h, ok := g.pinned[p]
+	if !ok {
+		return fmt.Errorf("free of host memory that PinnedAlloc did not return")
+	}
+	delete(g.pinned, p)
+	return h.Free()
+}
+
+// isPinned reports whether b lies in memory from hostAlloc.
+func (g *clGPU) isPinned(b []byte) bool {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for base, h := range g.pinned {
+		if p >= base && p+uintptr(len(b)) <= base+uintptr(len(h.Bytes)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *clGPU) htodAsync(dst devPtr, src []byte) (backend.Upload, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(src) == 0 {
+		return backend.DoneUpload{}, nil
+	}
+	if !g.isPinned(src) {
+		return nil, fmt.Errorf("an asynchronous upload needs host memory from PinnedAlloc")
+	}
+	b, off, err := g.at(dst)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := g.ctx.UploadAsync(b, off, src)
+	if err != nil {
+		return nil, err
+	}
+	return &clUpload{g: g, ev: ev}, nil
+}
+
+// clUpload is a copy queued on the upload queue.
+type clUpload struct {
+	g               *clGPU
+	ev              opencl.Event
+	readied, waited bool
+}
+
+// Ready implements backend.Upload: the compute queue waits for the copy.
+func (u *clUpload) Ready() error {
+	u.g.mu.Lock()
+	defer u.g.mu.Unlock()
+	if u.readied || u.waited {
+		return nil
+	}
+	u.readied = true
+	return u.g.ctx.After(u.ev)
+}
+
+// Wait implements backend.Upload.
+func (u *clUpload) Wait() error {
+	u.g.mu.Lock()
+	defer u.g.mu.Unlock()
+	if u.waited {
+		return nil
+	}
+	u.waited = true
+	return errors.Join(u.ev.Wait(), u.ev.Release())
+}
+
+func (g *clGPU) launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k, err := g.kernel(kernel)
+	if err != nil {
+		return err
+	}
+	i := 0
+	for a := range args.Len() {
+		switch v := args.At(a); v.Kind {
+		case kernels.ArgBuf:
+			var b *opencl.Buffer
+			off := 0
+			if v.Buf != 0 {
+				if b, off, err = g.at(v.Buf); err != nil {
+					return fmt.Errorf("%s argument %d: %w", kernel, a, err)
+				}
+			}
+			err = k.k.SetArgBuffer(i, b)
+			if err == nil {
+				err = k.k.SetArgBytes(i+1, uint64(off), 8)
+			}
+			i += 2
+		case kernels.ArgInt, kernels.ArgUint, kernels.ArgFloat:
+			err = k.k.SetArgBytes(i, v.Bits, 4)
+			i++
+		case kernels.ArgLong, kernels.ArgDouble:
+			err = k.k.SetArgBytes(i, v.Bits, 8)
+			i++
+		default:
+			err = fmt.Errorf("argument of kind %d", v.Kind)
+		}
+		if err != nil {
+			return fmt.Errorf("%s argument %d: %w", kernel, a, err)
+		}
+	}
+	if k.nargs == i+1 {
+		if err := k.k.SetArgLocal(i, max(shared, 16)); err != nil {
+			return fmt.Errorf("%s local memory: %w", kernel, err)
+		}
+	}
+	if k.nargs != i && k.nargs != i+1 {
+		return fmt.Errorf("%s: %d arguments for %d parameters", kernel, i, k.nargs)
+	}
+	if err := g.ctx.LaunchGrid(k.k, grid, block); err != nil {
+		return fmt.Errorf("%s grid %v block %v: %w", kernel, grid, block, err)
+	}
+	return nil
+}
+
+// kernel returns a kernel, building its file on first use (or loading
+// the device's binary from the cache). Called under mu.
+func (g *clGPU) kernel(name string) (*clKernel, error) {
+	if k, ok := g.kernels[name]; ok {
+		return k, nil
+	}
+	f, ok := g.file[name]
+	if !ok {
+		return nil, fmt.Errorf("no OpenCL kernel %s in the embedded sources", name)
+	}
+	if err := g.failed[f.Name]; err != nil {
+		return nil, err
+	}
+	var p *opencl.Program
+	var err error
+	const options = "-cl-std=CL1.2"
+	if g.cache != nil {
+		p, _, err = g.ctx.BuildCached(g.cache, opencl.Source(f), options)
+	} else {
+		p, err = g.ctx.Build(opencl.Source(f), options)
+	}
+	if err != nil {
+		err = fmt.Errorf("build %s: %w", f.Name, err)
+		g.failed[f.Name] = err
+		return nil, err
+	}
+	defer p.Release()
+	for _, kn := range opencl.Kernels(f.Source) {
+		k, err := p.Kernel(kn)
+		if err != nil {
+			return nil, err
+		}
+		n, err := k.NumArgs()
+		if err != nil {
+			return nil, err
+		}
+		g.kernels[kn] = &clKernel{k: k, nargs: n}
+	}
+	return g.kernels[name], nil
+}
+
+// gemm runs one product through CLBlast's SGEMM. Operands stored in 16
+// bits, and F32 operands the product rounds (cuBLAS's FAST_16BF and
+// FAST_16F modes), are first made F32 in scratch buffers; a 16-bit output
+// is computed in F32 scratch and rounded into place.
+func (g *clGPU) gemm(p cublas.Gemm) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rows := func(op cublas.Op, m, k int) (int, int) { // a stored matrix's rows and columns, column-major
+		if op == cublas.OpT {
+			return k, m
+		}
+		return m, k
+	}
+	ar, ac := rows(p.TransA, p.M, p.K)
+	br, bc := rows(p.TransB, p.K, p.N)
+	span := func(r, c, ld int, stride int64) int {
+		n := ld*(c-1) + r
+		if p.Batch > 1 {
+			n += int(stride) * (p.Batch - 1)
+		}
+		return n
+	}
+	round := ""
+	switch p.Compute {
+	case cublas.Compute32FFast16BF:
+		round = "bf16"
+	case cublas.Compute32FFast16F:
+		round = "f16"
+	}
+	a, aoff, err := g.operand(0, devPtr(p.A), p.AType, round, span(ar, ac, p.LDA, p.StrideA))
+	if err != nil {
+		return err
+	}
+	b, boff, err := g.operand(1, devPtr(p.B), p.BType, round, span(br, bc, p.LDB, p.StrideB))
+	if err != nil {
+		return err
+	}
+	cn := span(p.M, p.N, p.LDC, p.StrideC)
+	c, coff, err := g.at(devPtr(p.C))
+	if err != nil {
+		return err
+	}
+	cbuf, cEl := c, coff/4
+	if p.CType != cublas.R32F {
+		if p.Beta != 0 {
+			if cbuf, cEl, err = g.operand(2, devPtr(p.C), p.CType, "", cn); err != nil {
+				return err
+			}
+		} else if cbuf, err = g.scratchBuf(2, cn*4); err != nil {
+			return err
+		} else {
+			cEl = 0
+		}
+	}
+	err = g.ctx.Sgemm(opencl.GEMM{
+		Batch: p.Batch, M: p.M, N: p.N, K: p.K, TransA: p.TransA == cublas.OpT, TransB: p.TransB == cublas.OpT,
+		Alpha: p.Alpha, Beta: p.Beta, OffA: aoff, OffB: boff, OffC: cEl,
+		StrideA: int(p.StrideA), StrideB: int(p.StrideB), StrideC: int(p.StrideC),
+		ColMajor: true, LDA: p.LDA, LDB: p.LDB, LDC: p.LDC,
+	}, a, b, cbuf)
+	if err != nil || p.CType == cublas.R32F {
+		return err
+	}
+	return g.convert("fleet_cast_f32_"+clSuffix(p.CType), c, coff, cbuf, 0, cn)
+}
+
+// operand returns an F32 view of n elements at address p of type dt (an
+// element offset into a buffer): p's own buffer where it is F32 and not
+// to be rounded, else scratch slot i holding them converted.
+func (g *clGPU) operand(i int, p devPtr, dt cublas.DataType, round string, n int) (*opencl.Buffer, int, error) {
+	b, off, err := g.at(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	if dt == cublas.R32F && round == "" {
+		return b, off / 4, nil
+	}
+	s, err := g.scratchBuf(i, n*4)
+	if err != nil {
+		return nil, 0, err
+	}
+	kernel := "fleet_cast_" + clSuffix(dt) + "_f32"
+	if dt == cublas.R32F {
+		kernel = "fleet_round_" + round
+	}
+	return s, 0, g.convert(kernel, s, 0, b, off, n)
+}
+
+// convert launches a one-to-one conversion kernel (dst, src, n) over
+// buffers given by handle and byte offset. Called under mu.
+func (g *clGPU) convert(kernel string, dst *opencl.Buffer, doff int, src *opencl.Buffer, soff, n int) error {
+	k, err := g.kernel(kernel)
+	if err != nil {
+		return err
+	}
+	err = errors.Join(k.k.SetArgBuffer(0, dst), k.k.SetArgBytes(1, uint64(doff), 8),
+		k.k.SetArgBuffer(2, src), k.k.SetArgBytes(3, uint64(soff), 8), k.k.SetArgBytes(4, uint64(n), 8))
+	if err != nil {
+		return fmt.Errorf("%s: %w", kernel, err)
+	}
+	grid := min((n+kernels.BlockSize-1)/kernels.BlockSize, 1024)
+	return g.ctx.LaunchGrid(k.k, [3]int{grid, 1, 1}, [3]int{kernels.BlockSize, 1, 1})
+}
+
+// scratchBuf returns scratch slot i with at least bytes, growing it. The
+// queue is in order, so a slot is free again once the work using it is
+// queued. Called under mu.
+func (g *clGPU) scratchBuf(i, bytes int) (*opencl.Buffer, error) {
+	if s := g.scratch[i]; s != nil && s.Bytes >= bytes {
+		return s, nil
+	}
+	if s := g.scratch[i]; s != nil {
+		if err := g.ctx.Finish(); err != nil {
+			return nil, err
+		}
+		if err := s.Free(); err != nil {
+			return nil, err
+		}
+		g.scratch[i] = nil
+	}
+	s, err := g.ctx.Alloc(max(bytes, 4096))
+	if err != nil {
+		return nil, fmt.Errorf("opencl: product scratch: %w", err)
+	}
+	g.scratch[i] = s
+	return s, nil
+}
+
+func clSuffix(dt cublas.DataType) string {
+	switch dt {
+	case cublas.R16BF:
+		return "bf16"
+	case cublas.R16F:
+		return "f16"
+	}
+	return "f32"
+}
+
+func (g *clGPU) ltMatmul(cublas.LtMatmul) error { return errNoLt }
+
+func (g *clGPU) sync() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ctx.Finish()
+}
+
+var errNoCUDAStream = errors.New("opencl: no CUDA stream (NCCL and CUDA graphs need a CUDA device)")
+
+func (g *clGPU) onStream(func(stream uintptr) error) error     { return errNoCUDAStream }
+func (g *clGPU) onCommStream(func(stream uintptr) error) error { return errNoCUDAStream }
+func (g *clGPU) joinComm() (backend.CommProbe, error)          { return nil, errNoCUDAStream }
+func (g *clGPU) beginCapture() error                           { return errNoCUDAStream }
+func (g *clGPU) endCapture() (backend.Graph, error)            { return nil, errNoCUDAStream }
+
+func (g *clGPU) mark() (uintptr, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, err := g.ctx.Marker()
+	if err != nil {
+		return 0, err
+	}
+	g.nmarks++
+	g.marks[g.nmarks] = e
+	return g.nmarks, nil
+}
+
+func (g *clGPU) elapsed(from, to uintptr) (float64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f, ok1 := g.marks[from]
+	t, ok2 := g.marks[to]
+	if !ok1 || !ok2 {
+		return 0, fmt.Errorf("opencl: elapsed between unknown marks")
+	}
+	if err := t.Wait(); err != nil {
+		return 0, err
+	}
+	if err := f.Wait(); err != nil {
+		return 0, err
+	}
+	t0, err := f.End()
+	if err != nil {
+		return 0, err
+	}
+	t1, err := t.End()
+	if err != nil {
+		return 0, err
+	}
+	return float64(int64(t1-t0)) / 1e6, nil
+}
+
+func (g *clGPU) releaseMark(m uintptr) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.marks[m]; ok {
+		e.Release()
+		delete(g.marks, m)
+	}
+}
+
+func (g *clGPU) smCount() int      { return g.ctx.Device.ComputeUnits }
+func (g *clGPU) tensorCores() bool { return false }
+func (g *clGPU) name() string      { return g.ctx.Device.Name }
+
+func (g *clGPU) close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var errs []error
+	for _, k := range g.kernels {
+		errs = append(errs, k.k.Release())
+	}
+	for _, e := range g.marks {
+		errs = append(errs, e.Release())
+	}
+	for _, s := range g.scratch {
+		if s != nil {
+			errs = append(errs, s.Free())
+		}
+	}
+	return errors.Join(append(errs, g.ctx.Close())...)
+}
