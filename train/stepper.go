@@ -37,7 +37,7 @@ func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *S
 func (s *Stepper) Step(step int, lr float64) error { return s.r.step(step, lr) }
 
 // Loss reads the mean loss of the steps since the last Loss (a wait for
-// the device), after step done.
+// the device); done is the number of steps taken in all.
 func (s *Stepper) Loss(done int) float64 {
 	mean, _, _, _ := s.r.readStats(done)
 	return mean
