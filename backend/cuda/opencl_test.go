@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/opencl"
+	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -15,7 +16,7 @@ import (
 func openCLDevice(t testing.TB) tensor.Device {
 	t.Helper()
 	if _, err := opencl.Devices(); err != nil {
-		t.Skipf("no OpenCL device: %v", err)
+		testenv.NoOpenCL(t, err)
 	}
 	d := backend.Device{Kind: "opencl"}
 	if _, err := backend.Get(d); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/opencl"
 	"github.com/fleetml/fleet/data"
+	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
@@ -25,7 +26,7 @@ func TestReferenceRunOnOpenCLTracksCPU(t *testing.T) {
 		t.Skip("200 steps on the OpenCL device take about a minute on PoCL")
 	}
 	if _, err := opencl.Devices(); err != nil {
-		t.Skipf("no OpenCL device: %v", err)
+		testenv.NoOpenCL(t, err)
 	}
 	dev := backend.Device{Kind: "opencl"}
 	if _, err := backend.Get(dev); err != nil {

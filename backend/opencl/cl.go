@@ -402,6 +402,15 @@ func Doctor(w io.Writer) {
 		fmt.Fprintf(w, "  %v\n", err)
 		return
 	}
+	if _, berr := loadBLAS(); berr != nil {
+		fmt.Fprintf(w, "  CLBlast: %v (the products need it: install libclblast1)\n", berr)
+	} else {
+		for _, r := range libs.Report() {
+			if r.Name == CLBlastLibrary.Name && r.Lib != nil {
+				fmt.Fprintf(w, "  CLBlast: %s (%s)\n", r.Lib.Path, r.Lib.Where)
+			}
+		}
+	}
 	platform := ""
 	for _, d := range ds {
 		if d.Platform != platform {

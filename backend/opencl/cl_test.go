@@ -2,6 +2,7 @@ package opencl
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fleetml/fleet/backend/cuda/kcache"
 	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // devices lists the OpenCL devices, or skips the test saying why there
@@ -20,7 +22,7 @@ func devices(t *testing.T) []Device {
 	t.Helper()
 	ds, err := Devices()
 	if errors.Is(err, libs.ErrNotFound) || errors.Is(err, ErrNoPlatform) {
-		t.Skipf("no OpenCL here: %v", err)
+		testenv.NoOpenCL(t, err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +247,7 @@ func TestBuildCached(t *testing.T) {
 func TestSgemm(t *testing.T) {
 	d := devices(t)[0]
 	if _, err := loadBLAS(); err != nil {
-		t.Skipf("%v (install libclblast1)", err)
+		testenv.NoOpenCL(t, fmt.Errorf("%w (install libclblast1)", err))
 	}
 	c, err := Open(d)
 	if err != nil {

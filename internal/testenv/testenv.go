@@ -35,3 +35,15 @@ func SkipIfEmulated(t testing.TB) {
 		t.Skipf("the binary seems to run under emulation (it cannot start itself: %v), where /proc describes the emulator", err)
 	}
 }
+
+// NoOpenCL skips the test, saying why, where no OpenCL device is found
+// (err is the search's error): unless $FLEET_REQUIRE_OPENCL is set, as CI
+// sets it once it has installed PoCL, where the test fails instead, so
+// that the OpenCL tests cannot skip there unnoticed.
+func NoOpenCL(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("FLEET_REQUIRE_OPENCL") != "" {
+		t.Fatalf("no OpenCL device, and $FLEET_REQUIRE_OPENCL is set: %v", err)
+	}
+	t.Skipf("no OpenCL device: %v", err)
+}
