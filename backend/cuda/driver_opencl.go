@@ -72,6 +72,9 @@ func openCLGPU(index int) (*clGPU, error) {
 	if index < 0 || index >= len(ds) {
 		return nil, fmt.Errorf("opencl: no device %d (%d found)", index, len(ds))
 	}
+	if wg := ds[index].MaxWorkGroupSize; wg < opencl.MinWorkGroupSize {
+		return nil, fmt.Errorf("opencl: device %d (%s) runs work-groups of at most %d; fleet's kernels need %d", index, ds[index].Name, wg, opencl.MinWorkGroupSize)
+	}
 	ctx, err := opencl.Open(ds[index])
 	if err != nil {
 		return nil, err
@@ -121,6 +124,10 @@ func (g *clGPU) memAlloc(bytes int) (devPtr, error) {
 		return 0, err
 	}
 	k := g.nextBlock
+	if k >= 1<<(64-clBlockShift) {
+		b.Free()
+		return 0, fmt.Errorf("opencl: more than %d buffers allocated in this process", 1<<(64-clBlockShift)-1)
+	}
 	g.nextBlock++
 	g.blocks[k] = b
 	g.allocated += int64(bytes)
@@ -186,6 +193,9 @@ func (g *clGPU) dtod(dst, src devPtr, bytes int) error {
 func (g *clGPU) peerCopy(devPtr, gpu, devPtr, int) error { return errNoPeer }
 
 func (g *clGPU) hostAlloc(bytes int) ([]byte, error) {
+	if bytes == 0 {
+		return []byte{}, nil
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h, err := g.ctx.AllocHost(bytes)
@@ -197,6 +207,9 @@ func (g *clGPU) hostAlloc(bytes int) ([]byte, error) {
 }
 
 func (g *clGPU) hostFree(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b[:cap(b)])))
@@ -333,7 +346,7 @@ func (g *clGPU) kernel(name string) (*clKernel, error) {
 	}
 	var p *opencl.Program
 	var err error
-	const options = "-cl-std=CL1.2"
+	options := opencl.BuildOptions(g.ctx.Device)
 	if g.cache != nil {
 		p, _, err = g.ctx.BuildCached(g.cache, opencl.Source(f), options)
 	} else {
@@ -345,16 +358,26 @@ func (g *clGPU) kernel(name string) (*clKernel, error) {
 		return nil, err
 	}
 	defer p.Release()
+	made := map[string]*clKernel{}
 	for _, kn := range opencl.Kernels(f.Source) {
 		k, err := p.Kernel(kn)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			var n int
+			if n, err = k.NumArgs(); err == nil {
+				made[kn] = &clKernel{k: k, nargs: n}
+				continue
+			}
+			k.Release()
 		}
-		n, err := k.NumArgs()
-		if err != nil {
-			return nil, err
+		for _, m := range made {
+			m.k.Release()
 		}
-		g.kernels[kn] = &clKernel{k: k, nargs: n}
+		err = fmt.Errorf("build %s: %w", f.Name, err)
+		g.failed[f.Name] = err
+		return nil, err
+	}
+	for kn, k := range made {
+		g.kernels[kn] = k
 	}
 	return g.kernels[name], nil
 }
@@ -403,7 +426,11 @@ func (g *clGPU) gemm(p cublas.Gemm) error {
 	}
 	cbuf, cEl := c, coff/4
 	if p.CType != cublas.R32F {
-		if p.Beta != 0 {
+		// C is read into scratch where beta reads it, and where the
+		// product leaves parts of its span alone (gaps between batch
+		// items, or rows longer than M), which the cast back must keep.
+		gaps := p.LDC != p.M || (p.Batch > 1 && p.StrideC != int64(p.LDC*p.N))
+		if p.Beta != 0 || gaps {
 			if cbuf, cEl, err = g.operand(2, devPtr(p.C), p.CType, "", cn); err != nil {
 				return err
 			}
@@ -478,12 +505,23 @@ func (g *clGPU) scratchBuf(i, bytes int) (*opencl.Buffer, error) {
 			return nil, err
 		}
 		g.scratch[i] = nil
+		g.allocated -= int64(s.Bytes)
 	}
-	s, err := g.ctx.Alloc(max(bytes, 4096))
+	bytes = max(bytes, 4096)
+	d := g.ctx.Device
+	if int64(bytes) > d.MaxAllocBytes || g.allocated+int64(bytes) > d.GlobalMemBytes {
+		return nil, fmt.Errorf("%w (opencl: %d bytes of product scratch asked, %d allocated, %d in all)", backend.ErrOutOfMemory, bytes, g.allocated, d.GlobalMemBytes)
+	}
+	s, err := g.ctx.Alloc(bytes)
 	if err != nil {
+		var e *opencl.Error
+		if errors.As(err, &e) && e.OutOfMemory() {
+			err = fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
+		}
 		return nil, fmt.Errorf("opencl: product scratch: %w", err)
 	}
 	g.scratch[i] = s
+	g.allocated += int64(bytes)
 	return s, nil
 }
 

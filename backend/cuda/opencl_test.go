@@ -18,6 +18,9 @@ func openCLDevice(t testing.TB) tensor.Device {
 	if _, err := opencl.Devices(); err != nil {
 		testenv.NoOpenCL(t, err)
 	}
+	if err := opencl.CLBlast(); err != nil {
+		testenv.NoOpenCL(t, err)
+	}
 	d := backend.Device{Kind: "opencl"}
 	if _, err := backend.Get(d); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,9 @@ func TestReferenceRunOnOpenCLTracksCPU(t *testing.T) {
 	if _, err := opencl.Devices(); err != nil {
 		testenv.NoOpenCL(t, err)
 	}
+	if err := opencl.CLBlast(); err != nil {
+		testenv.NoOpenCL(t, err)
+	}
 	dev := backend.Device{Kind: "opencl"}
 	if _, err := backend.Get(dev); err != nil {
 		t.Fatal(err)

@@ -48,34 +48,36 @@ const (
 
 	clDeviceTypeAll = 0xFFFFFFFF
 
-	clDeviceType               = 0x1000
-	clDeviceMaxComputeUnits    = 0x1002
-	clDeviceMaxWorkGroupSize   = 0x1004
-	clDeviceGlobalMemSize      = 0x101F
-	clDeviceMaxMemAllocSize    = 0x1010
-	clDeviceName               = 0x102B
-	clDeviceVendor             = 0x102C
-	clDriverVersion            = 0x102D
-	clDeviceVersion            = 0x102F
-	clDeviceExtensions         = 0x1030
-	clProgramBuildLog          = 0x1183
-	clMemReadWrite             = 1 << 0
-	clDeviceNotFound           = -1
-	clBuildProgramFailure      = -11
-	clDeviceTypeCPU            = 1 << 1
-	clDeviceTypeGPU            = 1 << 2
-	clDeviceTypeAccelerator    = 1 << 3
-	clPlatformNotFoundKHR      = -1001
-	clInvalidKernelName        = -46
-	clOutOfResources           = -5
-	clMemObjectAllocFailure    = -4
-	clOutOfHostMemory          = -6
-	clInvalidBufferSize        = -61
-	clInvalidWorkGroupSize     = -54
-	clInvalidGlobalWorkSize    = -63
-	clCompilerNotAvailable     = -3
-	clInvalidValue             = -30
-	clInvalidProgramExecutable = -45
+	clDeviceType                = 0x1000
+	clDeviceMaxComputeUnits     = 0x1002
+	clDeviceMaxWorkGroupSize    = 0x1004
+	clDeviceGlobalMemSize       = 0x101F
+	clDeviceMaxMemAllocSize     = 0x1010
+	clDeviceSingleFPConfig      = 0x101B
+	clFPCorrectlyRoundedDivSqrt = 1 << 7
+	clDeviceName                = 0x102B
+	clDeviceVendor              = 0x102C
+	clDriverVersion             = 0x102D
+	clDeviceVersion             = 0x102F
+	clDeviceExtensions          = 0x1030
+	clProgramBuildLog           = 0x1183
+	clMemReadWrite              = 1 << 0
+	clDeviceNotFound            = -1
+	clBuildProgramFailure       = -11
+	clDeviceTypeCPU             = 1 << 1
+	clDeviceTypeGPU             = 1 << 2
+	clDeviceTypeAccelerator     = 1 << 3
+	clPlatformNotFoundKHR       = -1001
+	clInvalidKernelName         = -46
+	clOutOfResources            = -5
+	clMemObjectAllocFailure     = -4
+	clOutOfHostMemory           = -6
+	clInvalidBufferSize         = -61
+	clInvalidWorkGroupSize      = -54
+	clInvalidGlobalWorkSize     = -63
+	clCompilerNotAvailable      = -3
+	clInvalidValue              = -30
+	clInvalidProgramExecutable  = -45
 )
 
 // Error is a failed OpenCL call: the function and its error code.
@@ -222,6 +224,11 @@ type Device struct {
 	GlobalMemBytes         int64
 	// MaxAllocBytes is the largest single buffer the device allows.
 	MaxAllocBytes int64
+	// CorrectDivSqrt says the device can divide and take square roots
+	// correctly rounded (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT), as the CPU
+	// and CUDA do: fleet builds its kernels so where it can
+	// (BuildOptions). OpenCL otherwise allows 2.5 and 3 ulp.
+	CorrectDivSqrt bool
 	// FP16 says the device has half-precision arithmetic (cl_khr_fp16).
 	FP16 bool
 	// BF16 names an extension for bf16 where the device lists one
@@ -325,7 +332,7 @@ func describe(a *api, p, id uintptr) (Device, error) {
 	}
 	var typ uint64
 	var cu, wg uint64
-	var mem, maxAlloc uint64
+	var mem, maxAlloc, fp uint64
 	for _, f := range []struct {
 		param uint32
 		dst   unsafe.Pointer
@@ -333,7 +340,7 @@ func describe(a *api, p, id uintptr) (Device, error) {
 	}{
 		{clDeviceType, unsafe.Pointer(&typ), 8}, {clDeviceMaxComputeUnits, unsafe.Pointer(&cu), 4},
 		{clDeviceMaxWorkGroupSize, unsafe.Pointer(&wg), unsafe.Sizeof(uintptr(0))}, {clDeviceGlobalMemSize, unsafe.Pointer(&mem), 8},
-		{clDeviceMaxMemAllocSize, unsafe.Pointer(&maxAlloc), 8},
+		{clDeviceMaxMemAllocSize, unsafe.Pointer(&maxAlloc), 8}, {clDeviceSingleFPConfig, unsafe.Pointer(&fp), 8},
 	} {
 		r, err := a.getDeviceInfo.Call(id, uintptr(f.param), f.size, uintptr(f.dst), 0)
 		if err := check("clGetDeviceInfo", r, err); err != nil {
@@ -341,6 +348,7 @@ func describe(a *api, p, id uintptr) (Device, error) {
 		}
 	}
 	d.ComputeUnits, d.MaxWorkGroupSize, d.GlobalMemBytes, d.MaxAllocBytes = int(uint32(cu)), int(wg), int64(mem), int64(maxAlloc)
+	d.CorrectDivSqrt = fp&clFPCorrectlyRoundedDivSqrt != 0
 	switch {
 	case typ&clDeviceTypeGPU != 0:
 		d.Type = "gpu"
@@ -421,8 +429,15 @@ func Doctor(w io.Writer) {
 		if d.FP16 {
 			fp16 = "fp16"
 		}
-		fmt.Fprintf(w, "    opencl:%d  %s (%s, %s, driver %s): %d compute units, %s, %s\n",
-			d.Index, d.Name, d.Type, d.Version, d.DriverVersion, d.ComputeUnits, units.Bytes(d.GlobalMemBytes), fp16)
+		div := "division and sqrt correctly rounded"
+		if !d.CorrectDivSqrt {
+			div = "division and sqrt within 2.5 and 3 ulp"
+		}
+		fmt.Fprintf(w, "    opencl:%d  %s (%s, %s, driver %s): %d compute units, %s, work-groups up to %d, %s, %s\n",
+			d.Index, d.Name, d.Type, d.Version, d.DriverVersion, d.ComputeUnits, units.Bytes(d.GlobalMemBytes), d.MaxWorkGroupSize, fp16, div)
+		if d.MaxWorkGroupSize < MinWorkGroupSize {
+			fmt.Fprintf(w, "      fleet cannot train on it: its kernels run work-groups of %d\n", MinWorkGroupSize)
+		}
 	}
 	fmt.Fprintln(w, "  (train on one with --device opencl:N; --device auto never picks OpenCL)")
 }
@@ -431,4 +446,17 @@ func Doctor(w io.Writer) {
 // memory for a buffer.
 func (e *Error) OutOfMemory() bool {
 	return e.Code == clMemObjectAllocFailure || e.Code == clOutOfResources || e.Code == clInvalidBufferSize
+}
+
+// MinWorkGroupSize is the work-group size fleet's kernels launch: a
+// device that allows less cannot run them.
+const MinWorkGroupSize = 256
+
+// BuildOptions is how fleet builds its kernels for d: OpenCL C 1.2, with
+// division and square roots correctly rounded where d can.
+func BuildOptions(d Device) string {
+	if d.CorrectDivSqrt {
+		return "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
+	}
+	return "-cl-std=CL1.2"
 }

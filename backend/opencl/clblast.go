@@ -67,6 +67,12 @@ func loadBLAS() (*blas, error) {
 	return blasLib, blasErr
 }
 
+// CLBlast reports whether CLBlast loads and binds: nil, or why not.
+func CLBlast() error {
+	_, err := loadBLAS()
+	return err
+}
+
 // GEMM is one (batched, strided) product in row-major layout: for each of
 // Batch items, C = Alpha·op(A)·op(B) + Beta·C, op(A) M×K and op(B) K×N,
 // with the items StrideA, StrideB and StrideC elements apart and the first

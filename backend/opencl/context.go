@@ -64,14 +64,19 @@ func (c *Context) Close() error {
 	return err
 }
 
-// Finish waits until both queues' work is done.
+// Finish waits until both queues' work is done. Both are flushed first:
+// each may wait on the other's events.
 func (c *Context) Finish() error {
-	r, err := c.a.finish.Call(c.upload)
-	if err := check("clFinish", r, err); err != nil {
+	if err := c.Flush(); err != nil {
 		return err
 	}
-	r, err = c.a.finish.Call(c.queue)
-	return check("clFinish", r, err)
+	for _, q := range []uintptr{c.queue, c.upload} {
+		r, err := c.a.finish.Call(q)
+		if err := check("clFinish", r, err); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Buffer is device memory of a context.

@@ -133,13 +133,21 @@ func (c *Context) UploadAsync(dst *Buffer, off int, src []byte) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
+	// Another queue waits on the marker: its own queue must be flushed
+	// (clFlush's rule), or a driver that holds commands back until a
+	// flush could wait for ever.
+	r, err := c.a.flush.Call(c.queue)
+	if err := check("clFlush", r, err); err != nil {
+		m.Release()
+		return Event{}, err
+	}
 	err = c.barrier(c.upload, m)
 	m.Release()
 	if err != nil {
 		return Event{}, err
 	}
 	var ev uintptr
-	r, err := c.a.enqueueWriteBuffer.Call(c.upload, dst.mem, 0, uintptr(off), uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, uintptr(unsafe.Pointer(&ev)))
+	r, err = c.a.enqueueWriteBuffer.Call(c.upload, dst.mem, 0, uintptr(off), uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, uintptr(unsafe.Pointer(&ev)))
 	if err := check("clEnqueueWriteBuffer", r, err); err != nil {
 		return Event{}, err
 	}
@@ -179,9 +187,13 @@ func (c *Context) AllocHost(bytes int) (*HostBuffer, error) {
 	return &HostBuffer{b: b, Bytes: unsafe.Slice((*byte)(ptr), bytes)}, nil
 }
 
-// Free unmaps and releases the memory; Bytes must not be used after.
+// Free unmaps and releases the memory, once the queues' work (an upload
+// that may still read it) is done; Bytes must not be used after.
 func (h *HostBuffer) Free() error {
 	c := h.b.c
+	if err := c.Finish(); err != nil {
+		return err
+	}
 	r, err := c.a.enqueueUnmapMemObject.Call(c.queue, h.b.mem, uintptr(unsafe.Pointer(&h.Bytes[0])), 0, 0, 0)
 	if err := check("clEnqueueUnmapMemObject", r, err); err != nil {
 		return err

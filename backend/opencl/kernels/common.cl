@@ -13,9 +13,11 @@
 // fixed order (deterministic), as the CUDA kernels do.
 //
 // No kernel returns before a barrier, even where all work-items of the
-// group would return together: PoCL 3.1 miscompiles that (values computed
-// before the barrier came back as another work-item's). Kernels with
-// nothing to do run through with their work guarded instead.
+// group would return together, and no barrier sits inside a branch, even
+// one every work-item of the group takes alike: PoCL 3.1 miscompiles both
+// (values computed before the barrier came back as another work-item's;
+// writes went out of bounds). Kernels with nothing to do run through with
+// their work guarded, and barriers are met unconditionally.
 //
 // Files are templated before they are built: a block between
 // "//@for X in a b c" and "//@end" is repeated for each word, with $X
@@ -121,22 +123,24 @@ typedef int t_i32;
 // Grid-stride loop over [0, n) for 1-D launches.
 #define FLEET_FOR_EACH(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
 
-// fleet_block_sum returns the sum of v over a 1-D work-group (at most
-// 1024 work-items) to every work-item. red is __local float[1024]
-// scratch, reusable by consecutive calls. The additions are a tree over
-// the work-items in a fixed order: deterministic.
-inline float fleet_block_sum(float v, __local float *red) {
-	int t = get_local_id(0), n = get_local_size(0);
-	barrier(CLK_LOCAL_MEM_FENCE);
+// fleet_warp_sum returns to each work-item the sum of v over its "warp"
+// (the 32 work-items 32w .. 32w+31 of the group), added as CUDA's
+// fleet_warp_sum adds lane 0's: v[l] + v[l+16], then + the value 8 lanes
+// on, and so on. red is __local float scratch, one per work-item of the
+// group. Every work-item of the group must call it (it has barriers); it
+// begins by writing red and ends with a barrier, so consecutive calls may
+// share red.
+inline float fleet_warp_sum(float v, __local float *red) {
+	int t = get_local_id(0), lane = t & 31;
 	red[t] = v;
 	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 1; s < n; s <<= 1) {
-		if ((t & (2 * s - 1)) == 0 && t + s < n) {
+	for (int s = 16; s > 0; s >>= 1) {
+		if (lane < s) {
 			red[t] += red[t + s];
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);
 	}
-	float r = red[0];
+	float r = red[t & ~31];
 	barrier(CLK_LOCAL_MEM_FENCE);
 	return r;
 }
@@ -172,28 +176,6 @@ inline void fleet_maxsum_merge(float *m, float *s, float m2, float s2) {
 	*m = mm;
 }
 
-// fleet_block_maxsum merges (m, s) over a 1-D work-group, as
-// fleet_block_sum adds; redm and reds are __local float[1024] scratch.
-inline void fleet_block_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
-	int t = get_local_id(0), n = get_local_size(0);
-	barrier(CLK_LOCAL_MEM_FENCE);
-	redm[t] = *m;
-	reds[t] = *s;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int k = 1; k < n; k <<= 1) {
-		if ((t & (2 * k - 1)) == 0 && t + k < n) {
-			float a = redm[t], b = reds[t];
-			fleet_maxsum_merge(&a, &b, redm[t + k], reds[t + k]);
-			redm[t] = a;
-			reds[t] = b;
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
-	*m = redm[0];
-	*s = reds[0];
-	barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 // fleet_philox4x32 is rng.Philox4x32, Philox4x32-10: c becomes the four
 // words of counter c under key (k0, k1).
 inline void fleet_philox4x32(uint c[4], uint k0, uint k1) {
@@ -211,23 +193,40 @@ inline void fleet_philox4x32(uint c[4], uint k0, uint k1) {
 	}
 }
 
-// fleet_dropout_factor is backend.DropoutMask.Factor(i): element i is
-// element g = offset + i of the step's global batch, whose number is word
-// g%4 of Philox4x32 at counter (g/4 low, high, site, 0) under key; it is
-// kept (factor scale) where that word is at least threshold, else
-// dropped (factor 0).
-inline float fleet_dropout_factor(ulong key, long offset, int site, uint threshold, float scale, long i) {
-	if (threshold == 0u) {
-		return scale;
+// fleet_dropout_factors fills f[0..n) (n <= 4) with
+// backend.DropoutMask.Factor(i0 + k): element i is element g = offset + i
+// of the step's global batch, whose number is word g%4 of Philox4x32 at
+// counter (g/4 low, high, site, 0) under key; it is kept (factor scale)
+// where that word is at least threshold, else dropped (factor 0). One
+// Philox call serves the elements of one counter.
+inline void fleet_dropout_factors(ulong key, long offset, int site, uint threshold, float scale, long i0, int n, float *f) {
+	if (threshold == 0u) { // p 0 (a fused residual add's): every element kept, no draws
+		for (int k = 0; k < n; k++) {
+			f[k] = scale;
+		}
+		return;
 	}
-	ulong g = (ulong)(offset + i), q = g >> 2;
-	uint c[4];
-	c[0] = (uint)q;
-	c[1] = (uint)(q >> 32);
-	c[2] = (uint)site;
-	c[3] = 0u;
-	fleet_philox4x32(c, (uint)key, (uint)(key >> 32));
-	return c[g & 3] >= threshold ? scale : 0.0f;
+	ulong g = (ulong)(offset + i0);
+	uint c[4] = {0u, 0u, 0u, 0u};
+	ulong q = ~(ulong)0;
+	for (int k = 0; k < n; k++, g++) {
+		if ((g >> 2) != q) {
+			q = g >> 2;
+			c[0] = (uint)q;
+			c[1] = (uint)(q >> 32);
+			c[2] = (uint)site;
+			c[3] = 0u;
+			fleet_philox4x32(c, (uint)key, (uint)(key >> 32));
+		}
+		f[k] = c[g & 3] >= threshold ? scale : 0.0f;
+	}
+}
+
+// fleet_dropout_factor is fleet_dropout_factors for one element.
+inline float fleet_dropout_factor(ulong key, long offset, int site, uint threshold, float scale, long i) {
+	float f[4];
+	fleet_dropout_factors(key, offset, site, threshold, scale, i, 1, f);
+	return f[0];
 }
 
 // fleet_dropout_seed is a dropout's key: seed, plus the key its step

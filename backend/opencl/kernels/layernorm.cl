@@ -13,54 +13,6 @@
 // of its xor butterfly. fleet_layernorm_backward_dwdb_$S has a 2-D grid of
 // column blocks by row chunks, as fleet_sumrows_partial_$S (reduce.cl).
 
-// fleet_ln_warp_sum returns to each work-item the sum of v over its warp
-// (work-items 32w .. 32w+31 of the group), added as CUDA's fleet_warp_sum
-// adds: v[l] + v[l+16], then + the value 8 lanes on, and so on. red is
-// __local float scratch, one per work-item of the group. Every work-item
-// of the group must call it; it ends with a barrier, so consecutive calls
-// may share red.
-inline float fleet_ln_warp_sum(float v, __local float *red) {
-	int t = get_local_id(0), lane = t & 31;
-	red[t] = v;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 16; s > 0; s >>= 1) {
-		if (lane < s) {
-			red[t] += red[t + s];
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
-	float r = red[t & ~31];
-	barrier(CLK_LOCAL_MEM_FENCE);
-	return r;
-}
-
-// fleet_ln_dropout_factors fills f[0..n) (n <= 4) with the dropout
-// factors of elements i0 .. i0+n-1 (fleet_dropout_factor of each, as
-// common.cuh's fleet_dropout_factors): one Philox call serves the
-// elements of one counter.
-inline void fleet_ln_dropout_factors(ulong key, long offset, int site, uint threshold, float scale, long i0, int n, float *f) {
-	if (threshold == 0u) { // p 0 (a fused residual add's): every element kept, no draws
-		for (int k = 0; k < n; k++) {
-			f[k] = scale;
-		}
-		return;
-	}
-	ulong g = (ulong)(offset + i0);
-	uint c[4] = {0u, 0u, 0u, 0u};
-	ulong q = ~(ulong)0;
-	for (int k = 0; k < n; k++, g++) {
-		if ((g >> 2) != q) {
-			q = g >> 2;
-			c[0] = (uint)q;
-			c[1] = (uint)(q >> 32);
-			c[2] = (uint)site;
-			c[3] = 0u;
-			fleet_philox4x32(c, (uint)key, (uint)(key >> 32));
-		}
-		f[k] = c[g & 3] >= threshold ? scale : 0.0f;
-	}
-}
-
 //@for S in f32 bf16
 // fleet_ln_row_$S normalises row r (xr, cols wide) into yr with the
 // calling warp and saves its mean and rstd (where not null): mean =
@@ -77,7 +29,7 @@ inline void fleet_ln_row_$S(__global t_$S *yr, __global float *mean, __global fl
 			s += ld_$S(xr, j);
 		}
 	}
-	float m = fleet_ln_warp_sum(s, red) / (float)cols;
+	float m = fleet_warp_sum(s, red) / (float)cols;
 	float sq = 0.0f;
 	if (act) {
 		for (int j = lane; j < cols; j += 32) {
@@ -85,7 +37,7 @@ inline void fleet_ln_row_$S(__global t_$S *yr, __global float *mean, __global fl
 			sq += d * d;
 		}
 	}
-	float rs = 1.0f / sqrt(fleet_ln_warp_sum(sq, red) / (float)cols + eps);
+	float rs = 1.0f / sqrt(fleet_warp_sum(sq, red) / (float)cols + eps);
 	if (!act) {
 		return;
 	}
@@ -158,7 +110,7 @@ __kernel void fleet_add_layernorm_$S(BUF(t_$S, sum), BUF(t_$S, out), BUF(float, 
 			for (int j = 4 * lane; j < cols; j += 128) {
 				int n = cols - j < 4 ? cols - j : 4;
 				float f[4];
-				fleet_ln_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
+				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
 				for (int k = 0; k < n; k++) {
 					float v = ld_$S(y, o + j + k) * f[k];
 					if (x != 0) {
@@ -221,8 +173,8 @@ __kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF
 				s2 += gw * xhat;
 			}
 		}
-		s1 = fleet_ln_warp_sum(s1, red) / (float)cols;
-		s2 = fleet_ln_warp_sum(s2, red) / (float)cols;
+		s1 = fleet_warp_sum(s1, red) / (float)cols;
+		s2 = fleet_warp_sum(s2, red) / (float)cols;
 		if (act) {
 			for (int j = lane; j < cols; j += 32) {
 				float xhat = (ld_$S(x, o + j) - m) * rs;
@@ -243,7 +195,7 @@ __kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF
 			for (int j = 4 * lane; j < cols; j += 128) {
 				int n = cols - j < 4 ? cols - j : 4;
 				float f[4];
-				fleet_ln_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
+				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
 				for (int k = 0; k < n; k++) {
 					st_$S(ddrop, o + j + k, ld_$S(dx, o + j + k) * f[k]);
 				}

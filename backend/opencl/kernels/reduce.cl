@@ -8,32 +8,11 @@
 // shuffle sums become local-memory trees that add in the order of CUDA's
 // xor butterfly.
 
-// fleet_rd_warp_sum returns to each work-item the sum of v over its warp
-// (the 32 work-items 32w .. 32w+31 of the group), added as CUDA's
-// fleet_warp_sum adds: v[l] + v[l+16], then + the value 8 lanes on, and so
-// on. red is __local float scratch, one per work-item of the group. Every
-// work-item of the group must call it (it has barriers); it begins by
-// writing red and ends with a barrier, so consecutive calls may share red.
-inline float fleet_rd_warp_sum(float v, __local float *red) {
-	int t = get_local_id(0), lane = t & 31;
-	red[t] = v;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 16; s > 0; s >>= 1) {
-		if (lane < s) {
-			red[t] += red[t + s];
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
-	float r = red[t & ~31];
-	barrier(CLK_LOCAL_MEM_FENCE);
-	return r;
-}
-
 // fleet_rd_block_sum returns to every work-item the sum of v over the
 // 1-D group (a multiple of 32 work-items, at most 1024), as CUDA's
-// fleet_block_sum adds: each warp's sum as fleet_rd_warp_sum, then those
+// fleet_block_sum adds: each warp's sum as fleet_warp_sum, then those
 // warp sums (zeros past the last warp) the same way. red as
-// fleet_rd_warp_sum.
+// fleet_warp_sum.
 inline float fleet_rd_block_sum(float v, __local float *red) {
 	int t = get_local_id(0), lane = t & 31, nw = get_local_size(0) >> 5;
 	red[t] = v;
@@ -133,7 +112,7 @@ __kernel void fleet_sumcols_f32(BUF(float, dst), BUF(float, src), int rows, int 
 				s += row[j];
 			}
 		}
-		s = fleet_rd_warp_sum(s, red);
+		s = fleet_warp_sum(s, red);
 		if (r < rows && lane == 0) {
 			dst[r] = alpha * s;
 		}

@@ -7,29 +7,9 @@
 // trees that combine in the order of its xor butterfly. Launch: 1-D
 // work-groups of 256 (8 rows at a time), any grid.
 
-// fleet_sm_warp_sum returns to each work-item the sum of v over its warp
-// (work-items 32w .. 32w+31 of the group), added as CUDA's fleet_warp_sum
-// adds. red is __local float scratch, one per work-item of the group.
-// Every work-item of the group must call it; it ends with a barrier, so
-// consecutive calls may share red.
-inline float fleet_sm_warp_sum(float v, __local float *red) {
-	int t = get_local_id(0), lane = t & 31;
-	red[t] = v;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 16; s > 0; s >>= 1) {
-		if (lane < s) {
-			red[t] += red[t + s];
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
-	float r = red[t & ~31];
-	barrier(CLK_LOCAL_MEM_FENCE);
-	return r;
-}
-
 // fleet_sm_warp_maxsum merges the online softmax statistics (m, s) over
 // a warp, as CUDA's fleet_warp_maxsum merges them, and gives every
-// work-item the result; redm and reds as red of fleet_sm_warp_sum.
+// work-item the result; redm and reds as red of fleet_warp_sum.
 inline void fleet_sm_warp_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
 	int t = get_local_id(0), lane = t & 31;
 	redm[t] = *m;
@@ -99,7 +79,7 @@ __kernel void fleet_softmax_backward_$S(BUF(t_$S, dx), BUF(t_$S, y), BUF(t_$S, d
 				dot += ld_$S(y, o + j) * ld_$S(dy, o + j);
 			}
 		}
-		dot = fleet_sm_warp_sum(dot, red);
+		dot = fleet_warp_sum(dot, red);
 		if (r < rows) {
 			for (int j = lane; j < cols; j += 32) {
 				st_$S(dx, o + j, ld_$S(y, o + j) * (ld_$S(dy, o + j) - dot));
