@@ -59,25 +59,27 @@ func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
 	for i := 0; i < qb; i++ {
 		row := S[i*kn : (i+1)*kn]
 		n := q0 + i + 1
-		m := float32(math.Inf(-1))
-		for _, v := range row[:n] {
-			m = max(m, v)
-		}
-		for s := range row[:n] {
-			row[s] -= m
-		}
-		expChunk(row[:n], row[:n])
-		var sum float32
-		for _, e := range row[:n] {
-			sum += e
-		}
-		inv := 1 / sum
-		for s := range row[:n] {
-			row[s] *= inv
-		}
+		m := rowMax(row[:n])
+		sum := expAffineChunk(row[:n], row[:n], 1, m) // exp(x - m), summed
+		scaleChunk(row[:n], row[:n], 1/sum)
 		clear(row[n:])
 		lse[i] = m + float32(math.Log(float64(sum)))
 	}
+}
+
+// rowMax is the largest of x (NaN if any is), with four independent
+// chains.
+func rowMax(x []float32) float32 {
+	m0, m1, m2, m3 := float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1)), float32(math.Inf(-1))
+	n := len(x) &^ 3
+	for i := 0; i < n; i += 4 {
+		v := x[i : i+4 : i+4]
+		m0, m1, m2, m3 = max(m0, v[0]), max(m1, v[1]), max(m2, v[2]), max(m3, v[3])
+	}
+	for _, v := range x[n:] {
+		m0 = max(m0, v)
+	}
+	return max(max(m0, m1), max(m2, m3))
 }
 
 // Attention implements backend.Backend in the manner of FlashAttention:
@@ -200,11 +202,7 @@ func (at *attentionBackwardTask) do(lo, hi int) {
 			for i := 0; i < qb; i++ {
 				row := pm[i*kn : (i+1)*kn]
 				n := q0 + i + 1
-				z := lse[bh*T+q0+i]
-				for s := range row[:n] {
-					row[s] = row[s]*scale - z
-				}
-				expChunk(row[:n], row[:n])
+				expAffineChunk(row[:n], row[:n], scale, lse[bh*T+q0+i]) // exp(x·scale - lse)
 				clear(row[n:])
 			}
 			w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)

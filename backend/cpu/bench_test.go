@@ -53,7 +53,13 @@ func BenchmarkMatMul(b *testing.B) {
 // BenchmarkAttention runs causal attention forward and backward at
 // B=12, T=64, C=128, H=4.
 func BenchmarkAttention(b *testing.B) {
-	p := backend.Attention{B: 12, T: 64, C: 128, H: 4}
+	// The reference config's attention, and the 6L/384 config's.
+	for _, p := range []backend.Attention{{B: 12, T: 64, C: 128, H: 4}, {B: 8, T: 128, C: 384, H: 6}} {
+		b.Run(fmt.Sprintf("T%d_C%d", p.T, p.C), func(b *testing.B) { benchAttention(b, p) })
+	}
+}
+
+func benchAttention(b *testing.B, p backend.Attention) {
 	c := benchCPU()
 	r := rng.New(2)
 	qkv := benchRand(c, r, p.B*p.T*3*p.C)

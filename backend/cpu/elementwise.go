@@ -287,12 +287,36 @@ var (
 func (t *sumSquaresTask) do(lo, hi int) {
 	s, n := t.s, len(t.s)
 	for k := lo; k < hi; k++ {
-		var acc float64
-		for _, v := range s[k*sumSquaresChunk : min((k+1)*sumSquaresChunk, n)] {
-			acc += float64(v) * float64(v)
-		}
-		t.parts[k] = acc
+		t.parts[k] = sumSquaresF64(s[k*sumSquaresChunk : min((k+1)*sumSquaresChunk, n)])
 	}
+}
+
+// sumSquaresF64 is the sum of s's squares in float64, in a fixed order:
+// element i goes into partial sum i%8 (eight independent chains, which the
+// CPU overlaps; one chain waits on each add's latency), the partials are
+// added pairwise, then the last len%8 elements in turn. The squares are
+// exact in float64, so a fused multiply-add gives the same bits.
+func sumSquaresF64(s []float32) float64 {
+	var a0, a1, a2, a3, a4, a5, a6, a7 float64
+	n := len(s) &^ 7
+	for i := 0; i < n; i += 8 {
+		v := s[i : i+8 : i+8]
+		x0, x1, x2, x3 := float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])
+		x4, x5, x6, x7 := float64(v[4]), float64(v[5]), float64(v[6]), float64(v[7])
+		a0 += x0 * x0
+		a1 += x1 * x1
+		a2 += x2 * x2
+		a3 += x3 * x3
+		a4 += x4 * x4
+		a5 += x5 * x5
+		a6 += x6 * x6
+		a7 += x7 * x7
+	}
+	acc := ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+	for _, v := range s[n:] {
+		acc += float64(v) * float64(v)
+	}
+	return acc
 }
 
 // GELU implements backend.Backend (tanh approximation, as GPT-2).
@@ -339,6 +363,7 @@ var (
 	geluChunk         = geluGo
 	geluBackwardChunk = geluBackwardGo
 	expChunk          = expGo
+	expAffineChunk    = expAffineGo
 )
 
 // geluC is sqrt(2/pi).
@@ -370,6 +395,32 @@ func expGo(d, s []float32) {
 	for i, x := range s {
 		d[i] = exp32(x)
 	}
+}
+
+// expAffineGo writes d[i] = exp(a*s[i] - b) (the product rounded before
+// the difference) and returns the sum of d: element i is added into lane
+// i%8 for the first len&^7 elements, the lanes are added pairwise
+// (laneSum), then the rest in turn, the order of the SIMD version
+// (vexp_amd64.go). d may be s.
+func expAffineGo(d, s []float32, a, b float32) float32 {
+	s = s[:len(d)]
+	var lanes [8]float32
+	n := len(d) &^ 7
+	for i := range n {
+		d[i] = exp32(float32(a*s[i]) - b)
+		lanes[i&7] += d[i]
+	}
+	sum := laneSum(&lanes)
+	for i := n; i < len(d); i++ {
+		d[i] = exp32(float32(a*s[i]) - b)
+		sum += d[i]
+	}
+	return sum
+}
+
+// laneSum adds eight lanes pairwise: ((0+4) + (2+6)) + ((1+5) + (3+7)).
+func laneSum(l *[8]float32) float32 {
+	return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
 }
 
 // exp32 is exp in float32, clamped like the SIMD version so both saturate

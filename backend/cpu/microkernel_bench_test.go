@@ -3,6 +3,8 @@ package cpu
 import (
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/backend"
 )
 
 // BenchmarkMicroKernel times each micro-kernel alone on packed data that
@@ -29,5 +31,23 @@ func BenchmarkMicroKernel(b *testing.B) {
 			b.ReportMetric(g, "GFLOP/s")
 			b.ReportMetric(100*g/peak, "%peak")
 		})
+	}
+}
+
+// BenchmarkSumSquares times the gradient clip's sum of squares over 10.7M
+// floats (the 6L/384 model's gradients).
+func BenchmarkSumSquares(b *testing.B) {
+	c := New(backend.CPU)
+	n := 10_700_000
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%1000) * 1e-3
+	}
+	src := c.Alloc(backend.F32, n)
+	c.Upload(backend.Ref{S: src}, backend.AsBytes(x))
+	dst := c.Alloc(backend.F32, 1)
+	b.SetBytes(int64(4 * n))
+	for b.Loop() {
+		c.SumSquares(backend.Ref{S: dst}, backend.Ref{S: src}, n, 0)
 	}
 }

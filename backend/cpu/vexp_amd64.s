@@ -198,6 +198,53 @@ expdone:
 	VZEROUPPER
 	RET
 
+// func expAffineAVX2(dst, src *float32, n int, a, b float32, sums *float32)   n % 8 == 0
+// dst[i] = exp(a*src[i] - b), the product and the difference each rounded
+// (no fused multiply-add, as the Go loop it replaces), and sums[0:8] +=
+// the results lane by lane: element i goes into lane i%8. A softmax's
+// shift, scale, exp and sum in one pass.
+TEXT ·expAffineAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y3
+	VBROADCASTSS b+28(FP), Y4
+	MOVQ sums+32(FP), DX
+	VMOVUPS (DX), Y5
+	SHRQ $3, CX
+	JZ   expadone
+expaloop:
+	VMOVUPS (SI), Y0
+	VMULPS Y3, Y0, Y0
+	VSUBPS Y4, Y0, Y0
+	VMINPS exp_hi<>(SB), Y0, Y0
+	VMAXPS exp_lo<>(SB), Y0, Y0
+	VMULPS exp_log2e<>(SB), Y0, Y1
+	VROUNDPS $0, Y1, Y1
+	VFNMADD231PS exp_ln2hi<>(SB), Y1, Y0
+	VFNMADD231PS exp_ln2lo<>(SB), Y1, Y0
+	VMOVUPS exp_c6<>(SB), Y2
+	VFMADD213PS exp_c5<>(SB), Y0, Y2
+	VFMADD213PS exp_c4<>(SB), Y0, Y2
+	VFMADD213PS exp_c3<>(SB), Y0, Y2
+	VFMADD213PS exp_c2<>(SB), Y0, Y2
+	VFMADD213PS exp_one<>(SB), Y0, Y2
+	VFMADD213PS exp_one<>(SB), Y0, Y2
+	VCVTPS2DQ Y1, Y1
+	VPADDD exp_bias<>(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y2, Y0
+	VMOVUPS Y0, (DI)
+	VADDPS Y0, Y5, Y5
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  expaloop
+expadone:
+	VMOVUPS Y5, (DX)
+	VZEROUPPER
+	RET
+
 // func geluAVX2(dst, src *float32, n int)   n % 8 == 0
 // gelu(x) = x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3).
 TEXT ·geluAVX2(SB), NOSPLIT, $0-24

@@ -33,6 +33,41 @@ func TestExpChunk(t *testing.T) {
 	}
 }
 
+// TestExpAffineChunk: exp(a·x - b) and the sum of the results, on
+// lengths with every tail, in place and not, against float64; the SIMD and
+// portable versions add in one order, so their sums differ only as their
+// exps do.
+func TestExpAffineChunk(t *testing.T) {
+	x := vecInputs(3)
+	for _, n := range []int{1, 7, 8, 9, 63, 64, 130, 1003} {
+		for name, fn := range map[string]func(d, s []float32, a, b float32) float32{"default": expAffineChunk, "go": expAffineGo} {
+			for _, inPlace := range []bool{false, true} {
+				src := append([]float32(nil), x[:n]...)
+				d := make([]float32, n)
+				if inPlace {
+					d = src
+				}
+				a, b := float32(0.37), float32(1.25)
+				want := make([]float64, n)
+				var wsum float64
+				for i, v := range x[:n] {
+					want[i] = math.Exp(float64(float32(a*v) - b))
+					wsum += want[i]
+				}
+				sum := fn(d, src, a, b)
+				for i := range want {
+					if r := math.Abs(float64(d[i])-want[i]) / want[i]; r > 4e-7 {
+						t.Fatalf("%s n=%d in place %v: exp(%v·%v - %v) = %v, want %v", name, n, inPlace, a, x[i], b, d[i], want[i])
+					}
+				}
+				if r := math.Abs(float64(sum)-wsum) / wsum; r > 1e-6 {
+					t.Fatalf("%s n=%d: sum %v, want %v (relative error %.2g)", name, n, sum, wsum, r)
+				}
+			}
+		}
+	}
+}
+
 func geluRef(x float64) (y, dy float64) {
 	c := math.Sqrt(2 / math.Pi)
 	u := c * (x + 0.044715*x*x*x)
