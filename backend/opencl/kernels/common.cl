@@ -129,7 +129,7 @@ typedef int t_i32;
 // on, and so on. red is __local float scratch, one per work-item of the
 // group. Every work-item of the group must call it (it has barriers); it
 // begins by writing red and ends with a barrier, so consecutive calls may
-// share red.
+// share red; after it, red[32w] holds warp w's sum.
 inline float fleet_warp_sum(float v, __local float *red) {
 	int t = get_local_id(0), lane = t & 31;
 	red[t] = v;
@@ -174,6 +174,29 @@ inline void fleet_maxsum_merge(float *m, float *s, float m2, float s2) {
 		*s = *s * exp(*m - mm) + s2 * exp(m2 - mm);
 	}
 	*m = mm;
+}
+
+// fleet_warp_maxsum merges the online softmax statistics (m, s) over
+// a warp, as CUDA's fleet_warp_maxsum merges them, and gives every
+// work-item the result; redm and reds as red of fleet_warp_sum; after it,
+// redm[32w] and reds[32w] hold warp w's result.
+inline void fleet_warp_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
+	int t = get_local_id(0), lane = t & 31;
+	redm[t] = *m;
+	reds[t] = *s;
+	barrier(CLK_LOCAL_MEM_FENCE);
+	for (int k = 16; k > 0; k >>= 1) {
+		if (lane < k) {
+			float a = redm[t], b = reds[t];
+			fleet_maxsum_merge(&a, &b, redm[t + k], reds[t + k]);
+			redm[t] = a;
+			reds[t] = b;
+		}
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	*m = redm[t & ~31];
+	*s = reds[t & ~31];
+	barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 // fleet_philox4x32 is rng.Philox4x32, Philox4x32-10: c becomes the four

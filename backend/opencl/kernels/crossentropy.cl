@@ -15,39 +15,15 @@
 // work-item must call it; it ends with a barrier, so it may be called
 // again on the same scratch.
 inline void fleet_ce_block_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
-	int t = get_local_id(0), lane = t & 31, nw = get_local_size(0) >> 5;
-	redm[t] = *m;
-	reds[t] = *s;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int k = 16; k > 0; k >>= 1) {
-		if (lane < k) {
-			float a = redm[t], b = reds[t];
-			fleet_maxsum_merge(&a, &b, redm[t + k], reds[t + k]);
-			redm[t] = a;
-			reds[t] = b;
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
+	int lane = get_local_id(0) & 31, nw = get_local_size(0) >> 5;
+	fleet_warp_maxsum(m, s, redm, reds);
 	float wm = FLEET_NEG_INF, ws = 0.0f; // warp lane's statistics (used by warp 0)
 	if (lane < nw) {
 		wm = redm[lane << 5];
 		ws = reds[lane << 5];
 	}
 	barrier(CLK_LOCAL_MEM_FENCE);
-	if (t < 32) {
-		redm[t] = wm;
-		reds[t] = ws;
-	}
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int k = 16; k > 0; k >>= 1) {
-		if (t < k) {
-			float a = redm[t], b = reds[t];
-			fleet_maxsum_merge(&a, &b, redm[t + k], reds[t + k]);
-			redm[t] = a;
-			reds[t] = b;
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
+	fleet_warp_maxsum(&wm, &ws, redm, reds); // warp 0 merges the warps' results
 	*m = redm[0];
 	*s = reds[0];
 	barrier(CLK_LOCAL_MEM_FENCE);

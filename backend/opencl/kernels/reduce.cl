@@ -14,27 +14,11 @@
 // warp sums (zeros past the last warp) the same way. red as
 // fleet_warp_sum.
 inline float fleet_rd_block_sum(float v, __local float *red) {
-	int t = get_local_id(0), lane = t & 31, nw = get_local_size(0) >> 5;
-	red[t] = v;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 16; s > 0; s >>= 1) {
-		if (lane < s) {
-			red[t] += red[t + s];
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
+	int lane = get_local_id(0) & 31, nw = get_local_size(0) >> 5;
+	fleet_warp_sum(v, red);
 	float u = lane < nw ? red[lane << 5] : 0.0f; // warp lane's sum (used by warp 0)
 	barrier(CLK_LOCAL_MEM_FENCE);
-	if (t < 32) {
-		red[t] = u;
-	}
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int s = 16; s > 0; s >>= 1) {
-		if (t < s) {
-			red[t] += red[t + s];
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
+	fleet_warp_sum(u, red); // warp 0 adds the warps' sums
 	float r = red[0];
 	barrier(CLK_LOCAL_MEM_FENCE);
 	return r;

@@ -7,28 +7,6 @@
 // trees that combine in the order of its xor butterfly. Launch: 1-D
 // work-groups of 256 (8 rows at a time), any grid.
 
-// fleet_sm_warp_maxsum merges the online softmax statistics (m, s) over
-// a warp, as CUDA's fleet_warp_maxsum merges them, and gives every
-// work-item the result; redm and reds as red of fleet_warp_sum.
-inline void fleet_sm_warp_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
-	int t = get_local_id(0), lane = t & 31;
-	redm[t] = *m;
-	reds[t] = *s;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	for (int k = 16; k > 0; k >>= 1) {
-		if (lane < k) {
-			float a = redm[t], b = reds[t];
-			fleet_maxsum_merge(&a, &b, redm[t + k], reds[t + k]);
-			redm[t] = a;
-			reds[t] = b;
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-	}
-	*m = redm[t & ~31];
-	*s = reds[t & ~31];
-	barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 //@for S in f32 bf16
 // fleet_softmax_$S: dst[r,j] = exp(src[r,j] - m) / sum_k exp(src[r,k] - m),
 // m the row's maximum (the sum's reciprocal times each exponential).
@@ -51,7 +29,7 @@ __kernel void fleet_softmax_$S(BUF(t_$S, dst), BUF(t_$S, src), int rows, int col
 				fleet_maxsum_add(&m, &s, ld_$S(x, j));
 			}
 		}
-		fleet_sm_warp_maxsum(&m, &s, redm, reds);
+		fleet_warp_maxsum(&m, &s, redm, reds);
 		if (r < rows) {
 			float inv = 1.0f / s;
 			for (int j = lane; j < cols; j += 32) {
