@@ -28,8 +28,9 @@ func zeroConfig(t *testing.T) Config {
 // --grad-accum 2, bf16, and fp16 with its loss scaler, whose skip decision
 // takes the group's norm) against plain DDP with the same splits: every
 // rank of a sharded group ends with bitwise identical weights, within 1e-6
-// of plain DDP after 30 steps, and keeps about 1/world of the optimizer's
-// state, as its log says.
+// of plain DDP after 30 steps in F32 (bf16 and fp16: see the bounds
+// below), and keeps about 1/world of the optimizer's state, as its log
+// says.
 func TestZeroMatchesDDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 10 groups for 30 steps")
@@ -99,12 +100,22 @@ func TestZeroMatchesDDP(t *testing.T) {
 			}
 			// The sums of a reduce-scatter start at other ranks than the
 			// all-reduce's buckets' do, so the last bits differ (none
-			// with 2 ranks: a + b = b + a). fp16 magnifies such
-			// differences: plain DDP itself ends 3.6e-5 apart between
-			// 2 × 6 and 4 × 3 (measured), so it gets 1e-4.
+			// with 2 ranks: a + b = b + a). The clip's norm differs too:
+			// each rank rounds its shard's sum of squares to F32 before
+			// the group adds them, where plain DDP rounds the whole sum
+			// once, so a step that clips can scale its update by a
+			// coefficient one bit apart. In F32 that stays in the last
+			// bits; bf16 and fp16 activations round it into a whole
+			// step of their precision, which AdamW carries on. Measured:
+			// bf16 2 × 6 1.0e-3 apart (0 with clipping off), fp16 4 × 3
+			// 1.2e-4 and 2 × 3 × 2 2.8e-4 (6.0e-5 with clipping off;
+			// plain DDP itself ends 3.6e-5 apart between 2 × 6 and 4 × 3).
 			tol := 1e-6
-			if tc.prec == "fp16" {
-				tol = 1e-4
+			switch tc.prec {
+			case "bf16":
+				tol = 4e-3
+			case "fp16":
+				tol = 1e-3
 			}
 			d := maxDiff(t, zero[0], plain[0])
 			t.Logf("%s: --zero 1 ends %.3g from plain DDP", tc.name, d)

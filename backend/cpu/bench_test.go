@@ -31,6 +31,9 @@ func BenchmarkMatMul(b *testing.B) {
 		{"dW_fc_TransA_128x768x512", 128, 768, 512, true, false},
 		{"head_TransB_768x128x65", 768, 128, 65, false, true},
 		{"square_512x512x512", 512, 512, 512, false, false},
+		// The 6L/384 config's MLP products with B transposed.
+		{"fc_TransB_1024x384x1536", 1024, 384, 1536, false, true},
+		{"proj_TransB_1024x1536x384", 1024, 1536, 384, false, true},
 	}
 	for _, cs := range cases {
 		b.Run(cs.name, func(b *testing.B) {

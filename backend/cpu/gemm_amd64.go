@@ -6,7 +6,19 @@ func init() {
 	if k := simdKernels(); len(k) > 0 {
 		gemm = k[0]
 	}
+	if cpu.X86.HasAVX2 {
+		transpose8 = func(dst []float32, ldd int, src []float32, lds int) {
+			_, _ = dst[7*ldd+7], src[7*lds+7]
+			transpose8x8AVX2(&dst[0], ldd, &src[0], lds)
+		}
+	}
 }
+
+// transpose8x8AVX2 sets dst[i*ldd + j] = src[j*lds + i] for i, j < 8
+// (transpose_amd64.s).
+//
+//go:noescape
+func transpose8x8AVX2(dst *float32, ldd int, src *float32, lds int)
 
 // simdKernels lists the SIMD micro-kernels this CPU supports, fastest first.
 func simdKernels() []microKernel {

@@ -37,6 +37,12 @@ type microKernel struct {
 	ext func(kc int, a []float32, lda int, rowA bool, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
+// transpose8, where the CPU has a SIMD one, sets dst[i*ldd + j] =
+// src[j*lds + i] for i, j < 8: packB's transposed B, eight columns by
+// eight steps at a time. It moves data only, so results are the same bits
+// with or without it.
+var transpose8 func(dst []float32, ldd int, src []float32, lds int)
+
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
 // (see gemm_amd64.go), else the portable Go one. Tests swap it.
 var gemm = goKernel
@@ -501,7 +507,22 @@ func packB(dst []float32, B mat, k0, j0, kr, nr, NR int) {
 			}
 			continue
 		}
-		for c := 0; c < NR; c++ {
+		c0 := 0
+		if transpose8 != nil { // 8×8 blocks transposed in registers
+			for ; c0+8 <= w; c0 += 8 {
+				row := (j0+jb+c0)*B.ld + k0
+				k := 0
+				for ; k+8 <= kr; k += 8 {
+					transpose8(strip[k*NR+c0:], NR, B.d[row+k:], B.ld)
+				}
+				for ; k < kr; k++ {
+					for c := c0; c < c0+8; c++ {
+						strip[k*NR+c] = B.d[row+(c-c0)*B.ld+k]
+					}
+				}
+			}
+		}
+		for c := c0; c < NR; c++ {
 			if c >= w {
 				for k := 0; k < kr; k++ {
 					strip[k*NR+c] = 0

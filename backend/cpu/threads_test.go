@@ -350,11 +350,12 @@ func kernelSets() []kernelSet {
 func useKernels(ks kernelSet) (restore func()) {
 	saved := []any{gemm, bf16Dot, binaryChunk, axpyChunk, scaleChunk, geluChunk, geluBackwardChunk, expChunk,
 		adamwChunk, lnForwardRow, lnBackwardRow, f32ToBF16Block, bf16ToF32Block, bf16Kernel,
-		interleaveRows32, interleaveRows8, transposePairs8, expAffineChunk}
+		interleaveRows32, interleaveRows8, transposePairs8, expAffineChunk, transpose8}
 	gemm, bf16Dot = ks.gemm, ks.bf16Dot
 	if ks.portable {
 		binaryChunk, axpyChunk, scaleChunk = binaryGo, axpyGo, scaleGo
 		geluChunk, geluBackwardChunk, expChunk, expAffineChunk = geluGo, geluBackwardGo, expGo, expAffineGo
+		transpose8 = nil
 		adamwChunk, lnForwardRow, lnBackwardRow = adamwGo, lnForwardRowGo, lnBackwardRowGo
 		f32ToBF16Block = func([]uint16, []float32) int { return 0 }
 		bf16ToF32Block = func([]float32, []uint16) int { return 0 }
@@ -379,6 +380,7 @@ func useKernels(ks kernelSet) (restore func()) {
 		interleaveRows8 = saved[15].(func([]uint32, []uint16, int, int) int)
 		transposePairs8 = saved[16].(func([]uint32, int, []uint16, int, int) int)
 		expAffineChunk = saved[17].(func([]float32, []float32, float32, float32) float32)
+		transpose8 = saved[18].(func([]float32, int, []float32, int))
 	}
 }
 

@@ -1,10 +1,11 @@
-package cuda_test
+package opencl_test
 
 import (
 	"math"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
+	_ "github.com/fleetml/fleet/backend/cuda" // registers the opencl devices
 	"github.com/fleetml/fleet/backend/opencl"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/testenv"
