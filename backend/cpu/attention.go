@@ -31,36 +31,16 @@ func (w *attnWork) grow(n int) []float32 {
 	return w.buf
 }
 
-// gatherHead copies head h of part (0 q, 1 k, 2 v) of batch item b from
-// packed qkv [B, T, 3C] into dst [T, hd].
-func gatherHead(dst, x []float32, b, h, part, T, C, hd int) {
-	for t := 0; t < T; t++ {
-		o := (b*T+t)*3*C + part*C + h*hd
-		copy(dst[t*hd:(t+1)*hd], x[o:o+hd])
-	}
-}
-
-// gatherHeadScaled is gatherHead multiplying by s (the score scale, folded
-// into Q so every product runs with alpha 1).
-func gatherHeadScaled(dst, x []float32, b, h, part, T, C, hd int, s float32) {
-	for t := 0; t < T; t++ {
-		o := (b*T+t)*3*C + part*C + h*hd
-		d, src := dst[t*hd:(t+1)*hd], x[o:o+hd]
-		for i, v := range src {
-			d[i] = s * v
-		}
-	}
-}
-
 // causalSoftmaxBlock turns raw scores S [qb, kn] (rows are positions
-// q0..q0+qb) into probabilities in place, masking keys after each query,
-// and stores each row's log-sum-exp in lse.
-func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32) {
+// q0..q0+qb) into probabilities of the scores times scale (> 0) in place,
+// masking keys after each query, and stores each row's log-sum-exp (of
+// the scaled scores) in lse.
+func causalSoftmaxBlock(S []float32, qb, kn, q0 int, lse []float32, scale float32) {
 	for i := 0; i < qb; i++ {
 		row := S[i*kn : (i+1)*kn]
 		n := q0 + i + 1
-		m := rowMax(row[:n])
-		sum := expAffineChunk(row[:n], row[:n], 1, m) // exp(x - m), summed
+		m := scale * rowMax(row[:n])                      // the largest scaled score (scale > 0)
+		sum := expAffineChunk(row[:n], row[:n], scale, m) // exp(x·scale - m), summed
 		scaleChunk(row[:n], row[:n], 1/sum)
 		clear(row[n:])
 		lse[i] = m + float32(math.Log(float64(sum)))
@@ -124,21 +104,21 @@ func (at *attentionTask) do(lo, hi int) {
 	o, lse, x := at.o, at.lse, at.x
 	w := getAttnWork()
 	defer attnPool.put(w)
-	buf := w.grow(3*T*hd + attnQB*T)
-	Q, K, V, S := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd], buf[3*T*hd:]
+	S := w.grow(attnQB * T)
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/H, bh%H
-		gatherHeadScaled(Q, x, b, h, 0, T, C, hd, scale)
-		gatherHead(K, x, b, h, 1, T, C, hd)
-		gatherHead(V, x, b, h, 2, T, C, hd)
+		// q, k and v of head h are read where they lie in the packed
+		// qkv, rows 3C apart.
+		base := b*T*3*C + h*hd
+		K, V := mat{x[base+C:], 3 * C, true}, mat{x[base+2*C:], 3 * C, false}
 		for q0 := 0; q0 < T; q0 += attnQB {
 			qb := min(attnQB, T-q0)
 			kn := q0 + qb
 			s := S[:qb*kn]
-			w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, s, kn, qb, kn, hd, 1, 0)
-			causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:])
+			w.gemmSerial(mat{x[base+q0*3*C:], 3 * C, false}, K, s, kn, qb, kn, hd, 1, 0)
+			causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:], scale)
 			// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
-			w.gemmSerial(mat{s, kn, false}, mat{V, hd, false}, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
+			w.gemmSerial(mat{s, kn, false}, V, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
 		}
 	}
 }
@@ -170,58 +150,53 @@ func (at *attentionBackwardTask) do(lo, hi int) {
 	d, g, o, lse, x := at.d, at.g, at.o, at.lse, at.x
 	w := getAttnWork()
 	defer attnPool.put(w)
-	buf := w.grow(7*T*hd + 2*attnQB*T + T)
-	Q, K, V := buf[:T*hd], buf[T*hd:2*T*hd], buf[2*T*hd:3*T*hd]
-	dO, dQ, dK, dV := buf[3*T*hd:4*T*hd], buf[4*T*hd:5*T*hd], buf[5*T*hd:6*T*hd], buf[6*T*hd:7*T*hd]
-	P, dP := buf[7*T*hd:7*T*hd+attnQB*T], buf[7*T*hd+attnQB*T:7*T*hd+2*attnQB*T]
-	D := buf[7*T*hd+2*attnQB*T:]
+	buf := w.grow(2*attnQB*T + T)
+	P, dP, D := buf[:attnQB*T], buf[attnQB*T:2*attnQB*T], buf[2*attnQB*T:]
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/H, bh%H
-		gatherHead(Q, x, b, h, 0, T, C, hd)
-		gatherHead(K, x, b, h, 1, T, C, hd)
-		gatherHead(V, x, b, h, 2, T, C, hd)
+		// Every operand is read, and dq, dk and dv written, where it lies:
+		// q, k, v and their gradients rows 3C apart in the packed qkv
+		// and dqkv, dout and out rows C apart.
+		base, gb := b*T*3*C+h*hd, b*T*C+h*hd
+		K, Kt, Vt := mat{x[base+C:], 3 * C, false}, mat{x[base+C:], 3 * C, true}, mat{x[base+2*C:], 3 * C, true}
 		for t := 0; t < T; t++ {
-			gr := g[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
-			or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
-			copy(dO[t*hd:(t+1)*hd], gr)
+			gr, or := g[gb+t*C:gb+t*C+hd], o[gb+t*C:gb+t*C+hd]
 			var dot float32
 			for i, v := range gr {
 				dot += v * or[i]
 			}
 			D[t] = dot
+			// dk and dv accumulate over the query blocks.
+			clear(d[base+t*3*C+C : base+t*3*C+C+hd])
+			clear(d[base+t*3*C+2*C : base+t*3*C+2*C+hd])
 		}
-		clear(dK)
-		clear(dV)
 		for q0 := 0; q0 < T; q0 += attnQB {
 			qb := min(attnQB, T-q0)
 			kn := q0 + qb
 			pm, dpm := P[:qb*kn], dP[:qb*kn]
+			Q, dO := mat{x[base+q0*3*C:], 3 * C, false}, mat{g[gb+q0*C:], C, false}
 			// Every product runs with alpha 1 (A read in place): the
 			// score scale is applied in the exp pass and folded into dS.
-			w.gemmSerial(mat{Q[q0*hd:], hd, false}, mat{K, hd, true}, pm, kn, qb, kn, hd, 1, 0)
+			w.gemmSerial(Q, Kt, pm, kn, qb, kn, hd, 1, 0)
 			for i := 0; i < qb; i++ {
 				row := pm[i*kn : (i+1)*kn]
 				n := q0 + i + 1
 				expAffineChunk(row[:n], row[:n], scale, lse[bh*T+q0+i]) // exp(x·scale - lse)
 				clear(row[n:])
 			}
-			w.gemmSerial(mat{pm, kn, true}, mat{dO[q0*hd:], hd, false}, dV, hd, kn, hd, qb, 1, 1)
-			w.gemmSerial(mat{dO[q0*hd:], hd, false}, mat{V, hd, true}, dpm, kn, qb, kn, hd, 1, 0)
+			w.gemmSerial(mat{pm, kn, true}, dO, d[base+2*C:], 3*C, kn, hd, qb, 1, 1)
+			w.gemmSerial(dO, Vt, dpm, kn, qb, kn, hd, 1, 0)
 			for i := 0; i < qb; i++ {
-				pr, dr := pm[i*kn:(i+1)*kn], dpm[i*kn:(i+1)*kn]
+				n := q0 + i + 1 // P is 0 past the diagonal, and so is dS
+				pr, dr := pm[i*kn:i*kn+n], dpm[i*kn:(i+1)*kn]
 				di := D[q0+i]
-				for s := range dr {
-					dr[s] = scale * pr[s] * (dr[s] - di)
+				for s, p := range pr {
+					dr[s] = scale * p * (dr[s] - di)
 				}
+				clear(dr[n:])
 			}
-			w.gemmSerial(mat{dpm, kn, false}, mat{K, hd, false}, dQ[q0*hd:], hd, qb, hd, kn, 1, 0)
-			w.gemmSerial(mat{dpm, kn, true}, mat{Q[q0*hd:], hd, false}, dK, hd, kn, hd, qb, 1, 1)
-		}
-		for t := 0; t < T; t++ {
-			base := (b*T + t) * 3 * C
-			copy(d[base+h*hd:base+h*hd+hd], dQ[t*hd:(t+1)*hd])
-			copy(d[base+C+h*hd:base+C+h*hd+hd], dK[t*hd:(t+1)*hd])
-			copy(d[base+2*C+h*hd:base+2*C+h*hd+hd], dV[t*hd:(t+1)*hd])
+			w.gemmSerial(mat{dpm, kn, false}, K, d[base+q0*3*C:], 3*C, qb, hd, kn, 1, 0)
+			w.gemmSerial(mat{dpm, kn, true}, Q, d[base+C:], 3*C, kn, hd, qb, 1, 1)
 		}
 	}
 }
