@@ -49,8 +49,9 @@ type clGPU struct {
 	nmarks  uintptr
 
 	// scratch holds the F32 copies a product makes of operands that are
-	// not F32, or that it rounds (index 0 A, 1 B, 2 C).
-	scratch [3]*opencl.Buffer
+	// not F32, or that it rounds (index 0 A, 1 B, 2 C): blocks like
+	// memAlloc's, outside the pool.
+	scratch [3]devPtr
 }
 
 type clKernel struct {
@@ -110,10 +111,29 @@ func (g *clGPU) at(p devPtr) (*opencl.Buffer, int, error) {
 func (g *clGPU) memAlloc(bytes int) (devPtr, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.allocBlock(bytes)
+}
+
+func (g *clGPU) memFree(p devPtr) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.freeBlock(p)
+}
+
+// allocBlock makes a buffer of bytes and gives it an address. OpenCL
+// allocates lazily, so the device's memory is accounted here: a request
+// past it, or past the largest buffer the device allows, fails as
+// backend.ErrOutOfMemory, as does a refusal by the driver. Called under
+// mu.
+func (g *clGPU) allocBlock(bytes int) (devPtr, error) {
 	d := g.ctx.Device
 	if int64(bytes) > d.MaxAllocBytes || g.allocated+int64(bytes) > d.GlobalMemBytes {
 		return 0, fmt.Errorf("%w (opencl: %d bytes asked, %d allocated, %d in all, %d at most in one buffer)",
 			backend.ErrOutOfMemory, bytes, g.allocated, d.GlobalMemBytes, d.MaxAllocBytes)
+	}
+	k := g.nextBlock
+	if k >= 1<<(64-clBlockShift) {
+		return 0, fmt.Errorf("opencl: more than %d buffers allocated in this process", 1<<(64-clBlockShift)-1)
 	}
 	b, err := g.ctx.Alloc(bytes)
 	if err != nil {
@@ -123,20 +143,14 @@ func (g *clGPU) memAlloc(bytes int) (devPtr, error) {
 		}
 		return 0, err
 	}
-	k := g.nextBlock
-	if k >= 1<<(64-clBlockShift) {
-		b.Free()
-		return 0, fmt.Errorf("opencl: more than %d buffers allocated in this process", 1<<(64-clBlockShift)-1)
-	}
 	g.nextBlock++
 	g.blocks[k] = b
 	g.allocated += int64(bytes)
 	return k << clBlockShift, nil
 }
 
-func (g *clGPU) memFree(p devPtr) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// freeBlock releases the buffer at address p. Called under mu.
+func (g *clGPU) freeBlock(p devPtr) error {
 	b, off, err := g.at(p)
 	if err != nil {
 		return err
@@ -284,9 +298,26 @@ func (u *clUpload) Wait() error {
 func (g *clGPU) launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.launchLocked(kernel, grid, block, shared, args)
+}
+
+// launchLocked is launch, called under mu: each buffer argument goes as
+// its block's handle and the byte offset in it, and a kernel with one
+// parameter more than the arguments make gets shared bytes of __local
+// memory there.
+func (g *clGPU) launchLocked(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error {
 	k, err := g.kernel(kernel)
 	if err != nil {
 		return err
+	}
+	params := args.Len()
+	for a := range args.Len() {
+		if args.At(a).Kind == kernels.ArgBuf {
+			params++
+		}
+	}
+	if k.nargs != params && k.nargs != params+1 {
+		return fmt.Errorf("%s: %d arguments for %d parameters", kernel, params, k.nargs)
 	}
 	i := 0
 	for a := range args.Len() {
@@ -321,9 +352,6 @@ func (g *clGPU) launch(kernel string, grid, block [3]int, shared int, args kerne
 		if err := k.k.SetArgLocal(i, max(shared, 16)); err != nil {
 			return fmt.Errorf("%s local memory: %w", kernel, err)
 		}
-	}
-	if k.nargs != i && k.nargs != i+1 {
-		return fmt.Errorf("%s: %d arguments for %d parameters", kernel, i, k.nargs)
 	}
 	if err := g.ctx.LaunchGrid(k.k, grid, block); err != nil {
 		return fmt.Errorf("%s grid %v block %v: %w", kernel, grid, block, err)
@@ -404,135 +432,132 @@ func (g *clGPU) gemm(p cublas.Gemm) error {
 		}
 		return n
 	}
-	round := ""
+	round := cublas.R32F // none
 	switch p.Compute {
 	case cublas.Compute32FFast16BF:
-		round = "bf16"
+		round = cublas.R16BF
 	case cublas.Compute32FFast16F:
-		round = "f16"
+		round = cublas.R16F
 	}
-	a, aoff, err := g.operand(0, devPtr(p.A), p.AType, round, span(ar, ac, p.LDA, p.StrideA))
+	a, err := g.operand(0, devPtr(p.A), p.AType, round, span(ar, ac, p.LDA, p.StrideA))
 	if err != nil {
 		return err
 	}
-	b, boff, err := g.operand(1, devPtr(p.B), p.BType, round, span(br, bc, p.LDB, p.StrideB))
+	b, err := g.operand(1, devPtr(p.B), p.BType, round, span(br, bc, p.LDB, p.StrideB))
 	if err != nil {
 		return err
 	}
 	cn := span(p.M, p.N, p.LDC, p.StrideC)
-	c, coff, err := g.at(devPtr(p.C))
-	if err != nil {
-		return err
-	}
-	cbuf, cEl := c, coff/4
+	c := devPtr(p.C)
 	if p.CType != cublas.R32F {
 		// C is read into scratch where beta reads it, and where the
 		// product leaves parts of its span alone (gaps between batch
 		// items, or rows longer than M), which the cast back must keep.
 		gaps := p.LDC != p.M || (p.Batch > 1 && p.StrideC != int64(p.LDC*p.N))
 		if p.Beta != 0 || gaps {
-			if cbuf, cEl, err = g.operand(2, devPtr(p.C), p.CType, "", cn); err != nil {
-				return err
-			}
-		} else if cbuf, err = g.scratchBuf(2, cn*4); err != nil {
-			return err
+			c, err = g.operand(2, c, p.CType, cublas.R32F, cn)
 		} else {
-			cEl = 0
+			c, err = g.scratchBlock(2, cn*4)
 		}
+		if err != nil {
+			return err
+		}
+	}
+	ab, aoff, err := g.at(a)
+	if err != nil {
+		return err
+	}
+	bb, boff, err := g.at(b)
+	if err != nil {
+		return err
+	}
+	cb, coff, err := g.at(c)
+	if err != nil {
+		return err
 	}
 	err = g.ctx.Sgemm(opencl.GEMM{
 		Batch: p.Batch, M: p.M, N: p.N, K: p.K, TransA: p.TransA == cublas.OpT, TransB: p.TransB == cublas.OpT,
-		Alpha: p.Alpha, Beta: p.Beta, OffA: aoff, OffB: boff, OffC: cEl,
+		Alpha: p.Alpha, Beta: p.Beta, OffA: aoff / 4, OffB: boff / 4, OffC: coff / 4,
 		StrideA: int(p.StrideA), StrideB: int(p.StrideB), StrideC: int(p.StrideC),
 		ColMajor: true, LDA: p.LDA, LDB: p.LDB, LDC: p.LDC,
-	}, a, b, cbuf)
+	}, ab, bb, cb)
 	if err != nil || p.CType == cublas.R32F {
 		return err
 	}
-	return g.convert("fleet_cast_f32_"+clSuffix(p.CType), c, coff, cbuf, 0, cn)
+	return g.convert(convertKernel(cublas.R32F, p.CType, false), devPtr(p.C), c, cn)
 }
 
-// operand returns an F32 view of n elements at address p of type dt (an
-// element offset into a buffer): p's own buffer where it is F32 and not
-// to be rounded, else scratch slot i holding them converted.
-func (g *clGPU) operand(i int, p devPtr, dt cublas.DataType, round string, n int) (*opencl.Buffer, int, error) {
-	b, off, err := g.at(p)
+// operand returns the address of n F32 elements holding those of type dt
+// at p: p itself where they are F32 and not to be rounded, else scratch
+// slot i with them converted (round R16BF or R16F rounds F32 values to
+// that type and back; R32F rounds nothing). Called under mu.
+func (g *clGPU) operand(i int, p devPtr, dt, round cublas.DataType, n int) (devPtr, error) {
+	if dt == cublas.R32F && round == cublas.R32F {
+		return p, nil
+	}
+	s, err := g.scratchBlock(i, n*4)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	if dt == cublas.R32F && round == "" {
-		return b, off / 4, nil
-	}
-	s, err := g.scratchBuf(i, n*4)
-	if err != nil {
-		return nil, 0, err
-	}
-	kernel := "fleet_cast_" + clSuffix(dt) + "_f32"
+	kernel := convertKernel(dt, cublas.R32F, false)
 	if dt == cublas.R32F {
-		kernel = "fleet_round_" + round
+		kernel = convertKernel(dt, round, true)
 	}
-	return s, 0, g.convert(kernel, s, 0, b, off, n)
+	return s, g.convert(kernel, s, p, n)
 }
 
-// convert launches a one-to-one conversion kernel (dst, src, n) over
-// buffers given by handle and byte offset. Called under mu.
-func (g *clGPU) convert(kernel string, dst *opencl.Buffer, doff int, src *opencl.Buffer, soff, n int) error {
-	k, err := g.kernel(kernel)
-	if err != nil {
-		return err
-	}
-	err = errors.Join(k.k.SetArgBuffer(0, dst), k.k.SetArgBytes(1, uint64(doff), 8),
-		k.k.SetArgBuffer(2, src), k.k.SetArgBytes(3, uint64(soff), 8), k.k.SetArgBytes(4, uint64(n), 8))
-	if err != nil {
-		return fmt.Errorf("%s: %w", kernel, err)
-	}
+// convert launches a one-to-one conversion kernel (dst, src, n) over n
+// elements. Called under mu.
+func (g *clGPU) convert(kernel string, dst, src devPtr, n int) error {
 	grid := min((n+kernels.BlockSize-1)/kernels.BlockSize, 1024)
-	return g.ctx.LaunchGrid(k.k, [3]int{grid, 1, 1}, [3]int{kernels.BlockSize, 1, 1})
+	return g.launchLocked(kernel, [3]int{grid, 1, 1}, [3]int{kernels.BlockSize, 1, 1}, 0, *new(kernels.Args[devPtr]).Buf(dst, src).Long(int64(n)))
 }
 
-// scratchBuf returns scratch slot i with at least bytes, growing it. The
-// queue is in order, so a slot is free again once the work using it is
-// queued. Called under mu.
-func (g *clGPU) scratchBuf(i, bytes int) (*opencl.Buffer, error) {
-	if s := g.scratch[i]; s != nil && s.Bytes >= bytes {
-		return s, nil
-	}
-	if s := g.scratch[i]; s != nil {
+// scratchBlock returns scratch slot i with at least bytes, growing it
+// (counted against the device's memory with the pool's blocks). The queue
+// is in order, so a slot is free again once the work using it is queued;
+// one that grows waits for that work first. Called under mu.
+func (g *clGPU) scratchBlock(i, bytes int) (devPtr, error) {
+	if s := g.scratch[i]; s != 0 {
+		if g.blocks[s>>clBlockShift].Bytes >= bytes {
+			return s, nil
+		}
 		if err := g.ctx.Finish(); err != nil {
-			return nil, err
+			return 0, err
 		}
-		if err := s.Free(); err != nil {
-			return nil, err
+		if err := g.freeBlock(s); err != nil {
+			return 0, err
 		}
-		g.scratch[i] = nil
-		g.allocated -= int64(s.Bytes)
+		g.scratch[i] = 0
 	}
-	bytes = max(bytes, 4096)
-	d := g.ctx.Device
-	if int64(bytes) > d.MaxAllocBytes || g.allocated+int64(bytes) > d.GlobalMemBytes {
-		return nil, fmt.Errorf("%w (opencl: %d bytes of product scratch asked, %d allocated, %d in all)", backend.ErrOutOfMemory, bytes, g.allocated, d.GlobalMemBytes)
-	}
-	s, err := g.ctx.Alloc(bytes)
+	s, err := g.allocBlock(max(bytes, 4096))
 	if err != nil {
-		var e *opencl.Error
-		if errors.As(err, &e) && e.OutOfMemory() {
-			err = fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
-		}
-		return nil, fmt.Errorf("opencl: product scratch: %w", err)
+		return 0, fmt.Errorf("opencl: product scratch: %w", err)
 	}
 	g.scratch[i] = s
-	g.allocated += int64(bytes)
 	return s, nil
 }
 
-func clSuffix(dt cublas.DataType) string {
-	switch dt {
-	case cublas.R16BF:
-		return "bf16"
-	case cublas.R16F:
-		return "f16"
+// convertKernel names the OpenCL kernel that converts elements from one
+// of F32, BF16 and F16 to another (fleet_cast_<from>_<to>), or, with
+// round, rounds F32 to to and widens it back (fleet_round_<to>). The names
+// are constants: a product names its kernels without building strings.
+func convertKernel(from, to cublas.DataType, round bool) string {
+	switch {
+	case round && to == cublas.R16BF:
+		return "fleet_round_bf16"
+	case round && to == cublas.R16F:
+		return "fleet_round_f16"
+	case from == cublas.R16BF:
+		return "fleet_cast_bf16_f32"
+	case from == cublas.R16F:
+		return "fleet_cast_f16_f32"
+	case to == cublas.R16BF:
+		return "fleet_cast_f32_bf16"
+	case to == cublas.R16F:
+		return "fleet_cast_f32_f16"
 	}
-	return "f32"
+	return "fleet_cast_f32_f32"
 }
 
 func (g *clGPU) ltMatmul(cublas.LtMatmul) error { return errNoLt }
@@ -612,8 +637,8 @@ func (g *clGPU) close() error {
 		errs = append(errs, e.Release())
 	}
 	for _, s := range g.scratch {
-		if s != nil {
-			errs = append(errs, s.Free())
+		if s != 0 {
+			errs = append(errs, g.freeBlock(s))
 		}
 	}
 	return errors.Join(append(errs, g.ctx.Close())...)

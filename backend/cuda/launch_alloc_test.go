@@ -14,7 +14,23 @@ func TestLaunchAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := be.(*CUDA)
+	checkLaunchAllocs(t, be.(*CUDA), true)
+}
+
+// TestOpenCLLaunchAllocatesNothing is the same on opencl:0 for its
+// kernels: a buffer argument goes as its block's handle and offset, and
+// each argument's value through a field of the kernel, not the heap. Its
+// products are not held to it: CLBlast takes alpha and beta as floats by
+// value, which only purego.RegisterFunc's reflective call can pass (21
+// allocations a product, measured).
+func TestOpenCLLaunchAllocatesNothing(t *testing.T) {
+	be, _ := backend.Get(openCLDevice(t))
+	checkLaunchAllocs(t, be.(*CUDA), false)
+}
+
+// checkLaunchAllocs requires no heap allocation of each launch on c, and
+// of a product where products is set.
+func checkLaunchAllocs(t *testing.T, c *CUDA, products bool) {
 	a, b := c.Alloc(backend.F32, 1<<20), c.Alloc(backend.F32, 1<<20)
 	defer c.Free(a)
 	defer c.Free(b)
@@ -31,12 +47,15 @@ func TestLaunchAllocatesNothing(t *testing.T) {
 		"attention": func() {
 			c.Attention(backend.Attention{B: 2, T: 64, C: 128, H: 4}, ra, rb, ra)
 		},
-		"attention on tensor cores": func() { // bf16 on sm_90: attention_mma.cu
+		"attention, bf16": func() { // on tensor cores where the device has them: attention_mma.cu
 			c.Attention(backend.Attention{B: 2, T: 64, C: 128, H: 4}, rh, rb, rh)
 		},
 		"matmul": func() {
 			c.MatMul(backend.MatMul{M: 256, N: 256, K: 256, Batch: 1, Alpha: 1}, ra, rb, ra, backend.Ref{})
 		},
+	}
+	if !products {
+		delete(launches, "matmul")
 	}
 	for name, f := range launches {
 		f() // compiles and loads the kernel

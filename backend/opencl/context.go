@@ -18,6 +18,8 @@ type Context struct {
 	a                  *api
 	Device             Device
 	ctx, queue, upload uintptr
+	// global and local are a launch's work sizes, passed by address.
+	global, local [3]uintptr
 }
 
 // Open makes a context and its two queues on d.
@@ -106,29 +108,11 @@ func (b *Buffer) Free() error {
 }
 
 // Write copies src to the buffer's start, and returns when it is done.
-func (b *Buffer) Write(src []byte) error {
-	if len(src) > b.Bytes {
-		return fmt.Errorf("opencl: writing %d bytes into a buffer of %d", len(src), b.Bytes)
-	}
-	if len(src) == 0 {
-		return nil
-	}
-	r, err := b.c.a.enqueueWriteBuffer.Call(b.c.queue, b.mem, 1, 0, uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, 0)
-	return check("clEnqueueWriteBuffer", r, err)
-}
+func (b *Buffer) Write(src []byte) error { return b.c.WriteAt(b, 0, src) }
 
 // Read copies the buffer's first len(dst) bytes into dst, after the work
 // queued before it, and returns when it is done.
-func (b *Buffer) Read(dst []byte) error {
-	if len(dst) > b.Bytes {
-		return fmt.Errorf("opencl: reading %d bytes from a buffer of %d", len(dst), b.Bytes)
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	r, err := b.c.a.enqueueReadBuffer.Call(b.c.queue, b.mem, 1, 0, uintptr(len(dst)), uintptr(unsafe.Pointer(&dst[0])), 0, 0, 0)
-	return check("clEnqueueReadBuffer", r, err)
-}
+func (b *Buffer) Read(dst []byte) error { return b.c.ReadAt(dst, b, 0) }
 
 // Program is OpenCL C built for a context's device.
 type Program struct {
@@ -184,11 +168,15 @@ func (p *Program) Release() error {
 	return check("clReleaseProgram", r, err)
 }
 
-// Kernel is one kernel of a built program.
+// Kernel is one kernel of a built program. Its methods are not safe for
+// concurrent use.
 type Kernel struct {
 	c    *Context
 	Name string
 	k    uintptr
+	// arg holds an argument's value while clSetKernelArg copies it: a
+	// field, not a local, so that setting an argument allocates nothing.
+	arg uint64
 }
 
 // Kernel looks up the kernel called name.
@@ -213,25 +201,22 @@ func (k *Kernel) Release() error {
 // pointer), int32, uint32, int64 or float32.
 func (k *Kernel) SetArgs(args ...any) error {
 	for i, v := range args {
-		var r uintptr
 		var err error
 		switch v := v.(type) {
 		case *Buffer:
-			m := v.mem
-			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
+			err = k.SetArgBuffer(i, v)
 		case int32:
-			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&v)))
+			err = k.SetArgBytes(i, uint64(uint32(v)), 4)
 		case uint32:
-			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&v)))
+			err = k.SetArgBytes(i, uint64(v), 4)
 		case int64:
-			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 8, uintptr(unsafe.Pointer(&v)))
+			err = k.SetArgBytes(i, uint64(v), 8)
 		case float32:
-			bits := math.Float32bits(v)
-			r, err = k.c.a.setKernelArg.Call(k.k, uintptr(i), 4, uintptr(unsafe.Pointer(&bits)))
+			err = k.SetArgBytes(i, uint64(math.Float32bits(v)), 4)
 		default:
 			return fmt.Errorf("opencl: kernel %s argument %d: a %T", k.Name, i, v)
 		}
-		if err := check("clSetKernelArg", r, err); err != nil {
+		if err != nil {
 			return fmt.Errorf("kernel %s argument %d: %w", k.Name, i, err)
 		}
 	}
@@ -245,15 +230,35 @@ func (c *Context) Launch(k *Kernel, global, local int) error {
 	if global <= 0 {
 		return fmt.Errorf("opencl: kernel %s over %d work-items", k.Name, global)
 	}
-	g, l := uintptr(global), uintptr(local)
-	var r uintptr
-	var err error
 	if local > 0 {
-		g = (g + l - 1) / l * l
-		r, err = c.a.enqueueNDRangeKernel.Call(c.queue, k.k, 1, 0, uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(&l)), 0, 0, 0)
-	} else {
-		r, err = c.a.enqueueNDRangeKernel.Call(c.queue, k.k, 1, 0, uintptr(unsafe.Pointer(&g)), 0, 0, 0, 0)
+		global = (global + local - 1) / local * local
 	}
+	c.global, c.local = [3]uintptr{uintptr(global)}, [3]uintptr{uintptr(local)}
+	return c.enqueue(k, 1, local > 0)
+}
+
+// LaunchGrid queues k over grid work-groups of block work-items each, in
+// three dimensions, as CUDA launches a grid of blocks.
+func (c *Context) LaunchGrid(k *Kernel, grid, block [3]int) error {
+	for i := range 3 {
+		if grid[i] < 1 || block[i] < 1 {
+			return fmt.Errorf("opencl: kernel %s over a grid %v of blocks %v", k.Name, grid, block)
+		}
+		c.global[i], c.local[i] = uintptr(grid[i]*block[i]), uintptr(block[i])
+	}
+	return c.enqueue(k, 3, true)
+}
+
+// enqueue queues k over the first dims sizes of c.global, in work-groups
+// of c.local's where local is set (else the implementation's choice).
+// The sizes are fields of the context, so a launch allocates nothing.
+func (c *Context) enqueue(k *Kernel, dims int, local bool) error {
+	l := uintptr(0)
+	if local {
+		l = uintptr(unsafe.Pointer(&c.local[0]))
+	}
+	r, err := c.a.enqueueNDRangeKernel.Fast(c.queue, k.k, uintptr(dims), 0, uintptr(unsafe.Pointer(&c.global[0])), l, 0, 0, 0)
+	runtime.KeepAlive(c)
 	if err := check("clEnqueueNDRangeKernel", r, err); err != nil {
 		return fmt.Errorf("kernel %s: %w", k.Name, err)
 	}

@@ -219,37 +219,21 @@ func (k *Kernel) SetArgBuffer(i int, b *Buffer) error {
 	if b != nil {
 		m = b.mem
 	}
-	r, err := k.c.a.setKernelArg.Call(k.k, uintptr(i), unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
-	runtime.KeepAlive(b)
-	return check("clSetKernelArg", r, err)
+	return k.SetArgBytes(i, uint64(m), int(unsafe.Sizeof(m)))
 }
 
-// SetArgBytes sets argument i to a scalar given by its bytes (4 or 8).
+// SetArgBytes sets argument i to a scalar given by its bytes (4 or 8,
+// little-endian: the low bytes of v).
 func (k *Kernel) SetArgBytes(i int, v uint64, size int) error {
-	r, err := k.c.a.setKernelArg.Call(k.k, uintptr(i), uintptr(size), uintptr(unsafe.Pointer(&v)))
+	k.arg = v
+	r, err := k.c.a.setKernelArg.Fast(k.k, uintptr(i), uintptr(size), uintptr(unsafe.Pointer(&k.arg)))
+	runtime.KeepAlive(k)
 	return check("clSetKernelArg", r, err)
 }
 
 // SetArgLocal sets argument i, a __local pointer, to bytes of local
 // memory.
 func (k *Kernel) SetArgLocal(i, bytes int) error {
-	r, err := k.c.a.setKernelArg.Call(k.k, uintptr(i), uintptr(bytes), 0)
+	r, err := k.c.a.setKernelArg.Fast(k.k, uintptr(i), uintptr(bytes), 0)
 	return check("clSetKernelArg", r, err)
-}
-
-// LaunchGrid queues k over grid work-groups of block work-items each, in
-// three dimensions, as CUDA launches a grid of blocks.
-func (c *Context) LaunchGrid(k *Kernel, grid, block [3]int) error {
-	var g, l [3]uintptr
-	for i := range 3 {
-		if grid[i] < 1 || block[i] < 1 {
-			return fmt.Errorf("opencl: kernel %s over a grid %v of blocks %v", k.Name, grid, block)
-		}
-		g[i], l[i] = uintptr(grid[i]*block[i]), uintptr(block[i])
-	}
-	r, err := c.a.enqueueNDRangeKernel.Call(c.queue, k.k, 3, 0, uintptr(unsafe.Pointer(&g[0])), uintptr(unsafe.Pointer(&l[0])), 0, 0, 0)
-	if err := check("clEnqueueNDRangeKernel", r, err); err != nil {
-		return fmt.Errorf("kernel %s: %w", k.Name, err)
-	}
-	return nil
 }
