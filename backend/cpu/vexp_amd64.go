@@ -7,6 +7,8 @@ func init() {
 		// The last len%8 elements go through the same SIMD code, from a
 		// padded copy: a causal softmax's rows have every length, and
 		// Go's float64 exp on their tails cost three times the SIMD part.
+		// Each closure is written out: calling the assembly through a
+		// func value would let the padded copies escape to the heap.
 		geluChunk = func(d, s []float32) {
 			n := len(d) &^ 7
 			if n > 0 {
