@@ -14,11 +14,21 @@ Run from the repository root, for example:
       --data ../shared/data/tinyshakespeare.txt --max-iters 2000
 
 It needs only torch (Debian's python3-torch works).
+
+For a paired comparison of training quality, --fleet-windows draws every
+training and evaluation window exactly as fleet's sampler does (the same
+seed gives the same windows in both), and --save-init FILE writes the
+initial weights as a GPT-2 safetensors file for `fleet train --init-from
+FILE`. The two programs then start from the same weights and see the same
+data, so what is left between their losses is arithmetic: the order of
+sums, the rounding of exp and tanh.
 """
 import argparse
 import json
 import math
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -79,6 +89,63 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+_M64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+
+
+def _splitmix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def fleet_offset(seed, stream, step, j, n):
+    """Where window j of step starts in fleet's sampler (data.Sampler.Offset)
+    for a split whose windows can start at 0 .. n-1 (n = its length less
+    the block size): a splitmix64 stream seeded with rng.Mix(seed, stream,
+    step, j), then rng.Intn(n), Lemire's unbiased multiply-and-shift draw."""
+    h = 0x243F6A8885A308D3
+    for w in (seed, stream, step, j):
+        h = _splitmix(h ^ _splitmix((w + _GAMMA) & _M64))
+    state = h
+    while True:
+        state = (state + _GAMMA) & _M64
+        prod = _splitmix(state) * n
+        lo = prod & _M64
+        if lo >= n or lo >= ((1 << 64) - n) % n:
+            return prod >> 64
+
+
+# fleet's sampler streams (data.StreamTrain, StreamEvalTrain, StreamEvalVal).
+FLEET_STREAMS = {"train": 0, "eval_train": 1, "eval_val": 2}
+
+
+def save_gpt2(model, path, n_head):
+    """Writes model's weights with Hugging Face GPT-2 names and Conv1D
+    ([in, out]) layout, which `fleet train --init-from` reads."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import make_gpt_fixture  # the safetensors writer
+
+    out = {"transformer.wte.weight": model.wte.weight, "transformer.wpe.weight": model.wpe.weight,
+           "transformer.ln_f.weight": model.ln_f.weight}
+    if model.ln_f.bias is not None:
+        out["transformer.ln_f.bias"] = model.ln_f.bias
+    for i, b in enumerate(model.blocks):
+        p = "transformer.h.%d." % i
+        for name, mod in (("ln_1", b.ln_1), ("ln_2", b.ln_2)):
+            out[p + name + ".weight"] = mod.weight
+            if mod.bias is not None:
+                out[p + name + ".bias"] = mod.bias
+        for name, mod in (("attn.c_attn", b.c_attn), ("attn.c_proj", b.attn_proj),
+                          ("mlp.c_fc", b.c_fc), ("mlp.c_proj", b.mlp_proj)):
+            out[p + name + ".weight"] = mod.weight.t()
+            if mod.bias is not None:
+                out[p + name + ".bias"] = mod.bias
+    make_gpt_fixture.write_safetensors(path, {k: v.detach().float() for k, v in out.items()},
+                                       {"format": "pt", "n_head": str(n_head)})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -99,6 +166,10 @@ def main():
     ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
                     help="bf16: forward (and so backward) matrix products under torch.autocast on the CPU "
                          "(fleet's --precision bf16)")
+    ap.add_argument("--fleet-windows", action="store_true",
+                    help="draw training and evaluation windows as fleet's sampler does for --seed")
+    ap.add_argument("--save-init", metavar="FILE",
+                    help="write the initial weights as GPT-2 safetensors (for fleet train --init-from)")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -110,12 +181,17 @@ def main():
     splits = {"train": ids[:n], "val": ids[n:]}
     T, B = args.block_size, args.batch_size
 
-    def batch(split):
+    def batch(split, stream=None, step=0, first=0):
         d = splits[split]
-        ix = torch.randint(len(d) - T, (B,))
+        if args.fleet_windows:
+            ix = [fleet_offset(args.seed, FLEET_STREAMS[stream], step, first + j, len(d) - T) for j in range(B)]
+        else:
+            ix = torch.randint(len(d) - T, (B,))
         return torch.stack([d[i:i + T] for i in ix]), torch.stack([d[i + 1:i + 1 + T] for i in ix])
 
     model = GPT(len(chars), T, args.n_layer, args.n_head, args.n_embd, args.bias)
+    if args.save_init:
+        save_gpt2(model, args.save_init, args.n_head)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -131,27 +207,29 @@ def main():
         return torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16")
 
     @torch.no_grad()
-    def evaluate():
+    def evaluate(step):
         model.eval()
         out = {}
         for split in ("train", "val"):
+            stream = "eval_" + split
             with cast():
-                out[split] = sum(model(*batch(split)).item() for _ in range(args.eval_iters)) / args.eval_iters
+                out[split] = sum(model(*batch(split, stream, step, k * B)).item()
+                                 for k in range(args.eval_iters)) / args.eval_iters
         model.train()
         return out
 
     rates, best = [], float("inf")
     for it in range(args.max_iters + 1):
         if it % args.eval_interval == 0 or it == args.max_iters:
-            losses = evaluate()
+            losses = evaluate(it)
             best = min(best, losses["val"])
-            print(f"eval step {it}: train {losses['train']:.4f} val {losses['val']:.4f}", flush=True)
+            print(f"eval step {it}: train {losses['train']:.4f} val {losses['val']:.6f}", flush=True)
         if it == args.max_iters:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
         t0 = time.perf_counter()
-        x, y = batch("train")
+        x, y = batch("train", "train", it)
         with cast():
             loss = model(x, y)
         loss.backward()
