@@ -197,7 +197,7 @@ def main():
             print(f"step {it + 1}: loss {loss.item():.6f} norm {norm.item():.4f} lr {lr:.3e}", flush=True)
 
     meta = {k: str(v) for k, v in c.items()}
-    meta.update(vocab_size=str(len(chars)), corpus=CORPUS, torch_version=torch.__version__,
+    meta.update(vocab_size=str(len(chars)), bias="false", corpus=CORPUS, torch_version=torch.__version__,
                 generator="scripts/make_long_train_fixture.py")
     g.write_safetensors(os.path.join(args.out, FIXTURE), {
         "losses": torch.tensor(losses, dtype=torch.float64),

@@ -21,23 +21,7 @@ import (
 // backward, clipping, schedule, AdamW with decay on 2-D weights only), and
 // compares every step's loss and the final weights.
 func TestTrajectoryMatchesPyTorch(t *testing.T) {
-	f, err := checkpoint.Load("../testdata/gpt_train.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := func(k string) float64 {
-		v, err := strconv.ParseFloat(f.Metadata[k], 64)
-		if err != nil {
-			t.Fatalf("metadata %s: %v", k, err)
-		}
-		return v
-	}
-	c := Default()
-	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = int(md("n_layer")), int(md("n_head")), int(md("n_embd")), int(md("block_size"))
-	c.Bias = f.Metadata["bias"] == "true"
-	c.BatchSize, c.GradAccum = int(md("batch_size")), 1
-	c.LR, c.MinLR, c.WarmupIters, c.LRDecayIters = md("learning_rate"), md("min_lr"), int(md("warmup_iters")), int(md("lr_decay_iters"))
-	c.Beta1, c.Beta2, c.WeightDecay, c.GradClip = md("beta1"), md("beta2"), md("weight_decay"), md("grad_clip")
+	f, c, md := loadTrainFixture(t, "../testdata/gpt_train.safetensors")
 	steps := int(md("steps"))
 
 	m, err := model.New(c.ModelConfig(int(md("vocab_size"))), tensor.CPU, 1)
@@ -115,23 +99,9 @@ func TestLongTrajectoryMatchesPyTorch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 training steps of the reference model: skipped in -short mode")
 	}
-	f, err := checkpoint.Load("../testdata/gpt_long_train.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := func(k string) float64 {
-		v, err := strconv.ParseFloat(f.Metadata[k], 64)
-		if err != nil {
-			t.Fatalf("metadata %s: %v", k, err)
-		}
-		return v
-	}
-	c := Default()
+	f, c, md := loadTrainFixture(t, "../testdata/gpt_long_train.safetensors")
 	c.Data, c.Out, c.Device = filepath.Join("../testdata", f.Metadata["corpus"]), filepath.Join(t.TempDir(), "run"), "cpu"
-	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = int(md("n_layer")), int(md("n_head")), int(md("n_embd")), int(md("block_size"))
-	c.BatchSize, c.GradAccum, c.Bias, c.Dropout = int(md("batch_size")), 1, false, 0
-	c.LR, c.MinLR, c.WarmupIters, c.LRDecayIters = md("learning_rate"), md("min_lr"), int(md("warmup_iters")), int(md("lr_decay_iters"))
-	c.Beta1, c.Beta2, c.WeightDecay, c.GradClip = md("beta1"), md("beta2"), md("weight_decay"), md("grad_clip")
+	c.Dropout = 0
 	c.MaxIters, c.EvalInterval, c.EvalIters, c.LogInterval = int(md("max_iters")), int(md("eval_interval")), int(md("eval_iters")), 1
 	c.Seed = uint64(md("seed"))
 	var log bytes.Buffer
@@ -187,4 +157,29 @@ func TestLongTrajectoryMatchesPyTorch(t *testing.T) {
 		t.Fatalf("%d steps and %d evaluations logged, PyTorch ran %d and %d", steps, evals, len(losses), len(evalSteps))
 	}
 	t.Logf("largest difference from PyTorch over %d steps: loss %.3g, gradient norm %.3g (relative)", steps, worstLoss, worstNorm)
+}
+
+// loadTrainFixture opens a PyTorch training fixture and returns it, a
+// Config with its model and optimizer settings (one micro-batch a step),
+// and a reader of its numeric metadata.
+func loadTrainFixture(t *testing.T, path string) (*checkpoint.File, Config, func(string) float64) {
+	t.Helper()
+	f, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := func(k string) float64 {
+		v, err := strconv.ParseFloat(f.Metadata[k], 64)
+		if err != nil {
+			t.Fatalf("%s: metadata %s: %v", path, k, err)
+		}
+		return v
+	}
+	c := Default()
+	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = int(md("n_layer")), int(md("n_head")), int(md("n_embd")), int(md("block_size"))
+	c.Bias = f.Metadata["bias"] == "true"
+	c.BatchSize, c.GradAccum = int(md("batch_size")), 1
+	c.LR, c.MinLR, c.WarmupIters, c.LRDecayIters = md("learning_rate"), md("min_lr"), int(md("warmup_iters")), int(md("lr_decay_iters"))
+	c.Beta1, c.Beta2, c.WeightDecay, c.GradClip = md("beta1"), md("beta2"), md("weight_decay"), md("grad_clip")
+	return f, c, md
 }
