@@ -122,6 +122,9 @@ func TestLongTrajectoryMatchesPyTorch(t *testing.T) {
 		if err := json.Unmarshal(line, &m); err != nil {
 			t.Fatal(err)
 		}
+		if m.TrainLoss == nil || (m.LR != nil && m.GradNorm == nil) {
+			t.Fatalf("step %d: no finite loss or gradient norm logged: %s", m.Step, line)
+		}
 		switch {
 		case m.ValLoss != nil: // an evaluation before step m.Step
 			if evals >= len(evalSteps) || int(evalSteps[evals]) != m.Step {
