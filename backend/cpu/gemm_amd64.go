@@ -1,24 +1,28 @@
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 func init() {
 	if k := simdKernels(); len(k) > 0 {
 		gemm = k[0]
 	}
 	if cpu.X86.HasAVX2 {
-		transpose8 = func(dst []float32, ldd int, src []float32, lds int) {
-			_, _ = dst[7*ldd+7], src[7*lds+7]
-			transpose8x8AVX2(&dst[0], ldd, &src[0], lds)
+		// An 8×8 transpose of 32-bit elements: the bf16 packing's, which
+		// moves pairs of bf16 as one 32-bit element, moving floats.
+		transpose8 = func(dst []float32, dstK int, src []float32, ld, n int) int {
+			blocks := n / 8
+			if blocks > 0 {
+				_, _ = dst[(8*blocks-1)*dstK+7], src[7*ld+8*blocks-1]
+				transposePairs8AVX2((*uint32)(unsafe.Pointer(&dst[0])), dstK, (*uint16)(unsafe.Pointer(&src[0])), 2*ld, blocks)
+			}
+			return 8 * blocks
 		}
 	}
 }
-
-// transpose8x8AVX2 sets dst[i*ldd + j] = src[j*lds + i] for i, j < 8
-// (transpose_amd64.s).
-//
-//go:noescape
-func transpose8x8AVX2(dst *float32, ldd int, src *float32, lds int)
 
 // simdKernels lists the SIMD micro-kernels this CPU supports, fastest first.
 func simdKernels() []microKernel {

@@ -37,11 +37,11 @@ type microKernel struct {
 	ext func(kc int, a []float32, lda int, rowA bool, b []float32, ldb int, c []float32, ldc int, add bool)
 }
 
-// transpose8, where the CPU has a SIMD one, sets dst[i*ldd + j] =
-// src[j*lds + i] for i, j < 8: packB's transposed B, eight columns by
-// eight steps at a time. It moves data only, so results are the same bits
-// with or without it.
-var transpose8 func(dst []float32, ldd int, src []float32, lds int)
+// transpose8, where the CPU has a SIMD one, sets dst[k*dstK + c] =
+// src[c*ld + k] for c < 8 and k < n&^7 and returns n&^7: packB's
+// transposed B, eight columns at a time, in 8×8 blocks. It moves data
+// only, so results are the same bits with or without it.
+var transpose8 func(dst []float32, dstK int, src []float32, ld, n int) int
 
 // gemm is the micro-kernel MatMul uses: the fastest one the CPU supports
 // (see gemm_amd64.go), else the portable Go one. Tests swap it.
@@ -511,10 +511,7 @@ func packB(dst []float32, B mat, k0, j0, kr, nr, NR int) {
 		if transpose8 != nil { // 8×8 blocks transposed in registers
 			for ; c0+8 <= w; c0 += 8 {
 				row := (j0+jb+c0)*B.ld + k0
-				k := 0
-				for ; k+8 <= kr; k += 8 {
-					transpose8(strip[k*NR+c0:], NR, B.d[row+k:], B.ld)
-				}
+				k := transpose8(strip[c0:], NR, B.d[row:], B.ld, kr)
 				for ; k < kr; k++ {
 					for c := c0; c < c0+8; c++ {
 						strip[k*NR+c] = B.d[row+(c-c0)*B.ld+k]

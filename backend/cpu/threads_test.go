@@ -380,7 +380,7 @@ func useKernels(ks kernelSet) (restore func()) {
 		interleaveRows8 = saved[15].(func([]uint32, []uint16, int, int) int)
 		transposePairs8 = saved[16].(func([]uint32, int, []uint16, int, int) int)
 		expAffineChunk = saved[17].(func([]float32, []float32, float32, float32) float32)
-		transpose8 = saved[18].(func([]float32, int, []float32, int))
+		transpose8 = saved[18].(func([]float32, int, []float32, int, int) int)
 	}
 }
 
