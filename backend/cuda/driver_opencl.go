@@ -310,16 +310,7 @@ func (g *clGPU) launchLocked(kernel string, grid, block [3]int, shared int, args
 	if err != nil {
 		return err
 	}
-	params := args.Len()
-	for a := range args.Len() {
-		if args.At(a).Kind == kernels.ArgBuf {
-			params++
-		}
-	}
-	if k.nargs != params && k.nargs != params+1 {
-		return fmt.Errorf("%s: %d arguments for %d parameters", kernel, params, k.nargs)
-	}
-	i := 0
+	i := 0 // the kernel's parameter
 	for a := range args.Len() {
 		switch v := args.At(a); v.Kind {
 		case kernels.ArgBuf:
@@ -347,6 +338,9 @@ func (g *clGPU) launchLocked(kernel string, grid, block [3]int, shared int, args
 		if err != nil {
 			return fmt.Errorf("%s argument %d: %w", kernel, a, err)
 		}
+	}
+	if k.nargs != i && k.nargs != i+1 {
+		return fmt.Errorf("%s: %d arguments for %d parameters", kernel, i, k.nargs)
 	}
 	if k.nargs == i+1 {
 		if err := k.k.SetArgLocal(i, max(shared, 16)); err != nil {

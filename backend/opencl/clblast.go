@@ -123,21 +123,25 @@ func (c *Context) Sgemm(g GEMM, a, b, cc *Buffer) error {
 			ldb = g.N
 		}
 	}
-	for _, ld := range []struct{ set, packed *int }{{&g.LDA, &lda}, {&g.LDB, &ldb}, {&g.LDC, &ldc}} {
-		if *ld.set != 0 {
-			*ld.packed = *ld.set
-		}
+	if g.LDA != 0 {
+		lda = g.LDA
 	}
-	q := c.queue
+	if g.LDB != 0 {
+		ldb = g.LDB
+	}
+	if g.LDC != 0 {
+		ldc = g.LDC
+	}
+	q := &c.queue // CLBlast takes the queue by address
 	var code int32
 	if g.Batch == 1 {
 		code = bl.sgemm(layout, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
 			a.mem, uintptr(g.OffA), uintptr(lda), b.mem, uintptr(g.OffB), uintptr(ldb),
-			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), &q, 0)
+			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), q, 0)
 	} else {
 		code = bl.sgemmStridedBatched(layout, ta, tb, uintptr(g.M), uintptr(g.N), uintptr(g.K), g.Alpha,
 			a.mem, uintptr(g.OffA), uintptr(lda), uintptr(g.StrideA), b.mem, uintptr(g.OffB), uintptr(ldb), uintptr(g.StrideB),
-			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), uintptr(g.StrideC), uintptr(g.Batch), &q, 0)
+			g.Beta, cc.mem, uintptr(g.OffC), uintptr(ldc), uintptr(g.StrideC), uintptr(g.Batch), q, 0)
 	}
 	if code != clblastSuccess {
 		return fmt.Errorf("opencl: CLBlast sgemm %d×(%d×%d×%d): status %d", g.Batch, g.M, g.K, g.N, code)

@@ -46,12 +46,8 @@ func (e Event) End() (uint64, error) {
 // Marker returns an event that completes when the compute queue's work
 // queued so far is done.
 func (c *Context) Marker() (Event, error) {
-	return c.marker(c.queue)
-}
-
-func (c *Context) marker(q uintptr) (Event, error) {
 	var ev uintptr
-	r, err := c.a.enqueueMarkerWithWaitList.Call(q, 0, 0, uintptr(unsafe.Pointer(&ev)))
+	r, err := c.a.enqueueMarkerWithWaitList.Call(c.queue, 0, 0, uintptr(unsafe.Pointer(&ev)))
 	if err := check("clEnqueueMarkerWithWaitList", r, err); err != nil {
 		return Event{}, err
 	}
@@ -72,13 +68,16 @@ func (c *Context) barrier(q uintptr, e Event) error {
 
 // Flush sends the queues' commands to the device without waiting.
 func (c *Context) Flush() error {
-	for _, q := range []uintptr{c.queue, c.upload} {
-		r, err := c.a.flush.Call(q)
-		if err := check("clFlush", r, err); err != nil {
-			return err
-		}
+	if err := c.flush(c.queue); err != nil {
+		return err
 	}
-	return nil
+	return c.flush(c.upload)
+}
+
+// flush sends queue q's commands to the device without waiting.
+func (c *Context) flush(q uintptr) error {
+	r, err := c.a.flush.Fast(q)
+	return check("clFlush", r, err)
 }
 
 // WriteAt copies src into b from byte off on, in the compute queue's
@@ -116,7 +115,7 @@ func (c *Context) CopyBuffer(dst *Buffer, dOff int, src *Buffer, sOff, bytes int
 	if dOff < 0 || sOff < 0 || dOff+bytes > dst.Bytes || sOff+bytes > src.Bytes {
 		return fmt.Errorf("opencl: copying %d bytes from %d of %d to %d of %d", bytes, sOff, src.Bytes, dOff, dst.Bytes)
 	}
-	r, err := c.a.enqueueCopyBuffer.Call(c.queue, src.mem, dst.mem, uintptr(sOff), uintptr(dOff), uintptr(bytes), 0, 0, 0)
+	r, err := c.a.enqueueCopyBuffer.Fast(c.queue, src.mem, dst.mem, uintptr(sOff), uintptr(dOff), uintptr(bytes), 0, 0, 0)
 	return check("clEnqueueCopyBuffer", r, err)
 }
 
@@ -129,15 +128,14 @@ func (c *Context) UploadAsync(dst *Buffer, off int, src []byte) (Event, error) {
 	if off < 0 || off+len(src) > dst.Bytes || len(src) == 0 {
 		return Event{}, fmt.Errorf("opencl: uploading %d bytes at %d of a buffer of %d", len(src), off, dst.Bytes)
 	}
-	m, err := c.marker(c.queue)
+	m, err := c.Marker()
 	if err != nil {
 		return Event{}, err
 	}
 	// Another queue waits on the marker: its own queue must be flushed
 	// (clFlush's rule), or a driver that holds commands back until a
 	// flush could wait for ever.
-	r, err := c.a.flush.Call(c.queue)
-	if err := check("clFlush", r, err); err != nil {
+	if err := c.flush(c.queue); err != nil {
 		m.Release()
 		return Event{}, err
 	}
@@ -147,12 +145,11 @@ func (c *Context) UploadAsync(dst *Buffer, off int, src []byte) (Event, error) {
 		return Event{}, err
 	}
 	var ev uintptr
-	r, err = c.a.enqueueWriteBuffer.Call(c.upload, dst.mem, 0, uintptr(off), uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, uintptr(unsafe.Pointer(&ev)))
+	r, err := c.a.enqueueWriteBuffer.Call(c.upload, dst.mem, 0, uintptr(off), uintptr(len(src)), uintptr(unsafe.Pointer(&src[0])), 0, 0, uintptr(unsafe.Pointer(&ev)))
 	if err := check("clEnqueueWriteBuffer", r, err); err != nil {
 		return Event{}, err
 	}
-	r, err = c.a.flush.Call(c.upload)
-	if err := check("clFlush", r, err); err != nil {
+	if err := c.flush(c.upload); err != nil {
 		return Event{}, err
 	}
 	return Event{c: c, ev: ev}, nil
