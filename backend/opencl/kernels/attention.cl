@@ -43,8 +43,6 @@
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.69314718055994531f
 
-inline int attn_imin(int a, int b) { return a < b ? a : b; }
-
 // attn_scale is 1/sqrt(hd), the score scale.
 inline float attn_scale(int hd) { return 1.0f / sqrt((float)hd); }
 
@@ -172,13 +170,13 @@ inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const 
 	float m = FLEET_NEG_INF, l = 0.0f;
 	int half_ = 0; // which half of part this chunk's shares go to
 
-	int kend = G0 != 0 ? attn_imin(T, q0 + R) : 0;
+	int kend = G0 != 0 ? min(T, q0 + R) : 0;
 	for (int k0 = 0; k0 < kend; k0 += bc) {
 		barrier(CLK_LOCAL_MEM_FENCE); // the previous tile is no longer read
 		// Keys from kend on are masked for every row of the work-group:
 		// neither loaded nor visited. jn is uniform, so every work-item
 		// meets the barriers.
-		int jn = attn_imin(bc, kend - k0);
+		int jn = min(bc, kend - k0);
 		attn_load_tile_$S(ks, base + C + k0 * stride, stride, jn, hd, HDP);
 		attn_load_tile_$S(vs, base + 2 * C + k0 * stride, stride, jn, hd, HDP);
 		barrier(CLK_LOCAL_MEM_FENCE);
@@ -299,10 +297,10 @@ inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global cons
 	}
 	int half_ = 0;
 
-	int kend = G0 != 0 ? attn_imin(T, q0 + R) : 0;
+	int kend = G0 != 0 ? min(T, q0 + R) : 0;
 	for (int k0 = 0; k0 < kend; k0 += bc) {
 		barrier(CLK_LOCAL_MEM_FENCE);
-		int jn = attn_imin(bc, kend - k0); // keys past kend: masked for the whole work-group
+		int jn = min(bc, kend - k0); // keys past kend: masked for the whole work-group
 		attn_load_tile_$S(ks, base + C + k0 * stride, stride, jn, hd, HDP);
 		attn_load_tile_$S(vs, base + 2 * C + k0 * stride, stride, jn, hd, HDP);
 		barrier(CLK_LOCAL_MEM_FENCE);
@@ -367,7 +365,7 @@ inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __glo
 	int iend = G0 != 0 ? T : 0;
 	for (int i0 = k0; i0 < iend; i0 += bc) {
 		barrier(CLK_LOCAL_MEM_FENCE);
-		int ni = attn_imin(bc, T - i0);
+		int ni = min(bc, T - i0);
 		attn_load_tile_$S(qs, base + i0 * stride, stride, ni, hd, HDP);
 		attn_load_tile_$S(dos, dbase + (long)i0 * C, C, ni, hd, HDP);
 		for (int x = t; x < bc; x += n) {
@@ -523,7 +521,7 @@ __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc
 			sw[lane] = dot;
 		}
 		barrier(CLK_LOCAL_MEM_FENCE);
-		int cn = attn_imin(32, nkeys - s0); // keys of this chunk for this warp (none when <= 0)
+		int cn = min(32, nkeys - s0); // keys of this chunk for this warp (none when <= 0)
 		if (cn > 0) {
 			float mt = FLEET_NEG_INF;
 			for (int jj = 0; jj < cn; jj++) {

@@ -17,16 +17,15 @@
 inline void fleet_ce_block_maxsum(float *m, float *s, __local float *redm, __local float *reds) {
 	int lane = get_local_id(0) & 31, nw = get_local_size(0) >> 5;
 	fleet_warp_maxsum(m, s, redm, reds);
-	float wm = FLEET_NEG_INF, ws = 0.0f; // warp lane's statistics (used by warp 0)
+	float wm = FLEET_NEG_INF, ws = 0.0f; // warp lane's statistics, the same in every warp
 	if (lane < nw) {
 		wm = redm[lane << 5];
 		ws = reds[lane << 5];
 	}
 	barrier(CLK_LOCAL_MEM_FENCE);
-	fleet_warp_maxsum(&wm, &ws, redm, reds); // warp 0 merges the warps' results
-	*m = redm[0];
-	*s = reds[0];
-	barrier(CLK_LOCAL_MEM_FENCE);
+	fleet_warp_maxsum(&wm, &ws, redm, reds); // every warp merges the warps' results alike
+	*m = wm;
+	*s = ws;
 }
 
 //@for S in f32 bf16

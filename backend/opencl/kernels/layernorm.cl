@@ -58,6 +58,26 @@ inline void fleet_ln_row_$S(__global t_$S *yr, __global float *mean, __global fl
 	}
 }
 
+// fleet_ln_dropout_add_$S: dst[o+j] = y[o+j]·factor(o+j), plus x[o+j]
+// where x is given, over the row's cols elements (the factors as
+// fleet_dropout_factors gives them under key sd); each lane of the warp
+// takes four consecutive elements at a time (one Philox call serves them).
+inline void fleet_ln_dropout_add_$S(__global t_$S *dst, __global t_$S *x, __global t_$S *y, long o, int cols, ulong sd, long offset,
+	int site, uint threshold, float scale) {
+	for (int j = 4 * (get_local_id(0) & 31); j < cols; j += 128) {
+		int n = min(cols - j, 4);
+		float f[4];
+		fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
+		for (int k = 0; k < n; k++) {
+			float v = ld_$S(y, o + j + k) * f[k];
+			if (x != 0) {
+				v = ld_$S(x, o + j + k) + v;
+			}
+			st_$S(dst, o + j + k, v);
+		}
+	}
+}
+
 // fleet_layernorm_$S: out = LayerNorm(x) row by row (fleet_ln_row_$S),
 // saving mean[r] and rstd[r] for the backward pass (either may be null to
 // skip it). x read three times (the last two usually from cache), w and b
@@ -83,10 +103,9 @@ __kernel void fleet_layernorm_$S(BUF(t_$S, out), BUF(float, mean), BUF(float, rs
 // dropout factor (fleet_dropout_factor; 1 for a plain add), the product
 // rounded before the sum; then out = LayerNorm(sum) as fleet_layernorm_$S
 // computes it, from sum as stored: the bits of fleet_dropout_add_$S then
-// fleet_layernorm_$S, in one launch, the row still in cache. Each lane
-// adds four consecutive elements at a time (one Philox call serves them);
-// a barrier makes the row's sums visible to the warp before it normalises
-// them. sum may alias x or y.
+// fleet_layernorm_$S, in one launch, the row still in cache (the adds as
+// fleet_ln_dropout_add_$S); a barrier makes the row's sums visible to the
+// warp before it normalises them. sum may alias x or y.
 __kernel void fleet_add_layernorm_$S(BUF(t_$S, sum), BUF(t_$S, out), BUF(float, mean), BUF(float, rstd), BUF(t_$S, x), BUF(t_$S, y),
 	BUF(float, w), BUF(float, b), int rows, int cols, float eps, long seed, long offset, int site, uint threshold, float scale,
 	BUF(int, seedBase)) {
@@ -101,24 +120,13 @@ __kernel void fleet_add_layernorm_$S(BUF(t_$S, sum), BUF(t_$S, out), BUF(float, 
 	AT(int, seedBase);
 	__local float red[1024];
 	ulong sd = fleet_dropout_seed(seed, seedBase);
-	int lane = get_local_id(0) & 31, wpb = get_local_size(0) >> 5;
+	int wpb = get_local_size(0) >> 5;
 	long step = (long)get_num_groups(0) * wpb;
 	for (long base = (long)get_group_id(0) * wpb; base < rows; base += step) {
 		long r = base + (get_local_id(0) >> 5);
 		long o = r * cols;
 		if (r < rows) {
-			for (int j = 4 * lane; j < cols; j += 128) {
-				int n = cols - j < 4 ? cols - j : 4;
-				float f[4];
-				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
-				for (int k = 0; k < n; k++) {
-					float v = ld_$S(y, o + j + k) * f[k];
-					if (x != 0) {
-						v = ld_$S(x, o + j + k) + v;
-					}
-					st_$S(sum + o, j + k, v);
-				}
-			}
+			fleet_ln_dropout_add_$S(sum, x, y, o, cols, sd, offset, site, threshold, scale);
 		}
 		barrier(CLK_GLOBAL_MEM_FENCE); // the row's sums, written by other lanes, are read next
 		fleet_ln_row_$S(out + o, mean, rstd, r, sum + o, w, b, cols, eps, r < rows, red);
@@ -191,15 +199,7 @@ __kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF
 		// uniform if, writing out of bounds).
 		barrier(CLK_GLOBAL_MEM_FENCE);
 		if (ddrop != 0 && act) {
-			ulong sd = fleet_dropout_seed(seed, seedBase);
-			for (int j = 4 * lane; j < cols; j += 128) {
-				int n = cols - j < 4 ? cols - j : 4;
-				float f[4];
-				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, n, f);
-				for (int k = 0; k < n; k++) {
-					st_$S(ddrop, o + j + k, ld_$S(dx, o + j + k) * f[k]);
-				}
-			}
+			fleet_ln_dropout_add_$S(ddrop, 0, dx, o, cols, fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale);
 		}
 	}
 }

@@ -16,12 +16,9 @@
 inline float fleet_rd_block_sum(float v, __local float *red) {
 	int lane = get_local_id(0) & 31, nw = get_local_size(0) >> 5;
 	fleet_warp_sum(v, red);
-	float u = lane < nw ? red[lane << 5] : 0.0f; // warp lane's sum (used by warp 0)
+	float u = lane < nw ? red[lane << 5] : 0.0f; // warp lane's sum, the same in every warp
 	barrier(CLK_LOCAL_MEM_FENCE);
-	fleet_warp_sum(u, red); // warp 0 adds the warps' sums
-	float r = red[0];
-	barrier(CLK_LOCAL_MEM_FENCE);
-	return r;
+	return fleet_warp_sum(u, red); // every warp adds the warps' sums alike
 }
 
 //@for S in f32 bf16
