@@ -198,7 +198,7 @@ type Backend interface {
 
 // Scaler is fp16's dynamic loss scaling kept on the device, with PyTorch
 // GradScaler's rules, for ScalerCoef: the state the host reads only at
-// check points, and what the step's update needs, so that no step waits
+// read points, and what the step's update needs, so that no step waits
 // for the device to decide whether it is skipped.
 type Scaler struct {
 	// State is ScalerStateLen F32 elements on the device: see the

@@ -87,7 +87,7 @@ type Pass struct {
 	Cache *KVCache
 
 	posIDs map[[2]int]*tensor.Tensor // position ids [B, T] from 0, made once per shape
-	ckpt   []tensor.CheckpointFunc   // [i]: block i's Forward under this pass, for tensor.CheckpointRNG
+	recomp []tensor.RecomputeFunc    // [i]: block i's Forward under this pass, for tensor.RecomputeRNG
 }
 
 // GPT is the model.
@@ -100,7 +100,7 @@ type GPT struct {
 	LNF    *nn.LayerNorm
 
 	dropouts  []*nn.Dropout
-	recompute bool // blocks run under tensor.CheckpointRNG
+	recompute bool // blocks run under tensor.RecomputeRNG
 	pass      Pass // Forward's: dropout masks drawn in turn from one RNG
 }
 
@@ -181,7 +181,7 @@ func (m *GPT) SetDropoutBase(base *tensor.Tensor) { m.pass.Dropout.Base = base }
 // SetRecompute turns activation recomputation on or off (it is off by
 // default). With it on, each block's forward pass keeps only its output:
 // the backward pass runs the block again, with the same dropout masks and
-// autocast policy, just before differentiating it (tensor.CheckpointRNG).
+// autocast policy, just before differentiating it (tensor.RecomputeRNG).
 // On the CPU the gradients are the same bit for bit; a training step
 // costs about one more forward pass of the blocks (about 1.3× the time)
 // and its peak memory holds one block's activations instead of all of
@@ -318,13 +318,13 @@ func activations(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // blocks runs blocks [lo, hi) on the residual stream x. With
-// recomputation on, each runs under tensor.CheckpointRNG, which replays
+// recomputation on, each runs under tensor.RecomputeRNG, which replays
 // the pass's dropout masks in the backward pass; inference with a cache
 // keeps nothing for a backward pass and runs them plainly.
 func (m *GPT) blocks(x *tensor.Tensor, lo, hi int, p *Pass) *tensor.Tensor {
 	for i := lo; i < hi; i++ {
 		if m.recompute && p.Cache == nil {
-			x = tensor.CheckpointRNG(p.rng(), p.checkpointed(m, i), x)
+			x = tensor.RecomputeRNG(p.rng(), p.recomputed(m, i), x)
 		} else {
 			x = m.Blocks[i].Forward(x, p)
 		}
@@ -362,18 +362,18 @@ func (p *Pass) kv(i int) *nn.KV {
 	return &nn.KV{K: p.Cache.K[i], V: p.Cache.V[i], Pos: p.Cache.Pos}
 }
 
-// checkpointed is block i's Forward under p as the function
-// tensor.CheckpointRNG calls, made the first time it is asked for, so that
+// recomputed is block i's Forward under p as the function
+// tensor.RecomputeRNG calls, made the first time it is asked for, so that
 // a steady-state step allocates nothing.
-func (p *Pass) checkpointed(m *GPT, i int) tensor.CheckpointFunc {
-	if len(p.ckpt) != len(m.Blocks) {
-		p.ckpt = make([]tensor.CheckpointFunc, len(m.Blocks))
+func (p *Pass) recomputed(m *GPT, i int) tensor.RecomputeFunc {
+	if len(p.recomp) != len(m.Blocks) {
+		p.recomp = make([]tensor.RecomputeFunc, len(m.Blocks))
 	}
-	if p.ckpt[i] == nil {
+	if p.recomp[i] == nil {
 		b := m.Blocks[i]
-		p.ckpt[i] = func(in ...*tensor.Tensor) *tensor.Tensor { return b.Forward(in[0], p) }
+		p.recomp[i] = func(in ...*tensor.Tensor) *tensor.Tensor { return b.Forward(in[0], p) }
 	}
-	return p.ckpt[i]
+	return p.recomp[i]
 }
 
 // positionsFrom0 returns the persistent position ids [B, T] (0..T-1 in

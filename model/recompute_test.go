@@ -99,7 +99,7 @@ func TestRecomputeGradients(t *testing.T) {
 }
 
 // blockGrad is the gradient of sum(block 0's output) with respect to its
-// MLP's first weight, with block 0 checkpointed with or without the
+// MLP's first weight, with block 0 recomputed with or without the
 // dropout RNG.
 func blockGrad(m *GPT, x []int32, B, T int, withRNG bool) []float32 {
 	w := m.Blocks[0].MLP.CFC.W.T
@@ -112,7 +112,7 @@ func blockGrad(m *GPT, x []int32, B, T int, withRNG bool) []float32 {
 		if withRNG {
 			r = p.rng()
 		}
-		out := tensor.CheckpointRNG(r, p.checkpointed(m, 0), h)
+		out := tensor.RecomputeRNG(r, p.recomputed(m, 0), h)
 		tensor.Sum(out).Backward()
 		g = w.Grad.Float32s()
 	})
@@ -182,7 +182,7 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // TestRecomputeAllocations counts Go heap allocations of a steady-state
 // forward and backward pass, with and without recomputation, with a
-// gradient-ready hook installed: checkpoint records, walk memory and
+// gradient-ready hook installed: recompute records, walk memory and
 // scopes are pooled, so there are none.
 func TestRecomputeAllocations(t *testing.T) {
 	cfg := Config{VocabSize: 65, BlockSize: 16, NLayer: 2, NHead: 2, NEmbd: 32, Dropout: 0.1, Bias: true}

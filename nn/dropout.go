@@ -50,7 +50,7 @@ func (d *Dropout) ResidualLN(x, y *tensor.Tensor, masks *Masks, ln *LayerNorm) (
 // they run, and whose Row0 is the input's first row's place in the step's
 // global batch, so that a row gets the same masks whichever micro-step,
 // rank or pipeline micro-batch it falls to. The same stream gives the
-// same masks (tensor.CheckpointRNG relies on it).
+// same masks (tensor.RecomputeRNG relies on it).
 //
 // Base, where not nil, makes Stream's key an offset into a key read on the
 // device (tensor.DropoutAt): a step replayed from a graph.

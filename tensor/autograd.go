@@ -23,11 +23,11 @@ type node struct {
 	f     float32    // a scalar parameter
 	u     uint64     // a 64-bit parameter (a dropout mask's seed)
 	gin   [3]*Tensor // the backward pass's result
-	ck    *ckpt      // a Checkpoint's record; its edges replace in
+	ck    *recomp    // a Recompute's record; its edges replace in
 }
 
 // edges is the number of tensors the node's gradient flows to: its inputs,
-// or for a Checkpoint its inputs and the leaves its function reads.
+// or for a Recompute its inputs and the leaves its function reads.
 func (n *node) edges() int {
 	if n.ck != nil {
 		return len(n.ck.inputs) + len(n.ck.leaves)
@@ -93,7 +93,7 @@ func SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tensor)) {
 // has been differentiated (a weight used twice, like a tied embedding and
 // language-model head, is reported after both). Leaves are reported in the
 // order the backward pass finishes them, roughly the reverse of the order
-// the forward pass first used them, and leaves read inside a Checkpoint
+// the forward pass first used them, and leaves read inside a Recompute
 // are reported right after its recomputation. A leaf no gradient reached
 // is reported too, with its Grad unchanged (nil if it had none).
 // Data-parallel training starts a gradient's all-reduce from here.
@@ -107,7 +107,7 @@ func (p *Program) SetGradReadyHook(fn func(leaf *Tensor)) (prev func(leaf *Tenso
 	return prev
 }
 
-// walk is the working memory of one graph walk. Walks nest (a Checkpoint's
+// walk is the working memory of one graph walk. Walks nest (a Recompute's
 // backward pass recomputes and differentiates its function in the middle
 // of the enclosing Backward), so a program keeps one per nesting depth
 // (Program.walks), reused by every Backward it runs.
@@ -121,7 +121,7 @@ type walk struct {
 // across programs: a tensor one program walked (a parameter made on a
 // device before NewProgram claimed it) never carries a mark that another
 // program's walk could take for its own. A walk takes one number (two in
-// Checkpoint's forward pass), so the atomic costs nothing measurable.
+// Recompute's forward pass), so the atomic costs nothing measurable.
 var visitEpochs atomic.Uint64
 
 // newEpoch returns a visit mark no tensor carries yet.
@@ -159,18 +159,18 @@ func (t *Tensor) BackwardWith(g *Tensor) {
 
 // backward differentiates in p the graph that ends in t, seeded with g.
 // For an ordinary Backward (inner nil) each leaf's gradient is added into
-// its Grad. For the recomputation of Checkpoint inner, the leaves keep
+// its Grad. For the recomputation of Recompute inner, the leaves keep
 // their gathered gradient in pending for the enclosing walk, which reaches
-// them through the checkpoint node's edges.
+// them through the recompute node's edges.
 //
 // The walk releases the graph it went through: the nodes of the tensors
-// it reached are dropped (and the records of the Checkpoints among them go
+// it reached are dropped (and the records of the Recomputes among them go
 // back to p's pool), so those tensors are leaves afterwards. An ordinary
 // Backward run inside In(s) drops only the nodes of the tensors s tracks;
 // it only reads those of other scopes, which another Backward may go
 // through again. A recomputation's walk releases all it reached: its own
 // graph, freed with its scope.
-func backward(p *Program, t, g *Tensor, inner *ckpt) {
+func backward(p *Program, t, g *Tensor, inner *recomp) {
 	w := p.acquireWalk()
 	defer p.releaseWalk()
 	order := topoSort(p, w, t)
@@ -185,7 +185,7 @@ func backward(p *Program, t, g *Tensor, inner *ckpt) {
 			}
 			if n := v.node; n != nil && (owner == nil || v.scope == owner) {
 				if n.ck != nil {
-					p.releaseCkpt(n.ck)
+					p.releaseRecomp(n.ck)
 					n.ck = nil
 				}
 				v.node = nil
@@ -278,7 +278,7 @@ func addPending(in, g *Tensor) {
 // after all of its inputs, in w's reused memory. Every tensor it reaches
 // must be on a device p drives: it panics otherwise, before another
 // program's tensors are changed. Ops keep a graph on one device, so only a
-// Checkpoint's inputs can lead elsewhere, and checking the program of a
+// Recompute's inputs can lead elsewhere, and checking the program of a
 // tensor on another device than t's costs nothing in the common case.
 func topoSort(p *Program, w *walk, t *Tensor) []*Tensor {
 	epoch := newEpoch()

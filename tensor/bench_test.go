@@ -10,7 +10,7 @@ type benchModel struct {
 	emb, ln1w, ln1b, qkvw, projw, fc1w, fc1b, fc2w *Tensor
 	ids, targets                                   *Tensor
 	drop                                           *DropoutStream
-	mlp                                            CheckpointFunc // made once: a closure made per call would allocate
+	mlp                                            RecomputeFunc // made once: a closure made per call would allocate
 }
 
 func newBenchModel(p *Program, dev Device, B, T, C, V int) *benchModel {
@@ -46,12 +46,12 @@ func (m *benchModel) params() []*Tensor {
 }
 
 // loss runs the block forward: attention and an MLP with dropout, one of
-// them checkpointed, and the tied head's cross-entropy.
+// them recomputed, and the tied head's cross-entropy.
 func (m *benchModel) loss(heads int) *Tensor {
 	x := Embedding(m.emb, m.ids)
 	h := LayerNorm(x, m.ln1w, m.ln1b, 1e-5)
 	x = Add(x, Linear(Attention(Linear(h, m.qkvw, nil), heads), m.projw, nil))
-	x = CheckpointRNG(m.drop, m.mlp, x)
+	x = RecomputeRNG(m.drop, m.mlp, x)
 	return CrossEntropy(LinearT(x, m.emb), m.targets)
 }
 

@@ -36,7 +36,7 @@
 // SetGradReadyHook act on it. Ops find the program from their tensors'
 // device (ProgramOf): an op's output is tracked by the innermost scope of
 // its device's program and recorded under that program's modes, Backward
-// runs in the program of the tensor it starts from, and Checkpoint in the
+// runs in the program of the tensor it starts from, and Recompute in the
 // program of its inputs.
 //
 // One goroutine at a time drives a program. Two programs may run at the

@@ -795,7 +795,7 @@ func Mean(x *Tensor) *Tensor { return Scale(Sum(x), 1/float32(x.Numel())) }
 // Row0 the index, in the step's global batch, of the first row (along the
 // first axis) of the tensors the ops drop elements of, so that a row's
 // masks are the same whichever micro-step or rank it falls to. The same
-// stream gives the same masks (CheckpointRNG relies on it).
+// stream gives the same masks (RecomputeRNG relies on it).
 type DropoutStream struct {
 	Key  uint64
 	Site uint32

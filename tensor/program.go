@@ -13,7 +13,7 @@ import (
 // A Program is the mutable state of the tensor program that runs on a set
 // of devices: the stack of scopes and the tensor headers they recycle,
 // gradient recording, the autocast policy, the Backward hook and the
-// working memory of graph walks, Dropout's host buffer and Checkpoint's
+// working memory of graph walks, Dropout's host buffer and Recompute's
 // records. Every device is driven by exactly one Program: the one
 // NewProgram made for it, or else the default program, which drives every
 // device no other program has claimed and which the package-level
@@ -56,12 +56,12 @@ type Program struct {
 	// Graph walks (autograd.go).
 	walks     []*walk
 	walkDepth int
-	// sinks is set during an ordinary Backward walk (not a Checkpoint's
+	// sinks is set during an ordinary Backward walk (not a Recompute's
 	// recomputation): backward functions may then add a leaf's gradient
 	// into its Grad themselves (gradSink).
 	sinks bool
 
-	ckptPool []*ckpt // Checkpoint's records, reused
+	recompPool []*recomp // Recompute's records, reused
 }
 
 // defaultProgram drives every device that no other program has claimed.

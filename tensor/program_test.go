@@ -195,39 +195,39 @@ func TestPackageLevelStateIsTheDefaultPrograms(t *testing.T) {
 	}
 }
 
-// TestCheckpointProgram checks that Checkpoint runs in its inputs'
+// TestRecomputeProgram checks that Recompute runs in its inputs'
 // program and refuses tensors of another one, and that a Backward that
 // would reach another program's tensors panics before changing them.
-func TestCheckpointProgram(t *testing.T) {
+func TestRecomputeProgram(t *testing.T) {
 	cpu7, cpu8 := cpuN(7), cpuN(8)
 	p := mustProgram(t, cpu7)
 	double := func(a ...*Tensor) *Tensor { return Scale(a[0], 2) }
 	p.Step(func() {
 		x := Ones(cpu7, 3).SetRequiresGrad(true)
-		y := Checkpoint(double, x) // the package-level one: p, x's program
+		y := Recompute(double, x) // the package-level one: p, x's program
 		if len(defaultProgram.scopes) != 0 || y.Device() != cpu7 {
-			t.Fatal("Checkpoint of a tensor of p did not run in p")
+			t.Fatal("Recompute of a tensor of p did not run in p")
 		}
 		Sum(y).Backward()
 		if g := x.Grad.Float32s(); !equal32(g, []float32{2, 2, 2}) {
-			t.Errorf("gradient through a checkpoint in p %v", g)
+			t.Errorf("gradient through a recomputation in p %v", g)
 		}
 		Step(func() { // the default program's tensors are freed with this step
-			wantErr(t, "Checkpoint in p of a default program's tensor", func() { p.Checkpoint(double, Ones(CPU, 2)) },
-				"a tensor on cpu, driven by the default program, in a checkpoint run in "+p.String())
-			wantErr(t, "Checkpoint whose result is on another program's device", func() {
-				Checkpoint(func(a ...*Tensor) *Tensor { return a[0].To(CPU) }, x)
+			wantErr(t, "Recompute in p of a default program's tensor", func() { p.Recompute(double, Ones(CPU, 2)) },
+				"a tensor on cpu, driven by the default program, in a recomputation run in "+p.String())
+			wantErr(t, "Recompute whose result is on another program's device", func() {
+				Recompute(func(a ...*Tensor) *Tensor { return a[0].To(CPU) }, x)
 			}, "a tensor on cpu, driven by the default program")
 		})
 	})
 
 	// A graph the default program made across cpu:8 and cpu:9, through a
-	// checkpoint's input, then split between programs.
+	// recomputation's input, then split between programs.
 	cpu9 := cpuN(9)
 	Step(func() {
 		x := Ones(cpu8, 3).SetRequiresGrad(true)
 		w := Ones(cpu9, 3).SetRequiresGrad(true)
-		y := Checkpoint(func(a ...*Tensor) *Tensor { return Mul(a[0].To(cpu9), w) }, x)
+		y := Recompute(func(a ...*Tensor) *Tensor { return Mul(a[0].To(cpu9), w) }, x)
 		q := mustProgram(t, cpu9)
 		q.Step(func() {
 			wantErr(t, "Backward reaching another program", func() { Sum(y).Backward() },
@@ -248,7 +248,7 @@ type programRun struct {
 
 // programWorkload trains a small attention-and-MLP model for steps steps
 // on dev, driven by p, with products in cast: forward passes through
-// checkpoints with dropout (the package-level Checkpoint and p's, on
+// checkpoints with dropout (the package-level Recompute and p's, on
 // alternate steps), Backward, a NoGrad evaluation added into a persistent
 // accumulator, and SGD updates. It returns the first error it met instead
 // of failing a test, so it can run on any goroutine.
@@ -285,9 +285,9 @@ func programWorkload(p *Program, dev Device, cast DType, steps int) (run program
 	forward := func(step int) *Tensor {
 		x := Embedding(emb, ids)
 		if step%2 == 0 {
-			x = CheckpointRNG(drop, mlp, x)
+			x = RecomputeRNG(drop, mlp, x)
 		} else {
-			x = p.CheckpointRNG(drop, mlp, x)
+			x = p.RecomputeRNG(drop, mlp, x)
 		}
 		x = Add(x, Attention(Linear(x, wqkv, nil), 2))
 		return CrossEntropy(LinearT(x, emb), targets)
@@ -509,7 +509,7 @@ func TestProgramsPipeline(t *testing.T) {
 // TestProgramStepAllocations checks that a steady-state step in a program
 // of its own, with another program holding a device, makes no Go heap
 // allocations, as one in the default program does (train's
-// TestStepAllocations): headers, scopes, walks and checkpoint records come
+// TestStepAllocations): headers, scopes, walks and recompute records come
 // from the program's pools, and the lookups allocate nothing.
 func TestProgramStepAllocations(t *testing.T) {
 	mustProgram(t, cpuN(11))

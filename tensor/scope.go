@@ -19,7 +19,7 @@ import "fmt"
 type Scope struct {
 	p       *Program  // the program; nil for a zero Scope before its first In
 	tensors []*Tensor // tracked, in the order they were made
-	step    bool      // a step's (or Checkpoint's) scope, freed when popped
+	step    bool      // a step's (or Recompute's) scope, freed when popped
 	onStack bool      // a detached scope inside In
 }
 
@@ -28,7 +28,7 @@ type Scope struct {
 // scope ends until the next end of a step scope of the same program as deep
 // or shallower: using a tensor of the previous step still panics with
 // "freed" instead of silently reading a newer tensor, even when scopes
-// nested in the step (Checkpoint's) end many times before it does. The
+// nested in the step (Recompute's) end many times before it does. The
 // headers a detached scope's Free frees join the innermost step scope
 // open at that moment, whose end frees them again (a no-op) and
 // quarantines them with its own: they are as safe to misuse as the
@@ -94,7 +94,7 @@ func In(s *Scope, fn func()) { defaultProgram.In(s, fn) }
 
 // In runs fn with s as p's innermost scope: the tensors made inside on p's
 // devices, outside Persist and outside scopes opened inside (a nested
-// Step's, a Checkpoint's), are tracked by s rather than by the enclosing
+// Step's, a Recompute's), are tracked by s rather than by the enclosing
 // step. When fn returns (or panics) s comes off the stack but is not
 // freed: its tensors stay alive, across the end of the enclosing step
 // too, until s.Free. In may run in the same scope any number of times (a
@@ -141,7 +141,7 @@ func (s *Scope) Len() int { return len(s.tensors) }
 // Free frees what s tracks, as the end of a step frees what the step's
 // scope tracks: storages go back to their device pools, the tensors are
 // marked freed (a later use panics), their graph references are dropped,
-// Checkpoint records whose backward pass never ran go back to their pool,
+// Recompute records whose backward pass never ran go back to their pool,
 // and the gradients Backward made (in Persist) for leaves s tracks are
 // freed. s is left empty and may be used again by In. Freeing an empty
 // scope does nothing.
@@ -240,8 +240,8 @@ func (p *Program) freeTracked(ts []*Tensor) {
 		}
 		t.freed = true
 		t.node = nil
-		if t.nd.ck != nil { // a Checkpoint whose backward pass never ran
-			p.releaseCkpt(t.nd.ck)
+		if t.nd.ck != nil { // a Recompute whose backward pass never ran
+			p.releaseRecomp(t.nd.ck)
 		}
 		t.nd = node{} // drop references to other tensors
 		t.pending = nil

@@ -34,15 +34,15 @@ func oneFOneB(micros, inFlight int) []slot {
 }
 
 // mbModel is a small MLP trained on micro-batches: Linear, GELU and
-// LayerNorm, then a checkpointed Linear and GELU, then a head whose weight
-// is a Checkpoint of a parameter that the step makes once and every
+// LayerNorm, then a recomputed Linear and GELU, then a head whose weight
+// is a Recompute of a parameter that the step makes once and every
 // micro-batch reads (a tensor of the step's scope in each micro-batch's
 // graph), and CrossEntropy.
 type mbModel struct {
 	p                              *Program
 	w1, b1, lnw, lnb, w2, b2, head *Tensor
 	xs, ys                         []*Tensor
-	mlp, halve                     CheckpointFunc
+	mlp, halve                     RecomputeFunc
 	scopes                         []Scope   // one per micro-batch, kept across steps
 	losses                         []*Tensor // the micro-batches' losses, during a step
 	lossValues                     []float32
@@ -92,7 +92,7 @@ func (m *mbModel) free() {
 // loss is micro-batch mb's forward pass, with head as the head's weight.
 func (m *mbModel) loss(mb int, head *Tensor) *Tensor {
 	h := LayerNorm(GELU(Linear(m.xs[mb], m.w1, m.b1)), m.lnw, m.lnb, 1e-5)
-	h = m.p.Checkpoint(m.mlp, h)
+	h = m.p.Recompute(m.mlp, h)
 	return CrossEntropy(Linear(h, head, nil), m.ys[mb])
 }
 
@@ -103,7 +103,7 @@ func (m *mbModel) loss(mb int, head *Tensor) *Tensor {
 func (m *mbModel) sequentialStep() {
 	m.p.Step(func() {
 		for mb := range m.losses {
-			loss := m.loss(mb, m.p.Checkpoint(m.halve, m.head))
+			loss := m.loss(mb, m.p.Recompute(m.halve, m.head))
 			m.lossValues[mb] = loss.Item()
 			loss.Backward()
 		}
@@ -117,7 +117,7 @@ func (m *mbModel) sequentialStep() {
 func (m *mbModel) scopedStep(freeEach bool) {
 	p := m.p
 	p.Step(func() {
-		m.headWeight = p.Checkpoint(m.halve, m.head)
+		m.headWeight = p.Recompute(m.halve, m.head)
 		for _, sl := range m.order {
 			s := &m.scopes[sl.mb]
 			if sl.fwd {
@@ -254,7 +254,7 @@ func TestScopesInterleaved(t *testing.T) {
 	// A tensor of a freed scope panics, before and after the step ends.
 	var stale, leafGrad *Tensor
 	p.Step(func() {
-		m.headWeight = p.Checkpoint(m.halve, m.head)
+		m.headWeight = p.Recompute(m.halve, m.head)
 		for _, sl := range m.order {
 			s := &m.scopes[sl.mb]
 			if sl.fwd {
@@ -392,10 +392,10 @@ func TestScopeSemantics(t *testing.T) {
 	}
 }
 
-// TestScopeCheckpointNoGradBackward checks Backward and Checkpoint inside
+// TestScopeRecomputeNoGradBackward checks Backward and Recompute inside
 // In: a forward pass under NoGrad, and a Backward started inside a nested
 // step of a detached scope.
-func TestScopeCheckpointNoGradBackward(t *testing.T) {
+func TestScopeRecomputeNoGradBackward(t *testing.T) {
 	dev := cpuN(15)
 	p := mustProgram(t, dev)
 	start := MemStats(dev).Allocated
@@ -405,11 +405,11 @@ func TestScopeCheckpointNoGradBackward(t *testing.T) {
 	var s, e Scope
 	var y *Tensor
 	p.Step(func() {
-		p.In(&s, func() { y = p.Checkpoint(double, Mul(w, w)) })
+		p.In(&s, func() { y = p.Recompute(double, Mul(w, w)) })
 		p.In(&e, func() {
 			p.NoGrad(func() {
-				if p.Checkpoint(double, w).RequiresGrad() {
-					t.Error("a checkpoint under NoGrad requires grad")
+				if p.Recompute(double, w).RequiresGrad() {
+					t.Error("a recomputation under NoGrad requires grad")
 				}
 			})
 		})
@@ -418,7 +418,7 @@ func TestScopeCheckpointNoGradBackward(t *testing.T) {
 		s.Free()
 	})
 	if g := w.Grad.Float32s(); !equal32(g, []float32{4, 8, 12}) {
-		t.Errorf("gradient %v through a checkpoint in a scope", g)
+		t.Errorf("gradient %v through a recomputation in a scope", g)
 	}
 	ZeroGrad(w)
 	w.Free()
@@ -428,7 +428,7 @@ func TestScopeCheckpointNoGradBackward(t *testing.T) {
 }
 
 // TestScopeStepAllocations checks that a steady-state step of micro-batches
-// in detached scopes, with checkpoints, makes no Go heap allocations.
+// in detached scopes, with recomputations, makes no Go heap allocations.
 func TestScopeStepAllocations(t *testing.T) {
 	dev := cpuN(16)
 	p := mustProgram(t, dev)

@@ -47,7 +47,7 @@ func TestStepAllocations(t *testing.T) {
 				r.tel.end(true)
 			}
 			before := tensor.MemStats(tensor.CPU).Reserved
-			one := func() { // a step as the loop runs it, with telemetry, and a check point's read
+			one := func() { // a step as the loop runs it, with telemetry, and a read point's read
 				r.tel.begin(phH2D)
 				r.mustStep(step, 1e-3)
 				r.tel.end(true)

@@ -141,7 +141,7 @@ func settingsOf(rc RunConfig) []recorded {
 		{Flag: "--eval-interval", field: "EvalInterval", Value: itoa(c.EvalInterval), kind: perRank},
 		{Flag: "--eval-iters", field: "EvalIters", Value: itoa(c.EvalIters), kind: perRank},
 		{Flag: "--log-interval", field: "LogInterval", Value: itoa(c.LogInterval), kind: perRank},
-		// The intervals set the check points, where the ranks agree.
+		// The intervals set the read points, where the ranks agree.
 		{Flag: "--ckpt-interval", field: "CkptInterval", Value: itoa(c.CkptInterval), kind: perRank},
 		{Flag: "--bucket-mb", field: "BucketMB", Value: itoa(c.BucketMB), kind: perRank},
 		{Flag: "--dist-backend", field: "DistBackend", Value: orDefault(c.DistBackend, "auto"), kind: perRank},

@@ -53,8 +53,8 @@ func TestRunOnSimulatedGPU(t *testing.T) {
 
 // TestStepsReadNothingBack trains on sim:h200 and counts, with the
 // simulator, the host waits between the ends of consecutive steps: a step
-// that follows no check point (log line, evaluation, checkpoint) must not
-// make the host wait for the device at all; check points may.
+// that follows no read point (log line, evaluation, checkpoint) must not
+// make the host wait for the device at all; read points may.
 func TestStepsReadNothingBack(t *testing.T) {
 	for _, prec := range []string{"fp32", "bf16", "fp16"} { // fp16: its loss scaler decides on the device
 		c := tinyConfig(t)
@@ -77,7 +77,7 @@ func TestStepsReadNothingBack(t *testing.T) {
 			prev := done - 1
 			checked := prev%c.LogInterval == 0 || prev%c.EvalInterval == 0
 			if d := syncs[done] - syncs[prev]; !checked && d != 0 {
-				t.Errorf("%s: step %d made %d host waits after step %d, which is no check point", prec, done, d, prev)
+				t.Errorf("%s: step %d made %d host waits after step %d, which is no read point", prec, done, d, prev)
 			} else if !checked {
 				quiet++
 			}
@@ -89,7 +89,7 @@ func TestStepsReadNothingBack(t *testing.T) {
 }
 
 // TestBF16StepCastsNoWeight counts, on sim:h200, the casts to bf16 of a
-// bf16 training step that follows no check point: one per micro-step,
+// bf16 training step that follows no read point: one per micro-step,
 // the residual stream's after the embeddings, and none of a weight (the
 // products read the copies AdamW writes), while the activation kernels
 // run on bf16 storage.

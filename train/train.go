@@ -213,7 +213,7 @@ type run struct {
 	// stats are the step statistics on the device that computes the loss
 	// (tensor.NewStats): the loss summed since the last check and the
 	// first steps whose loss or gradients were not finite. The loop
-	// reads them only at check points (log lines, evaluations,
+	// reads them only at read points (log lines, evaluations,
 	// checkpoints, a stop), so that a step reads nothing back.
 	stats *tensor.Tensor
 	// lossSum is stats' first element (a view), statsHost where reads of
@@ -230,7 +230,7 @@ type run struct {
 	clipAcc, clipCoef *tensor.Tensor
 	// With fp16 on one device the loss scaler lives on the device too:
 	// scalerState (backend.ScalerStateLen elements; the host's scaler is
-	// its copy as of the last check point), seed the backward pass's seed
+	// its copy as of the last read point), seed the backward pass's seed
 	// (a view of it), lrs the learning-rate schedule it indexes; lrFill
 	// when there is no schedule (a Stepper), whose one entry each step
 	// sets to the rate it is given.
@@ -634,10 +634,10 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		if measured {
 			r.measured++
 		}
-		// A check point reads the step statistics and agrees on them
+		// A read point reads the step statistics and agrees on them
 		// with the other ranks: where the log, an evaluation or a
 		// checkpoint needs them, and where this process was asked to
-		// stop (a group agrees on stopping at its next check point).
+		// stop (a group agrees on stopping at its next read point).
 		stop := false
 		if r.ddp == nil {
 			select {
@@ -646,7 +646,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			default:
 			}
 		}
-		if stop || r.checkPoint(done) {
+		if stop || r.readPoint(done) {
 			var err error
 			if stop, err = r.agree(done, stop, &st); err != nil {
 				return err
@@ -677,7 +677,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 
 // stepStats gathers the steps' losses and times: a window since the last
 // log line, and the measured steps (after 5 warm-up steps) for the
-// summary's medians. The losses come in at check points, as sums over
+// summary's medians. The losses come in at read points, as sums over
 // the steps since the one before.
 type stepStats struct {
 	lossAcc, windowMs, windowWait float64
@@ -717,16 +717,16 @@ func (s *stepStats) summarize(sum *Summary) {
 	}
 }
 
-// checkPoint reports whether the loop reads the step statistics after
+// readPoint reports whether the loop reads the step statistics after
 // step done: where a log line, an evaluation (before the next step) or a
 // checkpoint needs them, and at the end. Steps between read nothing back.
-func (r *run) checkPoint(done int) bool {
+func (r *run) readPoint(done int) bool {
 	cfg := r.cfg
 	return done%cfg.LogInterval == 0 || done == cfg.MaxIters || done%cfg.EvalInterval == 0 ||
 		(cfg.CkptInterval > 0 && done%cfg.CkptInterval == 0)
 }
 
-// agree ends a check point for the group: it reads the step statistics,
+// agree ends a read point for the group: it reads the step statistics,
 // and every rank learns whether any was asked to stop (a signal) and
 // whether any loss or gradients were not finite, so the ranks stop after
 // the same step, and a diverged run stops, naming the first bad step,
@@ -833,7 +833,7 @@ func (r *run) checkpointAfter(done int, stop bool, best float64) error {
 }
 
 // diverged is the error of a run whose loss or gradients were not finite
-// (on nBad ranks of a group), found at the check point after step done:
+// (on nBad ranks of a group), found at the read point after step done:
 // it names the first such step of this rank (badLoss, badGrads: 0 for
 // none), and nothing after the step before it was saved.
 func (r *run) diverged(done, badLoss, badGrads, nBad int) error {
@@ -1157,7 +1157,7 @@ func (r *run) openLRs() {
 
 // readScaler copies the device's scaler state into the host's scaler, and
 // AdamW's step count (the updates taken) into the optimizer, after done
-// steps: at check points, for the log, telemetry and checkpoints.
+// steps: at read points, for the log, telemetry and checkpoints.
 func (r *run) readScaler(done int) {
 	var st [backend.ScalerStateLen]float32
 	r.scalerState.ReadFloat32s(st[:])
@@ -1166,7 +1166,7 @@ func (r *run) readScaler(done int) {
 	r.opt.Steps = done - s.Skipped
 }
 
-// readStats reads the step statistics (a host wait, at check points
+// readStats reads the step statistics (a host wait, at read points
 // only) and restarts the loss sum: the mean loss of the steps since the
 // last read, and the first steps whose loss and whose gradients were not
 // finite (0: none).

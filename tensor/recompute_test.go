@@ -16,28 +16,28 @@ func mlpRef(x, w, b []float64, rows, k, n int) []float64 {
 	return ref.GELU(h)
 }
 
-// TestCheckpointGradients checks Checkpoint's gradients against float64
+// TestRecomputeGradients checks Recompute's gradients against float64
 // finite differences: for inputs passed to the function, for leaves the
-// closure captures, for an input used twice and for a checkpoint nested in
+// closure captures, for an input used twice and for a recomputation nested in
 // another.
-func TestCheckpointGradients(t *testing.T) {
+func TestRecomputeGradients(t *testing.T) {
 	cases := []gradCase{
-		{name: "checkpoint_mlp_layernorm", shapes: [][]int{{2, 3, 5}, {5, 7}, {7}, {7}},
+		{name: "recompute_mlp_layernorm", shapes: [][]int{{2, 3, 5}, {5, 7}, {7}, {7}},
 			fwd: func(in []*Tensor) *Tensor {
 				// in[1] and in[2] are read through the closure, in[3] passed.
-				return Checkpoint(func(a ...*Tensor) *Tensor {
+				return Recompute(func(a ...*Tensor) *Tensor {
 					return LayerNorm(GELU(Linear(a[0], in[1], in[2])), a[1], nil, 1e-5)
 				}, in[0], in[3])
 			},
 			refFwd: func(in [][]float64) []float64 {
 				return ref.LayerNorm(mlpRef(in[0], in[1], in[2], 6, 5, 7), in[3], nil, 6, 7, 1e-5)
 			}},
-		{name: "checkpoint_input_twice_and_outside", shapes: [][]int{{4, 3}, {3, 3}},
+		{name: "recompute_input_twice_and_outside", shapes: [][]int{{4, 3}, {3, 3}},
 			fwd: func(in []*Tensor) *Tensor {
-				y := Checkpoint(func(a ...*Tensor) *Tensor {
+				y := Recompute(func(a ...*Tensor) *Tensor {
 					return Add(Mul(a[0], a[0]), MatMul(a[0], in[1]))
 				}, in[0])
-				return Mul(y, in[0]) // in[0] is used outside the checkpoint too
+				return Mul(y, in[0]) // in[0] is used outside the recomputation too
 			},
 			refFwd: func(in [][]float64) []float64 {
 				xw := make([]float64, 12)
@@ -48,10 +48,10 @@ func TestCheckpointGradients(t *testing.T) {
 				}
 				return out
 			}},
-		{name: "checkpoint_nested", shapes: [][]int{{3, 4}, {4, 4}, {4, 4}},
+		{name: "recompute_nested", shapes: [][]int{{3, 4}, {4, 4}, {4, 4}},
 			fwd: func(in []*Tensor) *Tensor {
-				return Checkpoint(func(a ...*Tensor) *Tensor {
-					h := Checkpoint(func(b ...*Tensor) *Tensor { return GELU(MatMul(b[0], in[1])) }, a[0])
+				return Recompute(func(a ...*Tensor) *Tensor {
+					h := Recompute(func(b ...*Tensor) *Tensor { return GELU(MatMul(b[0], in[1])) }, a[0])
 					return Add(MatMul(h, a[1]), h)
 				}, in[0], in[2])
 			},
@@ -64,9 +64,9 @@ func TestCheckpointGradients(t *testing.T) {
 				}
 				return out
 			}},
-		{name: "checkpoint_identity", shapes: [][]int{{5}},
+		{name: "recompute_identity", shapes: [][]int{{5}},
 			fwd: func(in []*Tensor) *Tensor {
-				return Scale(Checkpoint(func(a ...*Tensor) *Tensor { return a[0] }, in[0]), 3)
+				return Scale(Recompute(func(a ...*Tensor) *Tensor { return a[0] }, in[0]), 3)
 			},
 			refFwd: func(in [][]float64) []float64 {
 				return zipWith(in[0], in[0], func(a, _ float64) float64 { return 3 * a })
@@ -77,11 +77,11 @@ func TestCheckpointGradients(t *testing.T) {
 	}
 }
 
-// TestCheckpointMatchesPlain compares, bit for bit, the gradients of a
+// TestRecomputeMatchesPlain compares, bit for bit, the gradients of a
 // function with dropout under BF16 autocast run directly and under
-// CheckpointRNG, and checks that the dropout stream is left where the
+// RecomputeRNG, and checks that the dropout stream is left where the
 // forward pass left it.
-func TestCheckpointMatchesPlain(t *testing.T) {
+func TestRecomputeMatchesPlain(t *testing.T) {
 	r := NewRNG(3)
 	var x, w1, w2 *Tensor
 	Persist(func() {
@@ -94,13 +94,13 @@ func TestCheckpointMatchesPlain(t *testing.T) {
 		h := Dropout(GELU(Linear(a[0], w1, nil)), 0.3, drop)
 		return Add(a[0], Dropout(Linear(h, w2, nil), 0.3, drop))
 	}
-	run := func(checkpointed bool) (grads [][]float32, after DropoutStream) {
+	run := func(recomputed bool) (grads [][]float32, after DropoutStream) {
 		*drop = DropoutStream{Key: 11, Row0: 3}
 		Step(func() {
 			var y *Tensor
 			Autocast(BF16, func() {
-				if checkpointed {
-					y = CheckpointRNG(drop, fn, x)
+				if recomputed {
+					y = RecomputeRNG(drop, fn, x)
 				} else {
 					y = fn(x)
 				}
@@ -117,21 +117,21 @@ func TestCheckpointMatchesPlain(t *testing.T) {
 	plain, plainAfter := run(false)
 	ck, ckAfter := run(true)
 	if plainAfter != ckAfter || *drop != plainAfter || plainAfter.Site != 2 {
-		t.Fatalf("dropout stream at %+v after the plain forward, %+v after the checkpointed one, %+v after its backward", plainAfter, ckAfter, *drop)
+		t.Fatalf("dropout stream at %+v after the plain forward, %+v after the recomputed one, %+v after its backward", plainAfter, ckAfter, *drop)
 	}
 	for i := range plain {
 		for j := range plain[i] {
 			if math.Float32bits(plain[i][j]) != math.Float32bits(ck[i][j]) {
-				t.Fatalf("gradient %d[%d]: %v plain, %v checkpointed", i, j, plain[i][j], ck[i][j])
+				t.Fatalf("gradient %d[%d]: %v plain, %v recomputed", i, j, plain[i][j], ck[i][j])
 			}
 		}
 	}
 }
 
-// TestCheckpointFreesInside checks that the forward pass keeps only the
-// result: the pool holds less after a checkpointed forward pass than after
+// TestRecomputeFreesInside checks that the forward pass keeps only the
+// result: the pool holds less after a recomputed forward pass than after
 // a plain one, and the same after both once the step ends.
-func TestCheckpointFreesInside(t *testing.T) {
+func TestRecomputeFreesInside(t *testing.T) {
 	r := NewRNG(4)
 	var x, w *Tensor
 	Persist(func() {
@@ -140,11 +140,11 @@ func TestCheckpointFreesInside(t *testing.T) {
 	})
 	fn := func(a ...*Tensor) *Tensor { return Sum(GELU(GELU(Linear(a[0], w, nil)))) }
 	base := MemStats(CPU).Allocated
-	held := func(checkpointed bool) (during int64) {
+	held := func(recomputed bool) (during int64) {
 		Step(func() {
 			var y *Tensor
-			if checkpointed {
-				y = Checkpoint(fn, x)
+			if recomputed {
+				y = Recompute(fn, x)
 			} else {
 				y = fn(x)
 			}
@@ -155,22 +155,22 @@ func TestCheckpointFreesInside(t *testing.T) {
 		return during
 	}
 	plain, ck := held(false), held(true)
-	t.Logf("held after the forward pass: %d bytes plain, %d checkpointed", plain, ck)
+	t.Logf("held after the forward pass: %d bytes plain, %d recomputed", plain, ck)
 	if ck >= plain || ck > 64 {
-		t.Errorf("a checkpointed forward pass holds %d bytes, a plain one %d; want only the result's", ck, plain)
+		t.Errorf("a recomputed forward pass holds %d bytes, a plain one %d; want only the result's", ck, plain)
 	}
 	if after := MemStats(CPU).Allocated; after != base {
 		t.Errorf("%d bytes allocated after the steps, %d before", after, base)
 	}
 }
 
-// TestCheckpointNoGrad checks that with recording off Checkpoint returns
+// TestRecomputeNoGrad checks that with recording off Recompute returns
 // fn's result, alive after fn's other tensors are freed.
-func TestCheckpointNoGrad(t *testing.T) {
+func TestRecomputeNoGrad(t *testing.T) {
 	NoGrad(func() {
 		Step(func() {
 			x := FromFloat32s(CPU, []float32{1, -2, 3}, 3).SetRequiresGrad(true)
-			y := Checkpoint(func(a ...*Tensor) *Tensor { return Scale(Add(a[0], a[0]), 0.5) }, x)
+			y := Recompute(func(a ...*Tensor) *Tensor { return Scale(Add(a[0], a[0]), 0.5) }, x)
 			if y.RequiresGrad() {
 				t.Error("a result made with recording off requires grad")
 			}
@@ -184,25 +184,25 @@ func TestCheckpointNoGrad(t *testing.T) {
 	})
 }
 
-// TestCheckpointMisuse checks the errors for functions Checkpoint cannot
+// TestRecomputeMisuse checks the errors for functions Recompute cannot
 // recompute faithfully.
-func TestCheckpointMisuse(t *testing.T) {
+func TestRecomputeMisuse(t *testing.T) {
 	for _, c := range []struct {
 		name, want string
 		run        func(x, w *Tensor)
 	}{
 		{"reads a non-leaf made outside", "outside it; pass it as an input", func(x, w *Tensor) {
 			h := Scale(w, 2)
-			Checkpoint(func(a ...*Tensor) *Tensor { return Mul(a[0], h) }, x)
+			Recompute(func(a ...*Tensor) *Tensor { return Mul(a[0], h) }, x)
 		}},
 		{"makes a leaf", "made a tensor that requires grad", func(x, _ *Tensor) {
-			Checkpoint(func(a ...*Tensor) *Tensor {
+			Recompute(func(a ...*Tensor) *Tensor {
 				return Mul(a[0], Ones(CPU, 4).SetRequiresGrad(true))
 			}, x)
 		}},
 		{"changes its graph", "must build the same graph", func(x, w *Tensor) {
 			calls := 0
-			y := Checkpoint(func(a ...*Tensor) *Tensor {
+			y := Recompute(func(a ...*Tensor) *Tensor {
 				calls++
 				if calls == 1 {
 					return Scale(a[0], 2)
@@ -230,7 +230,7 @@ func TestCheckpointMisuse(t *testing.T) {
 }
 
 // TestGradReadyHook checks that each leaf is reported once per Backward,
-// after its last use (a leaf used both inside and outside a checkpoint
+// after its last use (a leaf used both inside and outside a recomputation
 // too), with the gradient it ends the Backward with, and that a leaf's
 // report follows the reports of leaves used only after it.
 func TestGradReadyHook(t *testing.T) {
@@ -243,7 +243,7 @@ func TestGradReadyHook(t *testing.T) {
 		w3 = Randn(CPU, r, 1, 4, 4).SetRequiresGrad(true)
 	})
 	names := map[*Tensor]string{x: "x", w1: "w1", w2: "w2", w3: "w3"}
-	for _, checkpointed := range []bool{false, true} {
+	for _, recomputed := range []bool{false, true} {
 		var order []string
 		seen := map[string][]float32{}
 		prev := SetGradReadyHook(func(leaf *Tensor) {
@@ -256,15 +256,15 @@ func TestGradReadyHook(t *testing.T) {
 			Step(func() {
 				h := MatMul(x, w1)
 				block := func(a ...*Tensor) *Tensor { return GELU(MatMul(GELU(MatMul(a[0], w2)), w1)) }
-				if checkpointed {
-					h = Checkpoint(block, h)
+				if recomputed {
+					h = Recompute(block, h)
 				} else {
 					h = block(h)
 				}
 				Sum(MatMul(h, w3)).Backward()
 			})
 			if got := strings.Join(order, " "); got != "w3 w2 w1 x" {
-				t.Errorf("checkpointed=%v: leaves reported in order %q, want \"w3 w2 w1 x\"", checkpointed, got)
+				t.Errorf("recomputed=%v: leaves reported in order %q, want \"w3 w2 w1 x\"", recomputed, got)
 			}
 			for n, g := range seen {
 				var leaf *Tensor
@@ -274,7 +274,7 @@ func TestGradReadyHook(t *testing.T) {
 					}
 				}
 				if !testenv.SameBits(g, leaf.Grad.Float32s()) {
-					t.Errorf("checkpointed=%v: %s's gradient changed after it was reported", checkpointed, n)
+					t.Errorf("recomputed=%v: %s's gradient changed after it was reported", recomputed, n)
 				}
 			}
 		}
@@ -283,10 +283,10 @@ func TestGradReadyHook(t *testing.T) {
 	}
 }
 
-// TestCheckpointKeepsQuarantine checks that the header of a tensor of the
-// previous step is not recycled during a step whose checkpoints end many
+// TestRecomputeKeepsQuarantine checks that the header of a tensor of the
+// previous step is not recycled during a step whose recomputations end many
 // nested scopes, so using that tensor still panics as freed.
-func TestCheckpointKeepsQuarantine(t *testing.T) {
+func TestRecomputeKeepsQuarantine(t *testing.T) {
 	var x *Tensor
 	Persist(func() { x = FromFloat32s(CPU, []float32{1, 2, 3}, 3).SetRequiresGrad(true) })
 	var stale *Tensor
@@ -294,7 +294,7 @@ func TestCheckpointKeepsQuarantine(t *testing.T) {
 	Step(func() {
 		y := x
 		for range 4 {
-			y = Checkpoint(func(a ...*Tensor) *Tensor { return GELU(Scale(Add(a[0], a[0]), 0.5)) }, y)
+			y = Recompute(func(a ...*Tensor) *Tensor { return GELU(Scale(Add(a[0], a[0]), 0.5)) }, y)
 		}
 		Sum(y).Backward()
 		for range 1000 { // tensors made now take every recycled header

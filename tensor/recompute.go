@@ -2,14 +2,14 @@ package tensor
 
 import "fmt"
 
-// CheckpointFunc is a function of tensors that Checkpoint runs twice: once
+// RecomputeFunc is a function of tensors that Recompute runs twice: once
 // in the forward pass and again, from the same inputs, in the backward
 // pass. It must build the same graph both times: the same ops, reading the
 // same parameters, drawing dropout masks only from the RNG given to
-// CheckpointRNG. It must not make tensors that require grad.
-type CheckpointFunc func(in ...*Tensor) *Tensor
+// RecomputeRNG. It must not make tensors that require grad.
+type RecomputeFunc func(in ...*Tensor) *Tensor
 
-// Checkpoint returns fn(inputs...) without keeping what fn makes on the
+// Recompute returns fn(inputs...) without keeping what fn makes on the
 // way (activation recomputation, or gradient checkpointing): the forward
 // pass runs fn in a scope of its own and keeps only its result and a
 // reference to the inputs. When Backward reaches the result, fn runs again
@@ -19,65 +19,65 @@ type CheckpointFunc func(in ...*Tensor) *Tensor
 // captured by the closure or passed as inputs) are added into their Grad
 // as if fn had been recorded directly. The recomputation and its gradients
 // are freed before the backward pass moves on, so the memory of a step
-// holds the results of the checkpointed functions instead of everything
+// holds the results of the recomputed functions instead of everything
 // inside them, at the cost of running each fn twice.
 //
 // With recording off (NoGrad, evaluation) it is fn(inputs...), except that
 // the tensors fn makes besides its result are freed when it returns.
-// Use CheckpointRNG when fn draws dropout masks.
+// Use RecomputeRNG when fn draws dropout masks.
 //
 // Like an op, it runs in the program of its inputs' device (the default
-// program when there are none: use Program.Checkpoint then).
-func Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
-	return CheckpointRNG(nil, fn, inputs...)
+// program when there are none: use Program.Recompute then).
+func Recompute(fn RecomputeFunc, inputs ...*Tensor) *Tensor {
+	return RecomputeRNG(nil, fn, inputs...)
 }
 
-// CheckpointRNG is Checkpoint for a function whose dropout ops take their
+// RecomputeRNG is Recompute for a function whose dropout ops take their
 // masks from r: r before the forward pass is saved and set again for the
 // recomputation, so it draws the same masks, and r is put back afterwards.
 // r may be nil.
-func CheckpointRNG(r *DropoutStream, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+func RecomputeRNG(r *DropoutStream, fn RecomputeFunc, inputs ...*Tensor) *Tensor {
 	p := defaultProgram
 	if len(inputs) > 0 && inputs[0] != nil {
 		p = ProgramOf(inputs[0].dev)
 	}
-	return p.CheckpointRNG(r, fn, inputs...)
+	return p.RecomputeRNG(r, fn, inputs...)
 }
 
-// Checkpoint is the package-level Checkpoint run in p, whose devices the
+// Recompute is the package-level Recompute run in p, whose devices the
 // inputs and the result must be on.
-func (p *Program) Checkpoint(fn CheckpointFunc, inputs ...*Tensor) *Tensor {
-	return p.CheckpointRNG(nil, fn, inputs...)
+func (p *Program) Recompute(fn RecomputeFunc, inputs ...*Tensor) *Tensor {
+	return p.RecomputeRNG(nil, fn, inputs...)
 }
 
-// CheckpointRNG is the package-level CheckpointRNG run in p, whose devices
+// RecomputeRNG is the package-level RecomputeRNG run in p, whose devices
 // the inputs and the result must be on.
-func (p *Program) CheckpointRNG(r *DropoutStream, fn CheckpointFunc, inputs ...*Tensor) *Tensor {
+func (p *Program) RecomputeRNG(r *DropoutStream, fn RecomputeFunc, inputs ...*Tensor) *Tensor {
 	if fn == nil {
-		panic(&Error{Op: "checkpoint", Msg: "nil function"})
+		panic(&Error{Op: "recompute", Msg: "nil function"})
 	}
 	for _, in := range inputs {
 		if in == nil {
-			panic(&Error{Op: "checkpoint", Msg: "nil input"})
+			panic(&Error{Op: "recompute", Msg: "nil input"})
 		}
 		p.checkDriven(in)
 	}
-	c := p.newCkpt(fn, r, inputs)
+	c := p.newRecomp(fn, r, inputs)
 	out, needGrad := c.forward(p)
 	if !needGrad {
-		p.releaseCkpt(c)
+		p.releaseRecomp(c)
 		return out
 	}
-	out.nd = node{op: "checkpoint", back: checkpointBackward, ck: c}
+	out.nd = node{op: "recompute", back: recomputeBackward, ck: c}
 	out.node = &out.nd
 	out.requiresGrad = true
 	return out
 }
 
-// ckpt is what a checkpoint node needs to run its function again. Records
+// recomp is what a recompute node needs to run its function again. Records
 // are pooled, so a steady-state step allocates none.
-type ckpt struct {
-	fn     CheckpointFunc
+type recomp struct {
+	fn     RecomputeFunc
 	rng    *DropoutStream
 	state  DropoutStream // rng before the forward pass
 	cast   DType         // the autocast policy of the forward pass
@@ -88,23 +88,23 @@ type ckpt struct {
 	keep   []**Tensor
 }
 
-// checkDriven panics unless t is on a device p drives: a checkpoint's
+// checkDriven panics unless t is on a device p drives: a recomputation's
 // scopes, and the walks over its graph, are p's.
 func (p *Program) checkDriven(t *Tensor) {
 	if q := ProgramOf(t.dev); q != p {
-		panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("a tensor on %v, driven by %v, in a checkpoint run in %v", t.dev, q, p), Operands: []*Tensor{t}})
+		panic(&Error{Op: "recompute", Msg: fmt.Sprintf("a tensor on %v, driven by %v, in a recomputation run in %v", t.dev, q, p), Operands: []*Tensor{t}})
 	}
 }
 
-// newCkpt takes a record from p's pool (Program.ckptPool).
-func (p *Program) newCkpt(fn CheckpointFunc, r *DropoutStream, inputs []*Tensor) *ckpt {
-	var c *ckpt
-	if n := len(p.ckptPool); n > 0 {
-		c = p.ckptPool[n-1]
-		p.ckptPool[n-1] = nil
-		p.ckptPool = p.ckptPool[:n-1]
+// newRecomp takes a record from p's pool (Program.recompPool).
+func (p *Program) newRecomp(fn RecomputeFunc, r *DropoutStream, inputs []*Tensor) *recomp {
+	var c *recomp
+	if n := len(p.recompPool); n > 0 {
+		c = p.recompPool[n-1]
+		p.recompPool[n-1] = nil
+		p.recompPool = p.recompPool[:n-1]
 	} else {
-		c = new(ckpt)
+		c = new(recomp)
 	}
 	c.fn, c.rng, c.cast = fn, r, p.autocast
 	if r != nil {
@@ -114,9 +114,9 @@ func (p *Program) newCkpt(fn CheckpointFunc, r *DropoutStream, inputs []*Tensor)
 	return c
 }
 
-// releaseCkpt returns c to the pool of p, the program running, dropping its
+// releaseRecomp returns c to the pool of p, the program running, dropping its
 // references.
-func (p *Program) releaseCkpt(c *ckpt) {
+func (p *Program) releaseRecomp(c *recomp) {
 	c.fn, c.rng = nil, nil
 	c.inputs = emptied(c.inputs)
 	c.args = emptied(c.args)
@@ -124,7 +124,7 @@ func (p *Program) releaseCkpt(c *ckpt) {
 	c.grads = emptied(c.grads)
 	clear(c.keep)
 	c.keep = c.keep[:0]
-	p.ckptPool = append(p.ckptPool, c)
+	p.recompPool = append(p.recompPool, c)
 }
 
 // emptied clears s and returns it with length 0, keeping its capacity.
@@ -136,7 +136,7 @@ func emptied(s []*Tensor) []*Tensor {
 // setArgs points c.args at views of the inputs, made in the current scope,
 // that are leaves of the graph fn builds (requiring grad where the input
 // does): the recorded graph stops at them.
-func (c *ckpt) setArgs() {
+func (c *recomp) setArgs() {
 	c.args = c.args[:0]
 	for _, in := range c.inputs {
 		a := in.Detach()
@@ -148,7 +148,7 @@ func (c *ckpt) setArgs() {
 // forward runs fn in a scope of p's own and returns its result, handed
 // over to the enclosing scope, and whether it needs a gradient. When it
 // does, c.leaves lists the leaves fn read.
-func (c *ckpt) forward(p *Program) (out *Tensor, needGrad bool) {
+func (c *recomp) forward(p *Program) (out *Tensor, needGrad bool) {
 	s := p.pushScope()
 	defer func() {
 		keep := [1]**Tensor{&out}
@@ -161,7 +161,7 @@ func (c *ckpt) forward(p *Program) (out *Tensor, needGrad bool) {
 	c.setArgs()
 	out = c.fn(c.args...)
 	if out == nil {
-		panic(&Error{Op: "checkpoint", Msg: "the function returned nil"})
+		panic(&Error{Op: "recompute", Msg: "the function returned nil"})
 	}
 	p.checkDriven(out)
 	if !out.requiresGrad {
@@ -172,9 +172,9 @@ func (c *ckpt) forward(p *Program) (out *Tensor, needGrad bool) {
 
 // findLeaves lists in c.leaves the leaves requiring grad that the graph of
 // out, made in p's scope s, reads besides c.args, and returns out or, when
-// out was not made in s (and so cannot carry the checkpoint node), a view
+// out was not made in s (and so cannot carry the recompute node), a view
 // of it made there.
-func (c *ckpt) findLeaves(p *Program, s *Scope, out *Tensor) *Tensor {
+func (c *recomp) findLeaves(p *Program, s *Scope, out *Tensor) *Tensor {
 	w := p.acquireWalk()
 	defer p.releaseWalk()
 	order := topoSort(p, w, out)
@@ -187,9 +187,9 @@ func (c *ckpt) findLeaves(p *Program, s *Scope, out *Tensor) *Tensor {
 		switch {
 		case c.isArg(v):
 		case v.visited != inScope && v.node != nil:
-			panic(&Error{Op: "checkpoint", Msg: fmt.Sprintf("the function reads a tensor made by %s outside it; pass it as an input", v.node.op), Operands: []*Tensor{v}})
+			panic(&Error{Op: "recompute", Msg: fmt.Sprintf("the function reads a tensor made by %s outside it; pass it as an input", v.node.op), Operands: []*Tensor{v}})
 		case v.node == nil && v.visited == inScope:
-			panic(&Error{Op: "checkpoint", Msg: "the function made a tensor that requires grad", Operands: []*Tensor{v}})
+			panic(&Error{Op: "recompute", Msg: "the function made a tensor that requires grad", Operands: []*Tensor{v}})
 		case v.node == nil:
 			c.leaves = append(c.leaves, v)
 		}
@@ -200,7 +200,7 @@ func (c *ckpt) findLeaves(p *Program, s *Scope, out *Tensor) *Tensor {
 	return out
 }
 
-func (c *ckpt) isArg(t *Tensor) bool {
+func (c *recomp) isArg(t *Tensor) bool {
 	for _, a := range c.args {
 		if a == t {
 			return true
@@ -211,7 +211,7 @@ func (c *ckpt) isArg(t *Tensor) bool {
 
 // checkLeaf panics unless the recomputation's leaf v is one the forward
 // pass found: the enclosing walk reaches only those.
-func (c *ckpt) checkLeaf(v *Tensor) {
+func (c *recomp) checkLeaf(v *Tensor) {
 	if c.isArg(v) {
 		return
 	}
@@ -220,17 +220,17 @@ func (c *ckpt) checkLeaf(v *Tensor) {
 			return
 		}
 	}
-	panic(&Error{Op: "checkpoint", Msg: "the recomputation read a tensor requiring grad that the forward pass did not; the function must build the same graph every time", Operands: []*Tensor{v}})
+	panic(&Error{Op: "recompute", Msg: "the recomputation read a tensor requiring grad that the forward pass did not; the function must build the same graph every time", Operands: []*Tensor{v}})
 }
 
-// checkpointBackward recomputes the checkpoint's function and
+// recomputeBackward recomputes the recomputation's function and
 // differentiates it. The leaves' gradients stay in their pending for the
 // enclosing walk, which reaches them next through the node's edges.
 //
 // The record stays on the node, which may be differentiated again when the
 // walk keeps it (see backward); the walk that releases the node releases
 // the record.
-func checkpointBackward(n *node, g *Tensor) {
+func recomputeBackward(n *node, g *Tensor) {
 	p := ProgramOf(g.dev) // the program of the Backward, g being on the node's device
 	c := n.ck
 	c.recompute(p, g)
@@ -244,7 +244,7 @@ func checkpointBackward(n *node, g *Tensor) {
 // recompute runs fn again in a scope of p's own, in the state of the
 // forward pass, and differentiates it from g; what it keeps (c.grads and
 // the leaves' pending gradients) is handed over to the enclosing scope.
-func (c *ckpt) recompute(p *Program, g *Tensor) {
+func (c *recomp) recompute(p *Program, g *Tensor) {
 	prevGrad, prevCast := p.gradEnabled, p.autocast
 	var prevState DropoutStream
 	if c.rng != nil {
@@ -273,10 +273,10 @@ func (c *ckpt) recompute(p *Program, g *Tensor) {
 	out := c.fn(c.args...)
 	p.gradEnabled, p.autocast = false, prevCast
 	if out == nil || !out.requiresGrad {
-		panic(&Error{Op: "checkpoint", Msg: "the recomputation does not require grad; the function must build the same graph every time"})
+		panic(&Error{Op: "recompute", Msg: "the recomputation does not require grad; the function must build the same graph every time"})
 	}
-	sameShape("checkpoint", out, g)
-	check("checkpoint", out, g)
+	sameShape("recompute", out, g)
+	check("recompute", out, g)
 	backward(p, out, g, c)
 	for _, a := range c.args {
 		c.grads = append(c.grads, a.pending)
