@@ -18,6 +18,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Result is the timing of full training steps (forward, backward,
@@ -66,26 +67,21 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 	if steps <= 0 || warmup < 0 {
 		return Result{}, setting.Errorf("{Steps} must be positive and {Warmup} not negative")
 	}
-	var place train.Placement
-	var err error
-	if cfg.Placement != nil {
-		place = *cfg.Placement
-	} else if place, err = cfg.Place(); err != nil {
-		return Result{}, err
-	}
-	dev := place.Device
-	if cfg.BatchAuto {
-		ab, err := train.ChooseBatch(cfg, vocab, dev, io.Discard)
-		if err != nil {
-			return Result{}, err
-		}
-		cfg.BatchSize, cfg.BatchAuto = ab.Batch, false
-	}
-	plan, err := cfg.PlanBatch()
+	plan, err := config.Resolve(cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	cfg.GradAccum = plan.Accum
+	dev := plan.Place.Device
+	if plan.Config.BatchAuto {
+		ab, err := train.ChooseBatch(plan.Config, vocab, dev, io.Discard)
+		if err != nil {
+			return Result{}, err
+		}
+		if plan, err = plan.WithBatch(ab.Batch); err != nil {
+			return Result{}, err
+		}
+	}
+	cfg = plan.Config
 	// The peak is this benchmark's: counted from the memory held when it
 	// starts (another benchmark's model, in the same process).
 	tensor.ResetPeakMemory(dev)
@@ -154,7 +150,7 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Micro, Accum: plan.Accum, TokensPerStep: r.TokensPerStep(),
+	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Batch.Micro, Accum: plan.Batch.Accum, TokensPerStep: r.TokensPerStep(),
 		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	if b, err := backend.Get(dev); err == nil && simDev == nil { // a simulator's host time is no device's

@@ -2,12 +2,14 @@ package lab
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/units"
 	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetml/fleet/internal/units"
+	"github.com/fleetml/fleet/train/config"
 
 	"github.com/fleetml/fleet/backend"
 	cpubackend "github.com/fleetml/fleet/backend/cpu"
@@ -45,12 +47,12 @@ type MatMul struct {
 
 // MatMulPoint is one size and operand dtype; products accumulate in f32.
 type MatMulPoint struct {
-	N          int     `json:"n"`
-	DType      string  `json:"dtype"` // fp32 or bf16
-	Ms         float64 `json:"ms"`    // per product, the best of several trials
-	TFLOPs     float64 `json:"tflops"`
-	PeakTFLOPs float64 `json:"peak_tflops,omitempty"` // 0: unknown
-	OfPeak     float64 `json:"of_peak,omitempty"`     // TFLOPs / PeakTFLOPs
+	N          int              `json:"n"`
+	DType      config.Precision `json:"dtype"` // fp32 or bf16
+	Ms         float64          `json:"ms"`    // per product, the best of several trials
+	TFLOPs     float64          `json:"tflops"`
+	PeakTFLOPs float64          `json:"peak_tflops,omitempty"` // 0: unknown
+	OfPeak     float64          `json:"of_peak,omitempty"`     // TFLOPs / PeakTFLOPs
 }
 
 // Copy is experiment 3: host-to-device copies from ordinary (pageable)
@@ -126,7 +128,7 @@ func randomF32(be backend.Backend, dt backend.DType, n int, seed uint64) backend
 
 func vectorAdd(dev tensor.Device, be backend.Backend, o Options) (VecAdd, error) {
 	var v VecAdd
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		v.L2Bytes, v.LLCBytes = cacheSizes()
 	}
 	limit := o.MaxBytes
@@ -207,14 +209,14 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 	var m MatMul
 	w := o.Log
 	sizes := []int{256, 512, 1024, 2048, 4096}
-	peak := map[string]float64{}
+	peak := map[config.Precision]float64{}
 	// On the CPU the FMA peak is measured between the products and the
 	// best figure kept, so that a burst of other work on the machine
 	// does not set the bar.
 	var cpuGFLOPs float64
 	var width int
 	remeasure := func() {}
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		sizes = []int{128, 256, 512, 1024}
 		if o.Quick {
 			sizes = []int{128, 256, 512}
@@ -229,14 +231,14 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 			PeakTFLOPs(backend.DType) (float64, bool)
 		}); ok {
 			if t, ok := p.PeakTFLOPs(backend.F32); ok {
-				peak["fp32"] = t
+				peak[config.FP32] = t
 			}
 			if t, ok := p.PeakTFLOPs(backend.BF16); ok {
-				peak["bf16"] = t
+				peak[config.BF16] = t
 			}
 		}
 		if len(peak) > 0 {
-			m.PeakNote = fmt.Sprintf("data-sheet dense peaks: fp32 %.1f, bf16 %.1f TFLOP/s (tensor cores)", peak["fp32"], peak["bf16"])
+			m.PeakNote = fmt.Sprintf("data-sheet dense peaks: fp32 %.1f, bf16 %.1f TFLOP/s (tensor cores)", peak[config.FP32], peak[config.BF16])
 		} else {
 			m.PeakNote = "this GPU is not in the table of data-sheet peaks"
 		}
@@ -249,7 +251,7 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 		target, trials = 50*time.Millisecond, 3
 	}
 	for _, dt := range []backend.DType{backend.F32, backend.BF16} {
-		name := map[backend.DType]string{backend.F32: "fp32", backend.BF16: "bf16"}[dt]
+		name := map[backend.DType]config.Precision{backend.F32: config.FP32, backend.BF16: config.BF16}[dt]
 		for _, n := range sizes {
 			remeasure()
 			var p MatMulPoint
@@ -281,16 +283,16 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 	if len(m.Points) == 0 {
 		return m, fmt.Errorf("no product fits in memory")
 	}
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		remeasure()
-		peak["fp32"] = cpuGFLOPs / 1e3
+		peak[config.FP32] = cpuGFLOPs / 1e3
 		m.PeakNote = fmt.Sprintf("fp32 peak %.1f GFLOP/s measured (the best of runs between the products: %d threads x 12 independent FMA chains on %d-float vectors)",
 			cpuGFLOPs, threads(be), width)
 		if cpu.X86.HasAVX512BF16 {
-			peak["bf16"] = 2 * cpuGFLOPs / 1e3
+			peak[config.BF16] = 2 * cpuGFLOPs / 1e3
 			m.PeakNote += "; bf16 peak taken as twice that: AVX512-BF16's VDPBF16PS does two products per lane"
 		} else {
-			peak["bf16"] = cpuGFLOPs / 1e3
+			peak[config.BF16] = cpuGFLOPs / 1e3
 			m.PeakNote += "; no AVX512-BF16 here, so bf16 products are widened to f32 and share the fp32 peak"
 		}
 	}
@@ -324,7 +326,7 @@ func cpuPeak(be backend.Backend, d time.Duration) (gflops float64, width int) {
 func matMulSummary(m MatMul) string {
 	var small, best MatMulPoint
 	for _, p := range m.Points {
-		if p.DType != "fp32" {
+		if p.DType != config.FP32 {
 			continue
 		}
 		if small.N == 0 || p.N < small.N {
@@ -342,7 +344,7 @@ func matMulSummary(m MatMul) string {
 		s += fmt.Sprintf(", against %.3f at n=%d", small.TFLOPs, small.N)
 	}
 	for _, p := range m.Points {
-		if p.DType == "bf16" && p.N == best.N {
+		if p.DType == config.BF16 && p.N == best.N {
 			s += fmt.Sprintf("; bf16 at n=%d: %.3f TFLOP/s, %.2fx fp32", p.N, p.TFLOPs, p.TFLOPs/best.TFLOPs)
 		}
 	}
@@ -352,9 +354,9 @@ func matMulSummary(m MatMul) string {
 func hostToDevice(dev tensor.Device, be backend.Backend, o Options) (Copy, error) {
 	w := o.Log
 	au, ok := be.(backend.AsyncUploader)
-	if dev.Kind == "cpu" || !ok {
+	if config.OnCPU(dev) || !ok {
 		c := Copy{NotApplicable: NotApplicable{Note: "not applicable: no host↔device copies on the CPU"}}
-		if dev.Kind != "cpu" {
+		if !config.OnCPU(dev) {
 			c.Note = "not applicable: " + dev.String() + " has no pinned-memory uploads"
 		}
 		fmt.Fprintf(w, "   %s\n", c.Note)

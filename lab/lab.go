@@ -20,7 +20,9 @@ import (
 	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/monitor/report"
+	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Options says what to measure and how long to spend on it.
@@ -114,7 +116,7 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	opts.Model.Device = dev.String()
-	opts.Model.Precision = "fp32"
+	opts.Model.Precision = config.FP32.String()
 	opts.Model.GradAccum = 1
 	opts.Model.TokensPerStep = 0
 	opts.Model.Out = "-"
@@ -181,9 +183,8 @@ func isOOM(err error) bool { return errors.Is(err, backend.ErrOutOfMemory) }
 // benchThreads is how many threads a benchmark on the named device can
 // keep busy: the CPU backend's workers, or one (the thread that issues
 // the GPU's work).
-func benchThreads(device string) int {
-	d, err := backend.ParseDevice(device)
-	if err != nil || d.Kind != "cpu" {
+func benchThreads(d tensor.Device) int {
+	if !config.OnCPU(d) {
 		return 1
 	}
 	be, err := backend.Get(d)

@@ -2,11 +2,13 @@ package lab
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/units"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/fleetml/fleet/internal/units"
+	"github.com/fleetml/fleet/train/config"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/bench"
@@ -64,7 +66,7 @@ func stepsFor(batch, block, tokens, most int) int {
 // wall time and the worker threads (what the Sampler's process CPU reads,
 // at nanosecond rather than clock-tick resolution). -1 means not measured.
 func utilMeter(dev tensor.Device, be backend.Backend) (source string, measure func(fn func() error) (float64, error)) {
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		if _, ok := cpuTime(); !ok {
 			return "not measured on this system", func(fn func() error) (float64, error) { return -1, fn() }
 		}
@@ -110,7 +112,7 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 		switch {
 		case o.Quick:
 			maxBatch = 4
-		case dev.Kind == "cpu":
+		case config.OnCPU(dev):
 			maxBatch = 64
 		default:
 			maxBatch = 1024
@@ -124,11 +126,11 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 	if o.Quick {
 		tokens, warmup = 1024, 1
 	}
-	if dev.Kind != "cpu" {
+	if !config.OnCPU(dev) {
 		tokens, most = 1<<20, 200
 	}
 	for _, p := range mm.Points {
-		if p.DType == "fp32" && p.PeakTFLOPs > 0 {
+		if p.DType == config.FP32 && p.PeakTFLOPs > 0 {
 			peak = p.PeakTFLOPs
 		}
 	}
@@ -189,20 +191,20 @@ func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 	}
 	var out []StepPoint
 	fmt.Fprintf(w, "   %6s %6s %10s %12s %12s\n", "prec", "batch", "ms/step", "tokens/s", "peak memory")
-	for _, p := range []string{"fp32", "bf16"} {
+	for _, p := range []config.Precision{config.FP32, config.BF16} {
 		c := o.Model
-		c.Precision = p
+		c.Precision = p.String()
 		r, err := bench.Steps(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", p, err)
 		}
-		sp := StepPoint{Name: p, Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
+		sp := StepPoint{Name: p.String(), Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
 		out = append(out, sp)
 		fmt.Fprintf(w, "   %6s %6d %10.2f %12.0f %12s\n", p, sp.Batch, sp.StepMs, sp.TokensPerSec, units.Bytes(sp.PeakBytes))
 	}
 	f, b := out[0], out[1]
 	why := "bf16 halves the bytes of the products' operands and runs them on tensor cores"
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		why = "on the CPU bf16 saves bandwidth but adds casts, and its products are fast only with AVX512-BF16"
 	}
 	fmt.Fprintf(w, "   => bf16/fp32: %.2fx the tokens/s, %.2fx the peak memory (master weights, AdamW state, norms and the loss stay fp32); %s\n",
@@ -322,7 +324,7 @@ func compareAccum(dev tensor.Device, o Options, a *Accum, scale float32) error {
 
 func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	w := o.Log
-	if dev.Kind == "cpu" {
+	if config.OnCPU(dev) {
 		s := Speedup{NotApplicable: NotApplicable{Note: "not applicable: no GPU here, so there is nothing to compare the CPU with"}}
 		fmt.Fprintf(w, "   %s\n", s.Note)
 		return s, nil
@@ -333,15 +335,15 @@ func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	}
 	s := Speedup{NotApplicable: NotApplicable{Applicable: true}}
 	fmt.Fprintf(w, "   %8s %6s %10s %12s\n", "device", "batch", "ms/step", "tokens/s")
-	for _, d := range []string{"cpu", dev.String()} {
+	for _, d := range []tensor.Device{tensor.CPU, dev} {
 		c := o.Model
-		c.Device = d
+		c.Device = d.String()
 		r, err := bench.Steps(c, o.Vocab, warmup, steps)
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", d, err)
 		}
-		p := &StepPoint{Name: d, Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
-		if d == "cpu" {
+		p := &StepPoint{Name: d.String(), Batch: c.BatchSize, StepMs: r.MsPerStep, TokensPerSec: r.TokensPerSec, PeakBytes: r.PeakBytes}
+		if d == tensor.CPU {
 			s.CPU = p
 		} else {
 			s.GPU = p
@@ -350,7 +352,7 @@ func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	}
 	s.Speedup = s.CPU.StepMs / s.GPU.StepMs
 	s.Summary = fmt.Sprintf("a training step at batch %d is %.1fx faster on %s than on the CPU's %d threads; the gap widens with batch and width, "+
-		"since a small model leaves most of the GPU idle", o.Model.BatchSize, s.Speedup, dev, benchThreads("cpu"))
+		"since a small model leaves most of the GPU idle", o.Model.BatchSize, s.Speedup, dev, benchThreads(tensor.CPU))
 	fmt.Fprintf(w, "   => %s\n", s.Summary)
 	return s, nil
 }

@@ -2,8 +2,9 @@ package train
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/testenv"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"

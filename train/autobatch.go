@@ -19,9 +19,6 @@ import (
 
 // Settings of --batch-size auto.
 const (
-	// AutoBatchCap bounds the micro-batch when no --tokens-per-step bounds
-	// it: past a few hundred sequences a larger micro-batch buys no speed.
-	AutoBatchCap = 1024
 	// autoBatchMargin is the share of the device's memory left free on the
 	// GPU: fragmentation, the CUDA context, and kernels' workspace.
 	autoBatchMargin = 0.10
@@ -56,13 +53,13 @@ type AutoBatch struct {
 // steps, solves for the budget (--memory-limit, or half the machine's
 // RAM), and checks the answer with one more step. With --tokens-per-step
 // the batch must divide the token budget's sequences per process;
-// without, it is at most AutoBatchCap.
+// without, it is at most config.AutoBatchCap.
 func ChooseBatch(cfg Config, vocab int, dev tensor.Device, log io.Writer) (AutoBatch, error) {
-	maxB, err := cfg.maxMicro()
+	maxB, err := cfg.MaxMicro()
 	if err != nil {
 		return AutoBatch{}, err
 	}
-	ok := func(b int) bool { _, err := cfg.withBatch(b); return err == nil }
+	ok := func(b int) bool { _, err := cfg.WithBatch(b); return err == nil }
 	res := AutoBatch{Max: maxB}
 	stats := tensor.MemStats(dev)
 	probe := func(b int) (BatchProbe, error) {
@@ -216,9 +213,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 	tensor.ResetPeakMemory(dev)
 	base := tensor.MemStats(dev).Allocated
 	r := &run{cfg: cfg, dev: dev}
-	if cfg.Precision == "fp16" {
-		r.scaler = optim.NewGradScaler()
-	}
+	r.scaler = lossScaler(cfg)
 	tokens := make([]int32, b*cfg.BlockSize+cfg.BlockSize+1)
 	g := rng.New(cfg.Seed)
 	for i := range tokens {
@@ -301,7 +296,7 @@ func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Man
 		fmt.Fprintf(log, "batch auto: chose micro-batch %d: %s\n", ab.Batch, ab.Reason)
 	}
 	tokens := cfg.TokensPerStep
-	c, err := cfg.withBatch(cfg.BatchSize)
+	c, err := cfg.WithBatch(cfg.BatchSize)
 	if err != nil {
 		return err
 	}

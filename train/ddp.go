@@ -15,6 +15,7 @@ import (
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // ddp is a run's data parallelism, PyTorch DistributedDataParallel's
@@ -69,17 +70,9 @@ func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
 	case "nccl":
 		return true
 	case "", "auto":
-		return isCUDA(dev) && !pipelined
+		return config.IsCUDA(dev) && !pipelined
 	}
 	return false
-}
-
-// commTimeout is the run's bound on every collective.
-func (c Config) commTimeout() time.Duration {
-	if c.CommTimeout <= 0 {
-		return dist.DefaultTimeout
-	}
-	return c.CommTimeout
 }
 
 // joinStore joins the job's rendezvous store: rank 0 serves it, the others
@@ -88,7 +81,7 @@ func joinStore(cfg Config, log io.Writer) (*dist.Store, error) {
 	if cfg.MasterAddr == "" || cfg.MasterPort <= 0 {
 		return nil, fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", cfg.WorldSize)
 	}
-	timeout := cfg.commTimeout()
+	timeout := cfg.CollectiveTimeout()
 	addr := net.JoinHostPort(cfg.MasterAddr, strconv.Itoa(cfg.MasterPort))
 	fmt.Fprintf(log, "dist: rank %d of %d joining %s (tcp, collective timeout %v)\n", cfg.Rank, cfg.WorldSize, addr, timeout)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +106,7 @@ func joinStore(cfg Config, log io.Writer) (*dist.Store, error) {
 // openDDP does when it fails before there is one.
 func (r *run) openDDP(store *dist.Store) error {
 	cfg := r.cfg
-	timeout := cfg.commTimeout()
+	timeout := cfg.CollectiveTimeout()
 	pg, err := dist.NewTCPGroup(store, dist.TCPOptions{Name: "ddp", Timeout: timeout})
 	if err != nil {
 		store.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // deviceDDP all-reduces gradients in device memory over a DeviceGroup
@@ -167,7 +168,7 @@ var testDeviceBucket int
 // newDeviceGroup makes the device process group of a job: NCCL, its
 // unique id shared through the store. Tests replace it.
 var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
-	if !isCUDA(dev) {
+	if !config.IsCUDA(dev) {
 		return nil, setting.Errorf("{DistBackend} nccl needs CUDA devices, not %v", dev)
 	}
 	var g *nccl.Group

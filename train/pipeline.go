@@ -60,40 +60,6 @@ type pipeRun struct {
 	gradCopies0        int64
 }
 
-// validatePipeline checks the pipeline settings that need no data.
-func (c Config) validatePipeline() error {
-	if c.Pipeline == "" {
-		if c.MicroBatches > 1 || c.PipelineSplit != "" || c.PipelineSchedule != "" {
-			return setting.Errorf("{MicroBatches}, {PipelineSplit} and {PipelineSchedule} need {Pipeline}")
-		}
-		return nil
-	}
-	devs, err := parseDevices(c.Pipeline)
-	if err != nil {
-		return err
-	}
-	m := max(c.MicroBatches, 1)
-	switch {
-	case c.MicroBatches < 0:
-		return setting.Errorf("{MicroBatches} must be positive, got %d", c.MicroBatches)
-	case c.BatchAuto:
-		return setting.Errorf("{BatchSize} auto cannot be combined with {Pipeline} yet; give a batch size")
-	case c.BatchSize%m != 0:
-		return setting.Errorf("{BatchSize} %d is not a multiple of {MicroBatches} %d", c.BatchSize, m)
-	case c.TensorBoard != "":
-		return setting.Errorf("{Pipeline} with {TensorBoard} is not supported yet (its samples run the model on one device)")
-	}
-	if _, err := pipeline.New(c.PipelineSchedule, len(devs), m); err != nil {
-		return setting.Errorf("{PipelineSchedule}: %w", err)
-	}
-	if c.PipelineSplit != "" {
-		if _, err := pipeline.ParseSplit(c.PipelineSplit, len(devs), c.NLayer); err != nil {
-			return setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
-		}
-	}
-	return nil
-}
-
 // stageCounts splits the model's blocks over the stages: --pipeline-split,
 // or by parameter count (the first stage also holds the embeddings, the
 // last the final LayerNorm and the copy of the tied head).

@@ -2,9 +2,10 @@ package train
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/testenv"
 	"io"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
@@ -44,9 +45,11 @@ func BenchmarkPipeline(b *testing.B) {
 					}
 					s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
 					r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
-					if r.stages, err = parseDevices(c.Pipeline); err != nil {
+					pl, err := c.Place()
+					if err != nil {
 						panic(err)
 					}
+					r.stages = pl.Stages
 					if r.pipe, err = newPipeRun(r); err != nil {
 						b.Fatal(err)
 					}

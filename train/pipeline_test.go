@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/fleetml/fleet/internal/testenv"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
@@ -130,9 +131,11 @@ func TestPipelineStepGradients(t *testing.T) {
 		s, _ := data.NewSampler(ids, c.BlockSize, 4, data.StreamTrain)
 		r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
 		if c.Pipeline != "" {
-			if r.stages, err = parseDevices(c.Pipeline); err != nil {
+			pl, err := c.Place()
+			if err != nil {
 				panic(err)
 			}
+			r.stages = pl.Stages
 			if r.pipe, err = newPipeRun(r); err != nil {
 				t.Fatal(err)
 			}

@@ -3,12 +3,13 @@ package train
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/fleetml/fleet/internal/testenv"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Identity names data or a tokenizer by content: a SHA-256 sum and a
@@ -104,7 +105,7 @@ func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 func settingsOf(rc RunConfig) []recorded {
 	c, m := rc.Train, rc.Model
 	world := max(c.WorldSize, 1)
-	global := BatchPlan{Micro: c.BatchSize, Accum: c.GradAccum, World: world, Block: c.BlockSize}.TokensPerStep()
+	global := config.BatchPlan{Micro: c.BatchSize, Accum: c.GradAccum, World: world, Block: c.BlockSize}.TokensPerStep()
 	itoa := strconv.Itoa
 	s := []recorded{
 		{Flag: "--n-layer", field: "NLayer", Value: itoa(m.NLayer)},
@@ -120,7 +121,7 @@ func settingsOf(rc RunConfig) []recorded {
 		{Flag: "--lr", field: "LR", Value: fmtFloat(c.LR), kind: tunable},
 		{Flag: "--min-lr", field: "MinLR", Value: fmtFloat(c.MinLR), kind: tunable},
 		{Flag: "--warmup-iters", field: "WarmupIters", Value: itoa(c.WarmupIters), kind: tunable},
-		{Flag: "--lr-decay-iters", field: "LRDecayIters", Value: itoa(c.decayIters()), kind: tunable,
+		{Flag: "--lr-decay-iters", field: "LRDecayIters", Value: itoa(c.DecayIters()), kind: tunable,
 			Note: "the decay horizon, which {MaxIters} sets where {LRDecayIters} is 0"},
 		{Flag: "--beta1", field: "Beta1", Value: fmtFloat(c.Beta1), kind: tunable},
 		{Flag: "--beta2", field: "Beta2", Value: fmtFloat(c.Beta2), kind: tunable},

@@ -2,11 +2,12 @@ package train
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/term"
 	"io"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetml/fleet/internal/term"
 )
 
 // statusLine keeps one live line at the bottom of a terminal: progress,

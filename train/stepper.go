@@ -8,6 +8,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Stepper runs the trainer's optimizer step outside Run, on batches a
@@ -21,9 +22,7 @@ type Stepper struct{ r *run }
 // accumulation resolved), drawing its batches from s.
 func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *Stepper {
 	r := &run{cfg: cfg, dev: dev, model: m, train: s, log: io.Discard}
-	if cfg.Precision == "fp16" {
-		r.scaler = optim.NewGradScaler()
-	}
+	r.scaler = lossScaler(cfg)
 	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR),
 		Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
 	return &Stepper{r: r}
@@ -57,7 +56,7 @@ func (s *Stepper) UseDeviceGroup(grp dist.DeviceGroup) error {
 		d.index[p.T] = i
 	}
 	d.hookFn = d.hook
-	dd, err := newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, r.cfg.commTimeout(), io.Discard)
+	dd, err := newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, r.cfg.CollectiveTimeout(), io.Discard)
 	if err != nil {
 		return err
 	}
@@ -71,3 +70,12 @@ func (s *Stepper) TokensPerStep() int { return s.r.tokensPerStep() }
 
 // Close stops the Stepper's loader and frees its staging memory.
 func (s *Stepper) Close() { s.r.close() }
+
+// lossScaler is the dynamic loss scaler of a precision that needs one
+// (fp16), or nil.
+func lossScaler(cfg Config) *optim.GradScaler {
+	if p, _ := config.ParsePrecision(cfg.Precision); p.LossScaled() {
+		return optim.NewGradScaler()
+	}
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetml/fleet/monitor/diagnose"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Phases of a training step, as telemetry splits its time.
@@ -315,14 +316,14 @@ func onHost(dev tensor.Device) bool {
 func (r *run) startSampler() {
 	var s *sysstat.Sampler
 	var err error
-	if r.dev.Kind == "opencl" {
-		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: OpenCL has no utilisation counter (memory comes from fleet's own allocator)\n")
-		return
-	}
-	if !onHost(r.dev) {
-		s, err = sysstat.NewGPUSampler(launch.PhysicalGPU(r.dev.Index, os.Getenv(launch.EnvVisibleDevices)), 0)
-	} else {
+	switch {
+	case onHost(r.dev):
 		s, err = sysstat.NewCPUSampler(0, 0)
+	case config.IsCUDA(r.dev) || r.simulated: // NVML's numbering is CUDA's
+		s, err = sysstat.NewGPUSampler(launch.PhysicalGPU(r.dev.Index, os.Getenv(launch.EnvVisibleDevices)), 0)
+	default:
+		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: %v has no utilisation counter fleet reads (memory comes from fleet's own allocator)\n", r.dev)
+		return
 	}
 	if err != nil {
 		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: %v\n", err)
@@ -451,7 +452,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 	if onHost(r.dev) {
 		t.DeviceName, t.Cores = fcpu.Model(), runtime.GOMAXPROCS(0)
 	} else {
-		t.TensorCores = isCUDA(r.dev) // every GPU fleet's CUDA backend runs on (sm_80+) has them; its OpenCL kernels use none
+		t.TensorCores = config.IsCUDA(r.dev) // every GPU fleet's CUDA backend runs on (sm_80+) has them; its OpenCL kernels use none
 		if n, ok := tensor.BackendOf(r.dev).(named); ok {
 			t.DeviceName = n.Name()
 		}

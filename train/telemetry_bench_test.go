@@ -1,9 +1,10 @@
 package train
 
 import (
-	"github.com/fleetml/fleet/internal/stats"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/stats"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"

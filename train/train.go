@@ -24,6 +24,7 @@ import (
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Files a run writes in its output folder.
@@ -299,21 +300,11 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	plan, err := config.Resolve(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if !cfg.BatchAuto {
-		cfg, _ = cfg.withBatch(cfg.BatchSize) // checked by Validate
-	}
-	var place Placement
-	if cfg.Placement != nil {
-		place = *cfg.Placement
-	} else if place, err = cfg.Place(); err != nil {
-		return nil, err
-	}
-	if err := place.Open(); err != nil {
-		return nil, err
-	}
+	cfg, place := plan.Config, plan.Place
 	dev := place.Device
 	if cfg.Resume && simulated(dev) {
 		return nil, setting.Errorf("{Resume}: a run on a simulated GPU (%v) saves no checkpoints to resume", dev)
@@ -337,16 +328,16 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 			store.Close()
 		}()
 	}
-	cpuBF16 := cfg.Precision == "bf16" && place.onHost()
-	plan, err := shareOut(store, cfg, cpuBF16)
+	cpuBF16 := plan.Precision == config.BF16 && plan.OnCPU()
+	out, err := shareOut(store, cfg, cpuBF16)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Out == "" { // a folder rank 0 chose; a given --out stays this rank's own
-		cfg.Out = plan.Dir
+		cfg.Out = out.Dir
 	}
-	if plan.Note != "" && cfg.Rank == 0 {
-		fmt.Fprintln(log, plan.Note)
+	if out.Note != "" && cfg.Rank == 0 {
+		fmt.Fprintln(log, out.Note)
 	}
 	ckRoot := filepath.Join(cfg.Out, CheckpointDir)
 	var resumeDir string
@@ -391,7 +382,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if cpuBF16 {
-		if err := settleCPUBF16(&cfg, plan, resumeDir, was, log); err != nil {
+		if err := settleCPUBF16(&cfg, out, resumeDir, was, log); err != nil {
 			return nil, err
 		}
 	} else {
@@ -412,7 +403,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		dir, created, merr := makeOut(plan)
+		dir, created, merr := makeOut(out)
 		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
 			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
 			cfg.Out, rc.Train.Out = dir, dir
@@ -479,10 +470,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("optimizer state: %w", err)
 	}
-	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.decayIters()}
-	if cfg.Precision == "fp16" {
-		r.scaler = optim.NewGradScaler()
-	}
+	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.DecayIters()}
+	r.scaler = lossScaler(cfg)
 	r.tel = newTelemetry(dev)
 	r.flopsPerToken = r.model.FLOPsPerToken(cfg.BlockSize)
 	var peakSrc string
@@ -884,7 +873,7 @@ func (r *run) divergedAdvice(bad int) (format string, args []any) {
 	} else {
 		format += " (now 0: off; 1 is usual)"
 	}
-	if cfg.Precision == "fp16" {
+	if r.scaler != nil { // fp16
 		format += "; or train in {Precision} bf16, whose range is fp32's: fp16's overflows"
 	}
 	return format, args

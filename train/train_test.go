@@ -5,13 +5,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/fleetml/fleet/internal/testenv"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetml/fleet/internal/testenv"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"

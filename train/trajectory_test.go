@@ -57,7 +57,7 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 		},
 		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(c.LR), Beta1: float32(c.Beta1),
 			Beta2: float32(c.Beta2), Eps: float32(md("eps")), WeightDecay: float32(c.WeightDecay)}),
-		sched: optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.decayIters()},
+		sched: optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.DecayIters()},
 	}
 	for s := 0; s < steps; s++ {
 		lr := r.sched.At(s)

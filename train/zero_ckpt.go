@@ -69,7 +69,7 @@ func (c *checkpointer) saveShard(r *run, step int) error {
 	if sh == nil {
 		offs := r.opt.FlatOffsets()
 		sh = &shardSnap{rank: r.cfg.Rank, world: r.ddp.pg.Size(), lo: z.lo, hi: z.hi, n: r.opt.PackedParams().Numel(),
-			store: r.ddp.store, timeout: r.cfg.commTimeout()}
+			store: r.ddp.store, timeout: r.cfg.CollectiveTimeout()}
 		for i, p := range r.opt.Params {
 			sh.layout = append(sh.layout, flatParam{Name: p.Name, Offset: offs[i], Numel: p.T.Numel()})
 		}

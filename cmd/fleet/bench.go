@@ -14,6 +14,7 @@ import (
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
@@ -25,13 +26,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	c := train.Default()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	modelFlags(fs, &c)
+	config.Flags.Register(fs, &c, config.ModelFlags...)
 	vocab := fs.Int("vocab-size", 65, "vocabulary size (random tokens)")
 	steps := fs.Int("steps", 30, "timed training steps")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
-	fs.IntVar(&c.BucketMB, "bucket-mb", c.BucketMB, "with --sim-world: MiB of gradients per all-reduce bucket")
-	fs.IntVar(&c.Zero, "zero", 0, "with --sim-world: 1 shards AdamW's state over the ranks (ZeRO-1: buckets reduce-scattered, parameters all-gathered)")
+	config.Flags.RegisterUsage(fs, &c, "bucket-mb", "with --sim-world: MiB of gradients per all-reduce bucket")
+	config.Flags.RegisterUsage(fs, &c, "zero", "with --sim-world: 1 shards AdamW's state over the ranks (ZeRO-1: buckets reduce-scattered, parameters all-gathered)")
 	simWorld := fs.Int("sim-world", 1, "on a simulated GPU, train data-parallel over this many ranks (the others imagined alike) and report the all-reduce's time and how much of it backward does not hide, under a bus-bandwidth model (450 GB/s within a node of 8, 45 GB/s across nodes)")
 	jsonOut := fs.String("json", "", "also write the results to this file as JSON (an object; a list for --precision all); on a simulated GPU (--device sim:h200) with what it counted per step")
 	if err := parse(fs, args, stderr); err != nil {
@@ -40,11 +41,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *vocab <= 0 {
 		return fmt.Errorf("--vocab-size must be positive")
 	}
-	place, err := c.Place() // once, for every benchmark below
+	place, err := c.Place()
 	if err != nil {
 		return err
 	}
-	c.Placement = &place
 	dev := place.Device
 	precisions := []string{c.Precision}
 	if c.Precision == "all" {

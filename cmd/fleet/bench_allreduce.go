@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/fleetml/fleet/dist"
+	"github.com/fleetml/fleet/internal/units"
 )
 
 // benchAllReduceCmd is `fleet bench allreduce`: the tcp backend's float32
@@ -39,7 +40,7 @@ func benchAllReduceCmd(args []string, stdout, stderr io.Writer) error {
 		ss = dist.DefaultBenchSizes()
 	} else {
 		for _, f := range strings.Split(*sizes, ",") {
-			n, err := parseBytes(f)
+			n, err := units.ParseBytes(f)
 			if err != nil {
 				return fmt.Errorf("--sizes: %w", err)
 			}
@@ -54,7 +55,7 @@ func benchAllReduceCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	opts := dist.BenchOptions{Iters: *iters}
 	if *chunk != "" {
-		n, err := parseBytes(*chunk)
+		n, err := units.ParseBytes(*chunk)
 		if err != nil || n < 4 || n > 1<<30 {
 			return fmt.Errorf("--chunk: want a size between 4 bytes and 1 GiB, got %q", *chunk)
 		}

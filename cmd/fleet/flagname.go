@@ -3,23 +3,19 @@ package main
 import (
 	"strings"
 	"unicode"
+
+	"github.com/fleetml/fleet/train/config"
 )
 
-// flagNames are the flags whose names are not their field's in kebab case.
-var flagNames = map[string]string{
-	"TensorBoard":  "tensorboard",
-	"NProcPerNode": "nproc-per-node",
-	"NNodes":       "nnodes",
-	"MinNProc":     "min-nproc",
-	"CPUBF16":      "cpu-bf16",
-}
-
 // flagName is the flag that sets a settings field the libraries name in
-// their errors (see package setting): a field's flag is its name in kebab
-// case (BatchSize is --batch-size, LRDecayIters --lr-decay-iters) unless
-// flagNames says otherwise.
+// their errors (see package setting): the flag the field's table declares
+// (train's config.Flags, run's launchFlags), else, for a command's own
+// few flags, the field's name in kebab case (SimWorld is --sim-world).
 func flagName(field string) string {
-	if f, ok := flagNames[field]; ok {
+	if f, ok := config.Flags.FlagOf(field); ok {
+		return "--" + f
+	}
+	if f, ok := launchFlags.FlagOf(field); ok {
 		return "--" + f
 	}
 	return "--" + kebab(field)
@@ -42,13 +38,4 @@ func kebab(field string) string {
 		b.WriteRune(unicode.ToLower(c))
 	}
 	return b.String()
-}
-
-// orAuto is s, or "auto" where s is empty: a default that says what it
-// does.
-func orAuto(s string) string {
-	if s == "" {
-		return "auto"
-	}
-	return s
 }

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/fleetml/fleet/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/fleetml/fleet/internal/atomicfile"
+	"github.com/fleetml/fleet/train/config"
 
 	"github.com/fleetml/fleet/lab"
 	"github.com/fleetml/fleet/train"
@@ -18,7 +20,7 @@ import (
 func labCmd(args []string, stdout, stderr io.Writer) error {
 	c := train.Default()
 	fs := flag.NewFlagSet("bench lab", flag.ContinueOnError)
-	modelFlags(fs, &c)
+	config.Flags.Register(fs, &c, config.ModelFlags...)
 	out := fs.String("out", "lab", "folder for lab.json (fleet report DIR plots it)")
 	quick := fs.Bool("quick", false, "smaller and fewer sizes: about 30 s on two CPU cores")
 	vocab := fs.Int("vocab-size", 65, "vocabulary of the random tokens the training experiments use")

@@ -63,7 +63,7 @@ func TestBenchLabQuick(t *testing.T) {
 	for _, p := range r.MatMul.Points {
 		pos("matmul TFLOP/s", p.TFLOPs)
 		pos("matmul peak", p.PeakTFLOPs)
-		dtypes[p.DType]++
+		dtypes[p.DType.String()]++
 	}
 	if dtypes["fp32"] < 2 || dtypes["bf16"] < 2 {
 		t.Errorf("matmul points by dtype: %v", dtypes)

@@ -9,7 +9,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/launch"
 )
 
@@ -41,6 +43,37 @@ var fleetCommands = map[string]bool{
 	"prepare": true, "ngram": true, "export": true, "tokenizer": true,
 }
 
+// runSettings are fleet run's flags, named as the launch.Options fields
+// they set (--nproc-per-node is read into NProcPerNode's number).
+type runSettings struct {
+	NProcPerNode                      string
+	NNodes, NodeRank                  int
+	MasterAddr                        string
+	MasterPort, MaxRestarts, MinNProc int
+	Grace                             time.Duration
+}
+
+// launchFlags declares fleet run's flags, once: runCmd registers them, and
+// errors of package launch, which name launch.Options' fields, name them.
+var launchFlags = setting.Table[runSettings]{
+	{Name: "nproc-per-node", Field: "NProcPerNode", Usage: "processes on this node: a number, or auto for one per GPU (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN; 1 without GPUs)",
+		Bind: func(o *runSettings) any { return &o.NProcPerNode }},
+	{Name: "nnodes", Field: "NNodes", Usage: "nodes in the job",
+		Bind: func(o *runSettings) any { return &o.NNodes }},
+	{Name: "node-rank", Field: "NodeRank", Usage: "this node's rank, 0 … nnodes-1",
+		Bind: func(o *runSettings) any { return &o.NodeRank }},
+	{Name: "master-addr", Field: "MasterAddr", Usage: "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node; required with --nnodes > 1)",
+		Bind: func(o *runSettings) any { return &o.MasterAddr }},
+	{Name: "master-port", Field: "MasterPort", Usage: "rendezvous port (default: a free port on one node, 29500 across nodes)",
+		Bind: func(o *runSettings) any { return &o.MasterPort }},
+	{Name: "max-restarts", Field: "MaxRestarts", Usage: "restarts of all processes after one fails",
+		Bind: func(o *runSettings) any { return &o.MaxRestarts }},
+	{Name: "grace", Field: "Grace", Usage: "how long stopped processes get to exit before SIGKILL",
+		Bind: func(o *runSettings) any { return &o.Grace }},
+	{Name: "min-nproc", Field: "MinNProc", Usage: "elastic shrink (one node): a process that fails again after a restart is dropped and the others go on, from the last checkpoint with the same global batch, while at least this many remain (0: never shrink)",
+		Bind: func(o *runSettings) any { return &o.MinNProc }},
+}
+
 // runCmd is `fleet run`: launch.Run behind torchrun-like flags. A failed job
 // returns the *launch.ExitError (or *launch.InterruptedError) whose
 // ExitCode is the status to exit with.
@@ -55,14 +88,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, runUsage)
 		fs.PrintDefaults()
 	}
-	nproc := fs.String("nproc-per-node", defaults.nproc, "processes on this node: a number, or auto for one per GPU (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN; 1 without GPUs)")
-	nnodes := fs.Int("nnodes", defaults.nnodes, "nodes in the job")
-	nodeRank := fs.Int("node-rank", defaults.nodeRank, "this node's rank, 0 … nnodes-1")
-	masterAddr := fs.String("master-addr", defaults.masterAddr, "host of node 0, where rank 0 serves the rendezvous (default 127.0.0.1 on one node; required with --nnodes > 1)")
-	masterPort := fs.Int("master-port", defaults.masterPort, "rendezvous port (default: a free port on one node, 29500 across nodes)")
-	maxRestarts := fs.Int("max-restarts", defaults.maxRestarts, "restarts of all processes after one fails")
-	grace := fs.Duration("grace", launch.DefaultGrace, "how long stopped processes get to exit before SIGKILL")
-	minNProc := fs.Int("min-nproc", 0, "elastic shrink (one node): a process that fails again after a restart is dropped and the others go on, from the last checkpoint with the same global batch, while at least this many remain (0: never shrink)")
+	o := runSettings{NProcPerNode: defaults.nproc, NNodes: defaults.nnodes, NodeRank: defaults.nodeRank,
+		MasterAddr: defaults.masterAddr, MasterPort: defaults.masterPort, MaxRestarts: defaults.maxRestarts,
+		Grace: launch.DefaultGrace}
+	launchFlags.Register(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -75,7 +104,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	n, err := nprocPerNode(*nproc, os.Getenv, filepath.Glob)
+	n, err := nprocPerNode(o.NProcPerNode, os.Getenv, filepath.Glob)
 	if err != nil {
 		fmt.Fprintf(stderr, "fleet run: %v\n", err)
 		return errUsage
@@ -90,18 +119,18 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	trainer := len(command) >= 2 && command[1] == "train" && (filepath.Base(command[0]) == "fleet" || command[0] == self)
 	return launch.Run(launch.Options{
 		NProcPerNode: n,
-		NNodes:       *nnodes,
-		NodeRank:     *nodeRank,
-		MasterAddr:   *masterAddr,
-		MasterPort:   *masterPort,
-		MaxRestarts:  *maxRestarts,
-		MinNProc:     *minNProc,
+		NNodes:       o.NNodes,
+		NodeRank:     o.NodeRank,
+		MasterAddr:   o.MasterAddr,
+		MasterPort:   o.MasterPort,
+		MaxRestarts:  o.MaxRestarts,
+		MinNProc:     o.MinNProc,
 		FlightSignal: trainer,
 		Command:      command,
 		Secret:       os.Getenv(launch.EnvSecret),
 		Stdout:       stdout,
 		Stderr:       stderr,
-		Grace:        *grace,
+		Grace:        o.Grace,
 	})
 }
 

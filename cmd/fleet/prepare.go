@@ -5,11 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fleetml/fleet/internal/term"
 	"io"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/fleetml/fleet/internal/term"
 
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/tokenizer"

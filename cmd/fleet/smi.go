@@ -5,13 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fleetml/fleet/internal/term"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fleetml/fleet/internal/term"
 
 	"github.com/fleetml/fleet/monitor/nvml"
 	"github.com/fleetml/fleet/monitor/sysstat"

@@ -2,9 +2,12 @@ package diagnose
 
 import (
 	"fmt"
-	"github.com/fleetml/fleet/internal/units"
 	"sort"
 	"strings"
+
+	"github.com/fleetml/fleet/internal/units"
+	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // The rules' thresholds. Shares are of the median optimizer step's wall
@@ -102,6 +105,13 @@ type Diagnosis struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
+// products is the precision of the run's matrix products (fp32 where
+// the telemetry names none it knows).
+func (t Telemetry) products() config.Precision {
+	p, _ := config.ParsePrecision(t.Precision)
+	return p
+}
+
 // Healthy reports whether the verdict is compute-bound.
 func (d Diagnosis) Healthy() bool { return d.Main.Kind == Compute }
 
@@ -114,7 +124,7 @@ func Diagnose(t Telemetry) Diagnosis {
 		}
 		return ms / step
 	}
-	gpu := t.DeviceKind != "" && t.DeviceKind != "cpu"
+	gpu := t.DeviceKind != "" && !config.OnCPU(tensor.Device{Kind: t.DeviceKind})
 	var fs []Finding
 
 	// Data loading.
@@ -165,7 +175,7 @@ func Diagnose(t Telemetry) Diagnosis {
 
 	// fp32 on tensor cores.
 	computeShare := share(t.PhaseMs.Compute())
-	if gpu && t.TensorCores && (t.Precision == "fp32" || t.Precision == "") {
+	if gpu && t.TensorCores && t.products() == config.FP32 {
 		cs := computeShare
 		if t.PhaseMs.Compute() == 0 {
 			cs = 1 - dataShare - transferShare

@@ -1,6 +1,11 @@
-package train
+package config
 
 import "github.com/fleetml/fleet/internal/setting"
+
+// AutoBatchCap bounds the micro-batch of --batch-size auto when no
+// --tokens-per-step bounds it: past a few hundred sequences a larger
+// micro-batch buys no speed.
+const AutoBatchCap = 1024
 
 // BatchPlan is how an optimizer step's batch is made: Micro sequences of
 // Block tokens per micro-batch in each of World processes, Accum
@@ -47,10 +52,10 @@ func (c Config) PlanBatch() (BatchPlan, error) {
 	return p, nil
 }
 
-// maxMicro is the largest micro-batch --batch-size auto may choose: the
+// MaxMicro is the largest micro-batch --batch-size auto may choose: the
 // token budget's sequences per process with TokensPerStep (which must be
 // whole), else AutoBatchCap.
-func (c Config) maxMicro() (int, error) {
+func (c Config) MaxMicro() (int, error) {
 	if c.TokensPerStep <= 0 {
 		return AutoBatchCap, nil
 	}
@@ -61,9 +66,9 @@ func (c Config) maxMicro() (int, error) {
 	return c.TokensPerStep / (c.BlockSize * world), nil
 }
 
-// withBatch returns c with micro-batch b and the accumulation its batch
+// WithBatch returns c with micro-batch b and the accumulation its batch
 // plan gives, resolved.
-func (c Config) withBatch(b int) (Config, error) {
+func (c Config) WithBatch(b int) (Config, error) {
 	c.BatchSize, c.BatchAuto = b, false
 	p, err := c.PlanBatch()
 	if err != nil {

@@ -1,10 +1,11 @@
-package train
+package config
 
 import (
 	"strings"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/pipeline"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -41,10 +42,10 @@ func (c Config) Place() (Placement, error) {
 // device's, or a pipeline stage's.
 func (p Placement) onHost() bool {
 	if len(p.Stages) == 0 {
-		return p.Device.Kind == "cpu"
+		return OnCPU(p.Device)
 	}
 	for _, d := range p.Stages {
-		if d.Kind == "cpu" {
+		if OnCPU(d) {
 			return true
 		}
 	}
@@ -67,12 +68,12 @@ func (p Placement) Open() error {
 // devices moves to the k-th set of n (cuda:0,cuda:1 is cuda:2,cuda:3 on
 // local rank 1). CPU devices, which the processes share, stay.
 func (p Placement) ForLocalRank(k int, numbered bool) Placement {
-	if isCUDA(p.Device) && !numbered {
+	if IsCUDA(p.Device) && !numbered {
 		p.Device.Index = k
 	}
 	cuda := len(p.Stages) > 0
 	for _, d := range p.Stages {
-		cuda = cuda && isCUDA(d)
+		cuda = cuda && IsCUDA(d)
 	}
 	if cuda && k > 0 {
 		stages := make([]tensor.Device, len(p.Stages))
@@ -97,12 +98,20 @@ func (p Placement) Record(c *Config) {
 	}
 }
 
-// isCUDA reports whether d is an NVIDIA GPU: one process's own device,
-// which NCCL can reduce in. The trainer asks backends for what they can do
-// (backend.HostMemory, backend.ThreadBudget); NCCL and the GPUs of a node's
-// local ranks are the CUDA driver's own numbering, so this is the one
-// question it asks by the device's kind.
-func isCUDA(d tensor.Device) bool { return d.Kind == "cuda" }
+// OnCPU reports whether d computes on the CPU (the CPU backend: cpu or a
+// logical cpu:N).
+func OnCPU(d tensor.Device) bool { return d.Kind == "cpu" }
+
+// IsCUDA reports whether d is an NVIDIA GPU: one process's own device,
+// which NCCL can reduce in. The trainer asks backends for what they can
+// do (backend.HostMemory, backend.ThreadBudget); what runs on the CPU
+// backend, NCCL and the GPUs of a node's local ranks are the two
+// questions it asks of a device's kind, here.
+func IsCUDA(d tensor.Device) bool { return d.Kind == "cuda" }
+
+// numbered reports whether a --device value names its device's number
+// (cuda:1), which a node's processes then keep (ForLocalRank).
+func numbered(device string) bool { return strings.Contains(device, ":") }
 
 // parseDevices reads --pipeline: distinct devices separated by commas.
 func parseDevices(s string) ([]tensor.Device, error) {
@@ -120,4 +129,38 @@ func parseDevices(s string) ([]tensor.Device, error) {
 		devs = append(devs, d)
 	}
 	return devs, nil
+}
+
+// validatePipeline checks the pipeline settings that need no data.
+func (c Config) validatePipeline() error {
+	if c.Pipeline == "" {
+		if c.MicroBatches > 1 || c.PipelineSplit != "" || c.PipelineSchedule != "" {
+			return setting.Errorf("{MicroBatches}, {PipelineSplit} and {PipelineSchedule} need {Pipeline}")
+		}
+		return nil
+	}
+	devs, err := parseDevices(c.Pipeline)
+	if err != nil {
+		return err
+	}
+	m := max(c.MicroBatches, 1)
+	switch {
+	case c.MicroBatches < 0:
+		return setting.Errorf("{MicroBatches} must be positive, got %d", c.MicroBatches)
+	case c.BatchAuto:
+		return setting.Errorf("{BatchSize} auto cannot be combined with {Pipeline} yet; give a batch size")
+	case c.BatchSize%m != 0:
+		return setting.Errorf("{BatchSize} %d is not a multiple of {MicroBatches} %d", c.BatchSize, m)
+	case c.TensorBoard != "":
+		return setting.Errorf("{Pipeline} with {TensorBoard} is not supported yet (its samples run the model on one device)")
+	}
+	if _, err := pipeline.New(c.PipelineSchedule, len(devs), m); err != nil {
+		return setting.Errorf("{PipelineSchedule}: %w", err)
+	}
+	if c.PipelineSplit != "" {
+		if _, err := pipeline.ParseSplit(c.PipelineSplit, len(devs), c.NLayer); err != nil {
+			return setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
+		}
+	}
+	return nil
 }

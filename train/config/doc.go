@@ -1,0 +1,18 @@
+// Package config holds a training run's settings and their rules, below
+// the training loop: the Config that fleet train's flags and config.json
+// fill, the flag table that declares those flags once (Flags), the batch
+// plan (PlanBatch), where the run computes (Placement), the precision of
+// its products (Precision), and Resolve, which turns a Config into the
+// typed Plan the loop reads.
+//
+// A setting is read as a string in one place only: Resolve parses the
+// device and pipeline lists, the precision and the batch, and everything
+// after it asks the Plan. So nothing above this package compares a device
+// kind or a precision by its name; the two questions the trainer asks of a
+// device's kind (does it compute on the CPU, is it one of CUDA's numbered
+// GPUs) are OnCPU and IsCUDA here.
+//
+// Errors name settings by their Config field in braces ({BatchSize}), as
+// package setting says; the command renders them as the flags the table
+// declares.
+package config
