@@ -245,24 +245,24 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 
 // free returns the model's and optimizer's memory to the device pool.
 func (r *run) free() {
-	for _, t := range []*tensor.Tensor{r.stats, r.clipAcc, r.clipCoef, r.scalerState, r.lrs} {
+	for _, t := range []*tensor.Tensor{r.stats.buf, r.upd.clipAcc, r.upd.clipCoef, r.upd.scalerState, r.upd.lrs} {
 		if t != nil {
 			t.Free()
 		}
 	}
-	r.stats, r.lossSum, r.clipAcc, r.clipCoef = nil, nil, nil, nil
-	r.scalerState, r.seed, r.sched16, r.lrs = nil, nil, nil, nil
-	for _, in := range r.graphIn {
+	r.stats.buf, r.stats.lossSum, r.upd.clipAcc, r.upd.clipCoef = nil, nil, nil, nil
+	r.upd.scalerState, r.upd.seed, r.upd.sched16, r.upd.lrs = nil, nil, nil, nil
+	for _, in := range r.g.in {
 		in[0].Free()
 		in[1].Free()
 	}
-	if r.graphSched != nil {
-		r.graphSched.Free()
+	if r.g.sched != nil {
+		r.g.sched.Free()
 	}
-	if r.dropKey != nil {
-		r.dropKey.Free()
+	if r.g.dropKey != nil {
+		r.g.dropKey.Free()
 	}
-	r.graphIn, r.graphSched, r.dropKey = nil, nil, nil
+	r.g.in, r.g.sched, r.g.dropKey = nil, nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

@@ -368,8 +368,8 @@ func (r *run) keepMetrics(step int) {
 			continue
 		}
 		if m.Step < step || (m.Step == step && m.ValLoss == nil) {
-			r.metrics.Write(line)
-			r.metrics.WriteByte('\n')
+			r.out.metrics.Write(line)
+			r.out.metrics.WriteByte('\n')
 		}
 	}
 }

@@ -241,7 +241,7 @@ func (p *pipeRun) forward(st, m int, x *tensor.Tensor) (out *tensor.Tensor) {
 
 func (p *pipeRun) lossOf(m int, logits *tensor.Tensor) (loss *tensor.Tensor) {
 	p.progs[len(p.progs)-1].Autocast(p.dt, func() { loss = tensor.CrossEntropy(logits, p.ys[m]) })
-	tensor.TrackLoss(p.r.stats, loss, 1/float32(p.micros*p.r.cfg.GradAccum), p.step+1)
+	tensor.TrackLoss(p.r.stats.buf, loss, 1/float32(p.micros*p.r.cfg.GradAccum), p.step+1)
 	return tensor.Scale(loss, p.scale)
 }
 

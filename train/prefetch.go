@@ -151,34 +151,34 @@ func nextMicro(step, micro, accum int) [2]int {
 // the loader could not keep up.
 var slowData time.Duration
 
-// openFill sets r.fill: r.batch where a test set it, else a loader
+// openFill sets r.feed.fill: r.feed.batch where a test set it, else a loader
 // dealing out the train sampler's windows for this rank from step on.
-// Either way the time spent in it is added to r.dataWait.
+// Either way the time spent in it is added to r.feed.wait.
 func (r *run) openFill(step int) error {
 	var src filler
-	if r.batch != nil {
-		src = func(step, micro int, x, y []int32) error { r.batch(step, micro, x, y); return nil }
+	if r.feed.batch != nil {
+		src = func(step, micro int, x, y []int32) error { r.feed.batch(step, micro, x, y); return nil }
 	} else {
 		cfg := r.cfg
 		lc := data.LoaderConfig{Batch: cfg.BatchSize, Accum: cfg.GradAccum, Rank: cfg.Rank, World: cfg.WorldSize,
 			Start: step, Workers: cfg.DataWorkers, Prefetch: cfg.Prefetch, Name: "train split"}
-		if r.checkIDs {
-			lc.Vocab = r.vocab
+		if r.feed.checkIDs {
+			lc.Vocab = r.feed.vocab
 		}
 		l, err := data.NewLoader(r.train, lc)
 		if err != nil {
 			return err
 		}
-		r.loader = l
+		r.feed.loader = l
 		src = l.Fill
 	}
-	r.fill = func(step, micro int, x, y []int32) error {
+	r.feed.fill = func(step, micro int, x, y []int32) error {
 		t0 := time.Now()
 		if slowData > 0 {
 			time.Sleep(slowData)
 		}
 		err := src(step, micro, x, y)
-		r.dataWait += time.Since(t0)
+		r.feed.wait += time.Since(t0)
 		return err
 	}
 	return nil

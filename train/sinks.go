@@ -51,7 +51,7 @@ func (r *run) openSinks(tok Tokenizer) error {
 		s.stop = stop
 		fmt.Fprintf(r.log, "metrics: serving Prometheus metrics at http://%s/metrics\n", addr)
 	}
-	r.sinks = s
+	r.out.sinks = s
 	return nil
 }
 

@@ -330,7 +330,7 @@ func (r *run) startSampler() {
 		return
 	}
 	s.Start()
-	r.sampler = s
+	r.out.sampler = s
 }
 
 // utilPct converts a sample to the device's utilisation in percent.
@@ -344,10 +344,10 @@ func (r *run) utilPct(util, procCPU float64) float64 {
 // utilisation is the device's utilisation in percent at the latest
 // background sample; ok is false without one.
 func (r *run) utilisation() (float64, bool) {
-	if r.sampler == nil {
+	if r.out.sampler == nil {
 		return 0, false
 	}
-	st := r.sampler.Stats()
+	st := r.out.sampler.Stats()
 	if st.Samples == 0 {
 		return 0, false
 	}
@@ -356,11 +356,11 @@ func (r *run) utilisation() (float64, bool) {
 
 // stopSampler stops the sampler and puts its mean and peak in sum.
 func (r *run) stopSampler(sum *Summary) {
-	if r.sampler == nil {
+	if r.out.sampler == nil {
 		return
 	}
-	st := r.sampler.Stop()
-	r.sampler = nil
+	st := r.out.sampler.Stop()
+	r.out.sampler = nil
 	if sum != nil && st.Samples > 0 {
 		sum.UtilMeanPct = r.utilPct(st.MeanUtil, st.MeanProcCPU)
 		sum.UtilPeakPct = r.utilPct(st.PeakUtil, st.PeakProcCPU)
@@ -378,22 +378,22 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 	}
 	st := tensor.MemStats(r.dev)
 	sum.PeakMemBytes, sum.MemTotalBytes = r.peakMem(), st.Total
-	if r.tel == nil || r.measured == 0 {
+	if r.tel == nil || r.perf.measured == 0 {
 		return
 	}
 	r.tel.flush()
-	n := float64(r.measured)
+	n := float64(r.perf.measured)
 	sum.PhaseMs = make(map[string]float64, nPhases)
 	for p, ms := range r.tel.total {
 		sum.PhaseMs[PhaseNames[p]] = ms / n
 	}
 	if r.ddp != nil {
-		r.commOverlappedMs = r.ddp.overlapMs / float64(max(r.ddp.syncs, 1))
+		r.perf.commOverlappedMs = r.ddp.overlapMs / float64(max(r.ddp.syncs, 1))
 	}
 	sum.HostReadsPerStep = float64(r.tel.reads) / n
 	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
-	r.meanStepMs = r.tel.totalStepMs / n
-	sum.TelemetryOverheadPct = r.overheadPct(r.meanStepMs)
+	r.perf.meanStepMs = r.tel.totalStepMs / n
+	sum.TelemetryOverheadPct = r.overheadPct(r.perf.meanStepMs)
 }
 
 // overheadPct measures what the step telemetry costs: it times 1000 steps'
@@ -428,7 +428,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 		WorldSize:  max(cfg.WorldSize, 1),
 		MicroBatch: cfg.BatchSize, BlockSize: cfg.BlockSize, GradAccum: cfg.GradAccum, AutoBatch: cfg.BatchAuto,
 		DataWorkers: cfg.DataWorkers, Prefetch: cfg.Prefetch,
-		Steps: r.measured, StepMs: r.meanStepMs, TokensPerSec: sum.TokensPerSec,
+		Steps: r.perf.measured, StepMs: r.perf.meanStepMs, TokensPerSec: sum.TokensPerSec,
 		MFU: sum.MFU, PeakFLOPs: sum.PeakFLOPs,
 		PhaseMs:          diagnose.PhasesFromMap(sum.PhaseMs),
 		H2DBytesPerStep:  int64(sum.CopiedBytesPerStep),
@@ -441,8 +441,8 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 		MemUsedBytes:        tensor.MemStats(r.dev).Allocated,
 		OptimizerStateBytes: r.opt.StateBytes(),
 		ZeroStage:           cfg.Zero,
-		CommMsPerStep:       sum.PhaseMs[PhaseNames[phComm]] + r.commOverlappedMs,
-		CommOverlappedMs:    r.commOverlappedMs,
+		CommMsPerStep:       sum.PhaseMs[PhaseNames[phComm]] + r.perf.commOverlappedMs,
+		CommOverlappedMs:    r.perf.commOverlappedMs,
 		OverheadPct:         sum.TelemetryOverheadPct,
 		UtilMeanPct:         sum.UtilMeanPct,
 		UtilPeakPct:         sum.UtilPeakPct,
@@ -462,7 +462,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 
 // diagnose writes telemetry.json and prints the diagnosis.
 func (r *run) diagnose(sum Summary) error {
-	if r.tel == nil || r.measured == 0 || r.cfg.Rank != 0 {
+	if r.tel == nil || r.perf.measured == 0 || r.cfg.Rank != 0 {
 		return nil
 	}
 	t := r.telemetry(sum)

@@ -46,7 +46,7 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 	lrs, _ := f.Tensors["lrs"].Float64s()
 	n := c.BatchSize * c.BlockSize
 	r := &run{cfg: c, dev: tensor.CPU, model: m,
-		batch: func(step, _ int, x, y []int32) {
+		feed: feed{batch: func(step, _ int, x, y []int32) {
 			if step >= steps { // the trainer prefetches the batch after the last
 				clear(x)
 				clear(y)
@@ -54,7 +54,7 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 			}
 			copy(x, xs[step*n:(step+1)*n])
 			copy(y, ys[step*n:(step+1)*n])
-		},
+		}},
 		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(c.LR), Beta1: float32(c.Beta1),
 			Beta2: float32(c.Beta2), Eps: float32(md("eps")), WeightDecay: float32(c.WeightDecay)}),
 		sched: optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.DecayIters()},

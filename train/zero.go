@@ -151,7 +151,7 @@ func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
 	d := r.ddp
 	z := d.zero
 	if d.devGrad != nil { // NCCL: every collective on the device, no wait on the host
-		if err := r.stepOnDevice(step, lr, func() error { return d.devGrad.sumShards(r.clipAcc) }); err != nil {
+		if err := r.stepOnDevice(step, lr, func() error { return d.devGrad.sumShards(r.upd.clipAcc) }); err != nil {
 			d.err = err
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}
@@ -163,11 +163,11 @@ func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
 		return nil
 	}
 	if err := r.stepOnDevice(step, lr, func() error { // the shards' sums of squares, added
-		r.clipAcc.ReadFloat32s(z.sumsq[:])
+		r.upd.clipAcc.ReadFloat32s(z.sumsq[:])
 		if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {
 			return err
 		}
-		r.clipAcc.SetFloat32s(z.sumsq[:])
+		r.upd.clipAcc.SetFloat32s(z.sumsq[:])
 		return nil
 	}); err != nil {
 		d.err = err

@@ -1,0 +1,148 @@
+package train
+
+import (
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// Files a run writes in its output folder.
+const (
+	ConfigFile    = "config.json"
+	TokenizerFile = "tokenizer.json"
+	MetricsFile   = "metrics.jsonl"
+	SummaryFile   = "summary.json"
+	ModelFile     = "model.safetensors"
+	BestFile      = "best.safetensors"
+)
+
+// RunConfig is what config.json holds: the run's settings and the model
+// they built.
+type RunConfig struct {
+	Train Config       `json:"train"`
+	Model model.Config `json:"model"`
+	// DataID and TokenizerID name the run's data and tokenizer by
+	// content, for --resume and the ranks of a job to compare.
+	DataID      Identity `json:"data_identity"`
+	TokenizerID Identity `json:"tokenizer_identity"`
+	// History lists the resumes that changed settings (--allow-changes),
+	// oldest first.
+	History []Resumption `json:"history,omitempty"`
+}
+
+// Summary is summary.json.
+type Summary struct {
+	// Simulated says the run was on a simulated GPU (--device sim:NAME):
+	// its times are the host's, its losses mean nothing (0 here), and it
+	// wrote no weights.
+	Simulated      bool    `json:"simulated,omitempty"`
+	BestValLoss    float64 `json:"best_val_loss"`
+	FinalValLoss   float64 `json:"final_val_loss"`
+	FinalTrainLoss float64 `json:"final_train_loss"`
+	ValPerplexity  float64 `json:"val_perplexity"`
+	// TokensPerSec is the median over optimizer steps (skipping the first
+	// 5) of each step's tokens / its time, evaluation excluded.
+	TokensPerSec float64 `json:"tokens_per_sec"`
+	MsPerStep    float64 `json:"ms_per_step"`
+	// DataWaitMs is the median over the same steps of the time each step
+	// waited for data; DataWaitShare is the total wait over the total
+	// step time.
+	DataWaitMs    float64 `json:"data_wait_ms"`
+	DataWaitShare float64 `json:"data_wait_share"`
+	// MFU is model FLOPs utilisation at the median rate: FLOPsPerToken ×
+	// TokensPerSec ÷ PeakFLOPs (the device's peak for the run's products:
+	// a data-sheet figure for GPUs, measured on the CPU; 0 if unknown).
+	MFU           float64 `json:"mfu"`
+	FLOPsPerToken float64 `json:"flops_per_token"`
+	PeakFLOPs     float64 `json:"peak_flops"`
+	PeakSource    string  `json:"peak_source,omitempty"`
+	// PhaseMs is the mean ms per step of each phase (PhaseNames) over the
+	// measured steps; HostReadsPerStep the host's reads of device values
+	// per step; CopiedBytesPerStep the host<->device bytes per step.
+	PhaseMs            map[string]float64 `json:"phase_ms,omitempty"`
+	HostReadsPerStep   float64            `json:"host_reads_per_step"`
+	CopiedBytesPerStep float64            `json:"copied_bytes_per_step"`
+	PeakMemBytes       int64              `json:"peak_mem_bytes"`
+	// UtilMeanPct and UtilPeakPct are the device's utilisation sampled in
+	// the background (the process's CPU use over its cores on the CPU).
+	UtilMeanPct float64 `json:"util_mean_pct"`
+	UtilPeakPct float64 `json:"util_peak_pct"`
+	// HostBusyPct is, on the CPU, how busy all the machine's cores were
+	// (every process's use).
+	HostBusyPct float64 `json:"host_busy_pct,omitempty"`
+	// TelemetryOverheadPct is what the step telemetry costs per step, in
+	// percent of the median step, measured at the end of the run.
+	TelemetryOverheadPct float64 `json:"telemetry_overhead_pct"`
+	MemTotalBytes        int64   `json:"mem_total_bytes,omitempty"`
+	Steps                int     `json:"steps"`
+	Device               string  `json:"device"`
+	NumParams            int     `json:"num_params"`
+	Data                 string  `json:"data"`
+	TrainTokens          int     `json:"train_tokens"`
+	ValTokens            int     `json:"val_tokens"`
+	ElapsedSec           float64 `json:"elapsed_sec"`
+	Config               Config  `json:"config"`
+	Model                model.Config
+}
+
+// Metric is one line of metrics.jsonl. Fields that are unknown at an event
+// are left out.
+type Metric struct {
+	Step         int      `json:"step"`
+	TrainLoss    *float64 `json:"train_loss,omitempty"`
+	ValLoss      *float64 `json:"val_loss,omitempty"`
+	Perplexity   *float64 `json:"val_perplexity,omitempty"`
+	LR           *float64 `json:"lr,omitempty"`
+	MsPerStep    *float64 `json:"ms_per_step,omitempty"`
+	TokensPerSec *float64 `json:"tokens_per_sec,omitempty"`
+	// DataWaitMs is the mean time per step the trainer waited for its
+	// batches (drawing them from the loader's queue into the staging
+	// memory) over the log interval.
+	DataWaitMs *float64 `json:"data_wait_ms,omitempty"`
+	// MFU is model FLOPs utilisation: the model's training FLOPs per token
+	// × tokens/s ÷ the device's peak.
+	MFU       *float64 `json:"mfu,omitempty"`
+	GradNorm  *float64 `json:"grad_norm,omitempty"`  // before clipping, last step
+	LossScale *float64 `json:"loss_scale,omitempty"` // fp16's loss scale
+	// Mean ms per step of each phase over the log interval (PhaseNames).
+	H2DMs       *float64 `json:"h2d_ms,omitempty"`
+	ForwardMs   *float64 `json:"forward_ms,omitempty"`
+	BackwardMs  *float64 `json:"backward_ms,omitempty"`
+	CommMs      *float64 `json:"comm_ms,omitempty"`
+	OptimizerMs *float64 `json:"optimizer_ms,omitempty"`
+	CkptLogMs   *float64 `json:"ckpt_log_ms,omitempty"`
+	// Util is the device's utilisation in percent, sampled in the
+	// background over the interval; MemBytes the device memory in use and
+	// MemPeakBytes the run's peak so far.
+	Util         *float64 `json:"util,omitempty"`
+	MemBytes     *float64 `json:"mem_bytes,omitempty"`
+	MemPeakBytes *float64 `json:"mem_peak_bytes,omitempty"`
+}
+
+// fillMetric adds the telemetry of the last n steps to m.
+func (r *run) fillMetric(m *Metric, n int) {
+	if r.tel == nil || n == 0 {
+		return
+	}
+	w := r.tel.takeWindow()
+	for p, dst := range [nPhases]**float64{phH2D: &m.H2DMs, phForward: &m.ForwardMs, phBackward: &m.BackwardMs,
+		phComm: &m.CommMs, phOptimizer: &m.OptimizerMs, phCkptLog: &m.CkptLogMs} {
+		if dst != nil {
+			v := w[p] / float64(n)
+			*dst = &v
+		}
+	}
+	st := tensor.MemStats(r.dev)
+	mem, peak := float64(st.Allocated), float64(r.peakMem())
+	m.MemBytes, m.MemPeakBytes = &mem, &peak
+	if u, ok := r.utilisation(); ok {
+		m.Util = &u
+	}
+}
+
+// Result is a finished run.
+type Result struct {
+	Dir       string // the run's folder
+	Model     *model.GPT
+	Tokenizer Tokenizer
+	Summary   Summary
+}
