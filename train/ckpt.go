@@ -243,10 +243,10 @@ func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
 			return err
 		}
 	}
-	if r.ddp != nil && r.ddp.zero != nil {
+	if lo, hi, world, store, ok := r.group().Shard(); ok {
 		// Every rank writes its own shard of the moments; rank 0 commits
 		// the step once they all are durable (see saveShard).
-		if err := c.saveShard(r, step); err != nil {
+		if err := c.saveShard(r, step, lo, hi, world, store); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/internal/stats"
+	"github.com/fleetml/fleet/train/ddp/ddptest"
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/testenv"
@@ -59,7 +60,7 @@ func TestDDPChild(t *testing.T) {
 	cfg.MasterAddr, cfg.Secret = os.Getenv("MASTER_ADDR"), os.Getenv("FLEET_JOB_SECRET")
 	cfg.Resume = os.Getenv(envChildResume) == "1"
 	if cfg.DistBackend == "nccl" && cfg.Device == "cpu" {
-		newDeviceGroup = newHostDeviceGroup // NCCL's stand-in on the host
+		newDeviceGroup = ddptest.NewHostDeviceGroup // NCCL's stand-in on the host
 	}
 	if v := os.Getenv(envChildBucket); v != "" {
 		testDeviceBucket = atoi(envChildBucket)

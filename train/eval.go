@@ -24,12 +24,8 @@ func (r *run) evaluate(step int, sum *Summary) error {
 	r.evaluating = true
 	defer func() { r.evaluating = false }()
 	var tl, vl float64
-	loss := r.model.Loss
-	progs := programs{tensor.ProgramOf(r.dev)}
-	if r.pipe != nil {
-		r.pipe.st.SyncHead()
-		loss, progs = r.pipe.evalLoss, r.pipe.progs
-	}
+	ms := r.micros()
+	loss, progs := ms.evaluator()
 	rank, world := r.cfg.Rank, max(r.cfg.WorldSize, 1)
 	eval := func() {
 		progs.autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
@@ -37,19 +33,12 @@ func (r *run) evaluate(step int, sum *Summary) error {
 			vl = estimateLoss(r.model, progs, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
 		})
 	}
-	if r.pipe != nil {
-		r.pipe.allCores(eval) // the stages take turns: each may use every core
-	} else {
-		eval()
+	ms.evaluate(eval)
+	vals := [...]float64{tl, vl} // the means over the ranks
+	if err := r.group().Average(vals[:]); err != nil {
+		return fmt.Errorf("step %d: averaging the evaluation: %w", step, err)
 	}
-	if r.ddp != nil {
-		vals := [...]float32{float32(tl), float32(vl)}
-		if err := r.ddp.average(vals[:]); err != nil {
-			r.ddp.err = err
-			return fmt.Errorf("step %d: averaging the evaluation: %w", step, err)
-		}
-		tl, vl = float64(vals[0]), float64(vals[1])
-	}
+	tl, vl = vals[0], vals[1]
 	if r.simulated {
 		if r.cfg.Rank == 0 {
 			fmt.Fprintf(r.log, "eval step %d: train loss n/a, val loss n/a (simulated GPU)\n", step)

@@ -56,14 +56,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 		// with the other ranks: where the log, an evaluation or a
 		// checkpoint needs them, and where this process was asked to
 		// stop (a group agrees on stopping at its next read point).
-		stop := false
-		if r.ddp == nil {
-			select {
-			case <-r.cfg.Stop:
-				stop = true
-			default:
-			}
-		}
+		stop := r.group().StopEarly(r.cfg.Stop)
 		if stop || r.readPoint(done) {
 			var err error
 			if stop, err = r.agree(done, stop, &st); err != nil {
@@ -153,23 +146,10 @@ func (r *run) agree(done int, stop bool, st *stepStats) (bool, error) {
 	mean, steps, badLoss, badGrads := r.readStats(done)
 	st.addLoss(mean, steps)
 	r.stats.lastLoss = mean
-	if r.ddp != nil {
-		select {
-		case <-r.cfg.Stop:
-			stop = true
-		default:
-		}
-	}
 	bad := (badLoss > 0 || badGrads > 0) && !r.simulated
-	nBad := 0
-	if bad {
-		nBad = 1
-	}
-	if r.ddp != nil {
-		var err error
-		if stop, nBad, err = r.ddp.agreeStep(stop, bad); err != nil {
-			return false, fmt.Errorf("step %d: %w", done, err)
-		}
+	stop, nBad, err := r.group().Agree(stop, r.cfg.Stop, bad)
+	if err != nil {
+		return false, fmt.Errorf("step %d: %w", done, err)
 	}
 	if nBad > 0 {
 		return false, r.diverged(done, badLoss, badGrads, nBad)
@@ -183,14 +163,11 @@ func (r *run) agree(done int, stop bool, st *stepStats) (bool, error) {
 func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 	cfg := r.cfg
 	avg, ms, wms := st.lossAcc/float64(max(st.lossSteps, 1)), st.windowMs/float64(st.n), st.windowWait/float64(st.n)
-	if r.ddp != nil { // the loss and step time averaged over the ranks
-		vals := [...]float32{float32(avg), float32(ms), float32(wms)}
-		if err := r.ddp.average(vals[:]); err != nil {
-			r.ddp.err = err
-			return fmt.Errorf("step %d: averaging the logged loss: %w", done, err)
-		}
-		avg, ms, wms = float64(vals[0]), float64(vals[1]), float64(vals[2])
+	vals := [...]float64{avg, ms, wms} // the means over the ranks
+	if err := r.group().Average(vals[:]); err != nil {
+		return fmt.Errorf("step %d: averaging the logged loss: %w", done, err)
 	}
+	avg, ms, wms = vals[0], vals[1], vals[2]
 	tps := float64(r.tokensPerStep()) / (ms / 1000)
 	m := Metric{Step: done, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
 	fmt.Fprintf(r.log, "step %d/%d | loss %s | lr %.3e | %.1f ms/step | %.0f tok/s",

@@ -41,7 +41,12 @@ type pipeRun struct {
 	scale   float32          // what each micro-batch's loss is multiplied by before backward
 	dt      tensor.DType
 
-	// over the measured steps
+	meas pipeMeasure // over the measured steps
+}
+
+// pipeMeasure is what a pipeline measures over its steps, for its report
+// (pipeline.json) and the run's telemetry.
+type pipeMeasure struct {
 	seen     int       // step calls
 	steps    int       // measured schedule runs
 	busy     []float64 // seconds per stage
@@ -100,7 +105,7 @@ func newPipeRun(r *run) (*pipeRun, error) {
 		return nil, err
 	}
 	p := &pipeRun{r: r, devs: devs, micros: max(cfg.MicroBatches, 1), dt: cfg.ProductDType(),
-		busy: make([]float64, len(devs)), schedPeak: make([]int64, len(devs)), runPeak: make([]int64, len(devs))}
+		meas: pipeMeasure{busy: make([]float64, len(devs)), schedPeak: make([]int64, len(devs)), runPeak: make([]int64, len(devs))}}
 	p.rows = cfg.BatchSize / p.micros
 	sch, err := pipeline.New(cfg.PipelineSchedule, len(devs), p.micros)
 	if err != nil {
@@ -157,11 +162,28 @@ func newPipeRun(r *run) (*pipeRun, error) {
 
 // peakMem is device d's peak memory over the run: its pool's peak, or a
 // peak from before the schedule runs restarted it.
+// lossDevice is the last stage's device, which computes the loss.
+func (p *pipeRun) lossDevice() tensor.Device { return p.devs[len(p.devs)-1] }
+
+// pipelined: a pipeline's parameters are spread over its stages.
+func (p *pipeRun) pipelined() bool { return true }
+
+// evaluator is the pipeline's loss, its head's tied weight synchronised
+// first, in the stages' programs.
+func (p *pipeRun) evaluator() (func(x, y *tensor.Tensor) *tensor.Tensor, programs) {
+	p.st.SyncHead()
+	return p.evalLoss, p.progs
+}
+
+// evaluate runs an evaluation with the stages taking turns: each may use
+// every core.
+func (p *pipeRun) evaluate(fn func()) { p.allCores(fn) }
+
 func (p *pipeRun) peakMem(d tensor.Device) int64 {
 	peak := tensor.MemStats(d).Peak
 	for st, sd := range p.devs {
 		if sd == d {
-			peak = max(peak, p.runPeak[st])
+			peak = max(peak, p.meas.runPeak[st])
 		}
 	}
 	return peak
@@ -245,19 +267,19 @@ func (p *pipeRun) lossOf(m int, logits *tensor.Tensor) (loss *tensor.Tensor) {
 	return tensor.Scale(loss, p.scale)
 }
 
-// beginStep prepares an optimizer step: the head's copy of the tied
+// begin prepares an optimizer step: the head's copy of the tied
 // embedding takes the weights the last step left.
-func (p *pipeRun) beginStep() {
+func (p *pipeRun) begin() {
 	p.st.SyncHead()
-	p.seen++
+	p.meas.seen++
 }
 
-// microStep is run.microStep for a pipelined model: the schedule runs the
+// forwardBackward is one micro-batch of a step for a pipelined model: the schedule runs the
 // micro-step's batch x, y through the stages in p.micros micro-batches,
 // each micro-batch's loss scaled by 1/(M × GradAccum) (and fp16's loss
 // scale), so the gradients are those of the whole batch. The losses go
 // into the step statistics, on the last stage's device.
-func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
+func (p *pipeRun) forwardBackward(step, micro int, x, y *tensor.Tensor) {
 	r := p.r
 	cfg := r.cfg
 	p.x, p.y = x, y
@@ -268,10 +290,10 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
 	p.st.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro), cfg.BatchSize)
 	p.step = step
 	r.tel.to(phForward)
-	measured := p.seen > 5
+	measured := p.meas.seen > 5
 	if measured {
 		for st, d := range p.devs {
-			p.runPeak[st] = max(p.runPeak[st], tensor.MemStats(d).Peak)
+			p.meas.runPeak[st] = max(p.meas.runPeak[st], tensor.MemStats(d).Peak)
 			tensor.ResetPeakMemory(d)
 		}
 	}
@@ -291,7 +313,7 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
 	}
 	if measured {
 		for st, d := range p.devs {
-			p.schedPeak[st] = max(p.schedPeak[st], tensor.MemStats(d).Peak)
+			p.meas.schedPeak[st] = max(p.meas.schedPeak[st], tensor.MemStats(d).Peak)
 		}
 	}
 	p.record(measured, micro)
@@ -300,13 +322,13 @@ func (p *pipeRun) microStep(step, micro int, x, y *tensor.Tensor) {
 	clear(p.ys)
 }
 
-// endStep adds the tied head's gradient into the embedding's, so that
+// end adds the tied head's gradient into the embedding's, so that
 // clipping and AdamW see the gradients one device would have.
-func (p *pipeRun) endStep() {
+func (p *pipeRun) end() {
 	p.st.ReduceHeadGrad()
-	if b := p.st.HeadCopyBytes(); b > 0 && p.seen > 5 {
-		p.headCopies += 2
-		p.headBytes += 2 * int64(b)
+	if b := p.st.HeadCopyBytes(); b > 0 && p.meas.seen > 5 {
+		p.meas.headCopies += 2
+		p.meas.headBytes += 2 * int64(b)
 	}
 }
 
@@ -315,13 +337,13 @@ func (p *pipeRun) endStep() {
 // micro-step micro's runs follow one another on it.
 func (p *pipeRun) record(measured bool, micro int) {
 	if micro == 0 {
-		p.stepRuns, p.stepEnd = 0, 0
+		p.meas.stepRuns, p.meas.stepEnd = 0, 0
 		if measured {
-			p.timeline = p.timeline[:0]
+			p.meas.timeline = p.meas.timeline[:0]
 		}
 	}
 	if !measured {
-		p.actCopies0, p.gradCopies0 = p.run.ActCopies, p.run.GradCopies
+		p.meas.actCopies0, p.meas.gradCopies0 = p.run.ActCopies, p.run.GradCopies
 		return
 	}
 	spans := p.run.Spans
@@ -331,23 +353,23 @@ func (p *pipeRun) record(measured bool, micro int) {
 			lo = sp.Start
 		}
 		hi = max(hi, sp.End)
-		p.busy[sp.Slot.Stage] += sp.End - sp.Start
-		p.serial += sp.End - sp.Start
+		p.meas.busy[sp.Slot.Stage] += sp.End - sp.Start
+		p.meas.serial += sp.End - sp.Start
 	}
-	p.makespan += hi - lo
-	p.steps++
+	p.meas.makespan += hi - lo
+	p.meas.steps++
 	// On the step's timeline a run starts where the previous one ended.
-	off := p.stepEnd
-	p.stepEnd += hi - lo
+	off := p.meas.stepEnd
+	p.meas.stepEnd += hi - lo
 	for _, sp := range spans {
 		kind := "fwd"
 		if sp.Slot.Kind == pipeline.Backward {
 			kind = "bwd"
 		}
-		p.timeline = append(p.timeline, TimelineSlot{Stage: sp.Slot.Stage, Kind: kind, Micro: p.stepRuns*p.micros + sp.Slot.Micro,
+		p.meas.timeline = append(p.meas.timeline, TimelineSlot{Stage: sp.Slot.Stage, Kind: kind, Micro: p.meas.stepRuns*p.micros + sp.Slot.Micro,
 			StartMs: 1000 * (off + sp.Start - lo), EndMs: 1000 * (off + sp.End - lo)})
 	}
-	p.stepRuns++
+	p.meas.stepRuns++
 }
 
 // evalLoss is the model's loss through the stages, for evaluation: each
@@ -496,33 +518,33 @@ func (p *pipeRun) report() PipelineReport {
 	sch := p.run.Schedule
 	S := len(p.devs)
 	rep := PipelineReport{Schedule: sch.Name, Micro: p.micros, Rows: p.rows, ScheduleBubble: sch.Bubble(),
-		Blocks: p.st.Ranges, Runs: p.steps, StageBusyMs: make([]float64, S), Utilisation: make([]float64, S),
-		Timeline: p.timeline, AllBusyShare: AllBusy(p.timeline, S)}
+		Blocks: p.st.Ranges, Runs: p.meas.steps, StageBusyMs: make([]float64, S), Utilisation: make([]float64, S),
+		Timeline: p.meas.timeline, AllBusyShare: AllBusy(p.meas.timeline, S)}
 	for _, d := range p.devs {
 		rep.Devices = append(rep.Devices, d.String())
 		rep.PeakMemBytes = append(rep.PeakMemBytes, p.peakMem(d))
 	}
-	rep.SchedulePeakMemBytes = p.schedPeak
+	rep.SchedulePeakMemBytes = p.meas.schedPeak
 	rep.Note = "each stage ran on its own goroutine, with its own tensor program, at the same time as the others; the busy times and the timeline are host wall times"
-	if p.steps == 0 {
+	if p.meas.steps == 0 {
 		return rep
 	}
-	n := float64(p.steps)
-	for i, b := range p.busy {
+	n := float64(p.meas.steps)
+	for i, b := range p.meas.busy {
 		rep.StageBusyMs[i] = 1000 * b / n
-		rep.Utilisation[i] = b / p.makespan
+		rep.Utilisation[i] = b / p.meas.makespan
 		rep.MeasuredBubble += b
 	}
-	rep.MeasuredBubble = 1 - rep.MeasuredBubble/(float64(S)*p.makespan)
-	rep.MakespanMs = 1000 * p.makespan / n
-	rep.SerialMs = 1000 * p.serial / n
+	rep.MeasuredBubble = 1 - rep.MeasuredBubble/(float64(S)*p.meas.makespan)
+	rep.MakespanMs = 1000 * p.meas.makespan / n
+	rep.SerialMs = 1000 * p.meas.serial / n
 	steps := n / float64(p.r.cfg.GradAccum)
-	act := float64(p.run.ActCopies - p.actCopies0)
-	grad := float64(p.run.GradCopies - p.gradCopies0)
+	act := float64(p.run.ActCopies - p.meas.actCopies0)
+	grad := float64(p.run.GradCopies - p.meas.gradCopies0)
 	per := float64(p.rows * p.r.cfg.BlockSize * p.r.cfg.NEmbd * 4)
 	rep.ActCopiesPerStep, rep.ActBytesPerStep = act/steps, act*per/steps
 	rep.GradCopiesPerStep, rep.GradBytesPerStep = grad/steps, grad*per/steps
-	rep.HeadCopiesPerStep, rep.HeadBytesPerStep = float64(p.headCopies)/steps, float64(p.headBytes)/steps
+	rep.HeadCopiesPerStep, rep.HeadBytesPerStep = float64(p.meas.headCopies)/steps, float64(p.meas.headBytes)/steps
 	return rep
 }
 

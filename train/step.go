@@ -39,22 +39,20 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 			return err
 		}
 		r.openStepState(step)
-		if r.ddp != nil && r.cfg.Zero == 1 {
-			if err := r.openZero(); err != nil {
-				return err
-			}
+		if err := r.group().Start(); err != nil {
+			return err
 		}
 	}
 	cfg := r.cfg
-	if cfg.CUDAGraphs && r.pipe == nil && r.ddp == nil && hook == nil {
+	ms := r.micros()
+	grp := r.group()
+	if cfg.CUDAGraphs && !ms.pipelined() && grp.Hook() == nil && hook == nil {
 		if r.g.warm >= graphWarmSteps {
 			return r.stepGraph(step, lr)
 		}
 		r.g.warm++
 	}
-	if r.pipe != nil {
-		r.pipe.beginStep()
-	}
+	ms.begin()
 	tel := r.tel
 	for micro := 0; micro < cfg.GradAccum; micro++ {
 		tel.to(phH2D)
@@ -64,32 +62,18 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 		tel.move(phH2D, phData, r.feed.wait-w0)
-		if r.pipe != nil {
-			r.pipe.microStep(step, micro, x, y)
-		} else {
-			r.microStep(step, micro, x, y)
-		}
-	}
-	if r.pipe != nil {
-		tel.to(phOptimizer)
-		r.pipe.endStep()
-	}
-	if r.ddp != nil {
-		tel.to(phComm)
-		sync := r.ddp.sync
-		if r.pipe != nil { // its backward passes ran without the hook
-			sync = r.ddp.syncAll
-		}
-		if err := sync(); err != nil {
-			r.ddp.err = err
-			return fmt.Errorf("step %d: %w", step+1, err)
-		}
+		ms.forwardBackward(step, micro, x, y)
 	}
 	tel.to(phOptimizer)
-	if r.ddp != nil && r.ddp.zero != nil {
-		return r.zeroUpdate(step, lr, hook)
+	ms.end()
+	if err := grp.Sync(ms.pipelined(), tel); err != nil {
+		return fmt.Errorf("step %d: %w", step+1, err)
 	}
-	r.update(step, lr, hook)
+	tel.to(phOptimizer)
+	r.upd.step, r.upd.lr, r.upd.hook = step, lr, hook
+	if err := grp.Finish(stepUpdate{r}); err != nil {
+		return fmt.Errorf("step %d: %w", step+1, err)
+	}
 	return nil
 }
 
@@ -101,10 +85,8 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 // take a launch or two each, not one per parameter; in bf16 it gives the
 // weights their bf16 copies (optim.AdamW.KeepHalf).
 func (r *run) openStepState(step int) {
-	dev := r.dev
-	if r.pipe != nil {
-		dev = r.pipe.devs[len(r.pipe.devs)-1]
-	} else {
+	ms := r.micros()
+	if !ms.pipelined() {
 		r.opt.Pack()
 	}
 	if r.cfg.ProductDType() == tensor.BF16 {
@@ -113,10 +95,10 @@ func (r *run) openStepState(step int) {
 		// anything that set the weights (a resume, the broadcast).
 		r.opt.KeepHalf()
 	}
-	r.stats.buf = tensor.NewStats(dev)
+	r.stats.buf = tensor.NewStats(ms.lossDevice())
 	r.stats.lossSum = r.stats.buf.Rows(0, 1)
 	r.stats.at = step
-	if r.pipe == nil && !(r.scaler != nil && r.upd.hostScaler) {
+	if !ms.pipelined() && !(r.scaler != nil && r.upd.hostScaler) {
 		r.upd.clipAcc, r.upd.clipCoef = tensor.Zeros(r.dev), tensor.Zeros(r.dev)
 		if r.scaler != nil {
 			r.openScaler()
@@ -230,8 +212,8 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 			loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
 		}
 		tel.to(phBackward)
-		if r.ddp != nil && micro == cfg.GradAccum-1 {
-			prev := tensor.SetGradReadyHook(r.ddp.hookFn)
+		if h := r.group().Hook(); h != nil && micro == cfg.GradAccum-1 {
+			prev := tensor.SetGradReadyHook(h)
 			defer tensor.SetGradReadyHook(prev)
 		}
 		if seed != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
+	"github.com/fleetml/fleet/train/ddp"
 )
 
 // Stepper runs the trainer's optimizer step outside Run, on batches a
@@ -51,17 +52,11 @@ func (s *Stepper) Loss(done int) float64 {
 // when the first step opens.
 func (s *Stepper) UseDeviceGroup(grp dist.DeviceGroup) error {
 	r := s.r
-	d := &ddp{params: r.model.Parameters(), index: map[*tensor.Tensor]int{}, bucket: r.cfg.BucketMB << 20}
-	for i, p := range d.params {
-		d.index[p.T] = i
-	}
-	d.hookFn = d.hook
-	dd, err := newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, r.cfg.CollectiveTimeout(), io.Discard)
+	g, err := ddp.WithDeviceGroup(grp, ddp.Options{Config: r.cfg, Dev: r.dev, Params: r.model.Parameters(), Opt: r.opt, Log: io.Discard})
 	if err != nil {
 		return err
 	}
-	d.devGrad = dd
-	r.ddp = d
+	r.grp = g
 	return nil
 }
 

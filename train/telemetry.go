@@ -102,6 +102,9 @@ func (t *telemetry) mark(p int) {
 }
 
 // to moves the step into phase p.
+// Communicating moves to the communication phase (ddp.Phases).
+func (t *telemetry) Communicating() { t.to(phComm) }
+
 func (t *telemetry) to(p int) {
 	if t == nil || p == t.cur {
 		return
@@ -294,10 +297,7 @@ func fmtPhases(ms [nPhases]float64, steps int) string {
 
 // peakMem is the run's peak memory on its device so far.
 func (r *run) peakMem() int64 {
-	if r.pipe != nil {
-		return r.pipe.peakMem(r.dev)
-	}
-	return tensor.MemStats(r.dev).Peak
+	return r.micros().peakMem(r.dev)
 }
 
 // onHost reports whether dev computes in the host's memory on the host's
@@ -387,9 +387,7 @@ func (r *run) summarizeTelemetry(sum *Summary) {
 	for p, ms := range r.tel.total {
 		sum.PhaseMs[PhaseNames[p]] = ms / n
 	}
-	if r.ddp != nil {
-		r.perf.commOverlappedMs = r.ddp.overlapMs / float64(max(r.ddp.syncs, 1))
-	}
+	r.perf.commOverlappedMs = r.group().OverlapMs()
 	sum.HostReadsPerStep = float64(r.tel.reads) / n
 	sum.CopiedBytesPerStep = float64(r.tel.copied) / n
 	r.perf.meanStepMs = r.tel.totalStepMs / n

@@ -21,6 +21,7 @@ import (
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
+	"github.com/fleetml/fleet/train/ddp"
 )
 
 // run holds one training run's state, in parts: the data it feeds the
@@ -50,7 +51,7 @@ type run struct {
 	tel             *telemetry // step phase timing; nil: off
 	perf            perf
 	out             outputs
-	ddp             *ddp            // data parallelism; nil in a world of one
+	grp             group           // data parallelism; nil: this process alone
 	pipe            *pipeRun        // --pipeline: the model's stages; nil: one device
 	stages          []tensor.Device // --pipeline: the stages' devices
 	at              int             // the step the loop is at
@@ -98,6 +99,11 @@ type updateState struct {
 	// where clipping reads the norm on the host (a loss scaler, several
 	// devices); 0: none. The device path keeps it in stats.
 	hostBadGrads int
+	// step, lr and hook are the step being updated, its learning rate
+	// and the hook to run before the update (stepUpdate's).
+	step int
+	lr   float64
+	hook func()
 }
 
 // deviceStats are the step statistics on the device that computes the
@@ -160,16 +166,14 @@ func (r *run) close() {
 	}
 	r.out.sinks = nil
 	r.stopSampler(nil)
-	r.ddp.close()
-	r.ddp = nil
+	r.group().Close()
+	r.grp = nil
 	r.feed.staged.close()
 	if r.feed.loader != nil {
 		r.feed.loader.Close()
 		r.feed.loader = nil
 	}
-	if r.pipe != nil {
-		r.pipe.close()
-	}
+	r.micros().close()
 	if r.g.exec != nil {
 		if err := r.g.exec.Free(); err != nil && r.log != nil {
 			fmt.Fprintf(r.log, "warning: freeing the step's graph: %v\n", err)
@@ -201,7 +205,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	var store *dist.Store
 	agreed := false
 	if cfg.WorldSize > 1 {
-		if store, err = joinStore(cfg, log); err != nil {
+		if store, err = ddp.Join(cfg, log); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -439,10 +443,8 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.pipe != nil {
-		if err := r.pipe.finish(); err != nil {
-			return nil, err
-		}
+	if err := r.micros().finish(); err != nil {
+		return nil, err
 	}
 	if cfg.Rank != 0 {
 		return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil

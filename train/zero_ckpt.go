@@ -60,27 +60,27 @@ func stagedShard(root string, step, k int) string {
 
 func shardKey(step, k int) string { return fmt.Sprintf("ckpt/shard/%d/%d", step, k) }
 
-// saveShard snapshots this rank's shard of the moments for step's
-// checkpoint; a rank other than 0 writes it durably and reports it to
-// rank 0 through the store.
-func (c *checkpointer) saveShard(r *run, step int) error {
-	z := r.ddp.zero
+// saveShard snapshots this rank's shard [lo, hi) of the moments (of a
+// group of world ranks, whose store rank 0 learns of it through) for
+// step's checkpoint; a rank other than 0 writes it durably and reports it
+// to rank 0 through the store.
+func (c *checkpointer) saveShard(r *run, step, lo, hi, world int, store *dist.Store) error {
 	sh := c.shard
 	if sh == nil {
 		offs := r.opt.FlatOffsets()
-		sh = &shardSnap{rank: r.cfg.Rank, world: r.ddp.pg.Size(), lo: z.lo, hi: z.hi, n: r.opt.PackedParams().Numel(),
-			store: r.ddp.store, timeout: r.cfg.CollectiveTimeout()}
+		sh = &shardSnap{rank: r.cfg.Rank, world: world, lo: lo, hi: hi, n: r.opt.PackedParams().Numel(),
+			store: store, timeout: r.cfg.CollectiveTimeout()}
 		for i, p := range r.opt.Params {
 			sh.layout = append(sh.layout, flatParam{Name: p.Name, Offset: offs[i], Numel: p.T.Numel()})
 		}
-		sh.m, sh.v = make([]float32, z.hi-z.lo), make([]float32, z.hi-z.lo)
+		sh.m, sh.v = make([]float32, hi-lo), make([]float32, hi-lo)
 		c.shard = sh
 	}
 	sh.step = step
-	if z.hi > z.lo {
+	if hi > lo {
 		m, v := r.opt.Moments()
-		m.Rows(0, z.hi-z.lo).ReadFloat32s(sh.m)
-		v.Rows(0, z.hi-z.lo).ReadFloat32s(sh.v)
+		m.Rows(0, hi-lo).ReadFloat32s(sh.m)
+		v.Rows(0, hi-lo).ReadFloat32s(sh.v)
 	}
 	if sh.rank == 0 {
 		return nil // written and committed with the step (checkpointer.write)

@@ -25,6 +25,7 @@ import (
 	"github.com/fleetml/fleet/launch"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/ddp"
 )
 
 // line is one line of a job's output and when the test read it.
@@ -421,7 +422,7 @@ func TestFlightRecordOnSIGUSR1(t *testing.T) {
 	if err, _ := j.finish(t, 2*time.Minute); err != nil {
 		t.Fatalf("the job failed after SIGUSR1: %v\n%s", err, j.output())
 	}
-	dumps, err := dist.ReadFlightDumps(filepath.Join(out, train.FlightDir))
+	dumps, err := dist.ReadFlightDumps(filepath.Join(out, ddp.FlightDir))
 	if err != nil || len(dumps) != 1 || dumps[0].Rank != 1 || dumps[0].Reason != "SIGUSR1" {
 		t.Fatalf("flight records %+v, %v; want rank 1's, for SIGUSR1", dumps, err)
 	}

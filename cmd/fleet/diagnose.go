@@ -11,7 +11,7 @@ import (
 
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/monitor/diagnose"
-	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/ddp"
 )
 
 // diagnoseCmd prints what held a finished run back, from the telemetry
@@ -19,14 +19,14 @@ import (
 func diagnoseCmd(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	fset.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fleet diagnose RUN_DIR\n\nNames the main bottleneck of a training run (data loading, a small batch,\nhost-device copies, fp32 on tensor cores, host syncs, communication, or none:\ncompute-bound), with the measurements behind it and the flag that fixes it,\nfrom RUN_DIR/%s. Where the ranks of a data-parallel run left flight\nrecords of their collectives (RUN_DIR/%s/rank-K.json: written when a\ncollective fails, and on SIGUSR1), it first names the collective the group\nhung in and the rank that never entered it.\n", diagnose.TelemetryFile, train.FlightDir)
+		fmt.Fprintf(stderr, "Usage: fleet diagnose RUN_DIR\n\nNames the main bottleneck of a training run (data loading, a small batch,\nhost-device copies, fp32 on tensor cores, host syncs, communication, or none:\ncompute-bound), with the measurements behind it and the flag that fixes it,\nfrom RUN_DIR/%s. Where the ranks of a data-parallel run left flight\nrecords of their collectives (RUN_DIR/%s/rank-K.json: written when a\ncollective fails, and on SIGUSR1), it first names the collective the group\nhung in and the rank that never entered it.\n", diagnose.TelemetryFile, ddp.FlightDir)
 		fset.PrintDefaults()
 	}
 	dir, err := runDirArg(fset, args, stderr)
 	if err != nil {
 		return err
 	}
-	flight := desyncReport(stdout, filepath.Join(dir, train.FlightDir))
+	flight := desyncReport(stdout, filepath.Join(dir, ddp.FlightDir))
 	t, err := readTelemetry(dir)
 	if err != nil {
 		if flight {

@@ -1,7 +1,7 @@
 //go:build !unix
 
-package train
+package ddp
 
 // dumpOnSignal: without SIGUSR1, a flight record is written only when a
 // collective fails.
-func (d *ddp) dumpOnSignal() (stop func()) { return func() {} }
+func (d *Group) dumpOnSignal() (stop func()) { return func() {} }

@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"fmt"
@@ -35,20 +35,30 @@ type zeroState struct {
 	sumsq                 [1]float32
 }
 
-// openZero shards the packed optimizer over the group (after Pack and
-// KeepHalf), builds the Reducer that reduce-scatters its flat gradients
-// during backward, and logs what each rank keeps.
-func (r *run) openZero() error {
-	d := r.ddp
+// Start readies the group's first step, after the optimizer has packed
+// its flat buffers and made its bf16 copies: under --zero 1 it shards the
+// optimizer over the group (see openZero).
+func (d *Group) Start() error {
+	if !d.zeroWanted {
+		return nil
+	}
+	return d.openZero()
+}
+
+// openZero shards the packed optimizer over the group, builds the Reducer
+// that reduce-scatters its flat gradients during backward, and logs what
+// each rank keeps.
+func (d *Group) openZero() error {
+	opt := d.opt
 	pg, ok := d.pg.(sharder)
 	if !ok && d.devGrad == nil {
 		return fmt.Errorf("dist: --zero 1: the process group has no reduce-scatter")
 	}
-	flat := r.opt.PackedParams()
+	flat := opt.PackedParams()
 	if flat == nil {
 		return fmt.Errorf("dist: --zero 1 needs the optimizer's flat buffers (one device, f32 parameters)")
 	}
-	whole := r.opt.StateBytes()
+	whole := opt.StateBytes()
 	n, world, rank := flat.Numel(), 0, 0
 	if d.devGrad != nil {
 		world, rank = d.devGrad.grp.Size(), d.devGrad.grp.Rank()
@@ -56,19 +66,19 @@ func (r *run) openZero() error {
 		world, rank = d.pg.Size(), d.pg.Rank()
 	}
 	lo, hi := dist.Shard(n, world, rank)
-	if !r.opt.Shard(lo, hi) {
+	if !opt.Shard(lo, hi) {
 		return fmt.Errorf("dist: --zero 1: the optimizer could not be sharded")
 	}
 	z := &zeroState{pg: pg, lo: lo, hi: hi}
-	grads := r.opt.PackedGrads()
+	grads := opt.PackedGrads()
 	tensor.ProgramOf(flat.Device()).Persist(func() {
 		z.paramShard = flat.Rows(lo, hi)
 		z.gradShard = grads.Rows(lo, hi)
 	})
 	logged := func(how string) {
 		d.zero = z
-		fmt.Fprintf(r.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered %s during backward\n",
-			world, lo, hi, n, units.Bytes(r.opt.StateBytes()), units.Bytes(whole), how)
+		fmt.Fprintf(d.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered %s during backward\n",
+			world, lo, hi, n, units.Bytes(opt.StateBytes()), units.Bytes(whole), how)
 	}
 	if d.devGrad != nil { // NCCL: the buckets reduce-scatter in device memory
 		if err := d.devGrad.shard(); err != nil {
@@ -85,12 +95,12 @@ func (r *run) openZero() error {
 		host = z.stage
 	}
 	offs, sizes := make([]int, len(d.params)), make([]int, len(d.params))
-	for k, off := range r.opt.FlatOffsets() {
-		i, ok := d.index[r.opt.Params[k].T]
+	for k, off := range opt.FlatOffsets() {
+		i, ok := d.index[opt.Params[k].T]
 		if !ok {
-			return fmt.Errorf("dist: --zero 1: the optimizer's parameter %s is not the model's", r.opt.Params[k].Name)
+			return fmt.Errorf("dist: --zero 1: the optimizer's parameter %s is not the model's", opt.Params[k].Name)
 		}
-		offs[i], sizes[i] = off, r.opt.Params[k].T.Numel()
+		offs[i], sizes[i] = off, opt.Params[k].T.Numel()
 	}
 	red, err := dist.NewShardReducer(pg, host, offs, sizes, d.bucket)
 	if err != nil {
@@ -140,43 +150,67 @@ func (z *zeroState) allGather(flat *tensor.Tensor) error {
 	return nil
 }
 
-// zeroUpdate is update for a sharded optimizer: the shards' sums of
+// Update is the run's update, as a group finishes a step with it.
+type Update interface {
+	// Whole clips and steps the whole parameters (each rank alike).
+	Whole()
+	// OnDevice clips on the device and steps the optimizer (its shard),
+	// once reduce has made the clip's sum of squares (ClipAcc) the
+	// group's; it returns reduce's error, having stepped nothing.
+	OnDevice(reduce func() error) error
+	ClipAcc() *tensor.Tensor
+}
+
+// Finish ends a step whose gradients Sync made the group's: u.Whole where
+// every rank keeps the whole optimizer; under ZeRO-1 the shards' sums of
 // squared gradients are added over the group (the clip's global norm, and
 // fp16's skip decision, are every rank's), the shard is updated, and the
 // parameters are all-gathered, their bf16 copies refreshed.
-func (r *run) zeroUpdate(step int, lr float64, hook func()) error {
-	if hook != nil {
-		hook()
-	}
-	d := r.ddp
+func (d *Group) Finish(u Update) error {
 	z := d.zero
-	if d.devGrad != nil { // NCCL: every collective on the device, no wait on the host
-		if err := r.stepOnDevice(step, lr, func() error { return d.devGrad.sumShards(r.upd.clipAcc) }); err != nil {
-			d.err = err
-			return fmt.Errorf("step %d: %w", step+1, err)
-		}
-		if err := d.devGrad.gatherShards(r.opt.PackedParams()); err != nil {
-			d.err = err
-			return fmt.Errorf("step %d: %w", step+1, err)
-		}
-		r.opt.RefreshHalf()
+	if z == nil {
+		u.Whole()
 		return nil
 	}
-	if err := r.stepOnDevice(step, lr, func() error { // the shards' sums of squares, added
-		r.upd.clipAcc.ReadFloat32s(z.sumsq[:])
+	opt := d.opt
+	if d.devGrad != nil { // NCCL: every collective on the device, no wait on the host
+		if err := u.OnDevice(func() error { return d.devGrad.sumShards(u.ClipAcc()) }); err != nil {
+			d.err = err
+			return err
+		}
+		if err := d.devGrad.gatherShards(opt.PackedParams()); err != nil {
+			d.err = err
+			return err
+		}
+		opt.RefreshHalf()
+		return nil
+	}
+	if err := u.OnDevice(func() error { // the shards' sums of squares, added
+		acc := u.ClipAcc()
+		acc.ReadFloat32s(z.sumsq[:])
 		if err := d.pg.AllReduce(z.sumsq[:], dist.Sum); err != nil {
 			return err
 		}
-		r.upd.clipAcc.SetFloat32s(z.sumsq[:])
+		acc.SetFloat32s(z.sumsq[:])
 		return nil
 	}); err != nil {
 		d.err = err
-		return fmt.Errorf("step %d: the gradient norm over the shards: %w", step+1, err)
+		return fmt.Errorf("the gradient norm over the shards: %w", err)
 	}
-	if err := z.allGather(r.opt.PackedParams()); err != nil {
+	if err := z.allGather(opt.PackedParams()); err != nil {
 		d.err = err
-		return fmt.Errorf("step %d: %w", step+1, err)
+		return err
 	}
-	r.opt.RefreshHalf()
+	opt.RefreshHalf()
 	return nil
+}
+
+// Shard is this rank's shard [lo, hi) of the optimizer's flat buffers
+// under ZeRO-1, and the group's size and store, for its checkpoints; ok
+// is false where the optimizer is whole.
+func (d *Group) Shard() (lo, hi, world int, store *dist.Store, ok bool) {
+	if d.zero == nil {
+		return 0, 0, 0, nil, false
+	}
+	return d.zero.lo, d.zero.hi, d.pg.Size(), d.store, true
 }

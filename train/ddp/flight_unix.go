@@ -1,6 +1,6 @@
 //go:build unix
 
-package train
+package ddp
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 
 // dumpOnSignal writes the flight record at every SIGUSR1 (the run goes
 // on), until stop is called: how a hung rank is asked what it is doing.
-func (d *ddp) dumpOnSignal() (stop func()) {
+func (d *Group) dumpOnSignal() (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGUSR1)
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ type flightRecorder interface{ Flight() *dist.FlightRecorder }
 // FlightDir and the launcher's folder (launch.EnvFlightDir) where set. A
 // group without a record (a Stepper's) dumps nothing; a failure to write is
 // logged, never fatal: the run is failing already, or must go on.
-func (d *ddp) dumpFlight(reason string) {
+func (d *Group) dumpFlight(reason string) {
 	fr, ok := d.pg.(flightRecorder)
 	if !ok {
 		return
@@ -47,7 +47,7 @@ func (d *ddp) dumpFlight(reason string) {
 
 // failedCollective reports whether the group's flight record holds a
 // failed collective.
-func (d *ddp) failedCollective() bool {
+func (d *Group) failedCollective() bool {
 	fr, ok := d.pg.(flightRecorder)
 	if !ok {
 		return false

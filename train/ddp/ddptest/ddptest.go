@@ -1,4 +1,8 @@
-package train
+// Package ddptest stands in for NCCL on the host, for tests: a
+// dist.DeviceGroup over a TCP group, so that the device-memory gradient
+// path of package ddp (flat buffers, in-place all-reduces, copies back,
+// the watchdog) runs on the CPU.
+package ddptest
 
 import (
 	"unsafe"
@@ -8,12 +12,12 @@ import (
 )
 
 // hostDeviceGroup is a dist.DeviceGroup over host memory, made of a TCP
-// group: it stands in for NCCL so that the device-memory gradient path
-// (flat buffer, in-place all-reduce, copies back, the waiting) runs on
-// the CPU in tests. Addresses are the CPU backend's (backend.Queue).
+// group. Addresses are the CPU backend's (backend.Queue).
 type hostDeviceGroup struct{ pg *dist.TCPGroup }
 
-func newHostDeviceGroup(store *dist.Store, _ tensor.Device) (dist.DeviceGroup, error) {
+// NewHostDeviceGroup joins the job's TCP group as a device group: what
+// package ddp's Options.DeviceGroup takes in place of NCCL.
+func NewHostDeviceGroup(store *dist.Store, _ tensor.Device) (dist.DeviceGroup, error) {
 	pg, err := dist.NewTCPGroup(store, dist.TCPOptions{Name: "host-device-group"})
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"context"
@@ -9,23 +9,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
 )
 
-// ddp is a run's data parallelism, PyTorch DistributedDataParallel's
+// Group is a run's data parallelism, PyTorch DistributedDataParallel's
 // recipe: rank 0's parameters are broadcast at the start; on the last
 // micro-step of each optimizer step (the others accumulate locally, as
 // no_sync does) a backward hook hands each gradient to the Reducer as soon
 // as it is final, which all-reduces (averages) buckets of them in reverse
 // parameter order while backward goes on; the step waits for the last
 // bucket before clipping and AdamW.
-type ddp struct {
+type Group struct {
 	store  *dist.Store
 	pg     dist.ProcessGroup
 	red    *dist.Reducer
@@ -50,16 +49,19 @@ type ddp struct {
 	// hookFn is hook as a func value, made once: a method value made per
 	// step would be a heap allocation per step.
 	hookFn func(*tensor.Tensor)
+	// opt is the run's optimizer (its flat buffers, its step count);
+	// zeroWanted asks for ZeRO-1 (--zero 1), which Start sets up.
+	opt        *optim.AdamW
+	zeroWanted bool
 	// out is the run's folder (its FlightDir gets the flight record), log
 	// the run's log; stopSignal ends the SIGUSR1 handler.
 	out        string
 	log        io.Writer
 	stopSignal func()
 	// zero, with Config.Zero 1, is this rank's ZeRO-1 shard: the
-	// optimizer's flat gradients (flatGrads) are reduce-scattered bucket
-	// by bucket during backward (its Reducer, red) instead of all-reduced.
-	zero      *zeroState
-	flatGrads func() *tensor.Tensor
+	// optimizer's flat gradients are reduce-scattered bucket by bucket
+	// during backward (its Reducer, red) instead of all-reduced.
+	zero *zeroState
 }
 
 // useDeviceGroup says whether gradients go through a device group: with
@@ -75,9 +77,9 @@ func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
 	return false
 }
 
-// joinStore joins the job's rendezvous store: rank 0 serves it, the others
+// Join joins the job's rendezvous store: rank 0 serves it, the others
 // connect. A stop (SIGTERM from the launcher) ends a rendezvous that waits.
-func joinStore(cfg Config, log io.Writer) (*dist.Store, error) {
+func Join(cfg config.Config, log io.Writer) (*dist.Store, error) {
 	if cfg.MasterAddr == "" || cfg.MasterPort <= 0 {
 		return nil, fmt.Errorf("a world of %d processes needs MASTER_ADDR and MASTER_PORT (start it with fleet run, torchrun or srun)", cfg.WorldSize)
 	}
@@ -101,46 +103,74 @@ func joinStore(cfg Config, log io.Writer) (*dist.Store, error) {
 	return store, nil
 }
 
-// openDDP forms the TCP group over the job's store and broadcasts rank 0's
-// parameters. It owns the store from then on: the ddp closes it, or
-// openDDP does when it fails before there is one.
-func (r *run) openDDP(store *dist.Store) error {
-	cfg := r.cfg
+// Options are what a data-parallel group needs of its run.
+type Options struct {
+	// Config is the run's: its world, --dist-backend, --bucket-mb,
+	// --zero, --comm-timeout and folder (Out, for flight records).
+	Config config.Config
+	Dev    tensor.Device
+	// Pipelined: the parameters are spread over a pipeline's devices, and
+	// backward runs without the gradient hook.
+	Pipelined bool
+	Params    []*nn.Parameter
+	Opt       *optim.AdamW
+	Log       io.Writer
+	// DeviceGroup makes the device group where gradients go through one
+	// (nil: NCCL); tests stand in a host group (package ddptest).
+	DeviceGroup func(*dist.Store, tensor.Device) (dist.DeviceGroup, error)
+	// BucketBytes, when positive, replaces --bucket-mb: tests cut small
+	// models into several buckets.
+	BucketBytes int
+}
+
+// Open forms the TCP group over the job's store and broadcasts rank 0's
+// parameters. It owns the store from then on: the Group closes it, or
+// Open does when it fails before there is one. A Group that is returned
+// with an error must still be closed.
+func Open(store *dist.Store, o Options) (*Group, error) {
+	cfg := o.Config
 	timeout := cfg.CollectiveTimeout()
 	pg, err := dist.NewTCPGroup(store, dist.TCPOptions{Name: "ddp", Timeout: timeout})
 	if err != nil {
 		store.Close()
-		return fmt.Errorf("dist: %w", err)
+		return nil, fmt.Errorf("dist: %w", err)
 	}
-	d := &ddp{store: store, pg: pg, params: r.model.Parameters(), index: map[*tensor.Tensor]int{},
-		bucket: cfg.BucketMB << 20, out: cfg.Out, log: r.log, flatGrads: r.opt.PackedGrads}
+	d := &Group{store: store, pg: pg, params: o.Params, index: map[*tensor.Tensor]int{},
+		bucket: cfg.BucketMB << 20, out: cfg.Out, log: o.Log, opt: o.Opt,
+		zeroWanted: cfg.Zero == 1}
 	d.stopSignal = d.dumpOnSignal()
 	for i, p := range d.params {
 		d.index[p.T] = i
 	}
 	d.hookFn = d.hook
-	r.ddp = d
 	backendName := "tcp"
-	if useDeviceGroup(cfg.DistBackend, r.dev, r.pipe != nil) {
-		grp, err := newDeviceGroup(store, r.dev)
+	if useDeviceGroup(cfg.DistBackend, o.Dev, o.Pipelined) {
+		newGroup := o.DeviceGroup
+		if newGroup == nil {
+			newGroup = NewNCCLGroup
+		}
+		grp, err := newGroup(store, o.Dev)
 		if err == nil {
-			d.devGrad, err = newDeviceDDP(grp, r.dev, d.params, r.opt.PackedGrads, d.bucket, timeout, r.log)
+			d.devGrad, err = newDeviceDDP(grp, o.Dev, d.params, o.Opt.PackedGrads, d.bucket, timeout, o.Log)
 		}
 		if err != nil {
-			return setting.Errorf("dist: {DistBackend} %s: %w", cfg.DistBackend, err)
+			return d, setting.Errorf("dist: {DistBackend} %s: %w", cfg.DistBackend, err)
+		}
+		if o.BucketBytes > 0 {
+			d.devGrad.bucket = o.BucketBytes
 		}
 		backendName = "nccl"
 		d.devGrad.flight = pg.Flight() // NCCL's collectives in the group's flight record
 		if err := d.devGrad.broadcast(); err != nil {
 			d.err = err
-			return fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
+			return d, fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
 		}
-		if err := d.sameStart(r.opt.Steps); err != nil {
-			return err
+		if err := d.sameStart(o.Opt.Steps); err != nil {
+			return d, err
 		}
-		fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) in %d MiB buckets during backward, on a stream of their own\n",
+		fmt.Fprintf(o.Log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) in %d MiB buckets during backward, on a stream of their own\n",
 			cfg.WorldSize, backendName, max(cfg.BucketMB, 1))
-		return nil
+		return d, nil
 	}
 	// Every rank starts from rank 0's weights (resumed ones included).
 	vals := make([][]float32, len(d.params))
@@ -152,19 +182,19 @@ func (r *run) openDDP(store *dist.Store) error {
 		}
 	}
 	if err := dist.BroadcastParams(pg, vals, d.bucket); err != nil {
-		return fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
+		return d, fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
 	}
 	for i, p := range d.params {
 		if _, ok := p.T.HostFloat32s(); !ok {
 			p.T.SetFloat32s(vals[i])
 		}
 	}
-	if err := d.sameStart(r.opt.Steps); err != nil {
-		return err
+	if err := d.sameStart(o.Opt.Steps); err != nil {
+		return d, err
 	}
-	fmt.Fprintf(r.log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced in %d MiB buckets during backward\n",
+	fmt.Fprintf(o.Log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced in %d MiB buckets during backward\n",
 		cfg.WorldSize, max(cfg.BucketMB, 1))
-	return nil
+	return d, nil
 }
 
 // sameStart checks that every rank starts after the same number of
@@ -173,7 +203,7 @@ func (r *run) openDDP(store *dist.Store) error {
 // without shared storage) would start at another step, with other batches
 // and optimizer state, and the group would write wrong checkpoints until
 // its collectives happened to mismatch. Every rank fails instead.
-func (d *ddp) sameStart(steps int) error {
+func (d *Group) sameStart(steps int) error {
 	world := d.pg.Size()
 	send := []float32{float32(steps >> 16), float32(steps & 0xffff)} // exact in float32
 	recv := make([]float32, 2*world)
@@ -205,7 +235,7 @@ func logOverlap(w io.Writer, early, buckets int, sharded bool) {
 }
 
 // hook is the gradient-ready hook of a synchronizing backward pass.
-func (d *ddp) hook(leaf *tensor.Tensor) {
+func (d *Group) hook(leaf *tensor.Tensor) {
 	if d.devGrad != nil {
 		d.devGrad.ready(leaf)
 		return
@@ -223,10 +253,36 @@ func (d *ddp) hook(leaf *tensor.Tensor) {
 	}
 }
 
+// Hook is the gradient-ready hook of the last micro-step's backward pass
+// (the others accumulate locally, as no_sync does): it hands each final
+// gradient to the all-reduce (or reduce-scatter) of its bucket.
+func (d *Group) Hook() func(*tensor.Tensor) { return d.hookFn }
+
+// Phases is the run's step telemetry, told when the step's communication
+// begins.
+type Phases interface{ Communicating() }
+
+// Sync finishes the step's gradient synchronisation after the last
+// micro-step's backward: all-reduced (or, under ZeRO-1, reduce-scattered
+// into this rank's shard). pipelined says the backward passes ran without
+// the hook (a pipeline's micro-batches run backward several times).
+func (d *Group) Sync(pipelined bool, ph Phases) error {
+	ph.Communicating()
+	sync := d.sync
+	if pipelined {
+		sync = d.syncAll
+	}
+	if err := sync(); err != nil {
+		d.err = err
+		return err
+	}
+	return nil
+}
+
 // sync finishes the gradients' all-reduce after the last micro-step's
 // backward. The first call builds the Reducer over the gradients the
 // first backward allocated, and all-reduces them without overlap.
-func (d *ddp) sync() error {
+func (d *Group) sync() error {
 	d.syncs++
 	if d.devGrad != nil {
 		return d.devGrad.sync()
@@ -283,7 +339,7 @@ func (d *ddp) sync() error {
 // syncAll all-reduces every gradient after a backward pass that ran
 // without the hook (a pipelined step, whose micro-batches run backward
 // several times): no overlap, the gradients as they are.
-func (d *ddp) syncAll() error {
+func (d *Group) syncAll() error {
 	if d.devGrad != nil {
 		d.syncs++
 		return d.devGrad.sync()
@@ -296,16 +352,21 @@ func (d *ddp) syncAll() error {
 	return d.sync()
 }
 
-// agreeStep tells the group whether this rank was asked to stop (a
-// signal) and whether its loss of the step was not finite, and returns
-// whether any rank was asked to stop and how many ranks' losses were not
-// finite. Every rank then stops after the same step, so that rank 0's
-// checkpoint is the group's and no rank is left waiting in a collective
-// the others never join; and a diverged rank stops the group at the first
-// bad step, before anything is saved.
-func (d *ddp) agreeStep(stop, bad bool) (anyStop bool, nBad int, err error) {
+// Agree is a read point's agreement: it tells the group whether this rank
+// stops (stopped, or asked to on stop) and whether its loss of the step
+// was not finite (bad), and returns whether any rank stops and how many
+// ranks' losses were not finite. Every rank then stops after the same
+// step, so that rank 0's checkpoint is the group's and no rank is left
+// waiting in a collective the others never join; and a diverged rank
+// stops the group at the first bad step, before anything is saved.
+func (d *Group) Agree(stopped bool, stop <-chan struct{}, bad bool) (anyStop bool, nBad int, err error) {
+	select {
+	case <-stop:
+		stopped = true
+	default:
+	}
 	v := [2]float32{}
-	if stop {
+	if stopped {
 		v[0] = 1
 	}
 	if bad {
@@ -318,10 +379,34 @@ func (d *ddp) agreeStep(stop, bad bool) (anyStop bool, nBad int, err error) {
 	return v[0] > 0, int(v[1] + 0.5), nil
 }
 
-// average all-reduces logged values (mean over ranks).
-func (d *ddp) average(vals []float32) error { return d.pg.AllReduce(vals, dist.Avg) }
+// Average replaces vals (at most 8: the logged loss and times, the
+// evaluation's losses) with their means over the ranks, all-reduced in
+// float32.
+func (d *Group) Average(vals []float64) error {
+	var buf [8]float32
+	f := buf[:len(vals)]
+	for i, v := range vals {
+		f[i] = float32(v)
+	}
+	if err := d.pg.AllReduce(f, dist.Avg); err != nil {
+		d.err = err
+		return err
+	}
+	for i, v := range f {
+		vals[i] = float64(v)
+	}
+	return nil
+}
 
-func (d *ddp) close() {
+// OverlapMs is the mean time per step from the first bucket's launch to
+// the end of backward: communication that could overlap backward (an
+// upper bound).
+func (d *Group) OverlapMs() float64 { return d.overlapMs / float64(max(d.syncs, 1)) }
+
+// Close stops the group: where the run failed, or a collective did, this
+// rank's flight record is written first; otherwise the ranks meet once
+// more, so that rank 0's store outlives the others' last requests.
+func (d *Group) Close() {
 	if d == nil {
 		return
 	}
@@ -348,14 +433,25 @@ func (d *ddp) close() {
 	d.store.Close()
 }
 
-// dropoutKey keys a step's dropout masks (backend.DropoutKey): a function
-// of the seed and the step only, so resumes are exact; the masks of each
-// row are keyed by its place in the step's global batch (dropoutRow0), so
-// they do not depend on the micro-step or the rank it falls to.
-func (r *run) dropoutKey(step int) uint64 { return backend.DropoutKey(r.cfg.Seed, step) }
-
-// dropoutRow0 is the place, in the step's global batch, of the first row
-// of this process's micro-step micro (the loader's data.MicroBatchFirst).
-func (r *run) dropoutRow0(micro int) int64 {
-	return int64(data.MicroBatchFirst(r.cfg.BatchSize, r.cfg.GradAccum, r.cfg.Rank, micro))
+// WithDeviceGroup is a Group over grp alone, with no TCP group or store:
+// a benchmark's (train.Stepper), whose steps average the gradients in
+// device memory as the trainer's do over NCCL, in buckets launched during
+// backward. The ranks start as they are (no broadcast).
+func WithDeviceGroup(grp dist.DeviceGroup, o Options) (*Group, error) {
+	d := &Group{params: o.Params, index: map[*tensor.Tensor]int{}, bucket: o.Config.BucketMB << 20,
+		log: o.Log, opt: o.Opt, zeroWanted: o.Config.Zero == 1}
+	for i, p := range d.params {
+		d.index[p.T] = i
+	}
+	d.hookFn = d.hook
+	dd, err := newDeviceDDP(grp, o.Dev, d.params, o.Opt.PackedGrads, d.bucket, o.Config.CollectiveTimeout(), o.Log)
+	if err != nil {
+		return nil, err
+	}
+	d.devGrad = dd
+	return d, nil
 }
+
+// StopEarly is false: a group stops only at a read point, together
+// (Agree), so that no rank waits in a collective the others never join.
+func (d *Group) StopEarly(<-chan struct{}) bool { return false }

@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"errors"
@@ -80,7 +80,13 @@ type deviceDDP struct {
 	flight   *dist.FlightRecorder
 	launched []int
 
-	// The watchdog's state, under mu.
+	wd watchdogState
+}
+
+// watchdogState is what the watchdog and the steps share: the
+// communication not yet seen done and what the watchdog found, under mu;
+// and whether the communicator was aborted.
+type watchdogState struct {
 	mu      sync.Mutex
 	pending []inflight // joined communication not yet seen done, oldest first
 	err     error      // what the watchdog found; every later sync returns it
@@ -96,11 +102,11 @@ type deviceDDP struct {
 // abort aborts the communicator, once; later calls return the first's
 // result.
 func (d *deviceDDP) abort() error {
-	d.abortOnce.Do(func() {
-		d.aborted.Store(true)
-		d.abortErr = d.grp.Abort()
+	d.wd.abortOnce.Do(func() {
+		d.wd.aborted.Store(true)
+		d.wd.abortErr = d.grp.Abort()
 	})
-	return d.abortErr
+	return d.wd.abortErr
 }
 
 // devBucket is a contiguous piece of the flat gradients, [off, off+n)
@@ -161,13 +167,9 @@ func (d *deviceDDP) settle(seqs []int, state string, err error) {
 // watchPeriod is how often the watchdog polls.
 const watchPeriod = 50 * time.Millisecond
 
-// testDeviceBucket, when positive, is the bucket size in bytes, below the
-// 1 MiB a flag can ask for: tests cut small models into several buckets.
-var testDeviceBucket int
-
-// newDeviceGroup makes the device process group of a job: NCCL, its
-// unique id shared through the store. Tests replace it.
-var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
+// NewNCCLGroup makes the device process group of a job: NCCL, its unique
+// id shared through the store (the default of Options.DeviceGroup).
+func NewNCCLGroup(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
 	if !config.IsCUDA(dev) {
 		return nil, setting.Errorf("{DistBackend} nccl needs CUDA devices, not %v", dev)
 	}
@@ -185,10 +187,7 @@ var newDeviceGroup = func(store *dist.Store, dev tensor.Device) (dist.DeviceGrou
 // (nil: the copying path); bucket is the bucket size in bytes.
 func newDeviceDDP(grp dist.DeviceGroup, dev tensor.Device, params []*nn.Parameter, packed func() *tensor.Tensor, bucket int, timeout time.Duration, log io.Writer) (*deviceDDP, error) {
 	d := &deviceDDP{grp: grp, dev: dev, params: params, index: map[*tensor.Tensor]int{}, packed: packed,
-		bucket: max(bucket, 1<<20), timeout: timeout, log: log, stop: make(chan struct{}), stopped: make(chan struct{})}
-	if testDeviceBucket > 0 {
-		d.bucket = testDeviceBucket
-	}
+		bucket: max(bucket, 1<<20), timeout: timeout, log: log, wd: watchdogState{stop: make(chan struct{}), stopped: make(chan struct{})}}
 	for i, p := range params {
 		if p.T.Device() != dev {
 			return nil, setting.Errorf("{DistBackend} nccl: parameter %s is on %v, not %v (pipelines use {DistBackend} tcp)", p.Name, p.T.Device(), dev)
@@ -302,15 +301,15 @@ func (d *deviceDDP) flatViews() (*tensor.Tensor, []*tensor.Tensor) {
 
 // failure is what the watchdog found, if anything.
 func (d *deviceDDP) failure() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.err
+	d.wd.mu.Lock()
+	defer d.wd.mu.Unlock()
+	return d.wd.err
 }
 
 // ready is the gradient-ready hook's part: leaf's gradient is final, so
 // its bucket may be complete, and then it is all-reduced at once.
 func (d *deviceDDP) ready(leaf *tensor.Tensor) {
-	if d.grads == nil || d.hookErr != nil || d.aborted.Load() {
+	if d.grads == nil || d.hookErr != nil || d.wd.aborted.Load() {
 		return
 	}
 	i, ok := d.index[leaf]
@@ -326,7 +325,7 @@ func (d *deviceDDP) ready(leaf *tensor.Tensor) {
 
 // launch queues bucket b's all-reduce on the communication stream.
 func (d *deviceDDP) launch(b int) error {
-	if d.aborted.Load() { // the watchdog gave up on the communicator
+	if d.wd.aborted.Load() { // the watchdog gave up on the communicator
 		if err := d.failure(); err != nil {
 			return err
 		}
@@ -371,7 +370,7 @@ func (d *deviceDDP) onComm(op, tag, what string, buf *tensor.Tensor, enqueue fun
 	if err := d.failure(); err != nil {
 		return err
 	}
-	if d.aborted.Load() {
+	if d.wd.aborted.Load() {
 		return fmt.Errorf("%s: the communicator was aborted", what)
 	}
 	d.ops++
@@ -527,7 +526,7 @@ func (d *deviceDDP) syncCopies() error {
 	}); err != nil {
 		return err
 	}
-	if d.aborted.Load() {
+	if d.wd.aborted.Load() {
 		return fmt.Errorf("all-reduce of step %d: the communicator was aborted", d.steps)
 	}
 	d.ops++
@@ -558,20 +557,20 @@ func (d *deviceDDP) syncCopies() error {
 
 // watch hands a step's joined communication to the watchdog.
 func (d *deviceDDP) watch(p backend.CommProbe, what string) {
-	d.mu.Lock()
-	d.pending = append(d.pending, inflight{p, time.Now(), what, d.launched})
+	d.wd.mu.Lock()
+	d.wd.pending = append(d.wd.pending, inflight{p, time.Now(), what, d.launched})
 	d.launched = nil
-	d.mu.Unlock()
+	d.wd.mu.Unlock()
 }
 
 // watchdog polls the communication in flight until close.
 func (d *deviceDDP) watchdog() {
-	defer close(d.stopped)
+	defer close(d.wd.stopped)
 	tick := time.NewTicker(watchPeriod)
 	defer tick.Stop()
 	for {
 		select {
-		case <-d.stop:
+		case <-d.wd.stop:
 			return
 		case <-tick.C:
 			d.check()
@@ -583,32 +582,32 @@ func (d *deviceDDP) watchdog() {
 // aborts the communicator, recording why, where the oldest still running
 // has met a peer's failure or outlived the timeout.
 func (d *deviceDDP) check() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for len(d.pending) > 0 && d.err == nil {
-		f := d.pending[0]
+	d.wd.mu.Lock()
+	defer d.wd.mu.Unlock()
+	for len(d.wd.pending) > 0 && d.wd.err == nil {
+		f := d.wd.pending[0]
 		done, err := f.probe.Done()
 		if err != nil {
-			d.err = fmt.Errorf("%s: %w", f.what, err)
-			d.settle(f.seqs, dist.FlightFailed, d.err)
+			d.wd.err = fmt.Errorf("%s: %w", f.what, err)
+			d.settle(f.seqs, dist.FlightFailed, d.wd.err)
 			d.abort()
 			return
 		}
 		if done {
 			f.probe.Release()
 			d.settle(f.seqs, dist.FlightDone, nil)
-			d.pending = d.pending[1:]
+			d.wd.pending = d.wd.pending[1:]
 			continue
 		}
 		if err := d.grp.CheckAsync(); err != nil {
-			d.err = fmt.Errorf("%s: a peer failed: %w", f.what, err)
-			d.settle(f.seqs, dist.FlightFailed, d.err)
+			d.wd.err = fmt.Errorf("%s: a peer failed: %w", f.what, err)
+			d.settle(f.seqs, dist.FlightFailed, d.wd.err)
 			d.abort()
 			return
 		}
 		if time.Since(f.since) > d.timeout {
-			d.err = setting.Errorf("%s: not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted", f.what, d.timeout)
-			d.settle(f.seqs, dist.FlightFailed, d.err)
+			d.wd.err = setting.Errorf("%s: not complete after %v ({CommTimeout}): a peer is gone or stuck; the communicator was aborted", f.what, d.timeout)
+			d.settle(f.seqs, dist.FlightFailed, d.wd.err)
 			d.abort()
 		}
 		return
@@ -620,9 +619,9 @@ func (d *deviceDDP) check() {
 func (d *deviceDDP) drain() error {
 	for {
 		d.check()
-		d.mu.Lock()
-		left, err := len(d.pending), d.err
-		d.mu.Unlock()
+		d.wd.mu.Lock()
+		left, err := len(d.wd.pending), d.wd.err
+		d.wd.mu.Unlock()
 		if err != nil || left == 0 {
 			return err
 		}
@@ -634,14 +633,14 @@ func (d *deviceDDP) close(failed bool) error {
 	if !failed && d.drain() != nil {
 		failed = true
 	}
-	close(d.stop)
-	<-d.stopped
-	d.mu.Lock()
-	for _, f := range d.pending {
+	close(d.wd.stop)
+	<-d.wd.stopped
+	d.wd.mu.Lock()
+	for _, f := range d.wd.pending {
 		f.probe.Release()
 	}
-	d.pending = nil
-	d.mu.Unlock()
+	d.wd.pending = nil
+	d.wd.mu.Unlock()
 	var err error
 	if d.flat != nil {
 		err = tensor.Catch(func() { d.flat.Free() })

@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // oneRankGroup is a dist.DeviceGroup of one rank that does nothing, or
@@ -43,7 +44,7 @@ func (g *oneRankGroup) Close() error                                            
 // their step finish; one that fails to enqueue is recorded failed, with
 // its error.
 func TestDeviceCollectivesInFlightRecord(t *testing.T) {
-	c := Default()
+	c := config.Default()
 	c.NLayer, c.NHead, c.NEmbd, c.BlockSize = 2, 2, 64, 32
 	m, err := model.New(c.ModelConfig(65), tensor.CPU, 1)
 	if err != nil {
@@ -54,15 +55,13 @@ func TestDeviceCollectivesInFlightRecord(t *testing.T) {
 		t.Fatal("the optimizer did not pack")
 	}
 	defer opt.Free()
-	old := testDeviceBucket
-	testDeviceBucket = 64 << 10
-	defer func() { testDeviceBucket = old }()
 	grp := &oneRankGroup{}
 	d, err := newDeviceDDP(grp, tensor.CPU, m.Parameters(), opt.PackedGrads, 0, time.Minute, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.close(false)
+	d.bucket = 64 << 10 // several buckets of a small model
 	d.flight = dist.NewFlightRecorder()
 	if err := d.broadcast(); err != nil {
 		t.Fatal(err)
