@@ -6,6 +6,7 @@ import (
 
 	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // setBF16Product is the CPU backend's; tests stand in a CPU without
@@ -20,9 +21,12 @@ var setBF16Product = fcpu.SetBF16Product
 // by name is taken as it is (on a resume, a different one than the
 // checkpoint's is then a changed setting: see resumeCheck). One this CPU
 // cannot run is refused, naming it.
-func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *RunConfig, log io.Writer) error {
-	want, how := orDefault(cfg.CPUBF16, "auto"), "given"
-	if want == "auto" && was != nil && orDefault(was.Train.CPUBF16, "auto") != "auto" {
+func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *config.RunConfig, log io.Writer) error {
+	want, how := cfg.CPUBF16, "given"
+	if cfg.CPUBF16Auto() {
+		want = "auto"
+	}
+	if want == "auto" && was != nil && !was.Train.CPUBF16Auto() {
 		want, how = was.Train.CPUBF16, "the checkpoint's"
 	}
 	if want == "auto" {

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // keepGlobalBatch readies an elastic restart (Config.Elastic) from a
@@ -15,7 +16,7 @@ import (
 // never on the split. A global batch the remaining ranks cannot split
 // evenly with the run's micro-batch is refused, saying why. A run that
 // sets TokensPerStep has its accumulation follow the world already.
-func keepGlobalBatch(cfg *Config, was RunConfig, log io.Writer) error {
+func keepGlobalBatch(cfg *Config, was config.RunConfig, log io.Writer) error {
 	if cfg.TokensPerStep > 0 {
 		return nil
 	}

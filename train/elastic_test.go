@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/fleetml/fleet/train/config"
 )
 
 // TestKeepGlobalBatch: an elastic restart with fewer ranks raises the
@@ -11,8 +13,8 @@ import (
 // keeps it (or sets --tokens-per-step) alone, and refuses a global batch
 // the remaining ranks cannot split, naming the numbers.
 func TestKeepGlobalBatch(t *testing.T) {
-	runOf := func(batch, accum, world int) RunConfig {
-		return RunConfig{Train: Config{BatchSize: batch, GradAccum: accum, WorldSize: world, BlockSize: 16}}
+	runOf := func(batch, accum, world int) config.RunConfig {
+		return config.RunConfig{Train: Config{BatchSize: batch, GradAccum: accum, WorldSize: world, BlockSize: 16}}
 	}
 	for _, tc := range []struct {
 		name                string

@@ -15,20 +15,6 @@ const (
 	BestFile      = "best.safetensors"
 )
 
-// RunConfig is what config.json holds: the run's settings and the model
-// they built.
-type RunConfig struct {
-	Train Config       `json:"train"`
-	Model model.Config `json:"model"`
-	// DataID and TokenizerID name the run's data and tokenizer by
-	// content, for --resume and the ranks of a job to compare.
-	DataID      Identity `json:"data_identity"`
-	TokenizerID Identity `json:"tokenizer_identity"`
-	// History lists the resumes that changed settings (--allow-changes),
-	// oldest first.
-	History []Resumption `json:"history,omitempty"`
-}
-
 // Summary is summary.json.
 type Summary struct {
 	// Simulated says the run was on a simulated GPU (--device sim:NAME):

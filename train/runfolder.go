@@ -14,6 +14,7 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/monitor/diagnose"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // DefaultRunsDir is the folder under which a run without --out gets a new
@@ -170,7 +171,7 @@ func ownRun(dir, jobID string) bool {
 	if err != nil {
 		return false
 	}
-	var rc RunConfig
+	var rc config.RunConfig
 	return json.Unmarshal(b, &rc) == nil && rc.Train.JobID == jobID
 }
 

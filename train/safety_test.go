@@ -16,6 +16,7 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/testenv"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // sameFiles fails the test where dir's files are not those of before,
@@ -238,12 +239,12 @@ func TestResumeFitsTheRun(t *testing.T) {
 	if !strings.Contains(log.String(), "--lr changes from 0.003 to 0.0015 at step 6") {
 		t.Errorf("the log does not list the change:\n%s", log.String())
 	}
-	var rc RunConfig
+	var rc config.RunConfig
 	if err := json.Unmarshal(mustRead(t, filepath.Join(c.Out, ConfigFile)), &rc); err != nil {
 		t.Fatal(err)
 	}
 	if len(rc.History) != 1 || rc.History[0].Step != 6 || len(rc.History[0].Changes) != 1 ||
-		rc.History[0].Changes[0] != (Change{Flag: "--lr", From: "0.003", To: "0.0015"}) {
+		rc.History[0].Changes[0] != (config.Change{Flag: "--lr", From: "0.003", To: "0.0015"}) {
 		t.Errorf("config.json's history is %+v", rc.History)
 	}
 

@@ -241,9 +241,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		resumeDir, resumeMan = d, m
 	}
-	var was *RunConfig // the checkpoint's run, read once
+	var was *config.RunConfig // the checkpoint's run, read once
 	if resumeMan != nil {
-		was = new(RunConfig)
+		was = new(config.RunConfig)
 		if err := json.Unmarshal(resumeMan.Config, was); err != nil {
 			return nil, fmt.Errorf("resume from %s: its config: %w", resumeDir, err)
 		}
@@ -274,15 +274,15 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	} else {
 		cfg.CPUBF16 = "" // no bf16 product runs on the CPU: none is recorded
 	}
-	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
-		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}
+	rc := config.RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
+		TokenizerID: config.TokenizerIdentity(tok, ds.tokenizerDesc())}
 	if was != nil {
 		if err := checkResume(&rc, *was, resumeDir, resumeMan.Step, log); err != nil {
 			return nil, err
 		}
 	}
 	if store != nil {
-		err := agreeSettings(store, cfg.Rank, settingsOf(rc))
+		err := agreeSettings(store, cfg.Rank, rc.Settings())
 		agreed = true
 		if err != nil {
 			return nil, err
