@@ -236,9 +236,9 @@ func RunFolder(out string) (dir, note string, err error) {
 	if out != "" {
 		return out, "", nil
 	}
-	d, err := train.NewestRun(train.DefaultRunsDir)
+	d, err := config.NewestRun(config.DefaultRunsDir)
 	if err != nil {
 		return "", "", err
 	}
-	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, train.DefaultRunsDir), nil
+	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, config.DefaultRunsDir), nil
 }

@@ -14,7 +14,7 @@ import (
 
 // Keys of the job's store through which the ranks agree before step 1.
 const (
-	keyOut      = "fleet/out"            // rank 0's outPlan
+	keyOut      = "fleet/out"            // rank 0's config.OutPlan
 	keySettings = "fleet/settings/"      // + rank: a rank's settings, or its failure
 	keyRead     = "fleet/settings-read/" // + rank: the rank has read every rank's settings
 )
@@ -26,9 +26,9 @@ const (
 // For a bf16 run on the CPU (cpuBF16) whose Config.CPUBF16 is auto, the
 // plan also carries rank 0's choice of the CPU's BF16 product, so every
 // rank runs the same one.
-func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
+func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (config.OutPlan, error) {
 	if cfg.Rank == 0 {
-		p, err := decideOut(cfg)
+		p, err := config.DecideOut(cfg)
 		if cpuBF16 && cfg.CPUBF16Auto() {
 			p.CPUBF16, p.CPUBF16How = fcpu.BF16Product() // timed once, for every rank
 		}
@@ -46,11 +46,11 @@ func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
 	}
 	b, err := store.Get(keyOut)
 	if err != nil {
-		return outPlan{}, fmt.Errorf("dist: waiting for rank 0 to decide the run folder: %w", err)
+		return config.OutPlan{}, fmt.Errorf("dist: waiting for rank 0 to decide the run folder: %w", err)
 	}
-	var p outPlan
+	var p config.OutPlan
 	if err := json.Unmarshal(b, &p); err != nil {
-		return outPlan{}, fmt.Errorf("dist: rank 0's run folder: %w", err)
+		return config.OutPlan{}, fmt.Errorf("dist: rank 0's run folder: %w", err)
 	}
 	if p.Err != "" {
 		return p, setting.Errorf("rank 0 refused the run: " + p.Err)

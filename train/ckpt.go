@@ -18,12 +18,10 @@ import (
 	"github.com/fleetml/fleet/train/config"
 )
 
-// Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (see package
-// checkpoint for the layout); each holds these files and a manifest.
-const (
-	CheckpointDir = "checkpoints"
-	StateFile     = "state.safetensors"
-)
+// Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (CheckpointDir; see
+// package checkpoint for the layout); each holds the model's weights, this
+// file and a manifest.
+const StateFile = "state.safetensors"
 
 // ErrInterrupted is returned by Run when Config.Stop closed: the run
 // finished its current step and saved a checkpoint.

@@ -21,7 +21,7 @@ var setBF16Product = fcpu.SetBF16Product
 // by name is taken as it is (on a resume, a different one than the
 // checkpoint's is then a changed setting: see resumeCheck). One this CPU
 // cannot run is refused, naming it.
-func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *config.RunConfig, log io.Writer) error {
+func settleCPUBF16(cfg *Config, plan config.OutPlan, resumeDir string, was *config.RunConfig, log io.Writer) error {
 	want, how := cfg.CPUBF16, "given"
 	if cfg.CPUBF16Auto() {
 		want = "auto"

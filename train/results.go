@@ -3,16 +3,20 @@ package train
 import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
-// Files a run writes in its output folder.
+// Files a run writes in its output folder (config declares them, with the
+// rules of run folders).
 const (
-	ConfigFile    = "config.json"
-	TokenizerFile = "tokenizer.json"
-	MetricsFile   = "metrics.jsonl"
-	SummaryFile   = "summary.json"
-	ModelFile     = "model.safetensors"
-	BestFile      = "best.safetensors"
+	ConfigFile    = config.ConfigFile
+	TokenizerFile = config.TokenizerFile
+	MetricsFile   = config.MetricsFile
+	SummaryFile   = config.SummaryFile
+	ModelFile     = config.ModelFile
+	BestFile      = config.BestFile
+	CheckpointDir = config.CheckpointDir
+	PipelineFile  = config.PipelineFile
 )
 
 // Summary is summary.json.

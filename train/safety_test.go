@@ -101,7 +101,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %d: %v\n%s", i+1, err, log.String())
 		}
-		want := filepath.Join(c.Runs, runName(i+1))
+		want := filepath.Join(c.Runs, config.RunName(i+1))
 		if res.Dir != want || !strings.Contains(log.String(), "run folder: "+want) {
 			t.Fatalf("run %d went to %s, want %s; log:\n%s", i+1, res.Dir, want, log.String())
 		}
@@ -110,7 +110,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		}
 		dirs = append(dirs, res.Dir)
 	}
-	if d, err := NewestRun(c.Runs); err != nil || d != dirs[1] {
+	if d, err := config.NewestRun(c.Runs); err != nil || d != dirs[1] {
 		t.Fatalf("NewestRun = %q, %v; want %s", d, err, dirs[1])
 	}
 	before := testenv.ReadTree(t, dirs[0])
@@ -122,7 +122,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		t.Fatalf("--resume without --out: dir %v, err %v, want %s\n%s", res, err, dirs[1], log.String())
 	}
 	sameFiles(t, dirs[0], before)
-	if _, err := NewestRun(filepath.Join(t.TempDir(), "none")); err == nil {
+	if _, err := config.NewestRun(filepath.Join(t.TempDir(), "none")); err == nil {
 		t.Error("NewestRun found a run in a folder that does not exist")
 	}
 }
@@ -461,7 +461,7 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 	if _, err := Run(c, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	first := filepath.Join(c.Runs, runName(1))
+	first := filepath.Join(c.Runs, config.RunName(1))
 	before := testenv.ReadTree(t, first)
 
 	for i, id := range []string{"job-b", ""} {
@@ -469,7 +469,7 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 		r.JobID, r.Restart, r.Resume = id, true, true
 		log.Reset()
 		res, err := Run(r, &log)
-		want := filepath.Join(c.Runs, runName(i+2))
+		want := filepath.Join(c.Runs, config.RunName(i+2))
 		if err != nil || res.Dir != want || !strings.Contains(log.String(), "starting at step 0") {
 			t.Fatalf("restart of job %q: %v, dir %v, want a new %s at step 0\n%s", id, err, res, want, log.String())
 		}
@@ -479,8 +479,8 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 	own := c
 	own.Restart, own.Resume, own.MaxIters = true, true, 6
 	own.LRDecayIters = 4 // the horizon the first attempt had
-	os.RemoveAll(filepath.Join(c.Runs, runName(2)))
-	os.RemoveAll(filepath.Join(c.Runs, runName(3)))
+	os.RemoveAll(filepath.Join(c.Runs, config.RunName(2)))
+	os.RemoveAll(filepath.Join(c.Runs, config.RunName(3)))
 	log.Reset()
 	res, err := Run(own, &log)
 	if err != nil || res.Dir != first || !strings.Contains(log.String(), "continuing from") {
@@ -503,16 +503,4 @@ func TestResumeFinishedWithoutCheckpoints(t *testing.T) {
 		t.Fatalf("--resume on a finished run with an empty checkpoints folder: err = %v\n%s", err, log.String())
 	}
 	sameFiles(t, c.Out, before)
-}
-
-// TestMakeOutTakesTheNextNumber: a numbered folder that another run took
-// between the decision and its making moves the run to the next number.
-func TestMakeOutTakesTheNextNumber(t *testing.T) {
-	root := t.TempDir()
-	taken := filepath.Join(root, runName(1))
-	os.Mkdir(taken, 0o755)
-	dir, created, err := makeOut(outPlan{Dir: taken, New: true})
-	if err != nil || !created || dir != filepath.Join(root, runName(2)) {
-		t.Fatalf("makeOut = %q, %v, %v; want %s made", dir, created, err, runName(2))
-	}
 }

@@ -229,7 +229,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	var resumeDir string
 	var resumeMan *checkpoint.Manifest
 	if cfg.Resume {
-		d, m, skipped, err := newestCheckpoint(ckRoot)
+		d, m, skipped, err := config.NewestCheckpoint(ckRoot)
 		if err != nil {
 			return nil, err
 		}
@@ -289,7 +289,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		dir, created, merr := makeOut(out)
+		dir, created, merr := config.MakeOut(out)
 		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
 			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
 			cfg.Out, rc.Train.Out = dir, dir
