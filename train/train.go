@@ -249,7 +249,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 	}
 	if cfg.Elastic && was != nil {
-		if err := keepGlobalBatch(&cfg, *was, log); err != nil {
+		if err := config.KeepGlobalBatch(&cfg, *was, log); err != nil {
 			return nil, err
 		}
 	}
@@ -268,7 +268,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if cpuBF16 {
-		if err := settleCPUBF16(&cfg, out, resumeDir, was, log); err != nil {
+		if err := config.SettleCPUBF16(&cfg, out, resumeDir, was, setBF16Product, log); err != nil {
 			return nil, err
 		}
 	} else {
@@ -465,4 +465,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 // steps taken, not counting those the loss scaler skipped.
 func (r *run) scheduleStep(step int) int { return step - r.scaler.SkippedSteps() }
 
-func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
+func (r *run) tokensPerStep() int {
+	p, _ := r.cfg.PlanBatch() // the tokens of this process's step, as the resolved batch plans them
+	return p.ProcessTokens()
+}
