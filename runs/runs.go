@@ -20,11 +20,12 @@ import (
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/tokenizer"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Trained is a model loaded back from a run's output folder.
 type Trained struct {
-	Config    train.RunConfig
+	Config    config.RunConfig
 	Model     *model.GPT
 	Tokenizer data.Tokenizer
 }
@@ -46,7 +47,7 @@ func Load(dir, weights string, dev tensor.Device) (*Trained, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
-	var rc train.RunConfig
+	var rc config.RunConfig
 	if err := json.Unmarshal(b, &rc); err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfgPath, err)
 	}
@@ -184,7 +185,7 @@ func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath strin
 		return nil, err
 	}
 	m.SetTraining(false)
-	tr := &Trained{Model: m, Config: train.RunConfig{Train: train.Default(), Model: m.Config}}
+	tr := &Trained{Model: m, Config: config.RunConfig{Train: train.Default(), Model: m.Config}}
 	tr.Config.Train.Data = dataPath
 	if tokSpec == "" {
 		tokSpec = "char"
@@ -235,9 +236,9 @@ func RunFolder(out string) (dir, note string, err error) {
 	if out != "" {
 		return out, "", nil
 	}
-	d, err := train.NewestRun(train.DefaultRunsDir)
+	d, err := config.NewestRun(config.DefaultRunsDir)
 	if err != nil {
 		return "", "", err
 	}
-	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, train.DefaultRunsDir), nil
+	return d, fmt.Sprintf("using %s, the newest run in %s (--out DIR names another)", d, config.DefaultRunsDir), nil
 }

@@ -9,11 +9,12 @@ import (
 	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Keys of the job's store through which the ranks agree before step 1.
 const (
-	keyOut      = "fleet/out"            // rank 0's outPlan
+	keyOut      = "fleet/out"            // rank 0's config.OutPlan
 	keySettings = "fleet/settings/"      // + rank: a rank's settings, or its failure
 	keyRead     = "fleet/settings-read/" // + rank: the rank has read every rank's settings
 )
@@ -25,10 +26,10 @@ const (
 // For a bf16 run on the CPU (cpuBF16) whose Config.CPUBF16 is auto, the
 // plan also carries rank 0's choice of the CPU's BF16 product, so every
 // rank runs the same one.
-func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
+func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (config.OutPlan, error) {
 	if cfg.Rank == 0 {
-		p, err := decideOut(cfg)
-		if cpuBF16 && orDefault(cfg.CPUBF16, "auto") == "auto" {
+		p, err := config.DecideOut(cfg)
+		if cpuBF16 && cfg.CPUBF16Auto() {
 			p.CPUBF16, p.CPUBF16How = fcpu.BF16Product() // timed once, for every rank
 		}
 		if store == nil {
@@ -45,11 +46,11 @@ func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
 	}
 	b, err := store.Get(keyOut)
 	if err != nil {
-		return outPlan{}, fmt.Errorf("dist: waiting for rank 0 to decide the run folder: %w", err)
+		return config.OutPlan{}, fmt.Errorf("dist: waiting for rank 0 to decide the run folder: %w", err)
 	}
-	var p outPlan
+	var p config.OutPlan
 	if err := json.Unmarshal(b, &p); err != nil {
-		return outPlan{}, fmt.Errorf("dist: rank 0's run folder: %w", err)
+		return config.OutPlan{}, fmt.Errorf("dist: rank 0's run folder: %w", err)
 	}
 	if p.Err != "" {
 		return p, setting.Errorf("rank 0 refused the run: " + p.Err)
@@ -60,8 +61,8 @@ func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (outPlan, error) {
 // rankSettings is what a rank posts: its settings, or why it failed
 // before it had them (a setting.Errorf format: setting.Portable).
 type rankSettings struct {
-	Settings []recorded `json:"settings,omitempty"`
-	Err      string     `json:"err,omitempty"`
+	Settings []config.Recorded `json:"settings,omitempty"`
+	Err      string            `json:"err,omitempty"`
 }
 
 // agreeSettings posts this rank's settings and compares every rank's with
@@ -69,7 +70,7 @@ type rankSettings struct {
 // fails every rank with the same message, naming each setting:
 // ranks started by hand with different flags would otherwise train apart
 // (or wait forever in collectives that do not line up) and exit 0.
-func agreeSettings(store *dist.Store, rank int, mine []recorded) error {
+func agreeSettings(store *dist.Store, rank int, mine []config.Recorded) error {
 	b, _ := json.Marshal(rankSettings{Settings: mine})
 	if err := store.Set(keySettings+strconv.Itoa(rank), b); err != nil {
 		return fmt.Errorf("dist: posting this rank's settings: %w", err)
@@ -96,7 +97,7 @@ func agreeSettings(store *dist.Store, rank int, mine []recorded) error {
 	} else {
 		var diff []string
 		for q := 1; q < world; q++ {
-			diff = append(diff, settingsDiff(all[0].Settings, all[q].Settings, q)...)
+			diff = append(diff, config.SettingsDiff(all[0].Settings, all[q].Settings, q)...)
 		}
 		if len(diff) > 0 {
 			err = setting.Errorf("the ranks' settings differ, so their weights would drift apart:\n  - " +

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // Settings of --batch-size auto.
@@ -281,7 +282,7 @@ func (r *run) free() {
 // then the accumulation that keeps the token budget.
 func autoBatch(cfg *Config, vocab int, dev tensor.Device, resume *checkpoint.Manifest, log io.Writer) error {
 	if resume != nil {
-		var rc RunConfig
+		var rc config.RunConfig
 		if err := json.Unmarshal(resume.Config, &rc); err != nil || rc.Train.BatchSize <= 0 {
 			return setting.Errorf("resume: the checkpoint's config does not say its batch size, which {BatchSize} auto needs")
 		}

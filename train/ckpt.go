@@ -15,14 +15,13 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/train/config"
 )
 
-// Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (see package
-// checkpoint for the layout); each holds these files and a manifest.
-const (
-	CheckpointDir = "checkpoints"
-	StateFile     = "state.safetensors"
-)
+// Checkpoints live in OUT/checkpoints/step-NNNNNNN/ (CheckpointDir; see
+// package checkpoint for the layout); each holds the model's weights, this
+// file and a manifest.
+const StateFile = "state.safetensors"
 
 // ErrInterrupted is returned by Run when Config.Stop closed: the run
 // finished its current step and saved a checkpoint.
@@ -67,7 +66,7 @@ type checkpointer struct {
 	lastRes  ckptResult // and its times
 }
 
-func newCheckpointer(r *run, rc RunConfig) (*checkpointer, error) {
+func newCheckpointer(r *run, rc config.RunConfig) (*checkpointer, error) {
 	c := &checkpointer{root: filepath.Join(r.cfg.Out, CheckpointDir), keep: r.cfg.Keep, done: make(chan ckptResult, 1), lastStep: -1}
 	var err error
 	if c.cfgJSON, err = json.MarshalIndent(rc, "", "  "); err != nil {
@@ -270,18 +269,18 @@ func (c *checkpointer) save(r *run, step int, best float64, sync bool) error {
 // restore loads the checkpoint in dir into the model and optimizer and
 // returns its step and best validation loss.
 // checkResume checks that the checkpoint in dir fits the run rc
-// describes (see resumeCheck), and carries the checkpoint's history of
+// describes (see config.ResumeCheck), and carries the checkpoint's history of
 // changed settings into rc, with this resume's changes when
 // --allow-changes allowed them, which it also logs.
-func checkResume(rc *RunConfig, was RunConfig, dir string, step int, log io.Writer) error {
-	changes, warn, err := resumeCheck(was, *rc, rc.Train.AllowChanges)
+func checkResume(rc *config.RunConfig, was config.RunConfig, dir string, step int, log io.Writer) error {
+	changes, warn, err := config.ResumeCheck(was, *rc, rc.Train.AllowChanges)
 	fmt.Fprint(log, warn)
 	if err != nil {
 		return setting.Errorf("{Resume}: checkpoint %s does not fit this run: %w", dir, err)
 	}
 	rc.History = was.History
 	if len(changes) > 0 {
-		rc.History = append(slices.Clone(rc.History), Resumption{Step: step, Changes: changes})
+		rc.History = append(slices.Clone(rc.History), config.Resumption{Step: step, Changes: changes})
 		for _, c := range changes {
 			fmt.Fprintf(log, "resume: --allow-changes: %s changes from %s to %s at step %d\n", c.Flag, c.From, c.To, step)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // benchCheckpoint times checkpoints of a model of shape mc on the CPU: the
@@ -30,7 +31,7 @@ func benchCheckpoint(b *testing.B, mc model.Config) {
 	r := &run{cfg: c, log: &log, dev: tensor.CPU, model: m,
 		opt:   optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95}),
 		sched: optim.Schedule{LR: 1e-3, MinLR: 1e-4, WarmupIters: 10, DecayIters: 100}}
-	ck, err := newCheckpointer(r, RunConfig{Train: c, Model: mc})
+	ck, err := newCheckpointer(r, config.RunConfig{Train: c, Model: mc})
 	if err != nil {
 		b.Fatal(err)
 	}

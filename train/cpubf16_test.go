@@ -10,6 +10,7 @@ import (
 
 	fcpu "github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // TestCPUBF16Recorded: a bf16 run on the CPU records the BF16 product it
@@ -52,7 +53,7 @@ func TestCPUBF16Recorded(t *testing.T) {
 			first := cfg
 			first.Out, first.MaxIters = filepath.Join(t.TempDir(), "first"), 5
 			runSingleIn(t, first)
-			var rc RunConfig
+			var rc config.RunConfig
 			b, err := os.ReadFile(filepath.Join(first.Out, ConfigFile))
 			if err == nil {
 				err = json.Unmarshal(b, &rc)

@@ -6,6 +6,7 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/tokenizer"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // dataset is a run's data, opened.
@@ -20,8 +21,8 @@ type dataset struct {
 	// (a prepared folder's, with an absolute path), or "none" for raw
 	// token ids.
 	spec     string
-	checkIDs bool     // the ids come from files: the loader checks them
-	id       Identity // the data by content
+	checkIDs bool            // the ids come from files: the loader checks them
+	id       config.Identity // the data by content
 	closers  []func() error
 }
 
@@ -81,7 +82,7 @@ func openText(cfg Config) (*dataset, error) {
 	}
 	train, val := data.Split(ids)
 	return &dataset{train: data.Int32s(train), val: data.Int32s(val), vocab: tok.Size(), desc: desc, tok: tok,
-		id: textIdentity(text, desc)}, nil
+		id: config.TextIdentity(text, desc)}, nil
 }
 
 func openPrepared(cfg Config) (*dataset, error) {
@@ -97,7 +98,7 @@ func openPrepared(cfg Config) (*dataset, error) {
 		closers: []func() error{p.Close}}
 	d.desc = fmt.Sprintf("%s (prepared: %d train and %d val tokens in %d shards, tokenizer %s)",
 		cfg.Data, m.Train.Tokens, m.Val.Tokens, len(m.Train.Shards)+len(m.Val.Shards), m.Tokenizer)
-	d.id = preparedIdentity(m, d.desc)
+	d.id = config.PreparedIdentity(m, d.desc)
 	// The manifest's spec is relative to the folder. A char tokenizer is
 	// opened now (it is in the folder, and must match the manifest); any
 	// other when it is needed.
@@ -162,7 +163,7 @@ func openTokenFiles(cfg Config) (_ *dataset, err error) {
 	}
 	d.vocab = vocab
 	d.desc = fmt.Sprintf("%s (token files: %d train and %d val tokens in %d files)", cfg.Data, train.Len(), val.Len(), len(files))
-	d.id = tokensIdentity(train, val, d.desc)
+	d.id = config.TokensIdentity(train, val, d.desc)
 	return d, nil
 }
 

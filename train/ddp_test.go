@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/testenv"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // The data-parallel tests start each rank as a child process: the test
@@ -548,11 +549,11 @@ func TestDDPNumberedFolder(t *testing.T) {
 	cfg.Out, cfg.Runs = "", filepath.Join(t.TempDir(), "runs")
 	cfg.MaxIters, cfg.CkptInterval, cfg.LRDecayIters = 4, 2, 6
 	runGroup(t, cfg, 2)
-	want := filepath.Join(cfg.Runs, runName(1))
+	want := filepath.Join(cfg.Runs, config.RunName(1))
 	if _, err := os.Stat(filepath.Join(want, ModelFile)); err != nil {
 		t.Fatalf("the group's run folder: %v", err)
 	}
-	if ns := runNumbers(cfg.Runs); len(ns) != 1 {
+	if ns := config.RunNumbers(cfg.Runs); len(ns) != 1 {
 		t.Fatalf("the group made run folders %v, want one", ns)
 	}
 	cfg.Resume, cfg.MaxIters = true, 6
@@ -565,7 +566,7 @@ func TestDDPNumberedFolder(t *testing.T) {
 	if !strings.Contains(outs[0], "continuing from "+filepath.Join(want, CheckpointDir)) {
 		t.Errorf("rank 0 did not continue %s:\n%s", want, outs[0])
 	}
-	if ns := runNumbers(cfg.Runs); len(ns) != 1 {
+	if ns := config.RunNumbers(cfg.Runs); len(ns) != 1 {
 		t.Errorf("resuming made run folders %v, want one", ns)
 	}
 }

@@ -16,9 +16,6 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// PipelineFile is where a pipelined run writes its pipeline report.
-const PipelineFile = "pipeline.json"
-
 // pipeRun is a run's pipeline parallelism (--pipeline): the model's
 // blocks on several devices, each batch cut into micro-batches that a
 // schedule runs through the stages, one optimizer step per batch.

@@ -3,31 +3,21 @@ package train
 import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
-// Files a run writes in its output folder.
+// Files a run writes in its output folder (config declares them, with the
+// rules of run folders).
 const (
-	ConfigFile    = "config.json"
-	TokenizerFile = "tokenizer.json"
-	MetricsFile   = "metrics.jsonl"
-	SummaryFile   = "summary.json"
-	ModelFile     = "model.safetensors"
-	BestFile      = "best.safetensors"
+	ConfigFile    = config.ConfigFile
+	TokenizerFile = config.TokenizerFile
+	MetricsFile   = config.MetricsFile
+	SummaryFile   = config.SummaryFile
+	ModelFile     = config.ModelFile
+	BestFile      = config.BestFile
+	CheckpointDir = config.CheckpointDir
+	PipelineFile  = config.PipelineFile
 )
-
-// RunConfig is what config.json holds: the run's settings and the model
-// they built.
-type RunConfig struct {
-	Train Config       `json:"train"`
-	Model model.Config `json:"model"`
-	// DataID and TokenizerID name the run's data and tokenizer by
-	// content, for --resume and the ranks of a job to compare.
-	DataID      Identity `json:"data_identity"`
-	TokenizerID Identity `json:"tokenizer_identity"`
-	// History lists the resumes that changed settings (--allow-changes),
-	// oldest first.
-	History []Resumption `json:"history,omitempty"`
-}
 
 // Summary is summary.json.
 type Summary struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/testenv"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // sameFiles fails the test where dir's files are not those of before,
@@ -100,7 +101,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %d: %v\n%s", i+1, err, log.String())
 		}
-		want := filepath.Join(c.Runs, runName(i+1))
+		want := filepath.Join(c.Runs, config.RunName(i+1))
 		if res.Dir != want || !strings.Contains(log.String(), "run folder: "+want) {
 			t.Fatalf("run %d went to %s, want %s; log:\n%s", i+1, res.Dir, want, log.String())
 		}
@@ -109,7 +110,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		}
 		dirs = append(dirs, res.Dir)
 	}
-	if d, err := NewestRun(c.Runs); err != nil || d != dirs[1] {
+	if d, err := config.NewestRun(c.Runs); err != nil || d != dirs[1] {
 		t.Fatalf("NewestRun = %q, %v; want %s", d, err, dirs[1])
 	}
 	before := testenv.ReadTree(t, dirs[0])
@@ -121,7 +122,7 @@ func TestNumberedRunFolders(t *testing.T) {
 		t.Fatalf("--resume without --out: dir %v, err %v, want %s\n%s", res, err, dirs[1], log.String())
 	}
 	sameFiles(t, dirs[0], before)
-	if _, err := NewestRun(filepath.Join(t.TempDir(), "none")); err == nil {
+	if _, err := config.NewestRun(filepath.Join(t.TempDir(), "none")); err == nil {
 		t.Error("NewestRun found a run in a folder that does not exist")
 	}
 }
@@ -238,12 +239,12 @@ func TestResumeFitsTheRun(t *testing.T) {
 	if !strings.Contains(log.String(), "--lr changes from 0.003 to 0.0015 at step 6") {
 		t.Errorf("the log does not list the change:\n%s", log.String())
 	}
-	var rc RunConfig
+	var rc config.RunConfig
 	if err := json.Unmarshal(mustRead(t, filepath.Join(c.Out, ConfigFile)), &rc); err != nil {
 		t.Fatal(err)
 	}
 	if len(rc.History) != 1 || rc.History[0].Step != 6 || len(rc.History[0].Changes) != 1 ||
-		rc.History[0].Changes[0] != (Change{Flag: "--lr", From: "0.003", To: "0.0015"}) {
+		rc.History[0].Changes[0] != (config.Change{Flag: "--lr", From: "0.003", To: "0.0015"}) {
 		t.Errorf("config.json's history is %+v", rc.History)
 	}
 
@@ -460,7 +461,7 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 	if _, err := Run(c, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	first := filepath.Join(c.Runs, runName(1))
+	first := filepath.Join(c.Runs, config.RunName(1))
 	before := testenv.ReadTree(t, first)
 
 	for i, id := range []string{"job-b", ""} {
@@ -468,7 +469,7 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 		r.JobID, r.Restart, r.Resume = id, true, true
 		log.Reset()
 		res, err := Run(r, &log)
-		want := filepath.Join(c.Runs, runName(i+2))
+		want := filepath.Join(c.Runs, config.RunName(i+2))
 		if err != nil || res.Dir != want || !strings.Contains(log.String(), "starting at step 0") {
 			t.Fatalf("restart of job %q: %v, dir %v, want a new %s at step 0\n%s", id, err, res, want, log.String())
 		}
@@ -478,8 +479,8 @@ func TestRestartResumesOnlyItsOwnRun(t *testing.T) {
 	own := c
 	own.Restart, own.Resume, own.MaxIters = true, true, 6
 	own.LRDecayIters = 4 // the horizon the first attempt had
-	os.RemoveAll(filepath.Join(c.Runs, runName(2)))
-	os.RemoveAll(filepath.Join(c.Runs, runName(3)))
+	os.RemoveAll(filepath.Join(c.Runs, config.RunName(2)))
+	os.RemoveAll(filepath.Join(c.Runs, config.RunName(3)))
 	log.Reset()
 	res, err := Run(own, &log)
 	if err != nil || res.Dir != first || !strings.Contains(log.String(), "continuing from") {
@@ -502,16 +503,4 @@ func TestResumeFinishedWithoutCheckpoints(t *testing.T) {
 		t.Fatalf("--resume on a finished run with an empty checkpoints folder: err = %v\n%s", err, log.String())
 	}
 	sameFiles(t, c.Out, before)
-}
-
-// TestMakeOutTakesTheNextNumber: a numbered folder that another run took
-// between the decision and its making moves the run to the next number.
-func TestMakeOutTakesTheNextNumber(t *testing.T) {
-	root := t.TempDir()
-	taken := filepath.Join(root, runName(1))
-	os.Mkdir(taken, 0o755)
-	dir, created, err := makeOut(outPlan{Dir: taken, New: true})
-	if err != nil || !created || dir != filepath.Join(root, runName(2)) {
-		t.Fatalf("makeOut = %q, %v, %v; want %s made", dir, created, err, runName(2))
-	}
 }

@@ -233,7 +233,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	var resumeDir string
 	var resumeMan *checkpoint.Manifest
 	if cfg.Resume {
-		d, m, skipped, err := newestCheckpoint(ckRoot)
+		d, m, skipped, err := config.NewestCheckpoint(ckRoot)
 		if err != nil {
 			return nil, err
 		}
@@ -245,15 +245,15 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		}
 		resumeDir, resumeMan = d, m
 	}
-	var was *RunConfig // the checkpoint's run, read once
+	var was *config.RunConfig // the checkpoint's run, read once
 	if resumeMan != nil {
-		was = new(RunConfig)
+		was = new(config.RunConfig)
 		if err := json.Unmarshal(resumeMan.Config, was); err != nil {
 			return nil, fmt.Errorf("resume from %s: its config: %w", resumeDir, err)
 		}
 	}
 	if cfg.Elastic && was != nil {
-		if err := keepGlobalBatch(&cfg, *was, log); err != nil {
+		if err := config.KeepGlobalBatch(&cfg, *was, log); err != nil {
 			return nil, err
 		}
 	}
@@ -272,28 +272,28 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 		return nil, err
 	}
 	if cpuBF16 {
-		if err := settleCPUBF16(&cfg, out, resumeDir, was, log); err != nil {
+		if err := config.SettleCPUBF16(&cfg, out, resumeDir, was, setBF16Product, log); err != nil {
 			return nil, err
 		}
 	} else {
 		cfg.CPUBF16 = "" // no bf16 product runs on the CPU: none is recorded
 	}
-	rc := RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
-		TokenizerID: tokenizerIdentity(tok, ds.tokenizerDesc())}
+	rc := config.RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
+		TokenizerID: config.TokenizerIdentity(tok, ds.tokenizerDesc())}
 	if was != nil {
 		if err := checkResume(&rc, *was, resumeDir, resumeMan.Step, log); err != nil {
 			return nil, err
 		}
 	}
 	if store != nil {
-		err := agreeSettings(store, cfg.Rank, settingsOf(rc))
+		err := agreeSettings(store, cfg.Rank, rc.Settings())
 		agreed = true
 		if err != nil {
 			return nil, err
 		}
 	}
 	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		dir, created, merr := makeOut(out)
+		dir, created, merr := config.MakeOut(out)
 		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
 			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
 			cfg.Out, rc.Train.Out = dir, dir
@@ -467,4 +467,7 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 // steps taken, not counting those the loss scaler skipped.
 func (r *run) scheduleStep(step int) int { return step - r.scaler.SkippedSteps() }
 
-func (r *run) tokensPerStep() int { return r.cfg.BatchSize * r.cfg.GradAccum * r.cfg.BlockSize }
+func (r *run) tokensPerStep() int {
+	p, _ := r.cfg.PlanBatch() // the tokens of this process's step, as the resolved batch plans them
+	return p.ProcessTokens()
+}

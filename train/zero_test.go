@@ -48,7 +48,7 @@ func TestZeroMatchesDDP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.prec == "bf16" {
 				// Each group's rank 0 times the CPU's two bf16 products
-				// once and every rank takes its choice (settleCPUBF16);
+				// once and every rank takes its choice (config.SettleCPUBF16);
 				// two groups could choose apart and differ by bf16
 				// rounding (measured once: 1.9e-3). One choice for both.
 				t.Setenv("FLEET_CPU_BF16", "widen")

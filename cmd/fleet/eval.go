@@ -8,11 +8,12 @@ import (
 
 	"github.com/fleetml/fleet/runs"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+train.DefaultRunsDir+")")
+	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own (fleet's or Hugging Face's; needs --data)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")

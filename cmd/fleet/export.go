@@ -10,11 +10,12 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 func exportCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+train.DefaultRunsDir+")")
+	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
 	hf := fs.String("hf", "", "folder to write model.safetensors and config.json into, as transformers' GPT2LMHeadModel.from_pretrained loads them")

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // TestTrainNeverOverwrites is the acceptance of the run-folder rules:
@@ -84,11 +85,11 @@ func TestNumberedRunsAndInterruptedSample(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("train %d: exit %d\n%s\n%s", i+1, code, stdout, stderr)
 		}
-		if p := filepath.Join(train.DefaultRunsDir, want); !strings.Contains(stdout, "run folder: "+p) || !strings.Contains(stdout, "wrote "+p) {
+		if p := filepath.Join(config.DefaultRunsDir, want); !strings.Contains(stdout, "run folder: "+p) || !strings.Contains(stdout, "wrote "+p) {
 			t.Errorf("train %d does not name %s:\n%s", i+1, p, stdout)
 		}
 	}
-	newest := filepath.Join(train.DefaultRunsDir, "run-002")
+	newest := filepath.Join(config.DefaultRunsDir, "run-002")
 	code, stdout, stderr := fleet(t, "sample", "--tokens", "10", "--device", "cpu")
 	if code != 0 || !strings.Contains(stderr, "using "+newest) {
 		t.Fatalf("sample without --out: exit %d, %q, %s", code, stdout, stderr)

@@ -6,11 +6,12 @@ import (
 	"io"
 
 	"github.com/fleetml/fleet/train"
+	"github.com/fleetml/fleet/train/config"
 )
 
 func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+train.DefaultRunsDir+")")
+	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss), or a GPT-2 safetensors file of its own (fleet's or Hugging Face's)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
 	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR)")

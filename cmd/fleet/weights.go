@@ -51,7 +51,7 @@ func loadModel(out, weights, device string, nHead int, tokSpec, dataPath string)
 }
 
 // runDir resolves --out of sample, eval and export: as given, or else the
-// newest run under train.DefaultRunsDir, named on stderr. A weights file
+// newest run under config.DefaultRunsDir, named on stderr. A weights file
 // of its own needs no run folder: then it may be "".
 func runDir(out, weights string, stderr io.Writer) (string, error) {
 	if out != "" {

@@ -15,7 +15,14 @@ type BatchPlan struct {
 }
 
 // TokensPerStep is the global tokens of one optimizer step.
-func (p BatchPlan) TokensPerStep() int { return p.Micro * p.Accum * p.World * p.Block }
+func (p BatchPlan) TokensPerStep() int { return p.Sequences() * p.Block }
+
+// Sequences is the global batch in sequences: those of one optimizer step
+// over every process.
+func (p BatchPlan) Sequences() int { return p.Micro * p.Accum * p.World }
+
+// ProcessTokens is the tokens one process trains on in an optimizer step.
+func (p BatchPlan) ProcessTokens() int { return p.Micro * p.Accum * p.Block }
 
 // PlanBatch is the one place where the micro-batch (BatchSize), the
 // accumulation (GradAccum), the global token budget (TokensPerStep) and

@@ -228,72 +228,80 @@ func Default() Config {
 
 // Validate checks everything that does not need the data.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, returning the pipeline's devices that it parsed
+// (nil without a pipeline), which Resolve places: --pipeline is parsed
+// once.
+func (c Config) validate() ([]tensor.Device, error) {
 	for _, f := range []struct {
 		field string
 		v     float64
 	}{{"LR", c.LR}, {"MinLR", c.MinLR}, {"Beta1", c.Beta1}, {"Beta2", c.Beta2},
 		{"WeightDecay", c.WeightDecay}, {"GradClip", c.GradClip}, {"Dropout", c.Dropout}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return setting.Errorf("{"+f.field+"} %v: want a finite number", f.v)
+			return nil, setting.Errorf("{"+f.field+"} %v: want a finite number", f.v)
 		}
 	}
 	mc := c.ModelConfig(1)
 	if err := mc.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case c.MaxIters < 0:
-		return setting.Errorf("{MaxIters} must not be negative, got %d", c.MaxIters)
+		return nil, setting.Errorf("{MaxIters} must not be negative, got %d", c.MaxIters)
 	case c.LR <= 0:
-		return setting.Errorf("{LR} must be positive, got %v", c.LR)
+		return nil, setting.Errorf("{LR} must be positive, got %v", c.LR)
 	case c.MinLR < 0 || c.MinLR > c.LR:
-		return setting.Errorf("{MinLR} must be in [0, {LR}], got %v", c.MinLR)
+		return nil, setting.Errorf("{MinLR} must be in [0, {LR}], got %v", c.MinLR)
 	case c.WarmupIters < 0 || c.LRDecayIters < 0:
-		return setting.Errorf("{WarmupIters} and {LRDecayIters} must not be negative")
+		return nil, setting.Errorf("{WarmupIters} and {LRDecayIters} must not be negative")
 	case c.Beta1 < 0 || c.Beta1 >= 1 || c.Beta2 < 0 || c.Beta2 >= 1:
-		return setting.Errorf("{Beta1} and {Beta2} must be in [0, 1)")
+		return nil, setting.Errorf("{Beta1} and {Beta2} must be in [0, 1)")
 	case c.WeightDecay < 0 || c.GradClip < 0:
-		return setting.Errorf("{WeightDecay} and {GradClip} must not be negative")
+		return nil, setting.Errorf("{WeightDecay} and {GradClip} must not be negative")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
-		return setting.Errorf("{EvalInterval}, {EvalIters} and {LogInterval} must be positive")
+		return nil, setting.Errorf("{EvalInterval}, {EvalIters} and {LogInterval} must be positive")
 	case c.VocabSize < 0:
-		return setting.Errorf("{VocabSize} must not be negative, got %d", c.VocabSize)
+		return nil, setting.Errorf("{VocabSize} must not be negative, got %d", c.VocabSize)
 	case c.CkptInterval < 0 || c.Keep < 0:
-		return setting.Errorf("{CkptInterval} and {Keep} must not be negative")
+		return nil, setting.Errorf("{CkptInterval} and {Keep} must not be negative")
 	case c.DataWorkers < 0 || c.Prefetch < 0:
-		return setting.Errorf("{DataWorkers} and {Prefetch} must not be negative")
+		return nil, setting.Errorf("{DataWorkers} and {Prefetch} must not be negative")
 	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):
-		return fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
+		return nil, fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
 	case c.CPUBF16 != "" && c.CPUBF16 != "auto" && c.CPUBF16 != fcpu.BF16ProductDot && c.CPUBF16 != fcpu.BF16ProductWiden:
-		return setting.Errorf("{CPUBF16} must be auto, dot or widen, got %q", c.CPUBF16)
+		return nil, setting.Errorf("{CPUBF16} must be auto, dot or widen, got %q", c.CPUBF16)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
-		return setting.Errorf("{BucketMB} must be positive")
+		return nil, setting.Errorf("{BucketMB} must be positive")
 	case c.DistBackend != "" && c.DistBackend != "auto" && c.DistBackend != "tcp" && c.DistBackend != "nccl":
-		return setting.Errorf("{DistBackend} must be auto, tcp or nccl, got %q", c.DistBackend)
+		return nil, setting.Errorf("{DistBackend} must be auto, tcp or nccl, got %q", c.DistBackend)
 	case c.CommTimeout < 0:
-		return setting.Errorf("{CommTimeout} must not be negative")
+		return nil, setting.Errorf("{CommTimeout} must not be negative")
 	case c.Zero != 0 && c.Zero != 1:
-		return setting.Errorf("{Zero} must be 0 (plain data parallelism) or 1 (sharded optimizer state), got %d", c.Zero)
+		return nil, setting.Errorf("{Zero} must be 0 (plain data parallelism) or 1 (sharded optimizer state), got %d", c.Zero)
 	case c.Zero == 1 && c.Pipeline != "":
-		return setting.Errorf("{Zero} 1 with {Pipeline} is not supported: a pipeline's stages update their own parameters, which are not one flat buffer to shard")
+		return nil, setting.Errorf("{Zero} 1 with {Pipeline} is not supported: a pipeline's stages update their own parameters, which are not one flat buffer to shard")
 	case c.BatchAuto && c.WorldSize > 1:
-		return setting.Errorf("{BatchSize} auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give {BatchSize} N")
+		return nil, setting.Errorf("{BatchSize} auto is not supported with data parallelism yet (every rank must train the same micro-batch, and they would choose apart); give {BatchSize} N")
 	case c.MemoryLimit < 0:
-		return setting.Errorf("{MemoryLimit} must not be negative")
+		return nil, setting.Errorf("{MemoryLimit} must not be negative")
 	case c.CUDAGraphs && (c.WorldSize > 1 || c.Pipeline != ""):
-		return setting.Errorf("{CUDAGraphs} is not supported yet with data parallelism or {Pipeline}")
+		return nil, setting.Errorf("{CUDAGraphs} is not supported yet with data parallelism or {Pipeline}")
 	}
 	if _, err := ParsePrecision(c.Precision); err != nil {
-		return err
+		return nil, err
 	}
 	if c.BatchAuto {
 		if _, err := c.MaxMicro(); err != nil {
-			return err
+			return nil, err
 		}
 		c.BatchSize = 1 // the token budget must hold whole sequences
 	}
 	if _, err := c.PlanBatch(); err != nil {
-		return err
+		return nil, err
 	}
 	return c.validatePipeline()
 }

@@ -3,7 +3,13 @@
 // fill, the flag table that declares those flags once (Flags), the batch
 // plan (PlanBatch), where the run computes (Placement), the precision of
 // its products (Precision), and Resolve, which turns a Config into the
-// typed Plan the loop reads.
+// typed Plan the loop reads. The rules around a run's settings are here
+// too: the CPU's bf16 product (SettleCPUBF16), an elastic restart's
+// accumulation (KeepGlobalBatch), where a run writes and the files it
+// writes there (DecideOut, MakeOut, NewestRun), and config.json's
+// RunConfig, with the settings that a resume and the ranks of a job
+// compare (RunConfig.Settings, ResumeCheck, SettingsDiff) and the
+// identities of data and tokenizers by content.
 //
 // A setting is read as a string in one place only: Resolve parses the
 // device and pipeline lists, the precision and the batch, and everything

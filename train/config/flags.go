@@ -8,10 +8,6 @@ import (
 	"github.com/fleetml/fleet/internal/units"
 )
 
-// DefaultRunsDir is the folder under which a run without --out gets a new
-// numbered folder of its own (run-001, run-002, ...).
-const DefaultRunsDir = "out"
-
 // DeviceUsage is the help of every command's --device.
 const DeviceUsage = "device: auto (cuda:0 when it works, else cpu), cpu, cuda or cuda:N"
 

@@ -18,24 +18,30 @@ type Placement struct {
 }
 
 // Place resolves c.Device ("auto" picks cuda:0 when it works, else the
-// CPU; the device must open) and parses c.Pipeline. The stages' devices
-// are opened by Run (Placement.Open), after a data-parallel process has
-// moved to its own (ForLocalRank), so no process opens another's GPUs.
-// The command calls Place once and hands the result to Run in
-// c.Placement; Run calls it when nothing did.
+// CPU; the device must open) and parses c.Pipeline: the placement alone,
+// for a caller that needs the device before a run resolves (fleet bench).
+// Resolve places a run itself, with the devices its validation parsed.
+// The stages' devices are opened by Resolve (Placement.Open), after a
+// data-parallel process has moved to its own (ForLocalRank), so no
+// process opens another's GPUs.
 func (c Config) Place() (Placement, error) {
-	dev, err := backend.Resolve(c.Device)
-	if err != nil {
-		return Placement{}, setting.Errorf("{Device} %s: %w", c.Device, err)
-	}
-	pl := Placement{Device: dev}
-	if c.Pipeline == "" {
-		return pl, nil
+	pl, err := c.placeDevice()
+	if err != nil || c.Pipeline == "" {
+		return pl, err
 	}
 	if pl.Stages, err = parseDevices(c.Pipeline); err != nil {
 		return Placement{}, err
 	}
 	return pl, nil
+}
+
+// placeDevice resolves c.Device into a Placement without stages.
+func (c Config) placeDevice() (Placement, error) {
+	dev, err := backend.Resolve(c.Device)
+	if err != nil {
+		return Placement{}, setting.Errorf("{Device} %s: %w", c.Device, err)
+	}
+	return Placement{Device: dev}, nil
 }
 
 // onHost reports whether any of the run's products run on the CPU: its
@@ -131,36 +137,37 @@ func parseDevices(s string) ([]tensor.Device, error) {
 	return devs, nil
 }
 
-// validatePipeline checks the pipeline settings that need no data.
-func (c Config) validatePipeline() error {
+// validatePipeline checks the pipeline settings that need no data, and
+// returns the stages' devices it parsed (nil without a pipeline).
+func (c Config) validatePipeline() ([]tensor.Device, error) {
 	if c.Pipeline == "" {
 		if c.MicroBatches > 1 || c.PipelineSplit != "" || c.PipelineSchedule != "" {
-			return setting.Errorf("{MicroBatches}, {PipelineSplit} and {PipelineSchedule} need {Pipeline}")
+			return nil, setting.Errorf("{MicroBatches}, {PipelineSplit} and {PipelineSchedule} need {Pipeline}")
 		}
-		return nil
+		return nil, nil
 	}
 	devs, err := parseDevices(c.Pipeline)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m := max(c.MicroBatches, 1)
 	switch {
 	case c.MicroBatches < 0:
-		return setting.Errorf("{MicroBatches} must be positive, got %d", c.MicroBatches)
+		return nil, setting.Errorf("{MicroBatches} must be positive, got %d", c.MicroBatches)
 	case c.BatchAuto:
-		return setting.Errorf("{BatchSize} auto cannot be combined with {Pipeline} yet; give a batch size")
+		return nil, setting.Errorf("{BatchSize} auto cannot be combined with {Pipeline} yet; give a batch size")
 	case c.BatchSize%m != 0:
-		return setting.Errorf("{BatchSize} %d is not a multiple of {MicroBatches} %d", c.BatchSize, m)
+		return nil, setting.Errorf("{BatchSize} %d is not a multiple of {MicroBatches} %d", c.BatchSize, m)
 	case c.TensorBoard != "":
-		return setting.Errorf("{Pipeline} with {TensorBoard} is not supported yet (its samples run the model on one device)")
+		return nil, setting.Errorf("{Pipeline} with {TensorBoard} is not supported yet (its samples run the model on one device)")
 	}
 	if _, err := pipeline.New(c.PipelineSchedule, len(devs), m); err != nil {
-		return setting.Errorf("{PipelineSchedule}: %w", err)
+		return nil, setting.Errorf("{PipelineSchedule}: %w", err)
 	}
 	if c.PipelineSplit != "" {
 		if _, err := pipeline.ParseSplit(c.PipelineSplit, len(devs), c.NLayer); err != nil {
-			return setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
+			return nil, setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
 		}
 	}
-	return nil
+	return devs, nil
 }

@@ -60,3 +60,26 @@ func TestForLocalRank(t *testing.T) {
 		}
 	}
 }
+
+// TestResolvePipeline: Resolve places the pipeline that its validation
+// parsed, as Place does, and records it; a pipeline Validate refuses is
+// refused before the device is resolved.
+func TestResolvePipeline(t *testing.T) {
+	c := Default()
+	c.Device, c.Pipeline = "cpu", "cpu:0, cpu:1"
+	want, err := c.Place()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Resolve(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.Place, want) || p.Config.Pipeline != "cpu,cpu:1" {
+		t.Errorf("Resolve placed %+v (%q), want %+v", p.Place, p.Config.Pipeline, want)
+	}
+	c.Device, c.Pipeline = "tpu", "cpu:1,cpu:1"
+	if _, err := Resolve(c); err == nil || !strings.Contains(err.Error(), "names cpu:1 twice") {
+		t.Errorf("Resolve of a pipeline naming a device twice: %v", err)
+	}
+}

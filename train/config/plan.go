@@ -19,14 +19,17 @@ type Plan struct {
 // cuda:0 when it works, else the CPU) and the pipeline's devices, moved to
 // the process's own (Placement.ForLocalRank with c.LocalDevice), the
 // precision, and the batch plan. The pipeline's devices are opened too.
+// --pipeline is parsed once, by the validation, whose devices are placed.
 func Resolve(c Config) (Plan, error) {
-	if err := c.Validate(); err != nil {
-		return Plan{}, err
-	}
-	place, err := c.Place()
+	stages, err := c.validate()
 	if err != nil {
 		return Plan{}, err
 	}
+	place, err := c.placeDevice()
+	if err != nil {
+		return Plan{}, err
+	}
+	place.Stages = stages
 	place = place.ForLocalRank(c.LocalDevice, numbered(c.Device))
 	if err := place.Open(); err != nil {
 		return Plan{}, err

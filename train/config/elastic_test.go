@@ -1,8 +1,7 @@
-package train
+package config
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 )
 
@@ -30,15 +29,22 @@ func TestKeepGlobalBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{BatchSize: tc.batch, GradAccum: tc.accum, WorldSize: tc.world, BlockSize: 16, TokensPerStep: tc.tokensPerStep}
 			var log bytes.Buffer
-			err := keepGlobalBatch(&cfg, runOf(tc.was[0], tc.was[1], tc.was[2]), &log)
+			err := KeepGlobalBatch(&cfg, runOf(tc.was[0], tc.was[1], tc.was[2]), &log)
 			if tc.want == 0 {
-				if err == nil || !strings.Contains(err.Error(), "global batch of 6 sequences") {
+				want := "elastic restart with 2 processes: the checkpoint's global batch of 6 sequences (2 × 1 × 3 processes) is not a multiple of BatchSize 2 × 2 processes, so no GradAccum keeps it"
+				if err == nil || err.Error() != want {
 					t.Fatalf("err = %v, want a refusal naming the global batch", err)
 				}
 				return
 			}
 			if err != nil || cfg.GradAccum != tc.want {
 				t.Fatalf("accumulation %d (%v), want %d", cfg.GradAccum, err, tc.want)
+			}
+			if tc.name == "3 to 2 ranks" {
+				want := "elastic: 2 processes where the checkpoint had 3: --grad-accum 2 → 3 keeps the global batch of 12 sequences\n"
+				if log.String() != want {
+					t.Errorf("log %q, want %q", log.String(), want)
+				}
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package train
+package config
 
 import (
 	"fmt"
@@ -8,19 +8,21 @@ import (
 	"github.com/fleetml/fleet/internal/setting"
 )
 
-// setBF16Product is the CPU backend's; tests stand in a CPU without
-// AVX512-BF16.
-var setBF16Product = fcpu.SetBF16Product
+// CPUBF16Auto reports whether CPUBF16 leaves the CPU's BF16 product to the
+// run (auto, or ""): a resume's recorded product, else rank 0's choice.
+func (c Config) CPUBF16Auto() bool { return orDefault(c.CPUBF16, "auto") == "auto" }
 
-// settleCPUBF16 decides which BF16 product the CPU runs in a bf16 run on
-// the CPU (Config.CPUBF16), sets it in the backend, and writes it into
-// cfg, so that config.json and every checkpoint record it. Under auto a
-// resume takes the checkpoint's recorded product, and a new run rank 0's
-// (plan: timed once, so that the ranks of a job agree); a product given
-// by name is taken as it is (on a resume, a different one than the
-// checkpoint's is then a changed setting: see resumeCheck). One this CPU
-// cannot run is refused, naming it.
-func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *RunConfig, log io.Writer) error {
+// SettleCPUBF16 decides which BF16 product the CPU runs in a bf16 run on
+// the CPU (Config.CPUBF16), sets it in the backend with set (the CPU
+// backend's fcpu.SetBF16Product; tests stand in a CPU without
+// AVX512-BF16), and writes it into cfg, so that config.json and every
+// checkpoint record it. Under auto a resume takes the checkpoint's
+// recorded product (was: the checkpoint's run, nil for a new run), and a
+// new run rank 0's (plan: timed once, so that the ranks of a job agree);
+// a product given by name is taken as it is (on a resume, a different
+// one than the checkpoint's is then a changed setting: see ResumeCheck).
+// One this CPU cannot run is refused, naming it.
+func SettleCPUBF16(cfg *Config, plan OutPlan, resumeDir string, was *RunConfig, set func(product string) error, log io.Writer) error {
 	want, how := orDefault(cfg.CPUBF16, "auto"), "given"
 	if want == "auto" && was != nil && orDefault(was.Train.CPUBF16, "auto") != "auto" {
 		want, how = was.Train.CPUBF16, "the checkpoint's"
@@ -34,7 +36,7 @@ func settleCPUBF16(cfg *Config, plan outPlan, resumeDir string, was *RunConfig, 
 			how = "rank 0's: " + how
 		}
 	}
-	if err := setBF16Product(want); err != nil {
+	if err := set(want); err != nil {
 		if how == "the checkpoint's" {
 			return setting.Errorf("{Resume}: checkpoint %s was trained with the CPU's bf16 product %q: %w; "+
 				"resume on a CPU that has it, or add {AllowChanges} and {CPUBF16} widen to continue with the other product", resumeDir, want, err)

@@ -1,4 +1,4 @@
-package train
+package config
 
 import (
 	"encoding/json"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
-	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
 // DefaultRunsDir is the folder under which a run without --out gets a new
@@ -21,13 +20,29 @@ import (
 // train twice never writes over the first run.
 const DefaultRunsDir = "out"
 
+// Files and folders a run writes in its folder.
+const (
+	ConfigFile    = "config.json"
+	TokenizerFile = "tokenizer.json"
+	MetricsFile   = "metrics.jsonl"
+	SummaryFile   = "summary.json"
+	ModelFile     = "model.safetensors"
+	BestFile      = "best.safetensors"
+	// CheckpointDir holds the run's checkpoints (see package checkpoint).
+	CheckpointDir = "checkpoints"
+	// TelemetryFile is the run's step telemetry (package diagnose).
+	TelemetryFile = "telemetry.json"
+	// PipelineFile is where a pipelined run writes its pipeline report.
+	PipelineFile = "pipeline.json"
+)
+
 // runPrefix names the numbered run folders: run-001, run-002, ...
 const runPrefix = "run-"
 
 // runFiles are the files and folders a run writes into its folder. A
 // folder holding any of them holds a run, finished or not.
 var runFiles = []string{ConfigFile, TokenizerFile, MetricsFile, SummaryFile, ModelFile, BestFile,
-	CheckpointDir, diagnose.TelemetryFile, PipelineFile}
+	CheckpointDir, TelemetryFile, PipelineFile}
 
 // runFilesIn lists the run files in dir, and its numbered run folders.
 func runFilesIn(dir string) []string {
@@ -37,17 +52,18 @@ func runFilesIn(dir string) []string {
 			have = append(have, f)
 		}
 	}
-	for _, n := range runNumbers(dir) {
-		have = append(have, runName(n)+"/")
+	for _, n := range RunNumbers(dir) {
+		have = append(have, RunName(n)+"/")
 	}
 	return have
 }
 
-// runName is the folder name of run n.
-func runName(n int) string { return fmt.Sprintf("%s%03d", runPrefix, n) }
+// RunName is the folder name of run n: run-001, run-002, ...
+func RunName(n int) string { return fmt.Sprintf("%s%03d", runPrefix, n) }
 
-// runNumbers lists the numbered run folders in root, in increasing order.
-func runNumbers(root string) []int {
+// RunNumbers lists the numbers of the numbered run folders in root, in
+// increasing order.
+func RunNumbers(root string) []int {
 	ents, _ := os.ReadDir(root)
 	var ns []int
 	for _, e := range ents {
@@ -55,7 +71,7 @@ func runNumbers(root string) []int {
 		if !ok || !e.IsDir() {
 			continue
 		}
-		if n, err := strconv.Atoi(s); err == nil && n > 0 && runName(n) == e.Name() {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 && RunName(n) == e.Name() {
 			ns = append(ns, n)
 		}
 	}
@@ -68,8 +84,8 @@ func runNumbers(root string) []int {
 // and no numbered folders (a run given --out root). It fails, saying how
 // to make one, where there is none.
 func NewestRun(root string) (string, error) {
-	if ns := runNumbers(root); len(ns) > 0 {
-		return filepath.Join(root, runName(ns[len(ns)-1])), nil
+	if ns := RunNumbers(root); len(ns) > 0 {
+		return filepath.Join(root, RunName(ns[len(ns)-1])), nil
 	}
 	if len(runFilesIn(root)) > 0 {
 		return root, nil
@@ -86,8 +102,9 @@ func finishedRun(have []string) bool {
 	return slices.Contains(have, ModelFile) || slices.Contains(have, SummaryFile)
 }
 
-// outPlan is where a run writes, decided before anything is written.
-type outPlan struct {
+// OutPlan is where a run writes, decided before anything is written
+// (DecideOut). Rank 0 hands it to the other ranks of a job as JSON.
+type OutPlan struct {
 	Dir string `json:"dir"`
 	// New says that Dir is a numbered folder to be made for this run
 	// (claimed with an exclusive mkdir, so two runs cannot share it).
@@ -98,18 +115,18 @@ type outPlan struct {
 	// setting.Errorf format (setting.Portable).
 	Err string `json:"err,omitempty"`
 	// CPUBF16 is rank 0's choice of the CPU's BF16 product under
-	// Config.CPUBF16 auto (settleCPUBF16), and CPUBF16How how it chose.
+	// Config.CPUBF16 auto (SettleCPUBF16), and CPUBF16How how it chose.
 	CPUBF16    string `json:"cpu_bf16,omitempty"`
 	CPUBF16How string `json:"cpu_bf16_how,omitempty"`
 }
 
-// decideOut decides the run's folder. With Out given, the run's files go
+// DecideOut decides the run's folder. With Out given, the run's files go
 // directly into it; without, into a new numbered folder under Runs (or,
 // resuming, the newest one). A folder that holds a run's files is refused
 // unless the run resumes, and a finished run without a checkpoint cannot
 // be resumed: both would write over a finished run. Nothing is written.
-func decideOut(cfg Config) (outPlan, error) {
-	var p outPlan
+func DecideOut(cfg Config) (OutPlan, error) {
+	var p OutPlan
 	if cfg.Out != "" {
 		p.Dir = cfg.Out
 	} else {
@@ -126,12 +143,12 @@ func decideOut(cfg Config) (outPlan, error) {
 			}
 		}
 		if p.Dir == "" {
-			ns := runNumbers(root)
+			ns := RunNumbers(root)
 			next := 1
 			if len(ns) > 0 {
 				next = ns[len(ns)-1] + 1
 			}
-			p.Dir, p.New = filepath.Join(root, runName(next)), true
+			p.Dir, p.New = filepath.Join(root, RunName(next)), true
 			p.Note = fmt.Sprintf("run folder: %s (a new one for each run; --out DIR names one)", p.Dir)
 			switch {
 			case cfg.Restart:
@@ -174,12 +191,12 @@ func ownRun(dir, jobID string) bool {
 	return json.Unmarshal(b, &rc) == nil && rc.Train.JobID == jobID
 }
 
-// makeOut creates the decided folder and checks that it can be written. A
+// MakeOut creates the decided folder and checks that it can be written. A
 // new numbered folder is claimed with an exclusive mkdir; where another run
 // took it meanwhile, the next number is. It returns the folder, and
 // whether it created it, which a run that fails before writing anything
 // into it then removes.
-func makeOut(p outPlan) (dir string, created bool, err error) {
+func MakeOut(p OutPlan) (dir string, created bool, err error) {
 	if p.New {
 		if err := os.MkdirAll(filepath.Dir(p.Dir), 0o755); err != nil {
 			return "", false, fmt.Errorf("run folder %s: %w", p.Dir, err)
@@ -193,8 +210,8 @@ func makeOut(p outPlan) (dir string, created bool, err error) {
 			if !errors.Is(err, fs.ErrExist) || tries == 100 {
 				return "", false, fmt.Errorf("run folder %s: %w", p.Dir, err)
 			}
-			ns := runNumbers(root)
-			p.Dir = filepath.Join(root, runName(ns[len(ns)-1]+1))
+			ns := RunNumbers(root)
+			p.Dir = filepath.Join(root, RunName(ns[len(ns)-1]+1))
 		}
 		created = true
 	} else {
@@ -212,13 +229,13 @@ func makeOut(p outPlan) (dir string, created bool, err error) {
 	return p.Dir, created, os.Remove(f.Name())
 }
 
-// newestCheckpoint finds the checkpoint a resumed run continues from: the
+// NewestCheckpoint finds the checkpoint a resumed run continues from: the
 // newest that verifies. Where checkpoints exist but none verifies, it
 // refuses, listing why each failed: starting over would write new
 // checkpoints over the damaged ones, which a user may still want to
 // repair, and restart a long run from nothing. Temporary folders of an
 // interrupted save are not checkpoints. With no checkpoint at all, dir is "".
-func newestCheckpoint(root string) (dir string, m *checkpoint.Manifest, skipped []error, err error) {
+func NewestCheckpoint(root string) (dir string, m *checkpoint.Manifest, skipped []error, err error) {
 	dir, m, skipped, err = checkpoint.Latest(root)
 	if err != nil {
 		return "", nil, nil, err
