@@ -2,26 +2,18 @@ package train
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
-	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/data"
-	"github.com/fleetml/fleet/dist"
-	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train/config"
-	"github.com/fleetml/fleet/train/ddp"
 )
 
 // run holds one training run's state, in parts: the data it feeds the
@@ -182,285 +174,74 @@ func (r *run) close() {
 	}
 }
 
-// Run trains a model as cfg says, printing progress to log.
+// Run trains a model as cfg says, printing progress to log: it settles
+// the run (its plan, its job, its folder, the checkpoint it resumes, its
+// data), builds it (model, stages, optimizer), restores the checkpoint,
+// joins the data-parallel group, trains, and writes the final files.
 func Run(cfg Config, log io.Writer) (res *Result, err error) {
-	var initFile *checkpoint.File
-	if cfg.InitFrom != "" {
-		if initFile, err = initFrom(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	plan, err := config.Resolve(cfg)
-	if err != nil {
+	s := &setup{log: log}
+	defer func() { s.release(err) }()
+	if err := s.settle(cfg); err != nil {
 		return nil, err
 	}
-	cfg, place := plan.Config, plan.Place
-	dev := place.Device
-	if cfg.Resume && simulated(dev) {
-		return nil, setting.Errorf("{Resume}: a run on a simulated GPU (%v) saves no checkpoints to resume", dev)
-	}
-	// The ranks of a job join their store first: rank 0 decides the run's
-	// folder, and every rank compares its settings with rank 0's, before
-	// any rank writes.
-	var store *dist.Store
-	agreed := false
-	if cfg.WorldSize > 1 {
-		if store, err = ddp.Join(cfg, log); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if store == nil {
-				return // the ddp owns it
-			}
-			if err != nil && !agreed {
-				postFailure(store, cfg.Rank, err)
-			}
-			store.Close()
-		}()
-	}
-	cpuBF16 := plan.Precision == config.BF16 && plan.OnCPU()
-	out, err := shareOut(store, cfg, cpuBF16)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Out == "" { // a folder rank 0 chose; a given --out stays this rank's own
-		cfg.Out = out.Dir
-	}
-	if out.Note != "" && cfg.Rank == 0 {
-		fmt.Fprintln(log, out.Note)
-	}
-	ckRoot := filepath.Join(cfg.Out, CheckpointDir)
-	var resumeDir string
-	var resumeMan *checkpoint.Manifest
-	if cfg.Resume {
-		d, m, skipped, err := config.NewestCheckpoint(ckRoot)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range skipped {
-			fmt.Fprintf(log, "skipping an incomplete or damaged checkpoint: %v\n", e)
-		}
-		if d == "" {
-			fmt.Fprintf(log, "resume: no complete checkpoint in %s; starting at step 0\n", ckRoot)
-		}
-		resumeDir, resumeMan = d, m
-	}
-	var was *config.RunConfig // the checkpoint's run, read once
-	if resumeMan != nil {
-		was = new(config.RunConfig)
-		if err := json.Unmarshal(resumeMan.Config, was); err != nil {
-			return nil, fmt.Errorf("resume from %s: its config: %w", resumeDir, err)
-		}
-	}
-	if cfg.Elastic && was != nil {
-		if err := config.KeepGlobalBatch(&cfg, *was, log); err != nil {
-			return nil, err
-		}
-	}
-	ds, err := openData(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer ds.close()
-	if cfg.BatchAuto {
-		if err := autoBatch(&cfg, ds.vocab, dev, resumeMan, log); err != nil {
-			return nil, err
-		}
-	}
-	tok, err := ds.tokenizer()
-	if err != nil {
-		return nil, err
-	}
-	if cpuBF16 {
-		if err := config.SettleCPUBF16(&cfg, out, resumeDir, was, setBF16Product, log); err != nil {
-			return nil, err
-		}
-	} else {
-		cfg.CPUBF16 = "" // no bf16 product runs on the CPU: none is recorded
-	}
-	rc := config.RunConfig{Train: cfg, Model: cfg.ModelConfig(ds.vocab), DataID: ds.id,
-		TokenizerID: config.TokenizerIdentity(tok, ds.tokenizerDesc())}
-	if was != nil {
-		if err := checkResume(&rc, *was, resumeDir, resumeMan.Step, log); err != nil {
-			return nil, err
-		}
-	}
-	if store != nil {
-		err := agreeSettings(store, cfg.Rank, rc.Settings())
-		agreed = true
-		if err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		dir, created, merr := config.MakeOut(out)
-		if merr == nil && dir != cfg.Out { // another run took the number meanwhile
-			fmt.Fprintf(log, "run folder: %s (another run took %s meanwhile)\n", dir, cfg.Out)
-			cfg.Out, rc.Train.Out = dir, dir
-		}
-		if created {
-			defer func() {
-				if err != nil {
-					os.Remove(cfg.Out) // only if still empty: a run that wrote nothing leaves no folder
-				}
-			}()
-		}
-		if merr != nil {
-			return nil, merr
-		}
-	}
-	r := &run{cfg: cfg, log: log, dev: dev, stages: place.Stages, feed: feed{checkIDs: ds.checkIDs}, simulated: simulated(dev)}
-	if r.simulated && cfg.Rank == 0 {
-		fmt.Fprintf(log, "simulated GPU: %v executes nothing; losses are n/a, times are the host's, and no weights are written\n", dev)
-	}
-	if cfg.Rank == 0 {
-		r.out.status = newStatusLine(log) // one live line for the group
-	}
-	if r.out.status != nil {
-		r.log, log = r.out.status, r.out.status
-		defer r.out.status.done()
-	}
-	if r.train, err = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
-		return nil, fmt.Errorf("train split: %w", err)
-	}
-	if r.evalVal, err = data.NewTokenSampler(ds.val, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
-		return nil, fmt.Errorf("validation split: %w", err)
-	}
-	r.evalTr, _ = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
-	r.feed.vocab = ds.vocab
-
-	mc := cfg.ModelConfig(ds.vocab)
-	if r.model, err = model.New(mc, dev, cfg.Seed); err != nil {
-		return nil, err
-	}
-	r.model.SetRecompute(cfg.Recompute)
-	if initFile != nil {
-		if err := r.model.SetWeights(initFile); err != nil {
-			return nil, setting.Errorf("{InitFrom} %s: %w", cfg.InitFrom, err)
-		}
-		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
-	}
-	if len(r.stages) > 0 { // before the optimizer: its moments live with their parameters
-		if r.pipe, err = newPipeRun(r); err != nil {
-			return nil, err
-		}
-		defer r.pipe.close()
-	}
-	if cfg.Rank == 0 { // the other ranks of a data-parallel job write nothing
-		if err := writeJSON(filepath.Join(cfg.Out, ConfigFile), rc); err != nil {
-			return nil, err
-		}
-		if err := ds.saveTokenizer(cfg.Out); err != nil {
-			return nil, err
-		}
-	}
-	if err := tensor.Catch(func() { // its moments are the run's largest allocation
-		r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
-			LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
-	}); err != nil {
-		return nil, fmt.Errorf("optimizer state: %w", err)
-	}
-	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.DecayIters()}
-	r.scaler = lossScaler(cfg)
-	r.tel = newTelemetry(dev)
-	r.perf.flopsPerToken = r.model.FLOPsPerToken(cfg.BlockSize)
-	var peakSrc string
-	r.perf.peakFLOPs, peakSrc = peakFLOPs(dev, cfg.ProductDType())
-
-	fmt.Fprintf(log, "data: %s\n", ds.desc)
-	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
-	fmt.Fprintf(log, "model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
-		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, dev)
-	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
-		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
-	if cfg.Recompute {
-		fmt.Fprintf(log, "recompute: on: each block is recomputed in the backward pass (less memory, more time)\n")
-	}
-	if r.scaler != nil {
-		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
-			r.scaler.Scale, optim.ScalerGrowth, r.scaler.GrowthInterval, optim.ScalerBackoff)
-		if onHost(dev) {
-			fmt.Fprintf(log, "precision: the CPU has no fp16 products; they are emulated (f16 operands widened to f32) and slower than fp32\n")
-		}
-	}
-
-	sum := Summary{Config: cfg, Model: mc, Device: dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
-		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1),
-		FLOPsPerToken: r.perf.flopsPerToken, PeakFLOPs: r.perf.peakFLOPs, PeakSource: peakSrc, Simulated: r.simulated}
-	if r.simulated {
-		sum.BestValLoss = 0 // no loss: see Summary.Simulated
-	}
-	if r.ckpt, err = newCheckpointer(r, rc); err != nil {
-		return nil, err
-	}
-	start := 0
-	if resumeDir != "" {
-		if cerr := tensor.Catch(func() { start, sum.BestValLoss, err = r.restore(resumeDir, resumeMan) }); cerr != nil {
-			return nil, fmt.Errorf("resume: %w", cerr)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if start > cfg.MaxIters {
-			return nil, setting.Errorf("resume: checkpoint %s is at step %d, past {MaxIters} %d", resumeDir, start, cfg.MaxIters)
-		}
-		r.keepMetrics(start)
-		r.ckpt.last, r.ckpt.lastStep = resumeDir, start
-		sum.Steps = start
-		if start == cfg.MaxIters {
-			fmt.Fprintf(log, "resume: %s is the end of the run (step %d); rewriting the final files\n", resumeDir, start)
-		} else {
-			fmt.Fprintf(log, "resume: continuing from %s at step %d\n", resumeDir, start)
-		}
-	}
-	if err := r.openSinks(tok); err != nil {
-		return nil, err
-	}
+	r, err := s.build()
+	defer r.out.status.done()
 	defer r.close()
-	if store != nil {
-		s := store
-		store = nil // the ddp owns it from here
-		if cerr := tensor.Catch(func() { err = r.openDDP(s) }); cerr != nil {
-			return nil, cerr
-		}
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Rank != 0 { // rank 0 logs for the group
-		fmt.Fprintf(log, "rank %d: training quietly; rank 0 logs and saves for the group\n", cfg.Rank)
-		r.log = io.Discard
+	sum := r.summary(s.ds)
+	start, err := s.resume(r, &sum)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.openSinks(s.tok); err != nil {
+		return nil, err
+	}
+	if err := s.joinGroup(r); err != nil {
+		return nil, err
 	}
 	r.startSampler()
-	if cerr := tensor.Catch(func() { err = r.loop(&sum, start) }); cerr != nil {
-		// A failed op (out of memory, a lost device): say when.
+	if err := r.trainFrom(&sum, start); err != nil {
+		return nil, err
+	}
+	if err := r.finish(sum); err != nil {
+		return nil, err
+	}
+	return &Result{Dir: r.cfg.Out, Model: r.model, Tokenizer: s.tok, Summary: sum}, nil
+}
+
+// trainFrom runs the loop from step start, saying when a failed op (out of
+// memory, a lost device) failed.
+func (r *run) trainFrom(sum *Summary, start int) (err error) {
+	if cerr := tensor.Catch(func() { err = r.loop(sum, start) }); cerr != nil {
 		what := fmt.Sprintf("step %d", r.at+1)
 		if r.evaluating {
 			what = fmt.Sprintf("the evaluation at step %d", r.at)
 		}
-		return nil, fmt.Errorf("%s: %w", what, cerr)
+		return fmt.Errorf("%s: %w", what, cerr)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := r.micros().finish(); err != nil {
-		return nil, err
-	}
-	if cfg.Rank != 0 {
-		return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil
+	return r.micros().finish()
+}
+
+// finish writes the run's final files, rank 0's: the weights (none on a
+// simulated GPU), summary.json and the diagnosis.
+func (r *run) finish(sum Summary) error {
+	if r.cfg.Rank != 0 {
+		return nil
 	}
 	if !r.simulated {
-		if err := r.model.SaveWeights(filepath.Join(cfg.Out, ModelFile), nil); err != nil {
-			return nil, err
+		if err := r.model.SaveWeights(filepath.Join(r.cfg.Out, ModelFile), nil); err != nil {
+			return err
 		}
 	}
-	if err := writeJSON(filepath.Join(cfg.Out, SummaryFile), sum); err != nil {
-		return nil, err
+	if err := writeJSON(filepath.Join(r.cfg.Out, SummaryFile), sum); err != nil {
+		return err
 	}
-	if err := r.diagnose(sum); err != nil {
-		return nil, err
-	}
-	return &Result{Dir: cfg.Out, Model: r.model, Tokenizer: tok, Summary: sum}, nil
+	return r.diagnose(sum)
 }
 
 // scheduleStep is the learning-rate schedule's position at a step: the

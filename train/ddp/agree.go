@@ -1,4 +1,4 @@
-package train
+package ddp
 
 import (
 	"encoding/json"
@@ -19,14 +19,14 @@ const (
 	keyRead     = "fleet/settings-read/" // + rank: the rank has read every rank's settings
 )
 
-// shareOut decides the run's folder on rank 0 and hands the decision to
+// ShareOut decides the run's folder on rank 0 and hands the decision to
 // every other rank, before any rank writes: in a data-parallel job only
 // rank 0 looks at --out (the ranks of several nodes may not even share
 // it), and a refusal fails the whole job. A world of one decides alone.
 // For a bf16 run on the CPU (cpuBF16) whose Config.CPUBF16 is auto, the
 // plan also carries rank 0's choice of the CPU's BF16 product, so every
 // rank runs the same one.
-func shareOut(store *dist.Store, cfg Config, cpuBF16 bool) (config.OutPlan, error) {
+func ShareOut(store *dist.Store, cfg config.Config, cpuBF16 bool) (config.OutPlan, error) {
 	if cfg.Rank == 0 {
 		p, err := config.DecideOut(cfg)
 		if cpuBF16 && cfg.CPUBF16Auto() {
@@ -65,12 +65,12 @@ type rankSettings struct {
 	Err      string            `json:"err,omitempty"`
 }
 
-// agreeSettings posts this rank's settings and compares every rank's with
+// AgreeSettings posts this rank's settings and compares every rank's with
 // rank 0's. Any difference, or any rank that failed before it could post,
 // fails every rank with the same message, naming each setting:
 // ranks started by hand with different flags would otherwise train apart
 // (or wait forever in collectives that do not line up) and exit 0.
-func agreeSettings(store *dist.Store, rank int, mine []config.Recorded) error {
+func AgreeSettings(store *dist.Store, rank int, mine []config.Recorded) error {
 	b, _ := json.Marshal(rankSettings{Settings: mine})
 	if err := store.Set(keySettings+strconv.Itoa(rank), b); err != nil {
 		return fmt.Errorf("dist: posting this rank's settings: %w", err)
@@ -111,10 +111,10 @@ func agreeSettings(store *dist.Store, rank int, mine []config.Recorded) error {
 	return err
 }
 
-// postFailure tells the other ranks, waiting in agreeSettings, that this
+// PostFailure tells the other ranks, waiting in AgreeSettings, that this
 // rank failed before it could post its settings. Rank 0, whose store the
 // others use, waits for them to read it before it goes.
-func postFailure(store *dist.Store, rank int, cause error) {
+func PostFailure(store *dist.Store, rank int, cause error) {
 	key := keySettings + strconv.Itoa(rank)
 	if _, err := store.GetTimeout(key, 0); err == nil {
 		return // posted already: the settings, or a failure
