@@ -9,8 +9,8 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/driver"
-	"github.com/fleetml/fleet/backend/cuda/libs"
 	"github.com/fleetml/fleet/backend/cuda/nvrtc"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Doctor writes what torch.cuda.is_available() and nvidia-smi -L tell

@@ -11,9 +11,9 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/driver"
-	"github.com/fleetml/fleet/backend/cuda/kcache"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
 	"github.com/fleetml/fleet/backend/cuda/nvrtc"
+	"github.com/fleetml/fleet/backend/gpu/kcache"
 )
 
 // driverGPU is a real device through the CUDA driver API. Calls run on the

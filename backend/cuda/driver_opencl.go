@@ -8,8 +8,8 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cuda/cublas"
-	"github.com/fleetml/fleet/backend/cuda/kcache"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/backend/gpu/kcache"
 	"github.com/fleetml/fleet/backend/opencl"
 )
 

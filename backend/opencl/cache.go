@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/kcache"
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/kcache"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 const (

@@ -28,7 +28,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 	"github.com/fleetml/fleet/internal/units"
 )
 

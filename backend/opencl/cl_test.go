@@ -11,8 +11,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/kcache"
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/kcache"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 	"github.com/fleetml/fleet/internal/testenv"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // CLBlastLibrary is CLBlast, the OpenCL BLAS fleet's products go to,

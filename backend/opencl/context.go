@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Context is an OpenCL context on one device with two in-order command

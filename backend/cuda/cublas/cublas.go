@@ -3,11 +3,10 @@ package cublas
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Op says whether a matrix is used as it is or transposed (cublasOperation_t).
@@ -77,19 +76,14 @@ const (
 	StatusLicenseError    Status = 16
 )
 
-var statusNames = map[Status]string{
+var statuses = libs.Codes[Status]{Type: "cublasStatus", Names: map[Status]string{
 	0: "CUBLAS_STATUS_SUCCESS", 1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
 	7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR",
 	13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR",
 	15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR",
-}
+}}
 
-func (s Status) String() string {
-	if n, ok := statusNames[s]; ok {
-		return n
-	}
-	return "cublasStatus(" + strconv.Itoa(int(s)) + ")"
-}
+func (s Status) String() string { return statuses.Name(s) }
 
 // Error is a failed cuBLAS call.
 type Error struct {
@@ -113,13 +107,7 @@ var (
 )
 
 func check(fn string, r uintptr, err error) error {
-	if err != nil {
-		return err
-	}
-	if s := Status(int32(uint32(r))); s != StatusSuccess {
-		return &Error{Code: s, Func: fn}
-	}
-	return nil
+	return statuses.Err(r, err, func(s Status) error { return &Error{Code: s, Func: fn} })
 }
 
 // CUBLAS is one loaded libcublas.

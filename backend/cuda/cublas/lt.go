@@ -5,7 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Lt is libcublasLt, cuBLAS's matmul library with fused epilogues (bias,

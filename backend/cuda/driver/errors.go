@@ -1,10 +1,9 @@
 package driver
 
 import (
-	"strconv"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Result is a CUresult, the status every driver call returns.
@@ -35,9 +34,9 @@ const (
 	ErrorUnknown                 Result = 999
 )
 
-// resultNames are cuda.h's names, used when the driver cannot name a code
+// results are cuda.h's names, used when the driver cannot name a code
 // itself (or is not loaded).
-var resultNames = map[Result]string{
+var results = libs.Codes[Result]{Type: "CUresult", Names: map[Result]string{
 	0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
 	3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
 	34: "CUDA_ERROR_STUB_LIBRARY", 46: "CUDA_ERROR_DEVICE_UNAVAILABLE",
@@ -51,15 +50,10 @@ var resultNames = map[Result]string{
 	801: "CUDA_ERROR_NOT_SUPPORTED", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
 	804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
 	901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", 999: "CUDA_ERROR_UNKNOWN",
-}
+}}
 
 // String is cuda.h's name for r, or the number.
-func (r Result) String() string {
-	if n, ok := resultNames[r]; ok {
-		return n
-	}
-	return "CUresult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Result) String() string { return results.Name(r) }
 
 // Error is a failed driver call.
 type Error struct {
@@ -105,16 +99,9 @@ var (
 // result turns a call's outcome into an error: a missing symbol's error as
 // it is, a non-zero CUresult as an *Error named by the driver.
 func (d *Driver) result(fn string, r uintptr, err error) error {
-	if err != nil {
-		return err
-	}
-	code := Result(int32(uint32(r)))
-	if code == Success {
-		return nil
-	}
-	e := &Error{Code: code, Func: fn}
-	e.Name, e.Desc = d.ErrorName(code), d.ErrorString(code)
-	return e
+	return results.Err(r, err, func(code Result) error {
+		return &Error{Code: code, Func: fn, Name: d.ErrorName(code), Desc: d.ErrorString(code)}
+	})
 }
 
 // ErrorName asks the driver for r's name (cuGetErrorName), falling back to

@@ -7,6 +7,8 @@ import (
 
 	"github.com/ebitengine/purego"
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 const platformOK = true
@@ -17,16 +19,16 @@ func mapMemory(n int) ([]byte, error) {
 
 func unmapMemory(b []byte) { _ = unix.Munmap(b) }
 
-func dlopen(path string) (uintptr, error) {
-	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
-}
+// dlopen opens a built harness through the one library loader (package
+// libs), its symbols local.
+func dlopen(path string) (*libs.Lib, error) { return libs.OpenLocal(path) }
 
-func dlsym(lib uintptr, name string) (uintptr, error) {
-	p, err := purego.Dlsym(lib, name)
-	if err != nil {
+func dlsym(lib *libs.Lib, name string) (uintptr, error) {
+	f := lib.Func(name)
+	if err := f.Err(); err != nil {
 		return 0, fmt.Errorf("emu: look up %s: %v", name, err)
 	}
-	return p, nil
+	return f.Addr, nil
 }
 
 // callLaunch calls a generated launcher: int launcher(const Launch*, void**).

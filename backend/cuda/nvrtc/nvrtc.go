@@ -3,12 +3,11 @@ package nvrtc
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // KernelOptions are the options fleet's kernels are compiled with, besides
@@ -32,20 +31,15 @@ const (
 	ErrorInternal         Result = 11
 )
 
-var resultNames = map[Result]string{
+var results = libs.Codes[Result]{Type: "nvrtcResult", Names: map[Result]string{
 	0: "NVRTC_SUCCESS", 1: "NVRTC_ERROR_OUT_OF_MEMORY", 2: "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
 	3: "NVRTC_ERROR_INVALID_INPUT", 4: "NVRTC_ERROR_INVALID_PROGRAM", 5: "NVRTC_ERROR_INVALID_OPTION",
 	6: "NVRTC_ERROR_COMPILATION", 7: "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
 	8: "NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION", 9: "NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
 	10: "NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID", 11: "NVRTC_ERROR_INTERNAL_ERROR",
-}
+}}
 
-func (r Result) String() string {
-	if n, ok := resultNames[r]; ok {
-		return n
-	}
-	return "nvrtcResult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Result) String() string { return results.Name(r) }
 
 // Error is a failed NVRTC call. For a compilation, Log holds NVRTC's log.
 type Error struct {
@@ -150,18 +144,13 @@ func Load(lib *libs.Lib) (*NVRTC, error) {
 func (n *NVRTC) Version() string { return fmt.Sprintf("%d.%d", n.Major, n.Minor) }
 
 func (n *NVRTC) result(fn, name string, r uintptr, err error) error {
-	if err != nil {
-		return err
-	}
-	code := Result(int32(uint32(r)))
-	if code == Success {
-		return nil
-	}
-	e := &Error{Code: code, Func: fn, Name: name}
-	if p, err := n.nvrtcGetErrorString.Call(uintptr(code)); err == nil {
-		e.Desc = libs.GoString(p)
-	}
-	return e
+	return results.Err(r, err, func(code Result) error {
+		e := &Error{Code: code, Func: fn, Name: name}
+		if p, err := n.nvrtcGetErrorString.Call(uintptr(code)); err == nil {
+			e.Desc = libs.GoString(p)
+		}
+		return e
+	})
 }
 
 // SupportedArchs lists the sm_XY numbers (e.g. 90) this NVRTC can target.

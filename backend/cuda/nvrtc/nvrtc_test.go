@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetml/fleet/backend/cuda/kcache"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
+	"github.com/fleetml/fleet/backend/gpu/kcache"
 )
 
 // open returns the machine's NVRTC or skips, saying why.

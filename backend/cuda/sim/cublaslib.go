@@ -2,7 +2,7 @@ package sim
 
 import (
 	"github.com/fleetml/fleet/backend/cuda/cublas"
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // CUBLAS is the stand-in for libcublas: handles, streams and settings are

@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/fleetml/fleet/backend/cuda/cublas"
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Attributes of cuBLASLt's descriptors the stand-in reads (cublasLt.h).

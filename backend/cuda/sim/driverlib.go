@@ -8,7 +8,7 @@ import (
 
 	"github.com/fleetml/fleet/backend/cuda/driver"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // CUresult codes the stand-ins return.

@@ -331,6 +331,18 @@ func trimDlerror(msg, path string) string {
 	return msg
 }
 
+// OpenLocal opens the shared object at path by itself: no search, no
+// companions and no report, its symbols kept to itself (RTLD_LOCAL). It is
+// for objects fleet builds (the emulator's kernels, package emu), whose
+// symbols must not stand in for another's.
+func OpenLocal(path string) (*Lib, error) {
+	h, err := dlopenLocal(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Lib{Name: filepath.Base(path), Soname: filepath.Base(path), Path: path, Where: "built", Handle: h}, nil
+}
+
 // Result is what a report says about one library.
 type Result struct {
 	Name    string

@@ -7,8 +7,9 @@ import (
 	"runtime"
 )
 
-var errUnsupported = errors.New("NVIDIA libraries are opened on linux only, not " + runtime.GOOS)
+var errUnsupported = errors.New("shared libraries are opened on linux only, not " + runtime.GOOS)
 
 func dlopen(string) (uintptr, error)         { return 0, errUnsupported }
+func dlopenLocal(string) (uintptr, error)    { return 0, errUnsupported }
 func dlsym(uintptr, string) (uintptr, error) { return 0, errUnsupported }
 func loadedPath(uintptr) string              { return "" }

@@ -17,6 +17,13 @@ func dlopen(path string) (uintptr, error) {
 	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 }
 
+// dlopenLocal opens path with RTLD_NOW|RTLD_LOCAL.
+func dlopenLocal(path string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+}
+
 func dlsym(h uintptr, name string) (uintptr, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -1,9 +1,13 @@
-// Package libs finds and opens NVIDIA's shared libraries at run time, with
-// no cgo: the CUDA driver (libcuda.so.1), NVRTC, cuBLAS and cuBLASLt, NVML
-// and NCCL. It is the one place in fleet that calls dlopen; the binding
-// packages (driver, nvrtc, cublas) look their symbols up through it.
+// Package libs is fleet's one library loader: it finds and opens shared
+// libraries at run time, with no cgo, and calls their functions. It opens
+// NVIDIA's libraries (the CUDA driver libcuda.so.1, NVRTC, cuBLAS and
+// cuBLASLt, NVML and NCCL), OpenCL's ICD loader and CLBlast (each with a
+// search of its own, [Library.Locate]), and the emulator's built kernels
+// ([OpenLocal]). It is the one place in fleet that calls dlopen; the
+// binding packages look their symbols up through it. [Codes] is the one
+// table type that names a library's status codes for its errors.
 //
-// A library is searched for in this order, taking the first folder that has
+// An NVIDIA library is searched for in this order, taking the first folder that has
 // one of its file names (newest first) and loads:
 //
 //  1. $FLEET_CUDA_PATH (a list of folders, separated like $PATH);
