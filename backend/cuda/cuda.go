@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
 	"github.com/fleetml/fleet/backend/cuda/sim"
 )
@@ -274,10 +273,12 @@ func (c *CUDA) Fill(dst backend.Ref, v float32, n int) {
 	c.check("fill", kernels.Fill(c, c.dt(dst), c.ptr(dst), v, n))
 }
 
-// MatMul implements backend.Backend through cuBLAS; a bias is first
+// MatMul implements backend.Backend through the driver's GEMM (cuBLAS's,
+// CLBlast's); a bias is first
 // broadcast into C (scaled by beta), then the product is added. F32
 // operands to be rounded (p.Round) use cuBLAS's fast compute modes
-// (CUBLAS_COMPUTE_32F_FAST_16BF, _16F), which round them to the 16-bit type
+// (ComputeRoundBF16, ComputeRoundF16: cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF,
+// _16F), which round them to the 16-bit type
 // as they are loaded onto the tensor cores: no cast kernel, and half the
 // traffic of a cast followed by a 16-bit product.
 func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
@@ -298,7 +299,7 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 		// One product with cuBLASLt's bias epilogue where it takes it
 		// (a Linear's forward: one matrix, C overwritten).
 		if p.Batch == 1 && p.Beta == 0 && p.Alpha == 1 && p.K > 0 && p.M > 0 &&
-			c.ltProduct("matmul", p, a, b, cc, backend.Ref{}, bias, cublas.EpilogueBias) {
+			c.ltProduct("matmul", p, a, b, cc, backend.Ref{}, bias, EpilogueBias) {
 			return
 		}
 		c.check("matmul bias", kernels.BiasRows(c, ct, c.ptr(cc), c.ptr(bias), p.Beta, p.Batch*p.M, p.N))
@@ -315,7 +316,7 @@ func (c *CUDA) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 			c.fail("matmul", fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(cc)), dataType(at), dataType(ct), c.compute(p, at))
+	g := productFor(p, c.ptr(a), c.ptr(b), c.ptr(cc), at, ct, c.compute(p, at))
 	c.check("matmul", c.g.gemm(g))
 }
 
@@ -345,8 +346,8 @@ func (c *CUDA) MatMulBiasGrad(p backend.MatMul, a, b, cc, dbias backend.Ref) boo
 			return false
 		}
 	}
-	m := c.ltMatmulOf(p, a, b, cc, at, cublas.EpilogueBGradA)
-	m.Bias = uint64(c.ptr(dbias))
+	m := c.epilogueProduct(p, a, b, cc, at, EpilogueBGradA)
+	m.Bias = c.ptr(dbias)
 	if err := c.g.ltMatmul(m); err != nil {
 		if ltRefused(err) {
 			c.noBGrad.Store(true) // kernels sum the bias gradient from now on
@@ -366,9 +367,9 @@ func (c *CUDA) GELUEpilogues() bool { return !c.noLt.Load() }
 // epilogue. Where cuBLASLt refuses the product, it falls back to a product
 // and a GELU kernel, and GELUEpilogues then reports false.
 func (c *CUDA) MatMulGELU(p backend.MatMul, a, b, out, pre, bias backend.Ref) {
-	ep := cublas.EpilogueGELUAux
+	ep := EpilogueGELUAux
 	if !bias.Nil() {
-		ep = cublas.EpilogueGELUAuxBias
+		ep = EpilogueGELUAuxBias
 	}
 	if c.ltProduct("matmul_gelu", p, a, b, out, pre, bias, ep) {
 		return
@@ -380,20 +381,21 @@ func (c *CUDA) MatMulGELU(p backend.MatMul, a, b, out, pre, bias backend.Ref) {
 // MatMulGELUGrad implements backend.GELUProducts with cuBLASLt's DGELU
 // epilogue, falling back as MatMulGELU does.
 func (c *CUDA) MatMulGELUGrad(p backend.MatMul, a, b, out, pre backend.Ref) {
-	if c.ltProduct("matmul_gelu_grad", p, a, b, out, pre, backend.Ref{}, cublas.EpilogueDGELU) {
+	if c.ltProduct("matmul_gelu_grad", p, a, b, out, pre, backend.Ref{}, EpilogueDGELU) {
 		return
 	}
 	c.MatMul(p, a, b, out, backend.Ref{})
 	c.GELUBackward(out, pre, out, p.M*p.N)
 }
 
-// ltProduct queues a product with epilogue ep through cuBLASLt, mapped
-// onto its column-major form as gemmFor maps MatMul (aux is pre, with the
-// output's leading dimension; the bias runs along the output's columns,
-// which are cuBLASLt's rows). It reports false, having queued nothing,
-// where cuBLASLt is absent or refuses the product (any cuBLAS status); it
-// fails on other errors.
-func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backend.Ref, ep cublas.Epilogue) bool {
+// ltProduct queues a product with epilogue ep through the driver (cuBLASLt
+// on CUDA), mapped onto its column-major form as productFor maps MatMul
+// (aux is pre, with the output's leading dimension; the bias runs along
+// the output's columns, which are the column-major product's rows). It
+// reports false, having queued nothing, where the driver has no
+// epilogues or refuses the product (ErrRefused); it fails on other
+// errors.
+func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backend.Ref, ep Epilogue) bool {
 	if c.noLt.Load() {
 		return false
 	}
@@ -409,12 +411,12 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 			c.fail(op, fmt.Errorf("size %d exceeds cuBLAS's 32-bit limits (%+v)", v, p))
 		}
 	}
-	m := c.ltMatmulOf(p, a, b, out, at, ep)
+	m := c.epilogueProduct(p, a, b, out, at, ep)
 	if !aux.Nil() {
-		m.Aux, m.AuxLD = uint64(c.ptr(aux)), p.N
+		m.Aux, m.AuxLD = c.ptr(aux), p.N
 	}
 	if !bias.Nil() {
-		m.Bias = uint64(c.ptr(bias))
+		m.Bias = c.ptr(bias)
 	}
 	if err := c.g.ltMatmul(m); err != nil {
 		if ltRefused(err) { // the kernels do it instead
@@ -426,69 +428,56 @@ func (c *CUDA) ltProduct(op string, p backend.MatMul, a, b, out, aux, bias backe
 	return true
 }
 
-// ltMatmulOf is product p (one matrix, alpha 1, C overwritten into D) of
-// operands stored as at with epilogue ep, as cuBLASLt takes it: mapped
-// onto its column-major form as gemmFor maps MatMul.
-func (c *CUDA) ltMatmulOf(p backend.MatMul, a, b, out backend.Ref, at backend.DType, ep cublas.Epilogue) cublas.LtMatmul {
-	g := gemmFor(p, uint64(c.ptr(a)), uint64(c.ptr(b)), uint64(c.ptr(out)), dataType(at), dataType(c.dt(out)), c.compute(p, at))
-	return cublas.LtMatmul{
-		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: 1, Beta: p.Beta,
-		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: g.CType,
-		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: 1, Compute: g.Compute, Epilogue: ep,
-	}
+// epilogueProduct is product p (one matrix, alpha 1, C overwritten) of
+// operands stored as at with epilogue ep: mapped onto its column-major
+// form as productFor maps MatMul.
+func (c *CUDA) epilogueProduct(p backend.MatMul, a, b, out backend.Ref, at backend.DType, ep Epilogue) EpilogueProduct {
+	g := productFor(p, c.ptr(a), c.ptr(b), c.ptr(out), at, c.dt(out), c.compute(p, at))
+	g.Alpha, g.Batch, g.StrideA, g.StrideB, g.StrideC = 1, 1, 0, 0, 0
+	return EpilogueProduct{Product: g, Epilogue: ep}
 }
 
-// ltRefused reports whether err is cuBLASLt saying no: absent, or a status
-// of its own before queuing anything (not supported, or a layout it will
-// not take, such as an aux leading dimension it wants aligned).
+// ltRefused reports whether err is the driver saying no to an epilogue
+// product: it has none, or refused this one before queuing anything (not
+// supported, or a layout it will not take, such as an aux leading
+// dimension it wants aligned).
 func ltRefused(err error) bool {
-	var status *cublas.Error
-	return errors.Is(err, errNoLt) || errors.As(err, &status)
+	return errors.Is(err, errNoLt) || errors.Is(err, ErrRefused)
 }
 
-func dataType(dt backend.DType) cublas.DataType {
-	switch dt {
-	case backend.BF16:
-		return cublas.R16BF
-	case backend.F16:
-		return cublas.R16F
-	}
-	return cublas.R32F
-}
-
-// compute is the cuBLAS compute type of product p of operands stored as at.
-func (c *CUDA) compute(p backend.MatMul, at backend.DType) cublas.ComputeType {
+// compute is the compute mode of product p of operands stored as at.
+func (c *CUDA) compute(p backend.MatMul, at backend.DType) Compute {
 	switch {
 	case at == backend.F32 && p.Rounds() == backend.BF16:
-		return cublas.Compute32FFast16BF
+		return ComputeRoundBF16
 	case at == backend.F32 && p.Rounds() == backend.F16:
-		return cublas.Compute32FFast16F
+		return ComputeRoundF16
 	case at == backend.F32 && c.tf32.Load():
-		return cublas.Compute32FFastTF32
+		return ComputeTF32
 	}
-	return cublas.Compute32F
+	return ComputeF32
 }
 
-// gemmFor maps a row-major product onto cuBLAS's column-major one: a
-// row-major matrix read column-major is its transpose, so row-major
-// C = op(A)·op(B) is computed as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, with A and
-// B (and M and N) swapped.
-func gemmFor(p backend.MatMul, a, b, c uint64, dt, ct cublas.DataType, compute cublas.ComputeType) cublas.Gemm {
-	g := cublas.Gemm{
+// productFor maps a row-major product onto the BLAS libraries'
+// column-major one: a row-major matrix read column-major is its
+// transpose, so row-major C = op(A)·op(B) is computed as column-major
+// Cᵀ = op(B)ᵀ·op(A)ᵀ, with A and B (and M and N) swapped.
+func productFor(p backend.MatMul, a, b, c devPtr, dt, ct backend.DType, compute Compute) Product {
+	g := Product{
 		M: p.N, N: p.M, K: p.K, Alpha: p.Alpha, Beta: p.Beta,
 		A: b, B: a, C: c, AType: dt, BType: dt, CType: ct, LDC: p.N,
 		StrideA: int64(p.StrideB), StrideB: int64(p.StrideA), StrideC: int64(p.StrideC),
-		Batch: p.Batch, Compute: compute, Algo: cublas.AlgoDefault,
+		Batch: p.Batch, Compute: compute,
 	}
 	if p.TransB { // B is stored N×K: read column-major it is op(B) (K×N)
-		g.TransA, g.LDA = cublas.OpT, p.K
+		g.TransA, g.LDA = Transposed, p.K
 	} else { // B is stored K×N: read column-major it is op(B)ᵀ
-		g.TransA, g.LDA = cublas.OpN, p.N
+		g.TransA, g.LDA = NoTranspose, p.N
 	}
 	if p.TransA { // A is stored K×M: read column-major it is op(A)
-		g.TransB, g.LDB = cublas.OpT, p.M
+		g.TransB, g.LDB = Transposed, p.M
 	} else { // A is stored M×K: read column-major it is op(A)ᵀ
-		g.TransB, g.LDB = cublas.OpN, p.K
+		g.TransB, g.LDB = NoTranspose, p.K
 	}
 	return g
 }

@@ -514,8 +514,69 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 
 // gemm and ltMatmul take their descriptions by value: a pointer passed
 // through the gpu interface would make each product a heap allocation.
-func (g *driverGPU) gemm(p cublas.Gemm) error {
-	return g.do(func() error { g.queue("cublasGemmStridedBatchedEx"); return g.blas.GemmStridedBatchedEx(&p) })
+func (g *driverGPU) gemm(p Product) error {
+	b := cublasGemm(p)
+	return g.do(func() error { g.queue("cublasGemmStridedBatchedEx"); return g.blas.GemmStridedBatchedEx(&b) })
+}
+
+// cublasGemm is p in cuBLAS's terms.
+func cublasGemm(p Product) cublas.Gemm {
+	return cublas.Gemm{
+		TransA: cublasOp(p.TransA), TransB: cublasOp(p.TransB), M: p.M, N: p.N, K: p.K, Alpha: p.Alpha, Beta: p.Beta,
+		A: uint64(p.A), B: uint64(p.B), C: uint64(p.C),
+		AType: cublasType(p.AType), BType: cublasType(p.BType), CType: cublasType(p.CType),
+		LDA: p.LDA, LDB: p.LDB, LDC: p.LDC, StrideA: p.StrideA, StrideB: p.StrideB, StrideC: p.StrideC,
+		Batch: p.Batch, Compute: cublasCompute(p.Compute), Algo: cublas.AlgoDefault,
+	}
+}
+
+// cublasLtMatmul is m in cuBLASLt's terms: D is C.
+func cublasLtMatmul(m EpilogueProduct) cublas.LtMatmul {
+	g := cublasGemm(m.Product)
+	return cublas.LtMatmul{
+		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: g.Alpha, Beta: g.Beta,
+		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: g.CType,
+		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: g.Batch, StrideA: g.StrideA, StrideB: g.StrideB, StrideC: g.StrideC,
+		Compute: g.Compute, Epilogue: cublasEpilogue[m.Epilogue], Bias: uint64(m.Bias), Aux: uint64(m.Aux), AuxLD: m.AuxLD,
+	}
+}
+
+func cublasOp(t Transpose) cublas.Op {
+	if t == Transposed {
+		return cublas.OpT
+	}
+	return cublas.OpN
+}
+
+func cublasType(dt backend.DType) cublas.DataType {
+	switch dt {
+	case backend.BF16:
+		return cublas.R16BF
+	case backend.F16:
+		return cublas.R16F
+	}
+	return cublas.R32F
+}
+
+func cublasCompute(c Compute) cublas.ComputeType {
+	switch c {
+	case ComputeRoundBF16:
+		return cublas.Compute32FFast16BF
+	case ComputeRoundF16:
+		return cublas.Compute32FFast16F
+	case ComputeTF32:
+		return cublas.Compute32FFastTF32
+	}
+	return cublas.Compute32F
+}
+
+var cublasEpilogue = [...]cublas.Epilogue{
+	EpilogueNone:        cublas.EpilogueDefault,
+	EpilogueBias:        cublas.EpilogueBias,
+	EpilogueGELUAux:     cublas.EpilogueGELUAux,
+	EpilogueGELUAuxBias: cublas.EpilogueGELUAuxBias,
+	EpilogueDGELU:       cublas.EpilogueDGELU,
+	EpilogueBGradA:      cublas.EpilogueBGradA,
 }
 
 // queue notes work queued on the compute stream. Called inside do.
@@ -545,15 +606,20 @@ func (g *driverGPU) waited(err error) error {
 	return fmt.Errorf("%w; the device failed in %s: %s", err, what, strings.Join(names, ", "))
 }
 
-func (g *driverGPU) ltMatmul(m cublas.LtMatmul) error {
+func (g *driverGPU) ltMatmul(p EpilogueProduct) error {
 	if g.lt == nil {
 		return errNoLt
 	}
-	return g.do(func() error {
+	m := cublasLtMatmul(p)
+	err := g.do(func() error {
 		m.Stream = uintptr(g.compute)
 		g.queue("cublasLtMatmul")
 		return g.lt.Matmul(g.ltH, &m)
 	})
+	if status := (*cublas.Error)(nil); errors.As(err, &status) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
 }
 
 func (g *driverGPU) sync() error {

@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kcache"
 	"github.com/fleetml/fleet/backend/opencl"
@@ -408,11 +407,11 @@ func (g *clGPU) kernel(name string) (*clKernel, error) {
 // bits, and F32 operands the product rounds (cuBLAS's FAST_16BF and
 // FAST_16F modes), are first made F32 in scratch buffers; a 16-bit output
 // is computed in F32 scratch and rounded into place.
-func (g *clGPU) gemm(p cublas.Gemm) error {
+func (g *clGPU) gemm(p Product) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	rows := func(op cublas.Op, m, k int) (int, int) { // a stored matrix's rows and columns, column-major
-		if op == cublas.OpT {
+	rows := func(op Transpose, m, k int) (int, int) { // a stored matrix's rows and columns, column-major
+		if op == Transposed {
 			return k, m
 		}
 		return m, k
@@ -426,30 +425,24 @@ func (g *clGPU) gemm(p cublas.Gemm) error {
 		}
 		return n
 	}
-	round := cublas.R32F // none
-	switch p.Compute {
-	case cublas.Compute32FFast16BF:
-		round = cublas.R16BF
-	case cublas.Compute32FFast16F:
-		round = cublas.R16F
-	}
-	a, err := g.operand(0, devPtr(p.A), p.AType, round, span(ar, ac, p.LDA, p.StrideA))
+	round := p.Compute.Rounds() // F32: none
+	a, err := g.operand(0, p.A, p.AType, round, span(ar, ac, p.LDA, p.StrideA))
 	if err != nil {
 		return err
 	}
-	b, err := g.operand(1, devPtr(p.B), p.BType, round, span(br, bc, p.LDB, p.StrideB))
+	b, err := g.operand(1, p.B, p.BType, round, span(br, bc, p.LDB, p.StrideB))
 	if err != nil {
 		return err
 	}
 	cn := span(p.M, p.N, p.LDC, p.StrideC)
-	c := devPtr(p.C)
-	if p.CType != cublas.R32F {
+	c := p.C
+	if p.CType != backend.F32 {
 		// C is read into scratch where beta reads it, and where the
 		// product leaves parts of its span alone (gaps between batch
 		// items, or rows longer than M), which the cast back must keep.
 		gaps := p.LDC != p.M || (p.Batch > 1 && p.StrideC != int64(p.LDC*p.N))
 		if p.Beta != 0 || gaps {
-			c, err = g.operand(2, c, p.CType, cublas.R32F, cn)
+			c, err = g.operand(2, c, p.CType, backend.F32, cn)
 		} else {
 			c, err = g.scratchBlock(2, cn*4)
 		}
@@ -470,31 +463,31 @@ func (g *clGPU) gemm(p cublas.Gemm) error {
 		return err
 	}
 	err = g.ctx.Sgemm(opencl.GEMM{
-		Batch: p.Batch, M: p.M, N: p.N, K: p.K, TransA: p.TransA == cublas.OpT, TransB: p.TransB == cublas.OpT,
+		Batch: p.Batch, M: p.M, N: p.N, K: p.K, TransA: p.TransA == Transposed, TransB: p.TransB == Transposed,
 		Alpha: p.Alpha, Beta: p.Beta, OffA: aoff / 4, OffB: boff / 4, OffC: coff / 4,
 		StrideA: int(p.StrideA), StrideB: int(p.StrideB), StrideC: int(p.StrideC),
 		ColMajor: true, LDA: p.LDA, LDB: p.LDB, LDC: p.LDC,
 	}, ab, bb, cb)
-	if err != nil || p.CType == cublas.R32F {
+	if err != nil || p.CType == backend.F32 {
 		return err
 	}
-	return g.convert(convertKernel(cublas.R32F, p.CType, false), devPtr(p.C), c, cn)
+	return g.convert(convertKernel(backend.F32, p.CType, false), p.C, c, cn)
 }
 
 // operand returns the address of n F32 elements holding those of type dt
 // at p: p itself where they are F32 and not to be rounded, else scratch
 // slot i with them converted (round R16BF or R16F rounds F32 values to
-// that type and back; R32F rounds nothing). Called under mu.
-func (g *clGPU) operand(i int, p devPtr, dt, round cublas.DataType, n int) (devPtr, error) {
-	if dt == cublas.R32F && round == cublas.R32F {
+// that type and back; F32 rounds nothing). Called under mu.
+func (g *clGPU) operand(i int, p devPtr, dt, round backend.DType, n int) (devPtr, error) {
+	if dt == backend.F32 && round == backend.F32 {
 		return p, nil
 	}
 	s, err := g.scratchBlock(i, n*4)
 	if err != nil {
 		return 0, err
 	}
-	kernel := convertKernel(dt, cublas.R32F, false)
-	if dt == cublas.R32F {
+	kernel := convertKernel(dt, backend.F32, false)
+	if dt == backend.F32 {
 		kernel = convertKernel(dt, round, true)
 	}
 	return s, g.convert(kernel, s, p, n)
@@ -536,25 +529,25 @@ func (g *clGPU) scratchBlock(i, bytes int) (devPtr, error) {
 // of F32, BF16 and F16 to another (fleet_cast_<from>_<to>), or, with
 // round, rounds F32 to to and widens it back (fleet_round_<to>). The names
 // are constants: a product names its kernels without building strings.
-func convertKernel(from, to cublas.DataType, round bool) string {
+func convertKernel(from, to backend.DType, round bool) string {
 	switch {
-	case round && to == cublas.R16BF:
+	case round && to == backend.BF16:
 		return "fleet_round_bf16"
-	case round && to == cublas.R16F:
+	case round && to == backend.F16:
 		return "fleet_round_f16"
-	case from == cublas.R16BF:
+	case from == backend.BF16:
 		return "fleet_cast_bf16_f32"
-	case from == cublas.R16F:
+	case from == backend.F16:
 		return "fleet_cast_f16_f32"
-	case to == cublas.R16BF:
+	case to == backend.BF16:
 		return "fleet_cast_f32_bf16"
-	case to == cublas.R16F:
+	case to == backend.F16:
 		return "fleet_cast_f32_f16"
 	}
 	return "fleet_cast_f32_f32"
 }
 
-func (g *clGPU) ltMatmul(cublas.LtMatmul) error { return errNoLt }
+func (g *clGPU) ltMatmul(EpilogueProduct) error { return errNoLt }
 
 func (g *clGPU) sync() error {
 	g.mu.Lock()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/emu"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
 )
@@ -200,35 +199,35 @@ func (f *fakeGPU) launch(kernel string, grid, block [3]int, shared int, args ker
 // gemm is cublasGemmStridedBatchedEx's definition, column-major:
 // C[i + j·ldc] = α·Σ_l op(A)(i,l)·op(B)(l,j) + β·C[i + j·ldc] (C unread
 // when β = 0), for each matrix of the batch.
-func (f *fakeGPU) gemm(g cublas.Gemm) error {
+func (f *fakeGPU) gemm(g Product) error {
 	if f.capture != nil {
 		*f.capture = append(*f.capture, func() error { return f.gemm(g) })
 		return nil
 	}
 	f.gemms++
 	switch g.Compute {
-	case cublas.Compute32F, cublas.Compute32FFastTF32, cublas.Compute32FFast16BF, cublas.Compute32FFast16F:
+	case ComputeF32, ComputeTF32, ComputeRoundBF16, ComputeRoundF16:
 	default:
 		return fmt.Errorf("fake device: compute type %d", g.Compute)
 	}
-	if (g.CType != cublas.R32F && (g.CType != cublas.R16BF || g.AType != cublas.R16BF)) || g.AType != g.BType {
+	if (g.CType != backend.F32 && (g.CType != backend.BF16 || g.AType != backend.BF16)) || g.AType != g.BType {
 		return fmt.Errorf("fake device: types %d %d -> %d", g.AType, g.BType, g.CType)
 	}
 	csize := 4 // C is F32, or BF16 (bf16 activations: read widened, the sum rounded once)
-	if g.CType == cublas.R16BF {
+	if g.CType == backend.BF16 {
 		csize = 2
 	}
 	size := 4
-	if g.AType == cublas.R16BF {
+	if g.AType == backend.BF16 {
 		size = 2
 	}
 	// Extents each operand must have, as cuBLAS reads them.
 	rowsA, colsA := g.M, g.K
-	if g.TransA == cublas.OpT {
+	if g.TransA == Transposed {
 		rowsA, colsA = g.K, g.M
 	}
 	rowsB, colsB := g.K, g.N
-	if g.TransB == cublas.OpT {
+	if g.TransB == Transposed {
 		rowsB, colsB = g.N, g.K
 	}
 	if g.LDA < max(1, rowsA) || g.LDB < max(1, rowsB) || g.LDC < max(1, g.M) {
@@ -254,9 +253,9 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 			}
 			v := math.Float32frombits(binary.LittleEndian.Uint32(m[4*k:]))
 			switch g.Compute { // F32 operands rounded as they are read
-			case cublas.Compute32FFast16BF:
+			case ComputeRoundBF16:
 				v = backend.BF16ToF32(backend.F32ToBF16(v))
-			case cublas.Compute32FFast16F:
+			case ComputeRoundF16:
 				v = backend.F16ToF32(backend.F32ToF16(v))
 			}
 			return float64(v)
@@ -266,11 +265,11 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 				var s float64
 				for l := 0; l < g.K; l++ {
 					ai := i + l*g.LDA
-					if g.TransA == cublas.OpT {
+					if g.TransA == Transposed {
 						ai = l + i*g.LDA
 					}
 					bi := l + j*g.LDB
-					if g.TransB == cublas.OpT {
+					if g.TransB == Transposed {
 						bi = j + l*g.LDB
 					}
 					s += at(a, ai) * at(b, bi)
@@ -298,7 +297,7 @@ func (f *fakeGPU) gemm(g cublas.Gemm) error {
 // the product as gemm computes it (D is C), then GELU_AUX(_BIAS) (aux gets
 // the product plus the bias, D its tanh-GELU) or DGELU (D times GELU's
 // derivative at aux), column-major with the bias along D's rows.
-func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
+func (f *fakeGPU) ltMatmul(m EpilogueProduct) error {
 	if f.capture != nil && !f.noLt {
 		*f.capture = append(*f.capture, func() error { return f.ltMatmul(m) })
 		return nil
@@ -307,19 +306,19 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	if f.noLt {
 		return errNoLt
 	}
-	if m.D != m.C || m.Batch > 1 || (m.CType != cublas.R32F && m.CType != cublas.R16BF) {
+	if m.Batch > 1 || (m.CType != backend.F32 && m.CType != backend.BF16) {
 		return fmt.Errorf("fake device: cuBLASLt product %+v", m)
 	}
 	// D, aux and the bias have D's type (cuBLASLt's default; a bias
 	// gradient is F32 here): F32, or BF16 for bf16 activations, whose
 	// epilogue computes in F32 from the product and rounds what it stores.
 	dsize := 4
-	if m.CType == cublas.R16BF {
+	if m.CType == backend.BF16 {
 		dsize = 2
 	}
 	dn := m.LDC*(m.N-1) + m.M
-	g := cublas.Gemm{TransA: m.TransA, TransB: m.TransB, M: m.M, N: m.N, K: m.K, Alpha: m.Alpha, Beta: m.Beta,
-		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: cublas.R32F, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
+	g := Product{TransA: m.TransA, TransB: m.TransB, M: m.M, N: m.N, K: m.K, Alpha: m.Alpha, Beta: m.Beta,
+		A: m.A, B: m.B, C: m.C, AType: m.AType, BType: m.BType, CType: backend.F32, LDA: m.LDA, LDB: m.LDB, LDC: m.LDC,
 		Batch: 1, Compute: m.Compute}
 	if dsize == 2 { // the product in F32 scratch first
 		if m.Beta != 0 {
@@ -337,7 +336,7 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 			delete(f.blocks, tmp)
 			f.bases = append(f.bases[:i], f.bases[i+1:]...)
 		}()
-		g.C = uint64(tmp)
+		g.C = tmp
 	}
 	if err := f.gemm(g); err != nil {
 		return err
@@ -347,7 +346,7 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	if err != nil {
 		return fmt.Errorf("product: %w", err)
 	}
-	d, err := f.mem(devPtr(m.D), dn*dsize)
+	d, err := f.mem(m.C, dn*dsize)
 	if err != nil {
 		return fmt.Errorf("D: %w", err)
 	}
@@ -359,7 +358,7 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 	}
 	var bias []byte
 	bsize := dsize
-	if m.Epilogue == cublas.EpilogueBGradA {
+	if m.Epilogue == EpilogueBGradA {
 		bsize = 4
 	}
 	if m.Bias != 0 {
@@ -386,17 +385,17 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 			o, a := i+j*m.LDC, i+j*m.AuxLD
 			v := get(acc, 4, o)
 			switch m.Epilogue {
-			case cublas.EpilogueBGradA: // the bias gradient, below
+			case EpilogueBGradA: // the bias gradient, below
 				put(d, dsize, o, v)
-			case cublas.EpilogueBias:
+			case EpilogueBias:
 				put(d, dsize, o, v+get(bias, bsize, i))
-			case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias:
+			case EpilogueGELUAux, EpilogueGELUAuxBias:
 				if bias != nil {
 					v = float64(float32(v + get(bias, bsize, i)))
 				}
 				put(aux, dsize, a, v)
 				put(d, dsize, o, 0.5*v*(1+math.Tanh(k*(v+0.044715*v*v*v))))
-			case cublas.EpilogueDGELU:
+			case EpilogueDGELU:
 				x := get(aux, dsize, a)
 				t := math.Tanh(k * (x + 0.044715*x*x*x))
 				put(d, dsize, o, v*(0.5*(1+t)+0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)))
@@ -405,12 +404,12 @@ func (f *fakeGPU) ltMatmul(m cublas.LtMatmul) error {
 			}
 		}
 	}
-	if m.Epilogue == cublas.EpilogueBGradA { // op(A) is M×K (A not transposed): its rows' sums
-		if m.TransA != cublas.OpN {
+	if m.Epilogue == EpilogueBGradA { // op(A) is M×K (A not transposed): its rows' sums
+		if m.TransA != NoTranspose {
 			return fmt.Errorf("fake device: BGRADA with A transposed")
 		}
 		size := 4
-		if m.AType == cublas.R16BF {
+		if m.AType == backend.BF16 {
 			size = 2
 		}
 		a, err := f.mem(devPtr(m.A), (m.LDA*(m.K-1)+m.M)*size)

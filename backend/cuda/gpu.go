@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/cublas"
 	"github.com/fleetml/fleet/backend/cuda/kernels"
 )
 
@@ -13,6 +12,11 @@ var errNoPeer = errors.New("cuda: no device-to-device copy between these devices
 
 // errNoLt is ltMatmul's error where the device has no cuBLASLt.
 var errNoLt = errors.New("cuda: no cuBLASLt")
+
+// ErrRefused is matched (errors.Is) by a driver's error where its library
+// refused an epilogue product before queuing anything (cuBLASLt's status):
+// the runtime then does without epilogues.
+var ErrRefused = errors.New("epilogue product refused")
 
 // devPtr is a device address. Kernel launches take device buffers as devPtr
 // arguments (nil for an optional operand left out).
@@ -51,11 +55,12 @@ type gpu interface {
 	// launch queues a kernel by name with its arguments, in the kernel's
 	// parameter order (a zero devPtr is a null pointer).
 	launch(kernel string, grid, block [3]int, shared int, args kernels.Args[devPtr]) error
-	// gemm queues one cuBLAS GemmStridedBatchedEx (addresses in g.A, g.B, g.C).
-	gemm(g cublas.Gemm) error
-	// ltMatmul queues one cublasLtMatmul with its epilogue on the compute
-	// stream (it sets m.Stream), or returns errNoLt where there is none.
-	ltMatmul(m cublas.LtMatmul) error
+	// gemm queues one product (a batched GEMM: cuBLAS's, CLBlast's).
+	gemm(g Product) error
+	// ltMatmul queues one product with its epilogue on the compute stream
+	// (cublasLtMatmul), or returns errNoLt where there is none; an error
+	// matching ErrRefused where the library refused it.
+	ltMatmul(m EpilogueProduct) error
 	// sync waits for all queued work.
 	sync() error
 	// onStream runs fn on the device's thread with the compute stream.
