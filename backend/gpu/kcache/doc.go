@@ -14,7 +14,7 @@
 // SHA-256 of the contents); one that is truncated, corrupt or for another key
 // is treated as missing, removed, and compiled again.
 //
-// Typical use, in the CUDA backend:
+// Typical use, in the CUDA driver:
 //
 //	key := kcache.Key(src, "sm_90", nv.Version(), opts)
 //	cubin, hit, err := cache.Load(key, func() ([]byte, error) {
