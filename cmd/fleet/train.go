@@ -19,7 +19,7 @@ import (
 
 // modelFlags registers the flags shared by train and bench.
 func modelFlags(fs *flag.FlagSet, c *train.Config) {
-	fs.StringVar(&c.Device, "device", c.Device, deviceHelp)
+	fs.StringVar(&c.Device, "device", c.Device, deviceHelp())
 	fs.StringVar(&c.Precision, "precision", c.Precision, "matrix products in fp32, bf16 (bf16 activations and operands; f32 accumulation, statistics, loss and master weights), or fp16 (the same with f16 operands and dynamic loss scaling; emulated, slowly, on the CPU); bench also takes all: fp32 and bf16 side by side, and fp16 on a GPU")
 	fs.IntVar(&c.NLayer, "n-layer", c.NLayer, "number of Transformer blocks")
 	fs.IntVar(&c.NHead, "n-head", c.NHead, "attention heads per block")

@@ -11,8 +11,12 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// deviceHelp is the --device flag's help, the same for every command.
-const deviceHelp = "device: auto (cuda:0 when it works, else cpu), cpu, cuda or cuda:N"
+// deviceHelp is the --device flag's help, the same for every command: the
+// devices are the registry's (backend.Choices), so every kind a driver
+// registers is listed.
+func deviceHelp() string {
+	return "device: auto (cuda:0 when it works, else cpu), " + backend.Choices()
+}
 
 // resolveDevice opens the device --device names ("auto" picks cuda:0
 // when it works, else the CPU).
