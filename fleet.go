@@ -6,7 +6,8 @@ package fleet
 
 import (
 	"github.com/fleetml/fleet/backend"
-	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
+	_ "github.com/fleetml/fleet/backend/gpu/cuda"   // registers cuda:N and sim:NAME
+	_ "github.com/fleetml/fleet/backend/gpu/opencl" // registers opencl:N
 	"github.com/fleetml/fleet/tensor"
 )
 

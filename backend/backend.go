@@ -421,6 +421,14 @@ func deviceNames(kind string) []string {
 	return named[kind]
 }
 
+// registered reports whether kind is registered.
+func registered(kind string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := openers[kind]
+	return ok
+}
+
 // Kinds lists the registered device kinds.
 func Kinds() []string {
 	mu.Lock()

@@ -2,7 +2,6 @@ package backend
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -28,8 +27,11 @@ func (d Device) String() string {
 	return d.Kind + ":" + strconv.Itoa(d.Index)
 }
 
-// ParseDevice parses "cpu", "cpu:N", "cuda" (meaning cuda:0), "cuda:N",
-// or KIND:NAME for a kind of named devices ("sim:h200").
+// ParseDevice parses a device name: "cpu", "cpu:N" (a logical CPU
+// device), or a kind the registry holds: KIND (meaning KIND:0) or KIND:N
+// for a kind of numbered devices ("cuda", "cuda:1", "opencl:0"), KIND:NAME
+// for a kind of named devices ("sim:h200"). Its error lists the choices
+// (Choices).
 func ParseDevice(s string) (Device, error) {
 	kind, idx, found := strings.Cut(s, ":")
 	d := Device{Kind: kind}
@@ -41,8 +43,8 @@ func ParseDevice(s string) (Device, error) {
 		}
 		return Device{}, fmt.Errorf("unknown device %q (want %s:NAME, NAME one of %s)", s, kind, strings.Join(names, ", "))
 	}
-	if kind != "cpu" && kind != "cuda" && kind != "opencl" {
-		return Device{}, fmt.Errorf("unknown device %q (want cpu, cpu:N, cuda, cuda:N, opencl or opencl:N%s)", s, namedKinds())
+	if kind != "cpu" && !registered(kind) {
+		return Device{}, fmt.Errorf("unknown device %q (want %s)", s, choices(true))
 	}
 	if found {
 		n, err := strconv.Atoi(idx)
@@ -52,6 +54,34 @@ func ParseDevice(s string) (Device, error) {
 		d.Index = n
 	}
 	return d, nil
+}
+
+// Choices lists, for a --device flag's help, the devices ParseDevice
+// takes, from the registry: "cpu, cuda:N, opencl:N, sim:h200|h100|a100"
+// where the CUDA, OpenCL and simulated GPUs' drivers are linked in.
+func Choices() string { return choices(false) }
+
+// choices lists the registered kinds: cpu first, then each numbered kind
+// as KIND:N (with all, as KIND and KIND:N, and cpu:N too), each named
+// kind as KIND:NAME|NAME..., in the kinds' order.
+func choices(all bool) string {
+	out := []string{"cpu"}
+	if all {
+		out = append(out, "cpu:N")
+	}
+	for _, k := range Kinds() {
+		if k == "cpu" {
+			continue
+		}
+		if names := deviceNames(k); names != nil {
+			out = append(out, k+":"+strings.Join(names, "|"))
+		} else if all {
+			out = append(out, k, k+":N")
+		} else {
+			out = append(out, k+":N")
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // Resolve parses a --device value and opens it. "auto" picks cuda:0 when
@@ -73,20 +103,4 @@ func Resolve(name string) (Device, error) {
 		return d, err
 	}
 	return d, nil
-}
-
-// namedKinds lists the kinds of named devices for a message: ", sim:NAME".
-func namedKinds() string {
-	namedMu.Lock()
-	defer namedMu.Unlock()
-	var ks []string
-	for k := range named {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var b strings.Builder
-	for _, k := range ks {
-		b.WriteString(", " + k + ":" + strings.Join(named[k], "|"))
-	}
-	return b.String()
 }

@@ -3,10 +3,20 @@ package backend
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
 
+// registerKinds registers, once, the GPU kinds the tests parse (the
+// drivers that register them sit above this package).
+var registerKinds = sync.OnceFunc(func() {
+	open := func(int) (Backend, error) { return nil, errors.New("a test's kind") }
+	Register("cuda", open)
+	Register("opencl", open)
+})
+
 func TestParseDevice(t *testing.T) {
+	registerKinds()
 	cases := []struct {
 		in   string
 		want Device
@@ -44,6 +54,7 @@ func TestParseDevice(t *testing.T) {
 }
 
 func TestParseDeviceErrors(t *testing.T) {
+	registerKinds()
 	cases := []struct{ in, msg string }{
 		{"gpu", "unknown device"},
 		{"", "unknown device"},
@@ -134,5 +145,26 @@ func TestNamedDevices(t *testing.T) {
 	}
 	if _, err := ParseDevice("tpu"); err == nil || !strings.Contains(err.Error(), "testnamed:alpha|beta") {
 		t.Errorf("an unknown kind: %v, want the named kinds listed", err)
+	}
+	if c := Choices(); !strings.HasPrefix(c, "cpu, ") || !strings.Contains(c, "testnamed:alpha|beta") {
+		t.Errorf("Choices() = %q, want cpu first and the registered kinds", c)
+	}
+}
+
+// TestParseDeviceAsksTheRegistry: a kind no driver registered is unknown,
+// and a registered one parses, numbered, and is listed.
+func TestParseDeviceAsksTheRegistry(t *testing.T) {
+	if _, err := ParseDevice("testnumbered:2"); err == nil || !strings.Contains(err.Error(), "unknown device") {
+		t.Errorf("an unregistered kind parsed: %v", err)
+	}
+	Register("testnumbered", func(int) (Backend, error) { return nil, errors.New("a test's kind") })
+	if d, err := ParseDevice("testnumbered:2"); err != nil || d != (Device{Kind: "testnumbered", Index: 2}) {
+		t.Errorf("ParseDevice(testnumbered:2) = %v, %v", d, err)
+	}
+	if c := Choices(); !strings.Contains(c, "testnumbered:N") {
+		t.Errorf("Choices() = %q, want testnumbered:N", c)
+	}
+	if _, err := ParseDevice("tpu"); err == nil || !strings.Contains(err.Error(), "testnumbered, testnumbered:N") {
+		t.Errorf("an unknown kind: %v, want the numbered kinds listed", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/sim"
+	"github.com/fleetml/fleet/backend/gpu/cuda/sim"
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/internal/rng"
 	"github.com/fleetml/fleet/internal/setting"

@@ -2,7 +2,7 @@ package bench
 
 import (
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/sim"
+	"github.com/fleetml/fleet/backend/gpu/cuda/sim"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -100,10 +100,7 @@ func simOf(dev tensor.Device) *sim.Device {
 	if err != nil {
 		return nil
 	}
-	if s, ok := b.(interface{ Sim() *sim.Device }); ok {
-		return s.Sim()
-	}
-	return nil
+	return sim.Of(b)
 }
 
 // simReport turns a timed window's counters (steps steps; then the final

@@ -27,7 +27,8 @@ import (
 
 // Options says what to measure and how long to spend on it.
 type Options struct {
-	// Device is auto, cpu or cuda:N.
+	// Device is auto, or a device backend.ParseDevice takes (backend.Choices:
+	// cpu, cuda:N, opencl:N, sim:NAME).
 	Device string
 	// Quick shrinks every experiment (about 30 s on two CPU cores).
 	Quick bool

@@ -30,7 +30,7 @@ build() {
   set -e
   mkdir -p "$G"
   export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
-  for pkg in backend/cuda backend/cuda/driver backend/cuda/nvrtc backend/cuda/cublas monitor/nvml monitor/sysstat; do
+  for pkg in backend/gpu backend/gpu/cuda/driver backend/gpu/cuda/nvrtc backend/gpu/cuda/cublas monitor/nvml monitor/sysstat; do
     go test -c -o "$G/$(echo "$pkg" | tr / _).test" "./$pkg"
   done
   go build -o "$G/fleet" ./cmd/fleet
@@ -117,15 +117,15 @@ quick() {
   : >"$OUT/bench.txt"
   nvidia-smi -L 2>/dev/null || true
   run doctor "$G/fleet" doctor
-  run gpu-suite testbin backend/cuda backend_cuda.test -test.run 'GPU' -test.v
-  run driver-gpu testbin backend/cuda/driver backend_cuda_driver.test -test.run 'TestGPU' -test.v
-  run nvrtc testbin backend/cuda/nvrtc backend_cuda_nvrtc.test -test.v
+  run gpu-suite testbin backend/gpu backend_gpu.test -test.run 'GPU' -test.v
+  run driver-gpu testbin backend/gpu/cuda/driver backend_gpu_cuda_driver.test -test.run 'TestGPU' -test.v
+  run nvrtc testbin backend/gpu/cuda/nvrtc backend_gpu_cuda_nvrtc.test -test.v
   run nvml testbin monitor/nvml monitor_nvml.test -test.run 'DriverAndDevices' -test.v
   run gpu-sampler testbin monitor/sysstat monitor_sysstat.test -test.run 'GPUSampler' -test.v
   run smi "$G/fleet" smi
   # The tensor-core attention kernels against the CUDA-core ones they
   # replace, and PyTorch's SDPA on the same shapes.
-  run attn-bench testbin backend/cuda backend_cuda.test -test.run '^$' -test.bench 'GPUAttention' -test.benchtime 20x
+  run attn-bench testbin backend/gpu backend_gpu.test -test.run '^$' -test.bench 'GPUAttention' -test.benchtime 20x
   run torch-sdpa python3 scripts/torch_sdpa_bench.py
   # A short run with every monitor on: --batch-size auto probes, telemetry
   # (device events), TensorBoard files read back by TensorBoard itself.

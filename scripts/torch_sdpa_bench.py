@@ -2,7 +2,7 @@
 """PyTorch's side of fleet's attention benchmark (scripts/gpu-check.sh quick).
 
 Times causal scaled_dot_product_attention in bf16 on the GPU, forward and
-forward with backward, on the shapes BenchmarkGPUAttention (backend/cuda)
+forward with backward, on the shapes BenchmarkGPUAttention (backend/gpu)
 times fleet's kernels on: B 16, T 1024, C 768, heads of 64 and of 128. q, k
 and v are views of one packed [B, T, 3C] tensor, as nanoGPT makes them.
 Prints one line per shape and pass: the median ms per call over the timed

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/cuda/sim"
+	"github.com/fleetml/fleet/backend/gpu/cuda/sim"
 	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
@@ -65,7 +65,7 @@ func TestStepsReadNothingBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sd := be.(interface{ Sim() *sim.Device }).Sim()
+		sd := sim.Of(be)
 		syncs := map[int]int64{}
 		c.AfterStep = func(done int) { syncs[done] = sd.Counters().HostSyncs }
 		var log bytes.Buffer
@@ -102,7 +102,7 @@ func TestBF16StepCastsNoWeight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd := be.(interface{ Sim() *sim.Device }).Sim()
+	sd := sim.Of(be)
 	counts := map[int]map[string]int64{}
 	c.AfterStep = func(done int) { counts[done] = sd.Counters().ByKernel }
 	var log bytes.Buffer

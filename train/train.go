@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/backend"
-	_ "github.com/fleetml/fleet/backend/cuda" // registers cuda:N
+	_ "github.com/fleetml/fleet/backend/gpu/cuda"   // registers cuda:N and sim:NAME
+	_ "github.com/fleetml/fleet/backend/gpu/opencl" // registers opencl:N
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/monitor/sysstat"

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fleetml/fleet/backend/cuda"
-	"github.com/fleetml/fleet/backend/opencl"
+	"github.com/fleetml/fleet/backend/gpu/cuda"
+	"github.com/fleetml/fleet/backend/gpu/opencl"
 )
 
 // doctorCmd reports what fleet found of NVIDIA's driver, libraries and

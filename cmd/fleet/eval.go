@@ -20,7 +20,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	tokSpec := fs.String("tokenizer", "char", "with --weights FILE: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR")
 	evalWindows := fs.Int("eval-windows", 0, "evaluate the first N windows (0: all)")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
-	device := fs.String("device", "auto", deviceHelp)
+	device := fs.String("device", "auto", config.DeviceUsage())
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

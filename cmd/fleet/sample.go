@@ -20,7 +20,7 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	temperature := fs.Float64("temperature", 0.8, "sampling temperature (> 0)")
 	topK := fs.Int("top-k", 200, "sample from the k most likely tokens (0: all)")
 	seed := fs.Uint64("seed", 1337, "random seed")
-	device := fs.String("device", "auto", deviceHelp)
+	device := fs.String("device", "auto", config.DeviceUsage())
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

@@ -11,9 +11,6 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// deviceHelp is the --device flag's help, the same for every command.
-const deviceHelp = "device: auto (cuda:0 when it works, else cpu), cpu, cuda or cuda:N"
-
 // resolveDevice opens the device --device names ("auto" picks cuda:0
 // when it works, else the CPU).
 func resolveDevice(name string) (tensor.Device, error) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 	"github.com/fleetml/fleet/dist"
 )
 
@@ -37,15 +37,12 @@ const (
 	InProgress         Result = 7
 )
 
-var resultNames = []string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-	"ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress", "ncclTimeout"}
+var results = libs.Codes[Result]{Type: "ncclResult", Names: map[Result]string{
+	0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+	4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress", 8: "ncclTimeout",
+}}
 
-func (r Result) String() string {
-	if r >= 0 && int(r) < len(resultNames) {
-		return resultNames[r]
-	}
-	return "ncclResult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Result) String() string { return results.Name(r) }
 
 // DataType is an ncclDataType_t.
 type DataType int32
@@ -174,23 +171,18 @@ func VersionString(code int) string {
 }
 
 func (l *Lib) check(fn string, r uintptr, err error, comm uintptr) error {
-	if err != nil {
-		return err
-	}
-	code := Result(int32(uint32(r)))
-	if code == Success {
-		return nil
-	}
-	e := &Error{Code: code, Func: fn}
-	if p, err := l.getErrorString.Call(uintptr(code)); err == nil {
-		e.Desc = libs.GoString(p)
-	}
-	if l.getLastError.Addr != 0 {
-		if p, err := l.getLastError.Call(comm); err == nil {
-			e.Last = libs.GoString(p)
+	return results.Err(r, err, func(code Result) error {
+		e := &Error{Code: code, Func: fn}
+		if p, err := l.getErrorString.Call(uintptr(code)); err == nil {
+			e.Desc = libs.GoString(p)
 		}
-	}
-	return e
+		if l.getLastError.Addr != 0 {
+			if p, err := l.getLastError.Call(comm); err == nil {
+				e.Last = libs.GoString(p)
+			}
+		}
+		return e
+	})
 }
 
 // Version is NCCL_VERSION_CODE of the loaded library.

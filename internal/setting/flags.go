@@ -15,6 +15,9 @@ import (
 type Flag[C any] struct {
 	Name, Field, Usage string
 	Bind               func(c *C) any
+	// UsageFunc, where set, makes the help when the flag is registered
+	// (help that asks something filled in at init, such as a registry).
+	UsageFunc func() string
 }
 
 // Table is the one declaration of a settings struct's flags: a command
@@ -27,7 +30,7 @@ type Table[C any] []Flag[C]
 func (t Table[C]) Register(fs *flag.FlagSet, c *C, names ...string) {
 	if len(names) == 0 {
 		for _, f := range t {
-			f.register(fs, c, f.Usage)
+			f.register(fs, c, f.usage())
 		}
 		return
 	}
@@ -36,8 +39,16 @@ func (t Table[C]) Register(fs *flag.FlagSet, c *C, names ...string) {
 		if !ok {
 			panic(fmt.Sprintf("setting: no flag %q in the table", n))
 		}
-		f.register(fs, c, f.Usage)
+		f.register(fs, c, f.usage())
 	}
+}
+
+// usage is f's help.
+func (f Flag[C]) usage() string {
+	if f.UsageFunc != nil {
+		return f.UsageFunc()
+	}
+	return f.Usage
 }
 
 // register adds f to fs, bound to c's field, with usage.

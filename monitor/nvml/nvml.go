@@ -2,7 +2,7 @@
 // clocks and the processes using a GPU) from NVIDIA's management library,
 // libnvidia-ml.so.1, which comes with the driver. It binds the few calls
 // fleet needs through purego, with no cgo, and opens the library through
-// backend/cuda/libs, so `fleet doctor` reports where it was found.
+// backend/gpu/libs, so `fleet doctor` reports where it was found.
 //
 // Call [Init] first and [Shutdown] when done (NVML counts them, so each
 // Init needs its Shutdown). Every call is safe from several goroutines.
@@ -18,7 +18,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/fleetml/fleet/backend/cuda/libs"
+	"github.com/fleetml/fleet/backend/gpu/libs"
 )
 
 // Return is an nvmlReturn_t.

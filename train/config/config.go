@@ -64,7 +64,7 @@ type Config struct {
 	// folder that holds a run is refused unless the run resumes.
 	Out    string `json:"out"`
 	Runs   string `json:"runs,omitempty"`
-	Device string `json:"device"` // auto, cpu, cuda:N
+	Device string `json:"device"` // auto, or a device backend.ParseDevice takes (backend.Choices)
 	// Precision of the matrix products: fp32, bf16 (BF16 operands, F32
 	// accumulation; master weights, norms, loss and optimizer in F32), or
 	// fp16 (the same with F16 operands and dynamic loss scaling).

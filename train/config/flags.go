@@ -4,12 +4,17 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/units"
 )
 
-// DeviceUsage is the help of every command's --device.
-const DeviceUsage = "device: auto (cuda:0 when it works, else cpu), cpu, cuda or cuda:N"
+// DeviceUsage is the help of every command's --device: the devices are
+// the registry's (backend.Choices), so every kind a driver linked in
+// registers is listed.
+func DeviceUsage() string {
+	return "device: auto (cuda:0 when it works, else cpu), " + backend.Choices()
+}
 
 // Flags is the one declaration of fleet train's flags: fleet's commands
 // register them from it (train all of them, bench and lab the model's and
@@ -26,7 +31,7 @@ var Flags = setting.Table[Config]{
 	declare("prefetch", "Prefetch", "micro-batches drawn ahead (0: twice the data workers)", func(c *Config) any { return &c.Prefetch }),
 
 	// The model and the step: train, bench and lab.
-	declare("device", "Device", DeviceUsage, func(c *Config) any { return &c.Device }),
+	{Name: "device", Field: "Device", UsageFunc: DeviceUsage, Bind: func(c *Config) any { return &c.Device }},
 	declare("precision", "Precision", "matrix products in fp32, bf16 (bf16 activations and operands; f32 accumulation, statistics, loss and master weights), or fp16 (the same with f16 operands and dynamic loss scaling; emulated, slowly, on the CPU); bench also takes all: fp32 and bf16 side by side, and fp16 on a GPU", func(c *Config) any { return &c.Precision }),
 	declare("n-layer", "NLayer", "number of Transformer blocks", func(c *Config) any { return &c.NLayer }),
 	declare("n-head", "NHead", "attention heads per block", func(c *Config) any { return &c.NHead }),
