@@ -42,8 +42,24 @@ func rankOf(pkg string) (int, bool) {
 	return best, best >= 0
 }
 
+// driverOf is the GPU driver a package belongs to (backend/gpu/KIND and
+// what is under it), or "".
+func driverOf(pkg string) string {
+	rel, ok := strings.CutPrefix(pkg, module+"/backend/gpu/")
+	if !ok {
+		return ""
+	}
+	kind, _, _ := strings.Cut(rel, "/")
+	switch kind {
+	case "cuda", "opencl":
+		return kind
+	}
+	return ""
+}
+
 // TestLayers checks with go list that no package imports one above it,
-// directly or through another. Tests may reach above their package (the
+// directly or through another, and that no GPU driver's package depends on
+// another driver's. Tests may reach above their package (the
 // CUDA backend's tests run the whole GPT, for instance): only what a
 // package's own code depends on is checked.
 func TestLayers(t *testing.T) {
@@ -74,12 +90,16 @@ func TestLayers(t *testing.T) {
 			t.Errorf("%s has no layer: add it to the layers table and to docs/design.md", p.ImportPath)
 			continue
 		}
+		drv := driverOf(p.ImportPath)
 		for _, d := range p.Deps {
 			if !strings.HasPrefix(d, module+"/") {
 				continue
 			}
 			if dr, _ := rankOf(d); dr > r {
 				t.Errorf("%s (layer %d) depends on %s (layer %d), a layer above it", p.ImportPath, r, d, dr)
+			}
+			if dd := driverOf(d); drv != "" && dd != "" && dd != drv {
+				t.Errorf("%s, of the %s driver, depends on %s, of the %s driver: drivers stand side by side", p.ImportPath, drv, d, dd)
 			}
 		}
 	}
