@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/gpu/cuda/emu"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
 
@@ -103,7 +104,7 @@ func (f *fakeGPU) view(p Ptr) (emu.View, error) {
 // every kernel file; it skips the test where the harness cannot build.
 func (f *fakeGPU) withEmulator(t testing.TB) *fakeGPU {
 	mods := map[string]*emu.Module{}
-	for _, file := range kernels.Files() {
+	for _, file := range cudakernels.Files() {
 		m := emu.MustBuild(t, file)
 		for _, k := range m.Kernels() {
 			mods[k] = m

@@ -7,7 +7,7 @@
 // It needs libcuda, NVRTC and cuBLAS, bound beneath it (packages driver,
 // nvrtc, cublas) and opened through package libs; cuBLASLt where found
 // gives products their epilogues. Kernels are the CUDA C of package
-// kernels, compiled by NVRTC for the device's architecture on first use
+// kernels beneath it (backend/gpu/cuda/kernels), compiled by NVRTC for the device's architecture on first use
 // and cached on disk (package kcache). The runtime's products are
 // translated into cuBLAS's and cuBLASLt's enums (BF16 inputs use the
 // tensor cores; F32 inputs use TF32 only where the runtime asks).

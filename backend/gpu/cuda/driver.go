@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/backend/gpu"
 	"github.com/fleetml/fleet/backend/gpu/cuda/cublas"
 	"github.com/fleetml/fleet/backend/gpu/cuda/driver"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/cuda/nvrtc"
 	"github.com/fleetml/fleet/backend/gpu/cuda/sim"
 	"github.com/fleetml/fleet/backend/gpu/kcache"
@@ -51,7 +52,7 @@ type driverGPU struct {
 	// return before the device runs them.
 	queued  [16]string
 	nqueued int
-	file    map[string]kernels.File
+	file    map[string]cudakernels.File
 	args    *driver.Args
 	pinned  map[uintptr]int // page-locked host blocks: base -> bytes
 	events  []driver.Event  // released marks, for reuse (inside do)
@@ -106,14 +107,14 @@ func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, lt *
 		return nil, err
 	}
 	g := &driverGPU{d: d, info: info, nv: nv, arch: info.Arch(), cache: cache,
-		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]kernels.File{},
+		fns: map[string]driver.Function{}, fnShared: map[string]int{}, file: map[string]cudakernels.File{},
 		args: driver.NewArgs(), pinned: map[uintptr]int{}}
 	g.target, err = nvrtcTarget(nv, info.Major*10+info.Minor)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range kernels.Files() {
-		for _, k := range kernels.Kernels(f.Source) {
+	for _, f := range cudakernels.Files() {
+		for _, k := range cudakernels.Kernels(f.Source) {
 			g.file[k] = f
 		}
 	}
@@ -489,7 +490,7 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 	if !ok {
 		return 0, fmt.Errorf("no kernel %s in the embedded sources", kernel)
 	}
-	src := kernels.NVRTCSource(f)
+	src := cudakernels.NVRTCSource(f)
 	compile := func() ([]byte, error) {
 		img, log, err := g.nv.Compile(src, f.Name, g.target, nvrtc.KernelOptions...)
 		if err != nil {
@@ -511,7 +512,7 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load %s (%s): %w", f.Name, g.target, err)
 	}
-	for _, k := range kernels.Kernels(f.Source) {
+	for _, k := range cudakernels.Kernels(f.Source) {
 		fn, err := g.d.ModuleGetFunction(mod, k)
 		if err != nil {
 			return 0, err

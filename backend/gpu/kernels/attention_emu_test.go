@@ -12,6 +12,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	_ "github.com/fleetml/fleet/backend/cpu" // the reference the kernels are held to
 	"github.com/fleetml/fleet/backend/gpu/cuda/emu"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 	"github.com/fleetml/fleet/internal/testenv"
 )
@@ -163,8 +164,8 @@ var attnVariantsF32 = func() []attnVariant {
 func TestAttentionEmu(t *testing.T) {
 	cases := emu.Cases{}
 	cases.Add(attentionCases())
-	var files []kernels.File
-	for _, f := range kernels.Files() {
+	var files []cudakernels.File
+	for _, f := range cudakernels.Files() {
 		if strings.HasPrefix(f.Name, "attention") {
 			files = append(files, f)
 		}

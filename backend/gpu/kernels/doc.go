@@ -1,28 +1,16 @@
-// Package kernels holds fleet's CUDA C kernels as embedded source, and the
-// two preludes that let one unchanged source build two ways: by NVRTC for a
-// real GPU, and by g++ as C++ for the CPU emulation harness in package emu.
-//
-// Conventions every kernel file (*.cu) follows:
-//   - It includes no headers. common.cuh (helpers shared by all kernels) is
-//     prepended, after the build's prelude.
-//   - Each kernel is `extern "C" __global__ void fleet_<name>(...)`, so the
-//     symbol is unmangled for cuModuleGetFunction and for dlsym alike.
-//   - Parameters are pointers, int, long long, unsigned int or float.
-//   - Dynamic shared memory is declared with FLEET_DYNAMIC_SHARED(type, name),
-//     a macro each prelude defines; static __shared__ arrays are plain CUDA.
-//   - BF16 and FP16 values are stored as unsigned short and converted with
-//     common.cuh's helpers (round to nearest even), never cuda_bf16.h.
-//   - Code that cannot be emulated (inline PTX, tensor cores) sits behind
-//     #ifdef FLEET_NVRTC with a plain fallback in the #else branch.
-//   - A comment above each kernel says what it computes, its memory traffic
-//     and its launch shape.
-//
-// For each backend op (attention's are in attention.go) an op function in
+// Package kernels holds the GPU runtime's device-neutral op functions: for
+// each backend op (attention's are in attention.go) an op function in
 // ops.go, such as [LayerNormBackward], issues the exact launch sequence
-// the GPU runtime (package gpu) uses, through a [Launcher]: the same code
-// drives every driver (CUDA, OpenCL, whose kernels are the OpenCL C twins
-// of these) and the emulator
-// alike, and the emulation tests hold it to the CPU backend.
+// the GPU runtime (package gpu) uses (kernel names, grids, blocks, shared
+// memory, arguments in [Args]), through a [Launcher]. The same code drives
+// every driver and the emulator alike: CUDA's kernels are the CUDA C of
+// package backend/gpu/cuda/kernels, OpenCL's their OpenCL C twins in
+// backend/gpu/opencl/kernels, and the emulation tests hold the op functions
+// over the CUDA kernels to the CPU backend. flops.go prices each kernel's
+// launch (FLOPs, data movers, tensor-core kernels) for the simulated GPU.
+//
+// This package embeds no kernel source: a driver brings its own.
+//
 // Reductions never use float atomics: they are split by operand shape alone
 // into partial sums in a caller-provided scratch buffer (sized by the op's
 // ...Scratch function), which a second kernel adds in a fixed order, so

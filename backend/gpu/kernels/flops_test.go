@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"testing"
+
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 )
 
 // TestEveryKernelHasAFLOPsFormula holds every kernel of the embedded
@@ -10,8 +12,8 @@ import (
 // work by accident.
 func TestEveryKernelHasAFLOPsFormula(t *testing.T) {
 	n := 0
-	for _, f := range Files() {
-		sigs, err := ParseSignatures(f.Source)
+	for _, f := range cudakernels.Files() {
+		sigs, err := cudakernels.ParseSignatures(f.Source)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/cpu"
 	"github.com/fleetml/fleet/backend/gpu/cuda/emu"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 	"github.com/fleetml/fleet/internal/rng"
 )
@@ -35,9 +36,9 @@ var opCases = emu.Cases{}
 // registries every kernel of the package must have a case; a new kernel
 // file registers its cases here (opCases.Add in an init function of its
 // own test file).
-func opFiles() []kernels.File {
-	var fs []kernels.File
-	for _, f := range kernels.Files() {
+func opFiles() []cudakernels.File {
+	var fs []cudakernels.File
+	for _, f := range cudakernels.Files() {
 		if !strings.HasPrefix(f.Name, "attention") {
 			fs = append(fs, f)
 		}
@@ -1097,7 +1098,7 @@ func lnInput(rng *rand.Rand, rows, cols int) (x, w, b []float32) {
 
 // elementwiseModule is elementwise.cu built for the emulator.
 func elementwiseModule(t *testing.T) *emu.Module {
-	for _, f := range kernels.Files() {
+	for _, f := range cudakernels.Files() {
 		if f.Name == "elementwise.cu" {
 			return emu.MustBuild(t, f)
 		}

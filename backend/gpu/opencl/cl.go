@@ -96,37 +96,30 @@ func (e *Error) Error() string {
 	return s
 }
 
-// codeName names the error codes fleet is likely to meet.
+// codes are cl.h's names of the error codes fleet is likely to meet.
+var codes = libs.Codes[int32]{Type: "cl_int", Names: map[int32]string{
+	clDeviceNotFound:           "CL_DEVICE_NOT_FOUND",
+	clCompilerNotAvailable:     "CL_COMPILER_NOT_AVAILABLE",
+	clMemObjectAllocFailure:    "CL_MEM_OBJECT_ALLOCATION_FAILURE",
+	clOutOfResources:           "CL_OUT_OF_RESOURCES",
+	clOutOfHostMemory:          "CL_OUT_OF_HOST_MEMORY",
+	clBuildProgramFailure:      "CL_BUILD_PROGRAM_FAILURE",
+	clInvalidValue:             "CL_INVALID_VALUE",
+	clInvalidKernelName:        "CL_INVALID_KERNEL_NAME",
+	clInvalidWorkGroupSize:     "CL_INVALID_WORK_GROUP_SIZE",
+	clInvalidProgramExecutable: "CL_INVALID_PROGRAM_EXECUTABLE",
+	clInvalidBufferSize:        "CL_INVALID_BUFFER_SIZE",
+	clInvalidGlobalWorkSize:    "CL_INVALID_GLOBAL_WORK_SIZE",
+	clPlatformNotFoundKHR:      "CL_PLATFORM_NOT_FOUND_KHR (no OpenCL platform is installed)",
+}}
+
+// codeName is the table's name of c, or "error" for a code it does not
+// name (the message prints the number beside it).
 func codeName(c int32) string {
-	switch c {
-	case clDeviceNotFound:
-		return "CL_DEVICE_NOT_FOUND"
-	case clCompilerNotAvailable:
-		return "CL_COMPILER_NOT_AVAILABLE"
-	case clMemObjectAllocFailure:
-		return "CL_MEM_OBJECT_ALLOCATION_FAILURE"
-	case clOutOfResources:
-		return "CL_OUT_OF_RESOURCES"
-	case clOutOfHostMemory:
-		return "CL_OUT_OF_HOST_MEMORY"
-	case clBuildProgramFailure:
-		return "CL_BUILD_PROGRAM_FAILURE"
-	case clInvalidValue:
-		return "CL_INVALID_VALUE"
-	case clInvalidKernelName:
-		return "CL_INVALID_KERNEL_NAME"
-	case clInvalidWorkGroupSize:
-		return "CL_INVALID_WORK_GROUP_SIZE"
-	case clInvalidProgramExecutable:
-		return "CL_INVALID_PROGRAM_EXECUTABLE"
-	case clInvalidBufferSize:
-		return "CL_INVALID_BUFFER_SIZE"
-	case clInvalidGlobalWorkSize:
-		return "CL_INVALID_GLOBAL_WORK_SIZE"
-	case clPlatformNotFoundKHR:
-		return "CL_PLATFORM_NOT_FOUND_KHR (no OpenCL platform is installed)"
+	if _, ok := codes.Names[c]; !ok {
+		return "error"
 	}
-	return "error"
+	return codes.Name(c)
 }
 
 // ErrNoPlatform says the loader found no OpenCL platform: no ICD (PoCL,
@@ -199,12 +192,9 @@ func load() (*api, error) {
 // (or the error code it wrote), err the binding's (a missing symbol).
 func check(fn string, r uintptr, err error) error {
 	if err != nil {
-		return fmt.Errorf("opencl: %s: %w", fn, err)
+		err = fmt.Errorf("opencl: %s: %w", fn, err)
 	}
-	if c := int32(r); c != clSuccess {
-		return &Error{Func: fn, Code: c}
-	}
-	return nil
+	return codes.Err(r, err, func(c int32) error { return &Error{Func: fn, Code: c} })
 }
 
 // Device is one OpenCL device, as Devices lists it.

@@ -311,3 +311,28 @@ func TestSgemm(t *testing.T) {
 		bc.Free()
 	}
 }
+
+// TestErrorMessages: a failed call names cl.h's code (through the
+// binding's libs.Codes table) beside its number, "error" for a code the
+// table does not name, and a missing symbol keeps the function's name.
+func TestErrorMessages(t *testing.T) {
+	for _, c := range []struct {
+		r    uintptr
+		want string
+	}{
+		{uintptr(0), ""},
+		{uintptr(uint32(0xFFFFFFFC)), "opencl: clCreateBuffer: CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"},
+		{^uintptr(4), "opencl: clCreateBuffer: CL_OUT_OF_RESOURCES (-5)"},
+		{uintptr(uint32(0xFFFFFC17)), "opencl: clCreateBuffer: CL_PLATFORM_NOT_FOUND_KHR (no OpenCL platform is installed) (-1001)"},
+		{uintptr(uint32(0xFFFFFF00)), "opencl: clCreateBuffer: error (-256)"},
+	} {
+		err := check("clCreateBuffer", c.r, nil)
+		if got := fmt.Sprint(err); (err == nil && c.want != "") || (err != nil && got != c.want) {
+			t.Errorf("check(%#x) = %q, want %q", c.r, got, c.want)
+		}
+	}
+	missing := errors.New("no such symbol")
+	if err := check("clFlush", 0, missing); !errors.Is(err, missing) || err.Error() != "opencl: clFlush: no such symbol" {
+		t.Errorf("missing symbol: %v", err)
+	}
+}

@@ -11,8 +11,8 @@ import (
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/gpu/cuda/cublas"
 	"github.com/fleetml/fleet/backend/gpu/cuda/driver"
+	"github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/cuda/nvrtc"
-	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
 
 const axpySrc = `

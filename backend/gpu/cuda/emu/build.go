@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetml/fleet/backend/gpu/kernels"
+	"github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 )
 
 //go:embed prelude.h

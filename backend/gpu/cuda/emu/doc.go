@@ -10,6 +10,8 @@
 //
 //	prelude.h + kernels.Common() + the kernel file + generated launchers
 //
+// (kernels being package backend/gpu/cuda/kernels, the CUDA C sources)
+//
 // prelude.h defines the CUDA built-ins the kernels use: the declaration
 // specifiers (__global__, __device__, __shared__, __align__, ...), the
 // thread geometry (threadIdx, blockIdx, blockDim and gridDim, per emulated
@@ -98,12 +100,13 @@
 //
 // # Adding the cases of a kernel file
 //
-// Every kernel in backend/gpu/kernels must have a case. The kernel tests
-// keep the registries: an emu.Cases maps kernel names to cases, and
+// Every kernel in backend/gpu/cuda/kernels must have a case. The kernel
+// tests keep the registries: an emu.Cases maps kernel names to cases, and
 // Cases.Run, given kernel files, fails listing each kernel of those files
 // without a case (and each case without a kernel), builds each file, and
-// runs every case under every schedule. The tests of package kernels call
-// Run over all of kernels.Files() between their registries, so a new file
+// runs every case under every schedule. The tests of the op functions
+// (package backend/gpu/kernels) call Run over all of the CUDA kernels'
+// files (backend/gpu/cuda/kernels' Files) between their registries, so a new file
 // or kernel without a case fails there. To add a file's cases, write one
 // Case per kernel in a test file of its own and register them with the
 // registry whose Run covers the file, in an init function or a function

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/backend/gpu/cuda/emu"
-	"github.com/fleetml/fleet/backend/gpu/kernels"
+	"github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 )
 
 // kernelFile returns the kernel file name of package kernels.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fleetml/fleet/backend/gpu/kernels"
+	"github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 )
 
 // Param is one parameter of a kernel, as declared in its source.

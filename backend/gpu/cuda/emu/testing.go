@@ -8,7 +8,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/fleetml/fleet/backend/gpu/kernels"
+	"github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 )
 
 // MustBuild builds f for a test: it skips the test, saying why, when the

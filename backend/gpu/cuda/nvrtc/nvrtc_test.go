@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kcache"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
@@ -33,14 +34,14 @@ func TestCompileKernels(t *testing.T) {
 	if archs, err := n.SupportedArchs(); err == nil {
 		t.Logf("supported architectures: %v", archs)
 	}
-	files := kernels.Files()
+	files := cudakernels.Files()
 	if len(files) == 0 {
 		t.Fatal("no kernel files")
 	}
 	for _, arch := range []string{"sm_80", "sm_90"} {
 		for _, f := range files {
-			src := kernels.NVRTCSource(f)
-			names := kernels.Kernels(f.Source)
+			src := cudakernels.NVRTCSource(f)
+			names := cudakernels.Kernels(f.Source)
 			cubin, log, err := n.Compile(src, f.Name, arch, KernelOptions...)
 			if err != nil {
 				t.Errorf("%s %s: %v", f.Name, arch, err)
@@ -119,8 +120,8 @@ func TestCompileThroughCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := kernels.Files()[0]
-	src := kernels.NVRTCSource(f)
+	f := cudakernels.Files()[0]
+	src := cudakernels.NVRTCSource(f)
 	key := kcache.Key(src, "sm_80", n.Version(), KernelOptions)
 	compile := func() ([]byte, error) {
 		cubin, _, err := n.Compile(src, f.Name, "sm_80", KernelOptions...)
@@ -172,8 +173,8 @@ func TestKernelPTX(t *testing.T) {
 	}
 	for _, arch := range []string{"sm_80", "sm_90"} {
 		virtual := "compute_" + strings.TrimPrefix(arch, "sm_")
-		for _, f := range kernels.Files() {
-			src := kernels.NVRTCSource(f)
+		for _, f := range cudakernels.Files() {
+			src := cudakernels.NVRTCSource(f)
 			ptx, _, err := n.Compile(src, f.Name, virtual, KernelOptions...)
 			if err != nil {
 				t.Errorf("%s %s: %v", f.Name, virtual, err)
@@ -187,7 +188,7 @@ func TestKernelPTX(t *testing.T) {
 			// A file of tensor-core kernels must compile to tensor-core
 			// instructions (the simulated GPU prices those kernels at
 			// the tensor cores' rate on the strength of it).
-			for _, k := range kernels.Kernels(f.Source) {
+			for _, k := range cudakernels.Kernels(f.Source) {
 				if kernels.TensorCoreKernel(k) && len(res[0].FindAllIndex(ptx, -1)) == 0 {
 					t.Errorf("%s %s: %s is a tensor-core kernel, and the PTX has no %s", f.Name, arch, k, ptxOps[0].name)
 				}
@@ -212,7 +213,7 @@ func TestKernelPTX(t *testing.T) {
 					kernel = ""
 				}
 			}
-			for _, k := range kernels.Kernels(f.Source) {
+			for _, k := range cudakernels.Kernels(f.Source) {
 				if !reported[k] {
 					t.Errorf("%s %s: ptxas reported no registers for %s", f.Name, arch, k)
 				}
@@ -253,7 +254,7 @@ func TestWarpMatrixPrimitivesCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit := kernels.NVRTCSource(kernels.File{Name: "mma_probe.cu", Source: string(src)})
+	unit := cudakernels.NVRTCSource(cudakernels.File{Name: "mma_probe.cu", Source: string(src)})
 	for _, arch := range []string{"sm_80", "sm_90"} {
 		if _, _, err := n.Compile(unit, "mma_probe.cu", arch, KernelOptions...); err != nil {
 			t.Fatalf("%s: %v", arch, err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
 
@@ -94,7 +95,7 @@ type Device struct {
 	handle   uintptr            // the last handle given out
 	programs map[uintptr]string // NVRTC program -> source
 	images   map[uintptr]string // compiled image id -> source
-	modules  map[uintptr][]kernels.Signature
+	modules  map[uintptr][]cudakernels.Signature
 	funcs    map[uintptr]*function
 	events   map[uintptr]float64 // event -> its stream's clock when recorded
 	failWait uintptr             // a CUresult the next synchronisation returns (FailNextWait)
@@ -119,7 +120,7 @@ type Device struct {
 // cores (kernels.TensorCoreKernel, decided once when it is loaded).
 type function struct {
 	name       string
-	params     []kernels.Param
+	params     []cudakernels.Param
 	index      map[string]int
 	tensorCore bool
 }
@@ -128,7 +129,7 @@ type function struct {
 // allocated and nothing recorded.
 func New(spec Spec) *Device {
 	return &Device{Spec: spec, next: 1 << 32, sizes: map[uint64]uint64{}, pinned: map[uintptr][]byte{},
-		programs: map[uintptr]string{}, images: map[uintptr]string{}, modules: map[uintptr][]kernels.Signature{},
+		programs: map[uintptr]string{}, images: map[uintptr]string{}, modules: map[uintptr][]cudakernels.Signature{},
 		funcs: map[uintptr]*function{}, events: map[uintptr]float64{},
 		commStreams: map[uintptr]bool{}, waits: map[uintptr]float64{},
 		graphs: map[uintptr][]node{}, execs: map[uintptr][]node{},

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/fleetml/fleet/backend/gpu/cuda/driver"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 	"github.com/fleetml/fleet/backend/gpu/libs"
 )
@@ -287,7 +288,7 @@ func (d *Device) Driver() *libs.Lib {
 			if err != nil || !strings.HasPrefix(img, imagePrefix) || !found {
 				return cuInvalidValue
 			}
-			sigs, perr := kernels.ParseSignatures(src)
+			sigs, perr := cudakernels.ParseSignatures(src)
 			if perr != nil {
 				return cuInvalidValue
 			}

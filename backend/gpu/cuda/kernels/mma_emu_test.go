@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -21,6 +22,17 @@ func probeSource(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+// randF32 is emu.RandF32 scaled by s.
+func randF32(rng *rand.Rand, n int, s float32) []float32 {
+	v := emu.RandF32(rng, n)
+	for i := range v {
+		v[i] *= s
+	}
+	return v
 }
 
 // runProbe builds src and runs fleet_probe_mma_<bf16|f16> on random tiles,
