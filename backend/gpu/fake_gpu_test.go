@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"sort"
 	"testing"
 	"time"
 
@@ -14,17 +13,16 @@ import (
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
 
-// fakeGPU is a device made of host memory: a synthetic address space with
-// one Go byte slice per block, cuBLAS's column-major GEMM written out in Go,
-// and kernel launches handed to launchFn (the emulation harness, when the
-// test has one). It checks what a real device would refuse: unknown or
-// freed addresses and accesses past a block's end.
+// fakeGPU is a device made of host memory: one Go byte slice per block,
+// numbered by its own handles, cuBLAS's column-major GEMM written out in
+// Go, and kernel launches handed to launchFn (the emulation harness, when
+// the test has one). It checks what a real device would refuse: unknown
+// or freed blocks and accesses past a block's end.
 type fakeGPU struct {
 	limit    int // bytes the device can hold
 	used     int
-	next     Ptr
-	blocks   map[Ptr]*emu.Buffer
-	bases    []Ptr // sorted block addresses
+	next     uint64 // the next block's handle
+	blocks   map[uint64]*emu.Buffer
 	launchFn func(kernel string, grid, block [3]int, shared int, args []any) error
 	launches []string
 	allocs   int
@@ -40,35 +38,35 @@ type fakeGPU struct {
 }
 
 func newFakeGPU(limit int) *fakeGPU {
-	return &fakeGPU{limit: limit, next: 1 << 20, blocks: map[Ptr]*emu.Buffer{}}
+	return &fakeGPU{limit: limit, next: 1, blocks: map[uint64]*emu.Buffer{}}
+}
+
+// block adds a block of bytes, uninitialised (it reads as NaN).
+func (f *fakeGPU) block(bytes int) Ptr {
+	p := Ptr{Block: f.next}
+	f.next++
+	f.blocks[p.Block] = emu.Poison(emu.U8, bytes)
+	return p
 }
 
 func (f *fakeGPU) MemAlloc(bytes int) (Ptr, error) {
 	if f.used+bytes > f.limit {
-		return 0, fmt.Errorf("%w (fake device: %d of %d bytes used)", backend.ErrOutOfMemory, f.used, f.limit)
+		return Ptr{}, fmt.Errorf("%w (fake device: %d of %d bytes used)", backend.ErrOutOfMemory, f.used, f.limit)
 	}
-	p := f.next
-	f.next += Ptr(bytes+4095)&^4095 + 4096  // a gap: no block touches the next
-	f.blocks[p] = emu.Poison(emu.U8, bytes) // uninitialised memory reads as NaN
+	p := f.block(bytes)
 	f.used += bytes
 	f.allocs++
-	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= p })
-	f.bases = append(f.bases, 0)
-	copy(f.bases[i+1:], f.bases[i:])
-	f.bases[i] = p
 	return p, nil
 }
 
 func (f *fakeGPU) MemFree(p Ptr) error {
-	b, ok := f.blocks[p]
-	if !ok {
-		return fmt.Errorf("fake device: free of %#x, not a block", p)
+	b, ok := f.blocks[p.Block]
+	if !ok || p.Off != 0 {
+		return fmt.Errorf("fake device: free of %+v, not a block", p)
 	}
 	f.used -= b.Len()
 	b.Free()
-	delete(f.blocks, p)
-	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= p })
-	f.bases = append(f.bases[:i], f.bases[i+1:]...)
+	delete(f.blocks, p.Block)
 	return nil
 }
 
@@ -76,29 +74,30 @@ func (f *fakeGPU) MemInfo() (uint64, uint64, error) {
 	return uint64(f.limit - f.used), uint64(f.limit), nil
 }
 
-// mem returns n bytes at address p, which must lie inside one block.
+// mem returns n bytes at p, which must lie inside its block.
 func (f *fakeGPU) mem(p Ptr, n int) ([]byte, error) {
-	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] > p }) - 1
-	if i < 0 {
-		return nil, fmt.Errorf("fake device: address %#x is in no block", p)
+	blk, ok := f.blocks[p.Block]
+	if !ok {
+		return nil, fmt.Errorf("fake device: %+v is in no block", p)
 	}
-	base := f.bases[i]
-	b := f.blocks[base].Bytes()
-	off := int(p - base)
-	if off+n > len(b) {
-		return nil, fmt.Errorf("fake device: %d bytes at %#x run past a block of %d at %#x", n, p, len(b), base)
+	b := blk.Bytes()
+	if p.Off < 0 || p.Off+n > len(b) {
+		return nil, fmt.Errorf("fake device: %d bytes at offset %d run past block %d of %d bytes", n, p.Off, p.Block, len(b))
 	}
-	return b[off : off+n], nil
+	return b[p.Off : p.Off+n], nil
 }
 
-// view turns a device address into the emulator's view of its block.
+// view turns p into the emulator's view of its block.
 func (f *fakeGPU) view(p Ptr) (emu.View, error) {
-	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] > p }) - 1
-	if i < 0 || int(p-f.bases[i]) > f.blocks[f.bases[i]].Len() {
-		return emu.View{}, fmt.Errorf("fake device: address %#x is in no block", p)
+	blk, ok := f.blocks[p.Block]
+	if !ok || p.Off < 0 || p.Off > blk.Len() {
+		return emu.View{}, fmt.Errorf("fake device: %+v is in no block", p)
 	}
-	return f.blocks[f.bases[i]].At(int(p - f.bases[i])), nil
+	return blk.At(p.Off), nil
 }
+
+// Address is p as a made-up address: no test hands it to a library.
+func (f *fakeGPU) Address(p Ptr) (uintptr, error) { return uintptr(p.Block<<32) + uintptr(p.Off), nil }
 
 // withEmulator makes f run kernels under the emulation harness, building
 // every kernel file; it skips the test where the harness cannot build.
@@ -236,15 +235,15 @@ func (f *fakeGPU) Gemm(g Product) error {
 	}
 	span := func(ld, cols int) int { return (ld*(cols-1) + ld) }
 	for bi := 0; bi < g.Batch; bi++ {
-		a, err := f.mem(Ptr(g.A)+Ptr(int64(bi)*g.StrideA*int64(size)), span(g.LDA, colsA)*size)
+		a, err := f.mem(g.A.Add(bi*int(g.StrideA)*size), span(g.LDA, colsA)*size)
 		if err != nil {
 			return fmt.Errorf("A: %w", err)
 		}
-		b, err := f.mem(Ptr(g.B)+Ptr(int64(bi)*g.StrideB*int64(size)), span(g.LDB, colsB)*size)
+		b, err := f.mem(g.B.Add(bi*int(g.StrideB)*size), span(g.LDB, colsB)*size)
 		if err != nil {
 			return fmt.Errorf("B: %w", err)
 		}
-		c, err := f.mem(Ptr(g.C)+Ptr(int64(bi)*g.StrideC*int64(csize)), span(g.LDC, g.N)*csize)
+		c, err := f.mem(g.C.Add(bi*int(g.StrideC)*csize), span(g.LDC, g.N)*csize)
 		if err != nil {
 			return fmt.Errorf("C: %w", err)
 		}
@@ -325,17 +324,10 @@ func (f *fakeGPU) GemmEpilogue(m EpilogueProduct) error {
 		if m.Beta != 0 {
 			return fmt.Errorf("fake device: a bf16 cuBLASLt product with beta %v", m.Beta)
 		}
-		tmp := f.next
-		f.next += Ptr(dn*4+4095)&^4095 + 4096
-		f.blocks[tmp] = emu.Poison(emu.U8, dn*4)
-		i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= tmp })
-		f.bases = append(f.bases, 0)
-		copy(f.bases[i+1:], f.bases[i:])
-		f.bases[i] = tmp
+		tmp := f.block(dn * 4)
 		defer func() {
-			f.blocks[tmp].Free()
-			delete(f.blocks, tmp)
-			f.bases = append(f.bases[:i], f.bases[i+1:]...)
+			f.blocks[tmp.Block].Free()
+			delete(f.blocks, tmp.Block)
 		}()
 		g.C = tmp
 	}
@@ -343,7 +335,7 @@ func (f *fakeGPU) GemmEpilogue(m EpilogueProduct) error {
 		return err
 	}
 	f.gemms--
-	acc, err := f.mem(Ptr(g.C), dn*4)
+	acc, err := f.mem(g.C, dn*4)
 	if err != nil {
 		return fmt.Errorf("product: %w", err)
 	}
@@ -352,8 +344,8 @@ func (f *fakeGPU) GemmEpilogue(m EpilogueProduct) error {
 		return fmt.Errorf("D: %w", err)
 	}
 	var aux []byte
-	if m.Aux != 0 {
-		if aux, err = f.mem(Ptr(m.Aux), (m.AuxLD*(m.N-1)+m.M)*dsize); err != nil {
+	if !m.Aux.IsNil() {
+		if aux, err = f.mem(m.Aux, (m.AuxLD*(m.N-1)+m.M)*dsize); err != nil {
 			return fmt.Errorf("aux: %w", err)
 		}
 	}
@@ -362,8 +354,8 @@ func (f *fakeGPU) GemmEpilogue(m EpilogueProduct) error {
 	if m.Epilogue == EpilogueBGradA {
 		bsize = 4
 	}
-	if m.Bias != 0 {
-		if bias, err = f.mem(Ptr(m.Bias), m.M*bsize); err != nil {
+	if !m.Bias.IsNil() {
+		if bias, err = f.mem(m.Bias, m.M*bsize); err != nil {
 			return fmt.Errorf("bias: %w", err)
 		}
 	}
@@ -413,7 +405,7 @@ func (f *fakeGPU) GemmEpilogue(m EpilogueProduct) error {
 		if m.AType == backend.BF16 {
 			size = 2
 		}
-		a, err := f.mem(Ptr(m.A), (m.LDA*(m.K-1)+m.M)*size)
+		a, err := f.mem(m.A, (m.LDA*(m.K-1)+m.M)*size)
 		if err != nil {
 			return fmt.Errorf("A: %w", err)
 		}

@@ -18,9 +18,24 @@ var ErrNoEpilogues = errors.New("cuda: no cuBLASLt")
 // the runtime then does without epilogues.
 var ErrRefused = errors.New("epilogue product refused")
 
-// Ptr is a device address. Kernel launches take device buffers as Ptr
-// arguments (nil for an optional operand left out).
-type Ptr uint64
+// Ptr is a place in device memory: Block, a block a driver allocated,
+// and Off, a byte offset in it. Block is the driver's own handle, which
+// only the driver that made it reads: the CUDA driver's is the block's
+// device address (it passes Block+Off to its kernels and libraries), the
+// OpenCL driver's the buffer's cl_mem (it passes the buffer and Off). The
+// runtime compares blocks and adds offsets, nothing more. Kernel launches
+// take device buffers as Ptr arguments; the zero Ptr is a null pointer,
+// an optional operand left out.
+type Ptr struct {
+	Block uint64
+	Off   int
+}
+
+// Add is the place bytes further into p's block.
+func (p Ptr) Add(bytes int) Ptr { return Ptr{Block: p.Block, Off: p.Off + bytes} }
+
+// IsNil reports whether p is the null pointer.
+func (p Ptr) IsNil() bool { return p == Ptr{} }
 
 // gpu is what the backend needs from a device. Methods are called from one
 // goroutine at a time, except that another device's peerCopy, on its own
@@ -32,6 +47,10 @@ type Driver interface {
 	// backend.ErrOutOfMemory when the device has no room.
 	MemAlloc(bytes int) (Ptr, error)
 	MemFree(p Ptr) error
+	// address is p as the device address that libraries taking raw
+	// addresses (NCCL) read, or an error where the device has none
+	// (OpenCL's buffers are handles).
+	Address(p Ptr) (uintptr, error)
 	MemInfo() (free, total uint64, err error)
 	// htod, dtoh and dtod copy in stream order; htod and dtoh return when
 	// the host memory is no longer needed (dtoh: when the data is there).

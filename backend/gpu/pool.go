@@ -108,17 +108,17 @@ func (p *pool) allocShared(bytes, class int) (Ptr, int, error) {
 	ptr, err := p.g.MemAlloc(class)
 	if errors.Is(err, backend.ErrOutOfMemory) && p.cached > 0 {
 		if ferr := p.release(); ferr != nil {
-			return 0, 0, ferr
+			return Ptr{}, 0, ferr
 		}
 		ptr, err = p.g.MemAlloc(class)
 	}
 	if err != nil {
 		if errors.Is(err, backend.ErrOutOfMemory) {
 			free, total, _ := p.g.MemInfo()
-			return 0, 0, fmt.Errorf("%w: %d bytes requested; %d allocated by tensors, %d reserved by the pool; device has %d free of %d",
+			return Ptr{}, 0, fmt.Errorf("%w: %d bytes requested; %d allocated by tensors, %d reserved by the pool; device has %d free of %d",
 				err, bytes, p.allocated, p.reserved, free, total)
 		}
-		return 0, 0, err
+		return Ptr{}, 0, err
 	}
 	p.reserved += int64(class)
 	p.take(class)

@@ -167,13 +167,13 @@ func (c *Backend) buf(s backend.Storage) *Buffer {
 	return b
 }
 
-// ptr is a Ref's device address, or nil for an operand left out.
+// ptr is a Ref's place in device memory, or nil for an operand left out.
 func (c *Backend) ptr(r backend.Ref) Ptr {
 	if r.Nil() {
-		return 0
+		return Ptr{}
 	}
 	b := c.buf(r.S)
-	return b.ptr + Ptr(r.Off*b.dt.Size())
+	return b.ptr.Add(r.Off * b.dt.Size())
 }
 
 func (c *Backend) dt(r backend.Ref) backend.DType { return c.buf(r.S).dt }
@@ -684,9 +684,13 @@ func (c *Backend) Elapsed(from, to backend.Mark) (float64, error) {
 func (c *Backend) ReleaseMark(m backend.Mark) { c.g.ReleaseMark(uintptr(m)) }
 
 // Address implements backend.Queue: the device address of r's element.
+// The driver says what the address is; a device without addresses
+// (OpenCL) fails as any device call does.
 func (c *Backend) Address(r backend.Ref) uintptr {
 	b := c.buf(r.S)
-	return uintptr(b.ptr) + uintptr(r.Off*b.dt.Size())
+	a, err := c.g.Address(b.ptr.Add(r.Off * b.dt.Size()))
+	c.check("address", err)
+	return a
 }
 
 // OnQueue implements backend.Queue: fn runs with the device's context

@@ -203,12 +203,22 @@ func (g *driverGPU) MemAlloc(bytes int) (gpu.Ptr, error) {
 	if errors.Is(err, driver.ErrOutOfMemory) {
 		err = fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
 	}
-	return gpu.Ptr(p), err
+	return gpu.Ptr{Block: uint64(p)}, err
 }
 
 func (g *driverGPU) MemFree(p gpu.Ptr) error {
-	return g.do(func() error { return g.d.MemFree(driver.DevicePtr(p)) })
+	if p.Off != 0 {
+		return fmt.Errorf("cuda: freeing %#x+%d, inside a block", p.Block, p.Off)
+	}
+	return g.do(func() error { return g.d.MemFree(driver.DevicePtr(p.Block)) })
 }
+
+// addr is p as a device address: the CUDA driver's blocks are their
+// addresses.
+func addr(p gpu.Ptr) driver.DevicePtr { return driver.DevicePtr(p.Block + uint64(p.Off)) }
+
+// Address is p's device address.
+func (g *driverGPU) Address(p gpu.Ptr) (uintptr, error) { return uintptr(addr(p)), nil }
 
 func (g *driverGPU) Mark() (uintptr, error) {
 	var e driver.Event
@@ -251,7 +261,7 @@ func (g *driverGPU) HtoD(dst gpu.Ptr, src []byte) error {
 	return g.do(func() error {
 		// From pageable memory the call returns once src is staged; from
 		// page-locked memory it returns at once, so wait for the copy.
-		err := g.d.MemcpyHtoDAsync(driver.DevicePtr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.compute)
+		err := g.d.MemcpyHtoDAsync(addr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.compute)
 		if err == nil && g.isPinned(src) {
 			err = g.d.StreamSynchronize(g.compute)
 		}
@@ -280,7 +290,7 @@ func (g *driverGPU) DtoH(dst []byte, src gpu.Ptr) error {
 		return nil
 	}
 	return g.do(func() error {
-		if err := g.d.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), driver.DevicePtr(src), uint64(len(dst)), g.compute); err != nil {
+		if err := g.d.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), addr(src), uint64(len(dst)), g.compute); err != nil {
 			return err
 		}
 		err := g.waited(g.d.StreamSynchronize(g.compute))
@@ -339,7 +349,7 @@ func (g *driverGPU) HtoDAsync(dst gpu.Ptr, src []byte) (backend.Upload, error) {
 			return err
 		}
 		if len(src) > 0 {
-			if err := g.d.MemcpyHtoDAsync(driver.DevicePtr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.copies); err != nil {
+			if err := g.d.MemcpyHtoDAsync(addr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), g.copies); err != nil {
 				return err
 			}
 		}
@@ -397,7 +407,7 @@ func (g *driverGPU) DtoD(dst, src gpu.Ptr, bytes int) error {
 		return nil
 	}
 	return g.do(func() error {
-		return g.d.MemcpyDtoDAsync(driver.DevicePtr(dst), driver.DevicePtr(src), uint64(bytes), g.compute)
+		return g.d.MemcpyDtoDAsync(addr(dst), addr(src), uint64(bytes), g.compute)
 	})
 }
 
@@ -423,7 +433,7 @@ func (g *driverGPU) PeerCopy(dst gpu.Ptr, from gpu.Driver, src gpu.Ptr, bytes in
 		if err := g.d.StreamWaitEvent(g.compute, driver.Event(written)); err != nil {
 			return err
 		}
-		return g.d.MemcpyPeerAsync(driver.DevicePtr(dst), g.ctx, driver.DevicePtr(src), f.ctx, uint64(bytes), g.compute)
+		return g.d.MemcpyPeerAsync(addr(dst), g.ctx, addr(src), f.ctx, uint64(bytes), g.compute)
 	})
 	if err != nil {
 		return err
@@ -452,7 +462,7 @@ func (g *driverGPU) Launch(kernel string, grid, block [3]int, shared int, args k
 		for i := range args.Len() {
 			switch v := args.At(i); v.Kind {
 			case kernels.ArgBuf:
-				a.Ptr(driver.DevicePtr(v.Buf))
+				a.Ptr(addr(v.Buf))
 			case kernels.ArgInt:
 				a.Int(v.Int())
 			case kernels.ArgUint:
@@ -533,7 +543,7 @@ func (g *driverGPU) Gemm(p gpu.Product) error {
 func cublasGemm(p gpu.Product) cublas.Gemm {
 	return cublas.Gemm{
 		TransA: cublasOp(p.TransA), TransB: cublasOp(p.TransB), M: p.M, N: p.N, K: p.K, Alpha: p.Alpha, Beta: p.Beta,
-		A: uint64(p.A), B: uint64(p.B), C: uint64(p.C),
+		A: uint64(addr(p.A)), B: uint64(addr(p.B)), C: uint64(addr(p.C)),
 		AType: cublasType(p.AType), BType: cublasType(p.BType), CType: cublasType(p.CType),
 		LDA: p.LDA, LDB: p.LDB, LDC: p.LDC, StrideA: p.StrideA, StrideB: p.StrideB, StrideC: p.StrideC,
 		Batch: p.Batch, Compute: cublasCompute(p.Compute), Algo: cublas.AlgoDefault,
@@ -547,7 +557,7 @@ func cublasLtMatmul(m gpu.EpilogueProduct) cublas.LtMatmul {
 		TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: g.Alpha, Beta: g.Beta,
 		A: g.A, B: g.B, C: g.C, D: g.C, AType: g.AType, BType: g.BType, CType: g.CType,
 		LDA: g.LDA, LDB: g.LDB, LDC: g.LDC, Batch: g.Batch, StrideA: g.StrideA, StrideB: g.StrideB, StrideC: g.StrideC,
-		Compute: g.Compute, Epilogue: cublasEpilogue[m.Epilogue], Bias: uint64(m.Bias), Aux: uint64(m.Aux), AuxLD: m.AuxLD,
+		Compute: g.Compute, Epilogue: cublasEpilogue[m.Epilogue], Bias: uint64(addr(m.Bias)), Aux: uint64(addr(m.Aux)), AuxLD: m.AuxLD,
 	}
 }
 

@@ -21,17 +21,16 @@ func init() {
 	gpu.Register("opencl", func(index int) (gpu.Driver, error) { return openCLGPU(index) })
 }
 
-// clGPU is an OpenCL device. OpenCL buffers are handles, not addresses, so
-// device addresses are made up: block k (from 1) spans the addresses
-// [k<<clBlockShift, (k+1)<<clBlockShift), and a launch passes a buffer
-// argument as the block's handle and the offset within it.
+// clGPU is an OpenCL device. OpenCL buffers are handles, not addresses: a
+// gpu.Ptr's Block is the buffer's cl_mem, its Off the byte offset in it,
+// and a launch passes a buffer argument as the two (the kernels' BUF and
+// AT parameters).
 type clGPU struct {
 	ctx   *Context
 	cache *kcache.Cache // nil: compile every process
 
-	mu        sync.Mutex // one call at a time (kernel arguments are set on shared kernel objects)
-	blocks    map[gpu.Ptr]*Buffer
-	nextBlock gpu.Ptr
+	mu        sync.Mutex         // one call at a time (kernel arguments are set on shared kernel objects)
+	blocks    map[uint64]*Buffer // by cl_mem
 	allocated int64
 
 	file    map[string]File // kernel -> its file
@@ -55,8 +54,6 @@ type clKernel struct {
 	nargs int
 }
 
-const clBlockShift = 40 // blocks up to 1 TiB
-
 // openCLGPU opens OpenCL device index.
 func openCLGPU(index int) (*clGPU, error) {
 	ds, err := Devices()
@@ -77,7 +74,7 @@ func openCLGPU(index int) (*clGPU, error) {
 	if err != nil {
 		cache = nil
 	}
-	g := &clGPU{ctx: ctx, cache: cache, blocks: map[gpu.Ptr]*Buffer{}, nextBlock: 1,
+	g := &clGPU{ctx: ctx, cache: cache, blocks: map[uint64]*Buffer{},
 		file: map[string]File{}, kernels: map[string]*clKernel{}, failed: map[string]error{}, pinned: map[uintptr]*HostBuffer{},
 		marks: map[uintptr]Event{}}
 	for _, f := range Files() {
@@ -88,17 +85,22 @@ func openCLGPU(index int) (*clGPU, error) {
 	return g, nil
 }
 
-// at resolves a device address to its block and the byte offset in it.
+// at resolves p to its buffer and the byte offset in it.
 func (g *clGPU) at(p gpu.Ptr) (*Buffer, int, error) {
-	b, ok := g.blocks[p>>clBlockShift]
+	b, ok := g.blocks[p.Block]
 	if !ok {
-		return nil, 0, fmt.Errorf("opencl: address %#x is in no block", uint64(p))
+		return nil, 0, fmt.Errorf("opencl: buffer %#x is not one of this device's", p.Block)
 	}
-	off := int(p & (1<<clBlockShift - 1))
-	if off > b.Bytes {
-		return nil, 0, fmt.Errorf("opencl: address %#x is past its block of %d bytes", uint64(p), b.Bytes)
+	if p.Off < 0 || p.Off > b.Bytes {
+		return nil, 0, fmt.Errorf("opencl: offset %d is outside its buffer of %d bytes", p.Off, b.Bytes)
 	}
-	return b, off, nil
+	return b, p.Off, nil
+}
+
+// Address refuses: OpenCL's buffers are handles, with no device address
+// for a library to take (NCCL runs on CUDA devices only).
+func (g *clGPU) Address(gpu.Ptr) (uintptr, error) {
+	return 0, errors.New("opencl: buffers have no device address")
 }
 
 func (g *clGPU) MemAlloc(bytes int) (gpu.Ptr, error) {
@@ -113,7 +115,7 @@ func (g *clGPU) MemFree(p gpu.Ptr) error {
 	return g.freeBlock(p)
 }
 
-// allocBlock makes a buffer of bytes and gives it an address. OpenCL
+// allocBlock makes a buffer of bytes. OpenCL
 // allocates lazily, so the device's memory is accounted here: a request
 // past it, or past the largest buffer the device allows, fails as
 // backend.ErrOutOfMemory, as does a refusal by the driver. Called under
@@ -121,37 +123,32 @@ func (g *clGPU) MemFree(p gpu.Ptr) error {
 func (g *clGPU) allocBlock(bytes int) (gpu.Ptr, error) {
 	d := g.ctx.Device
 	if int64(bytes) > d.MaxAllocBytes || g.allocated+int64(bytes) > d.GlobalMemBytes {
-		return 0, fmt.Errorf("%w (opencl: %d bytes asked, %d allocated, %d in all, %d at most in one buffer)",
+		return gpu.Ptr{}, fmt.Errorf("%w (opencl: %d bytes asked, %d allocated, %d in all, %d at most in one buffer)",
 			backend.ErrOutOfMemory, bytes, g.allocated, d.GlobalMemBytes, d.MaxAllocBytes)
-	}
-	k := g.nextBlock
-	if k >= 1<<(64-clBlockShift) {
-		return 0, fmt.Errorf("opencl: more than %d buffers allocated in this process", 1<<(64-clBlockShift)-1)
 	}
 	b, err := g.ctx.Alloc(bytes)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.OutOfMemory() {
-			return 0, fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
+			return gpu.Ptr{}, fmt.Errorf("%w (%v)", backend.ErrOutOfMemory, err)
 		}
-		return 0, err
+		return gpu.Ptr{}, err
 	}
-	g.nextBlock++
-	g.blocks[k] = b
+	g.blocks[uint64(b.mem)] = b
 	g.allocated += int64(bytes)
-	return k << clBlockShift, nil
+	return gpu.Ptr{Block: uint64(b.mem)}, nil
 }
 
-// freeBlock releases the buffer at address p. Called under mu.
+// freeBlock releases p's buffer. Called under mu.
 func (g *clGPU) freeBlock(p gpu.Ptr) error {
 	b, off, err := g.at(p)
 	if err != nil {
 		return err
 	}
 	if off != 0 {
-		return fmt.Errorf("opencl: freeing %#x, inside a block", uint64(p))
+		return fmt.Errorf("opencl: freeing %#x at offset %d, inside its buffer", p.Block, off)
 	}
-	delete(g.blocks, p>>clBlockShift)
+	delete(g.blocks, p.Block)
 	g.allocated -= int64(b.Bytes)
 	return b.Free()
 }
@@ -309,7 +306,7 @@ func (g *clGPU) launchLocked(kernel string, grid, block [3]int, shared int, args
 		case kernels.ArgBuf:
 			var b *Buffer
 			off := 0
-			if v.Buf != 0 {
+			if !v.Buf.IsNil() {
 				if b, off, err = g.at(v.Buf); err != nil {
 					return fmt.Errorf("%s argument %d: %w", kernel, a, err)
 				}
@@ -468,7 +465,7 @@ func (g *clGPU) Gemm(p gpu.Product) error {
 	return g.convert(convertKernel(backend.F32, p.CType, false), p.C, c, cn)
 }
 
-// operand returns the address of n F32 elements holding those of type dt
+// operand returns the place of n F32 elements holding those of type dt
 // at p: p itself where they are F32 and not to be rounded, else scratch
 // slot i with them converted (round R16BF or R16F rounds F32 values to
 // that type and back; F32 rounds nothing). Called under mu.
@@ -478,7 +475,7 @@ func (g *clGPU) operand(i int, p gpu.Ptr, dt, round backend.DType, n int) (gpu.P
 	}
 	s, err := g.scratchBlock(i, n*4)
 	if err != nil {
-		return 0, err
+		return gpu.Ptr{}, err
 	}
 	kernel := convertKernel(dt, backend.F32, false)
 	if dt == backend.F32 {
@@ -499,21 +496,21 @@ func (g *clGPU) convert(kernel string, dst, src gpu.Ptr, n int) error {
 // is in order, so a slot is free again once the work using it is queued;
 // one that grows waits for that work first. Called under mu.
 func (g *clGPU) scratchBlock(i, bytes int) (gpu.Ptr, error) {
-	if s := g.scratch[i]; s != 0 {
-		if g.blocks[s>>clBlockShift].Bytes >= bytes {
+	if s := g.scratch[i]; !s.IsNil() {
+		if g.blocks[s.Block].Bytes >= bytes {
 			return s, nil
 		}
 		if err := g.ctx.Finish(); err != nil {
-			return 0, err
+			return gpu.Ptr{}, err
 		}
 		if err := g.freeBlock(s); err != nil {
-			return 0, err
+			return gpu.Ptr{}, err
 		}
-		g.scratch[i] = 0
+		g.scratch[i] = gpu.Ptr{}
 	}
 	s, err := g.allocBlock(max(bytes, 4096))
 	if err != nil {
-		return 0, fmt.Errorf("opencl: product scratch: %w", err)
+		return gpu.Ptr{}, fmt.Errorf("opencl: product scratch: %w", err)
 	}
 	g.scratch[i] = s
 	return s, nil
@@ -618,7 +615,7 @@ func (g *clGPU) Close() error {
 		errs = append(errs, e.Release())
 	}
 	for _, s := range g.scratch {
-		if s != 0 {
+		if !s.IsNil() {
 			errs = append(errs, g.freeBlock(s))
 		}
 	}
