@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,14 +100,32 @@ func checkLatest(t *testing.T, out string, mc model.Config) int {
 // finished first) and reports whether it was killed.
 func startKill(t *testing.T, bin string, args []string, d time.Duration) bool {
 	t.Helper()
-	var out bytes.Buffer
+	return startKillAfter(t, bin, args, "", d)
+}
+
+// startKillAfter is startKill with d counted from the moment the trainer
+// first prints after (at once where after is ""): a kill at a random
+// moment of its work, however long a loaded machine takes to start it.
+func startKillAfter(t *testing.T, bin string, args []string, after string, d time.Duration) bool {
+	t.Helper()
+	out := &lockedBuffer{}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	for after != "" && !strings.Contains(out.String(), after) {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("trainer failed before the kill: %v\n%s", err, out.String())
+			}
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -118,6 +137,24 @@ func startKill(t *testing.T, bin string, args []string, d time.Duration) bool {
 		<-done
 		return true
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestKillDuringCheckpoints kills the trainer with SIGKILL at random
@@ -151,7 +188,9 @@ func TestKillDuringCheckpoints(t *testing.T) {
 	prev, killed := -1, 0
 	for i := 0; killed < kills && i < 4*kills; i++ {
 		args := append(append([]string{}, common...), "--out", outK, "--resume", "--max-iters", "100000", "--ckpt-interval", "1", "--keep", "2")
-		if startKill(t, bin, args, time.Duration(150+r.IntN(600))*time.Millisecond) {
+		// At a random moment within a few steps of its first checkpoint
+		// write: while it writes one checkpoint after another.
+		if startKillAfter(t, bin, args, "checkpoint step", time.Duration(r.IntN(600))*time.Millisecond) {
 			killed++
 		}
 		step := checkLatest(t, outK, mc)
