@@ -19,7 +19,7 @@ var layers = []struct {
 	{1, []string{"backend"}},
 	{2, []string{"tensor"}},
 	{3, []string{"nn", "model", "optim", "data", "tokenizer", "checkpoint"}},
-	{4, []string{"pipeline", "dist", "launch", "monitor", "train/config"}},
+	{4, []string{"pipeline", "dist", "launch", "monitor"}},
 	{5, []string{"train"}},
 	{6, []string{"bench", "lab", "runs"}},
 	{7, []string{"cmd"}},

@@ -17,6 +17,16 @@ type Device struct {
 // CPU is the default host device.
 var CPU = Device{Kind: "cpu"}
 
+// OnCPU reports whether d is the CPU backend's: cpu, or a logical cpu:N.
+func (d Device) OnCPU() bool { return d.Kind == CPU.Kind }
+
+// IsCUDA reports whether d is one of CUDA's numbered GPUs: one process's
+// own device, which NCCL can reduce in and NVML numbers. Code that needs
+// more of a device asks its backend what it can do (HostMemory,
+// ThreadBudget, ...); these two are the questions the registry answers
+// from a device's kind.
+func (d Device) IsCUDA() bool { return d.Kind == "cuda" }
+
 func (d Device) String() string {
 	if d.Kind == "cpu" && d.Index == 0 {
 		return "cpu"

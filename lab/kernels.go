@@ -128,7 +128,7 @@ func randomF32(be backend.Backend, dt backend.DType, n int, seed uint64) backend
 
 func vectorAdd(dev tensor.Device, be backend.Backend, o Options) (VecAdd, error) {
 	var v VecAdd
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		v.L2Bytes, v.LLCBytes = cacheSizes()
 	}
 	limit := o.MaxBytes
@@ -216,7 +216,7 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 	var cpuGFLOPs float64
 	var width int
 	remeasure := func() {}
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		sizes = []int{128, 256, 512, 1024}
 		if o.Quick {
 			sizes = []int{128, 256, 512}
@@ -283,7 +283,7 @@ func matMul(dev tensor.Device, be backend.Backend, o Options) (MatMul, error) {
 	if len(m.Points) == 0 {
 		return m, fmt.Errorf("no product fits in memory")
 	}
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		remeasure()
 		peak[config.FP32] = cpuGFLOPs / 1e3
 		m.PeakNote = fmt.Sprintf("fp32 peak %.1f GFLOP/s measured (the best of runs between the products: %d threads x 12 independent FMA chains on %d-float vectors)",
@@ -354,9 +354,9 @@ func matMulSummary(m MatMul) string {
 func hostToDevice(dev tensor.Device, be backend.Backend, o Options) (Copy, error) {
 	w := o.Log
 	au, ok := be.(backend.AsyncUploader)
-	if config.OnCPU(dev) || !ok {
+	if dev.OnCPU() || !ok {
 		c := Copy{NotApplicable: NotApplicable{Note: "not applicable: no host↔device copies on the CPU"}}
-		if !config.OnCPU(dev) {
+		if !dev.OnCPU() {
 			c.Note = "not applicable: " + dev.String() + " has no pinned-memory uploads"
 		}
 		fmt.Fprintf(w, "   %s\n", c.Note)

@@ -185,7 +185,7 @@ func isOOM(err error) bool { return errors.Is(err, backend.ErrOutOfMemory) }
 // keep busy: the CPU backend's workers, or one (the thread that issues
 // the GPU's work).
 func benchThreads(d tensor.Device) int {
-	if !config.OnCPU(d) {
+	if !d.OnCPU() {
 		return 1
 	}
 	be, err := backend.Get(d)

@@ -66,7 +66,7 @@ func stepsFor(batch, block, tokens, most int) int {
 // wall time and the worker threads (what the Sampler's process CPU reads,
 // at nanosecond rather than clock-tick resolution). -1 means not measured.
 func utilMeter(dev tensor.Device, be backend.Backend) (source string, measure func(fn func() error) (float64, error)) {
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		if _, ok := cpuTime(); !ok {
 			return "not measured on this system", func(fn func() error) (float64, error) { return -1, fn() }
 		}
@@ -112,7 +112,7 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 		switch {
 		case o.Quick:
 			maxBatch = 4
-		case config.OnCPU(dev):
+		case dev.OnCPU():
 			maxBatch = 64
 		default:
 			maxBatch = 1024
@@ -126,7 +126,7 @@ func batchSweep(dev tensor.Device, be backend.Backend, o Options, m *Model, mm M
 	if o.Quick {
 		tokens, warmup = 1024, 1
 	}
-	if !config.OnCPU(dev) {
+	if !dev.OnCPU() {
 		tokens, most = 1<<20, 200
 	}
 	for _, p := range mm.Points {
@@ -204,7 +204,7 @@ func precisions(dev tensor.Device, o Options) ([]StepPoint, error) {
 	}
 	f, b := out[0], out[1]
 	why := "bf16 halves the bytes of the products' operands and runs them on tensor cores"
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		why = "on the CPU bf16 saves bandwidth but adds casts, and its products are fast only with AVX512-BF16"
 	}
 	fmt.Fprintf(w, "   => bf16/fp32: %.2fx the tokens/s, %.2fx the peak memory (master weights, AdamW state, norms and the loss stay fp32); %s\n",
@@ -324,7 +324,7 @@ func compareAccum(dev tensor.Device, o Options, a *Accum, scale float32) error {
 
 func speedup(dev tensor.Device, o Options) (Speedup, error) {
 	w := o.Log
-	if config.OnCPU(dev) {
+	if dev.OnCPU() {
 		s := Speedup{NotApplicable: NotApplicable{Note: "not applicable: no GPU here, so there is nothing to compare the CPU with"}}
 		fmt.Fprintf(w, "   %s\n", s.Note)
 		return s, nil

@@ -13,7 +13,6 @@ import (
 	"github.com/fleetml/fleet/monitor/diagnose"
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train/config"
 )
 
 // Phases of a training step, as telemetry splits its time.
@@ -319,7 +318,7 @@ func (r *run) startSampler() {
 	switch {
 	case onHost(r.dev):
 		s, err = sysstat.NewCPUSampler(0, 0)
-	case config.IsCUDA(r.dev) || r.simulated: // NVML's numbering is CUDA's
+	case r.dev.IsCUDA() || r.simulated: // NVML's numbering is CUDA's
 		s, err = sysstat.NewGPUSampler(launch.PhysicalGPU(r.dev.Index, os.Getenv(launch.EnvVisibleDevices)), 0)
 	default:
 		fmt.Fprintf(r.log, "telemetry: no utilisation sampling: %v has no utilisation counter fleet reads (memory comes from fleet's own allocator)\n", r.dev)
@@ -450,7 +449,7 @@ func (r *run) telemetry(sum Summary) diagnose.Telemetry {
 	if onHost(r.dev) {
 		t.DeviceName, t.Cores = fcpu.Model(), runtime.GOMAXPROCS(0)
 	} else {
-		t.TensorCores = config.IsCUDA(r.dev) // every GPU fleet's CUDA backend runs on (sm_80+) has them; its OpenCL kernels use none
+		t.TensorCores = r.dev.IsCUDA() // every GPU fleet's CUDA backend runs on (sm_80+) has them; its OpenCL kernels use none
 		if n, ok := tensor.BackendOf(r.dev).(named); ok {
 			t.DeviceName = n.Name()
 		}

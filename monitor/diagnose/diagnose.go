@@ -5,9 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/internal/units"
-	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train/config"
 )
 
 // The rules' thresholds. Shares are of the median optimizer step's wall
@@ -105,13 +104,6 @@ type Diagnosis struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// products is the precision of the run's matrix products (fp32 where
-// the telemetry names none it knows).
-func (t Telemetry) products() config.Precision {
-	p, _ := config.ParsePrecision(t.Precision)
-	return p
-}
-
 // Healthy reports whether the verdict is compute-bound.
 func (d Diagnosis) Healthy() bool { return d.Main.Kind == Compute }
 
@@ -124,7 +116,7 @@ func Diagnose(t Telemetry) Diagnosis {
 		}
 		return ms / step
 	}
-	gpu := t.DeviceKind != "" && !config.OnCPU(tensor.Device{Kind: t.DeviceKind})
+	gpu := t.DeviceKind != "" && !(backend.Device{Kind: t.DeviceKind}).OnCPU()
 	var fs []Finding
 
 	// Data loading.
@@ -175,7 +167,7 @@ func Diagnose(t Telemetry) Diagnosis {
 
 	// fp32 on tensor cores.
 	computeShare := share(t.PhaseMs.Compute())
-	if gpu && t.TensorCores && t.products() == config.FP32 {
+	if gpu && t.TensorCores && (t.Precision == "fp32" || t.Precision == "") {
 		cs := computeShare
 		if t.PhaseMs.Compute() == 0 {
 			cs = 1 - dataShare - transferShare

@@ -10,12 +10,10 @@ import (
 	"os"
 
 	"github.com/fleetml/fleet/internal/atomicfile"
-	"github.com/fleetml/fleet/train/config"
 )
 
-// TelemetryFile is the name of the telemetry file in a run's folder
-// (config.TelemetryFile, which the run-folder rules count as a run's).
-const TelemetryFile = config.TelemetryFile
+// TelemetryFile is the name of the telemetry file in a run's folder.
+const TelemetryFile = "telemetry.json"
 
 // TelemetryVersion is the version of Telemetry's JSON form this package
 // writes.

@@ -13,10 +13,10 @@
 //
 // A setting is read as a string in one place only: Resolve parses the
 // device and pipeline lists, the precision and the batch, and everything
-// after it asks the Plan. So nothing above this package compares a device
-// kind or a precision by its name; the two questions the trainer asks of a
-// device's kind (does it compute on the CPU, is it one of CUDA's numbered
-// GPUs) are OnCPU and IsCUDA here.
+// after it asks the Plan. So nothing above this package compares a
+// precision by its name; the two questions the trainer asks of a device's
+// kind (does it compute on the CPU, is it one of CUDA's numbered GPUs) are
+// the registry's (backend.Device's OnCPU and IsCUDA).
 //
 // Errors name settings by their Config field in braces ({BatchSize}), as
 // package setting says; the command renders them as the flags the table

@@ -48,10 +48,10 @@ func (c Config) placeDevice() (Placement, error) {
 // device's, or a pipeline stage's.
 func (p Placement) onHost() bool {
 	if len(p.Stages) == 0 {
-		return OnCPU(p.Device)
+		return p.Device.OnCPU()
 	}
 	for _, d := range p.Stages {
-		if OnCPU(d) {
+		if d.OnCPU() {
 			return true
 		}
 	}
@@ -74,12 +74,12 @@ func (p Placement) Open() error {
 // devices moves to the k-th set of n (cuda:0,cuda:1 is cuda:2,cuda:3 on
 // local rank 1). CPU devices, which the processes share, stay.
 func (p Placement) ForLocalRank(k int, numbered bool) Placement {
-	if IsCUDA(p.Device) && !numbered {
+	if p.Device.IsCUDA() && !numbered {
 		p.Device.Index = k
 	}
 	cuda := len(p.Stages) > 0
 	for _, d := range p.Stages {
-		cuda = cuda && IsCUDA(d)
+		cuda = cuda && d.IsCUDA()
 	}
 	if cuda && k > 0 {
 		stages := make([]tensor.Device, len(p.Stages))
@@ -103,17 +103,6 @@ func (p Placement) Record(c *Config) {
 		c.Pipeline = strings.Join(names, ",")
 	}
 }
-
-// OnCPU reports whether d computes on the CPU (the CPU backend: cpu or a
-// logical cpu:N).
-func OnCPU(d tensor.Device) bool { return d.Kind == "cpu" }
-
-// IsCUDA reports whether d is an NVIDIA GPU: one process's own device,
-// which NCCL can reduce in. The trainer asks backends for what they can
-// do (backend.HostMemory, backend.ThreadBudget); what runs on the CPU
-// backend, NCCL and the GPUs of a node's local ranks are the two
-// questions it asks of a device's kind, here.
-func IsCUDA(d tensor.Device) bool { return d.Kind == "cuda" }
 
 // numbered reports whether a --device value names its device's number
 // (cuda:1), which a node's processes then keep (ForLocalRank).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
+	"github.com/fleetml/fleet/monitor/diagnose"
 )
 
 // DefaultRunsDir is the folder under which a run without --out gets a new
@@ -30,8 +31,6 @@ const (
 	BestFile      = "best.safetensors"
 	// CheckpointDir holds the run's checkpoints (see package checkpoint).
 	CheckpointDir = "checkpoints"
-	// TelemetryFile is the run's step telemetry (package diagnose).
-	TelemetryFile = "telemetry.json"
 	// PipelineFile is where a pipelined run writes its pipeline report.
 	PipelineFile = "pipeline.json"
 )
@@ -42,7 +41,7 @@ const runPrefix = "run-"
 // runFiles are the files and folders a run writes into its folder. A
 // folder holding any of them holds a run, finished or not.
 var runFiles = []string{ConfigFile, TokenizerFile, MetricsFile, SummaryFile, ModelFile, BestFile,
-	CheckpointDir, TelemetryFile, PipelineFile}
+	CheckpointDir, diagnose.TelemetryFile, PipelineFile}
 
 // runFilesIn lists the run files in dir, and its numbered run folders.
 func runFilesIn(dir string) []string {

@@ -17,7 +17,6 @@ import (
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train/config"
 )
 
 // deviceDDP all-reduces gradients in device memory over a DeviceGroup
@@ -170,7 +169,7 @@ const watchPeriod = 50 * time.Millisecond
 // NewNCCLGroup makes the device process group of a job: NCCL, its unique
 // id shared through the store (the default of Options.DeviceGroup).
 func NewNCCLGroup(store *dist.Store, dev tensor.Device) (dist.DeviceGroup, error) {
-	if !config.IsCUDA(dev) {
+	if !dev.IsCUDA() {
 		return nil, setting.Errorf("{DistBackend} nccl needs CUDA devices, not %v", dev)
 	}
 	var g *nccl.Group

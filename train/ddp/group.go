@@ -72,7 +72,7 @@ func useDeviceGroup(backend string, dev tensor.Device, pipelined bool) bool {
 	case "nccl":
 		return true
 	case "", "auto":
-		return config.IsCUDA(dev) && !pipelined
+		return dev.IsCUDA() && !pipelined
 	}
 	return false
 }
