@@ -12,10 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 // rank0 starts a one-rank job's store, logging to log.
-func rank0(t *testing.T, log *syncBuf) *Store {
+func rank0(t *testing.T, log *testenv.SyncBuffer) *Store {
 	t.Helper()
 	ln := listen(t)
 	s, err := NewStore(context.Background(), StoreConfig{Addr: ln.Addr().String(), Rank: 0, World: 1,
@@ -83,7 +85,7 @@ func refusalLines(t *testing.T, log string) (full []string, summaries []string, 
 // A flood of strangers costs a few log lines, not one a connection, and the
 // summary counts every refusal.
 func TestStoreRefusalFlood(t *testing.T) {
-	log := &syncBuf{}
+	log := &testenv.SyncBuffer{}
 	s := rank0(t, log)
 	const n = 300
 	start := time.Now()
@@ -129,7 +131,7 @@ func TestStoreRefusalFlood(t *testing.T) {
 func TestStoreRefusalInterval(t *testing.T) {
 	defer func(d time.Duration) { refusalInterval = d }(refusalInterval)
 	refusalInterval = 100 * time.Millisecond
-	log := &syncBuf{}
+	log := &testenv.SyncBuffer{}
 	s := rank0(t, log)
 	defer s.Close()
 	const n = 20
@@ -166,7 +168,7 @@ func TestStoreRefusalInterval(t *testing.T) {
 // and then say nothing, do not hold up rank 0's Close, which cuts them at
 // once and does not count them as refused.
 func TestStoreCloseCutsSilentConnections(t *testing.T) {
-	log := &syncBuf{}
+	log := &testenv.SyncBuffer{}
 	s := rank0(t, log)
 	var clients []net.Conn
 	defer func() {

@@ -12,27 +12,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetml/fleet/internal/testenv"
 )
 
 const testSecret = "s3cret-for-tests"
-
-// syncBuf is a log writer safe for concurrent use.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // listen reserves a loopback port for rank 0's store.
 func listen(t testing.TB) net.Listener {
@@ -46,11 +30,11 @@ func listen(t testing.TB) net.Listener {
 
 // job starts world ranks in this process, each with its own store client
 // and TCP group.
-func job(t testing.TB, world int, opts TCPOptions, log *syncBuf) []*TCPGroup {
+func job(t testing.TB, world int, opts TCPOptions, log *testenv.SyncBuffer) []*TCPGroup {
 	t.Helper()
 	ln := listen(t)
 	if log == nil {
-		log = &syncBuf{}
+		log = &testenv.SyncBuffer{}
 	}
 	groups := make([]*TCPGroup, world)
 	stores := make([]*Store, world)
@@ -292,7 +276,7 @@ func TestAsyncInFlight(t *testing.T) {
 }
 
 func TestStrangersRefused(t *testing.T) {
-	log := &syncBuf{}
+	log := &testenv.SyncBuffer{}
 	groups := job(t, 2, TCPOptions{}, log)
 	addr := groups[0].store.Addr()
 	// A client with the wrong secret.
@@ -341,7 +325,7 @@ func TestRendezvousTimeout(t *testing.T) {
 	start := time.Now()
 	for r := range 2 {
 		wg.Go(func() {
-			cfg := StoreConfig{Addr: addr, Rank: r, World: 4, Secret: testSecret, Timeout: time.Second, Log: &syncBuf{}}
+			cfg := StoreConfig{Addr: addr, Rank: r, World: 4, Secret: testSecret, Timeout: time.Second, Log: &testenv.SyncBuffer{}}
 			if r == 0 {
 				cfg.Listener = ln
 			}
@@ -496,7 +480,7 @@ func TestMismatchedCollectives(t *testing.T) {
 // refused and logged; the ring still forms.
 func TestRingStrangersRefused(t *testing.T) {
 	ln := listen(t)
-	log := &syncBuf{}
+	log := &testenv.SyncBuffer{}
 	stores := make([]*Store, 2)
 	must(t, each(make([]*TCPGroup, 2), func(r int, _ *TCPGroup) error {
 		cfg := StoreConfig{Addr: ln.Addr().String(), Rank: r, World: 2, Secret: testSecret, Timeout: 10 * time.Second, Log: log}
@@ -546,7 +530,7 @@ func TestRingStrangersRefused(t *testing.T) {
 }
 
 // waitLog waits a little for a line that another goroutine logs.
-func waitLog(t *testing.T, log *syncBuf, want string) {
+func waitLog(t *testing.T, log *testenv.SyncBuffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if strings.Contains(log.String(), want) {

@@ -166,29 +166,11 @@ func child(behaviour string) int {
 	return 91
 }
 
-// syncBuffer is a bytes.Buffer safe to read while Run writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runChildren runs Run with the test binary as the command.
 func runChildren(t *testing.T, behaviour string, o Options) (string, error) {
 	t.Helper()
 	testenv.NeedSelfExec(t)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	o.Command = []string{os.Args[0]}
 	o.Env = append(os.Environ(), childVar+"="+behaviour, dirVar+"="+t.TempDir())
 	o.Stdout, o.Stderr = &out, &out
@@ -431,7 +413,7 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -507,7 +489,7 @@ func TestRunOptionErrors(t *testing.T) {
 // TestRunSeparateStreams checks standard output and error stay apart.
 func TestRunSeparateStreams(t *testing.T) {
 	testenv.NeedSelfExec(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	err := Run(Options{NProcPerNode: 2, Command: []string{os.Args[0]}, Env: append(os.Environ(), childVar+"=env"),
 		Stdout: &stdout, Stderr: &stderr, Signals: make(chan os.Signal)})
 	if err != nil {

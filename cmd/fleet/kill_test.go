@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetml/fleet/checkpoint"
+	"github.com/fleetml/fleet/internal/testenv"
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train"
@@ -108,7 +108,7 @@ func startKill(t *testing.T, bin string, args []string, d time.Duration) bool {
 // moment of its work, however long a loaded machine takes to start it.
 func startKillAfter(t *testing.T, bin string, args []string, after string, d time.Duration) bool {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -137,24 +137,6 @@ func startKillAfter(t *testing.T, bin string, args []string, after string, d tim
 		<-done
 		return true
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a process writes while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestKillDuringCheckpoints kills the trainer with SIGKILL at random

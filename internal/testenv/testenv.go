@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"sync"
@@ -46,4 +47,24 @@ func NoOpenCL(t testing.TB, err error) {
 		t.Fatalf("no OpenCL device, and $FLEET_REQUIRE_OPENCL is set: %v", err)
 	}
 	t.Skipf("no OpenCL device: %v", err)
+}
+
+// SyncBuffer is a bytes.Buffer that one goroutine or process may write
+// while a test reads it: a log, or a child process's output.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
