@@ -39,8 +39,9 @@ func TestStepAllocations(t *testing.T) {
 			}
 			m.SetRecompute(tc.recompute)
 			s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
-			r := &run{cfg: c, dev: tensor.CPU, model: m, train: s, tel: newTelemetry(tensor.CPU),
-				opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+			r := newRun(c, tensor.CPU, nil)
+			r.model, r.train, r.tel = m, s, newTelemetry(tensor.CPU)
+			r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 			step := 0
 			for ; step < 2; step++ { // the first steps fill the pools
 				r.tel.begin(phH2D)

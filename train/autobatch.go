@@ -213,8 +213,7 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 	cfg.BatchSize, cfg.GradAccum, cfg.TokensPerStep, cfg.BatchAuto = b, 1, 0, false
 	tensor.ResetPeakMemory(dev)
 	base := tensor.MemStats(dev).Allocated
-	r := &run{cfg: cfg, dev: dev}
-	r.scaler = lossScaler(cfg)
+	r := newRun(cfg, dev, nil)
 	tokens := make([]int32, b*cfg.BlockSize+cfg.BlockSize+1)
 	g := rng.New(cfg.Seed)
 	for i := range tokens {
@@ -246,24 +245,18 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 
 // free returns the model's and optimizer's memory to the device pool.
 func (r *run) free() {
-	for _, t := range []*tensor.Tensor{r.stats.buf, r.upd.clipAcc, r.upd.clipCoef, r.upd.scalerState, r.upd.lrs} {
-		if t != nil {
-			t.Free()
-		}
+	freeAll(r.stats.buf)
+	r.stats.buf, r.stats.lossSum = nil, nil
+	if r.upd != nil {
+		r.upd.free()
+		r.upd = nil
 	}
-	r.stats.buf, r.stats.lossSum, r.upd.clipAcc, r.upd.clipCoef = nil, nil, nil, nil
-	r.upd.scalerState, r.upd.seed, r.upd.sched16, r.upd.lrs = nil, nil, nil, nil
 	for _, in := range r.g.in {
 		in[0].Free()
 		in[1].Free()
 	}
-	if r.g.sched != nil {
-		r.g.sched.Free()
-	}
-	if r.g.dropKey != nil {
-		r.g.dropKey.Free()
-	}
-	r.g.in, r.g.sched, r.g.dropKey = nil, nil, nil
+	freeAll(r.g.dropKey)
+	r.g.in, r.g.dropKey = nil, nil
 	if r.model != nil {
 		for _, p := range r.model.Parameters() {
 			if p.T.Grad != nil {

@@ -28,9 +28,10 @@ func benchCheckpoint(b *testing.B, mc model.Config) {
 		b.Fatal(err)
 	}
 	var log bytes.Buffer
-	r := &run{cfg: c, log: &log, dev: tensor.CPU, model: m,
-		opt:   optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95}),
-		sched: optim.Schedule{LR: 1e-3, MinLR: 1e-4, WarmupIters: 10, DecayIters: 100}}
+	r := newRun(c, tensor.CPU, &log)
+	r.model = m
+	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95})
+	r.sched = optim.Schedule{LR: 1e-3, MinLR: 1e-4, WarmupIters: 10, DecayIters: 100}
 	ck, err := newCheckpointer(r, config.RunConfig{Train: c, Model: mc})
 	if err != nil {
 		b.Fatal(err)

@@ -28,9 +28,9 @@ func (r *run) evaluate(step int, sum *Summary) error {
 	loss, progs := ms.evaluator()
 	rank, world := r.cfg.Rank, max(r.cfg.WorldSize, 1)
 	eval := func() {
-		progs.autocast(r.cfg.ProductDType(), func() { // evaluate as the model trains
-			tl = estimateLoss(r.model, progs, loss, r.evalTr, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
-			vl = estimateLoss(r.model, progs, loss, r.evalVal, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+		progs.autocast(r.prec.DType(), func() { // evaluate as the model trains
+			tl = estimateLoss(r.model, progs, loss, r.eval.train, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
+			vl = estimateLoss(r.model, progs, loss, r.eval.val, step, r.cfg.EvalIters, r.cfg.BatchSize, rank, world)
 		})
 	}
 	ms.evaluate(eval)

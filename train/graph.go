@@ -43,10 +43,9 @@ func (r *run) stepGraph(step int, lr float64) error {
 			return fmt.Errorf("step %d: %w", step+1, err)
 		}
 	}
-	if r.upd.lrFill { // no schedule (a Stepper): the rate given, outside the graph
-		if err := tensor.Catch(func() { tensor.Fill(r.upd.lrs, float32(lr)) }); err != nil {
-			return err
-		}
+	// No schedule (a Stepper): the rate given, outside the graph.
+	if err := tensor.Catch(func() { r.upd.setRate(lr) }); err != nil {
+		return err
 	}
 	tel.to(phForward) // the graph's phases are not told apart
 	if r.g.exec == nil {
@@ -62,8 +61,7 @@ func (r *run) stepGraph(step int, lr float64) error {
 }
 
 // openGraph readies what the graph reads: the batch buffers, the
-// learning-rate schedule and AdamW's constants (fp16's scaler has its
-// own), and the step clock, set to step.
+// updater's schedule (its clock), and the step clock, set to step.
 func (r *run) openGraph(step int) {
 	if _, ok := backendOf(r.dev).(backend.Grapher); !ok {
 		panic(&tensor.Error{Op: "cuda_graphs", Msg: fmt.Sprintf("%v cannot capture graphs (a CUDA device can)", r.dev)})
@@ -74,10 +72,7 @@ func (r *run) openGraph(step int) {
 				tensor.Empty(r.dev, tensor.I32, r.cfg.BatchSize, r.cfg.BlockSize),
 				tensor.Empty(r.dev, tensor.I32, r.cfg.BatchSize, r.cfg.BlockSize)})
 		}
-		if r.upd.scalerState == nil {
-			r.g.sched = tensor.Zeros(r.dev, 3)
-			r.openLRs()
-		}
+		r.upd.clock()
 		if r.cfg.Dropout > 0 {
 			r.g.dropKey = tensor.Empty(r.dev, tensor.I32, 2)
 		}
@@ -100,10 +95,7 @@ func (r *run) captureStep(step int) error {
 	tel := r.tel
 	r.tel = nil // no device marks inside a graph
 	err := tensor.Catch(func() {
-		sched, lrs := r.g.sched, r.upd.lrs
-		if r.upd.scalerState != nil {
-			sched, lrs = nil, nil // the scaler schedules fp16's steps itself
-		}
+		sched, lrs := r.upd.clock() // nil: the updater schedules the step itself
 		tensor.StepClock(r.stats.buf, sched, lrs, r.opt.Config.Beta1, r.opt.Config.Beta2)
 		if r.g.dropKey != nil {
 			tensor.StepDropoutKey(r.g.dropKey, r.stats.buf, r.cfg.Seed)
@@ -112,7 +104,9 @@ func (r *run) captureStep(step int) error {
 		for micro := 0; micro < r.cfg.GradAccum; micro++ {
 			r.microStep(-2, micro, r.g.in[micro][0], r.g.in[micro][1]) // -2: the step's number from the clock
 		}
-		r.update(-2, 0, nil)
+		if err := r.upd.apply(-2, 0, nil); err != nil {
+			panic(err)
+		}
 	})
 	r.tel = tel
 	g, endErr := gr.EndCapture()

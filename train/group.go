@@ -81,20 +81,31 @@ func (r *run) group() group {
 }
 
 // stepUpdate is the run's update for one step, as a group finishes the
-// step with it (ddp.Update): whole (update) or sharded (stepOnDevice with
-// the group's reduction).
-type stepUpdate struct{ r *run }
-
-func (u stepUpdate) Whole() { u.r.update(u.r.upd.step, u.r.upd.lr, u.r.upd.hook) }
-
-func (u stepUpdate) OnDevice(reduce func() error) error {
-	if u.r.upd.hook != nil {
-		u.r.upd.hook()
-	}
-	return u.r.stepOnDevice(u.r.upd.step, u.r.upd.lr, reduce)
+// step with it (ddp.Update): whole, or sharded with the group's reduction
+// of the clip's sum of squares. hook (nil: none) runs first: tests
+// inspect the complete gradients there. The run keeps the one it hands
+// over (run.fin), so that a step allocates nothing.
+type stepUpdate struct {
+	r    *run
+	step int
+	lr   float64
+	hook func()
 }
 
-func (u stepUpdate) ClipAcc() *tensor.Tensor { return u.r.upd.clipAcc }
+func (u *stepUpdate) Whole() {
+	if err := u.OnDevice(nil); err != nil {
+		panic(err) // with nothing to reduce, no updater fails
+	}
+}
+
+func (u *stepUpdate) OnDevice(reduce func() error) error {
+	if u.hook != nil {
+		u.hook()
+	}
+	return u.r.upd.apply(u.step, u.lr, reduce)
+}
+
+func (u *stepUpdate) ClipAcc() *tensor.Tensor { return u.r.upd.clipAcc() }
 
 // Test hooks of the data-parallel group: newDeviceGroup stands in for NCCL
 // (nil: NCCL), testDeviceBucket cuts small models into several buckets (0:

@@ -63,11 +63,7 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 				return err
 			}
 			sum.FinalTrainLoss = r.stats.lastLoss
-			if r.upd.scalerState != nil {
-				// The rate the device took: the schedule's position
-				// counts the skipped steps read just now.
-				lr = r.sched.At(r.scheduleStep(step))
-			}
+			lr = r.upd.rate(step, lr) // (fp16's scaler on the device decides it there)
 		}
 		if done%cfg.LogInterval == 0 || done == cfg.MaxIters {
 			if err := r.logWindow(done, lr, &st); err != nil {
@@ -190,7 +186,7 @@ func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 		m.LossScale = &sc
 	}
 	fmt.Fprintln(r.log)
-	gn := r.upd.gradNorm
+	gn := r.upd.gradNorm()
 	m.GradNorm = &gn
 	r.fillMetric(&m, st.n)
 	st.lossAcc, st.lossSteps, st.n, st.windowMs, st.windowWait = 0, 0, 0, 0, 0

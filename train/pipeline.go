@@ -92,16 +92,16 @@ func stageCounts(cfg Config, m *model.GPT, stages int) ([]int, error) {
 	return pipeline.Balance(layers, stages, first, last), nil
 }
 
-// newPipeRun places r's model on its stages' devices (r.stages). It runs before
-// the optimizer is made, so its moments live with their parameters.
-func newPipeRun(r *run) (*pipeRun, error) {
+// newPipeRun places r's model on its stages' devices, devs. It runs
+// before the optimizer is made, so its moments live with their
+// parameters.
+func newPipeRun(r *run, devs []tensor.Device) (*pipeRun, error) {
 	cfg := r.cfg
-	devs := r.stages
 	counts, err := stageCounts(cfg, r.model, len(devs))
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeRun{r: r, devs: devs, micros: max(cfg.MicroBatches, 1), dt: cfg.ProductDType(),
+	p := &pipeRun{r: r, devs: devs, micros: max(cfg.MicroBatches, 1), dt: r.prec.DType(),
 		meas: pipeMeasure{busy: make([]float64, len(devs)), schedPeak: make([]int64, len(devs)), runPeak: make([]int64, len(devs))}}
 	p.rows = cfg.BatchSize / p.micros
 	sch, err := pipeline.New(cfg.PipelineSchedule, len(devs), p.micros)
@@ -280,10 +280,7 @@ func (p *pipeRun) forwardBackward(step, micro int, x, y *tensor.Tensor) {
 	r := p.r
 	cfg := r.cfg
 	p.x, p.y = x, y
-	p.scale = 1 / float32(p.micros*cfg.GradAccum)
-	if r.scaler != nil {
-		p.scale *= r.scaler.Scale
-	}
+	p.scale = 1 / float32(p.micros*cfg.GradAccum) * r.upd.lossScale()
 	p.st.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro), cfg.BatchSize)
 	p.step = step
 	r.tel.to(phForward)

@@ -44,13 +44,13 @@ func BenchmarkPipeline(b *testing.B) {
 						b.Fatal(err)
 					}
 					s, _ := data.NewSampler(ids, c.BlockSize, 1, data.StreamTrain)
-					r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
+					r := newRun(c, tensor.CPU, io.Discard)
+					r.model, r.train = m, s
 					pl, err := c.Place()
 					if err != nil {
 						panic(err)
 					}
-					r.stages = pl.Stages
-					if r.pipe, err = newPipeRun(r); err != nil {
+					if r.pipe, err = newPipeRun(r, pl.Stages); err != nil {
 						b.Fatal(err)
 					}
 					defer r.close()

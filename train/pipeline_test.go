@@ -129,14 +129,14 @@ func TestPipelineStepGradients(t *testing.T) {
 		}
 		m.SetRecompute(c.Recompute)
 		s, _ := data.NewSampler(ids, c.BlockSize, 4, data.StreamTrain)
-		r := &run{cfg: c, log: io.Discard, dev: tensor.CPU, model: m, train: s}
+		r := newRun(c, tensor.CPU, io.Discard)
+		r.model, r.train = m, s
 		if c.Pipeline != "" {
 			pl, err := c.Place()
 			if err != nil {
 				panic(err)
 			}
-			r.stages = pl.Stages
-			if r.pipe, err = newPipeRun(r); err != nil {
+			if r.pipe, err = newPipeRun(r, pl.Stages); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -191,7 +191,8 @@ func (s *setup) release(err error) {
 // telemetry, and writes config.json and the tokenizer (rank 0).
 func (s *setup) build() (r *run, err error) {
 	cfg, log, ds, dev := s.cfg, s.log, s.ds, s.plan.Place.Device
-	r = &run{cfg: cfg, log: log, dev: dev, stages: s.plan.Place.Stages, feed: feed{checkIDs: ds.checkIDs}, simulated: simulated(dev)}
+	r = newRun(cfg, dev, log)
+	r.feed.checkIDs, r.simulated = ds.checkIDs, simulated(dev)
 	if r.simulated && cfg.Rank == 0 {
 		fmt.Fprintf(log, "simulated GPU: %v executes nothing; losses are n/a, times are the host's, and no weights are written\n", dev)
 	}
@@ -205,10 +206,10 @@ func (s *setup) build() (r *run, err error) {
 	if r.train, err = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamTrain); err != nil {
 		return r, fmt.Errorf("train split: %w", err)
 	}
-	if r.evalVal, err = data.NewTokenSampler(ds.val, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
+	if r.eval.val, err = data.NewTokenSampler(ds.val, cfg.BlockSize, cfg.Seed, data.StreamEvalVal); err != nil {
 		return r, fmt.Errorf("validation split: %w", err)
 	}
-	r.evalTr, _ = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
+	r.eval.train, _ = data.NewTokenSampler(ds.train, cfg.BlockSize, cfg.Seed, data.StreamEvalTrain)
 	r.feed.vocab = ds.vocab
 
 	mc := cfg.ModelConfig(ds.vocab)
@@ -222,8 +223,8 @@ func (s *setup) build() (r *run, err error) {
 		}
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
-	if len(r.stages) > 0 { // before the optimizer: its moments live with their parameters
-		if r.pipe, err = newPipeRun(r); err != nil {
+	if st := s.plan.Place.Stages; len(st) > 0 { // before the optimizer: its moments live with their parameters
+		if r.pipe, err = newPipeRun(r, st); err != nil {
 			return r, err
 		}
 	}
@@ -242,7 +243,6 @@ func (s *setup) build() (r *run, err error) {
 		return r, fmt.Errorf("optimizer state: %w", err)
 	}
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.DecayIters()}
-	r.scaler = lossScaler(cfg)
 	r.tel = newTelemetry(dev)
 	r.perf.flopsPerToken = r.model.FLOPsPerToken(cfg.BlockSize)
 	r.logSetup(ds)
@@ -277,7 +277,7 @@ func (r *run) logSetup(ds *dataset) {
 // what, and the device's peak for its MFU.
 func (r *run) summary(ds *dataset) Summary {
 	var peakSrc string
-	r.perf.peakFLOPs, peakSrc = peakFLOPs(r.dev, r.cfg.ProductDType())
+	r.perf.peakFLOPs, peakSrc = peakFLOPs(r.dev, r.prec.DType())
 	sum := Summary{Config: r.cfg, Model: r.model.Config, Device: r.dev.String(), NumParams: r.model.NumParams(), Data: ds.desc,
 		TrainTokens: ds.train.Len(), ValTokens: ds.val.Len(), BestValLoss: math.Inf(1),
 		FLOPsPerToken: r.perf.flopsPerToken, PeakFLOPs: r.perf.peakFLOPs, PeakSource: peakSrc, Simulated: r.simulated}

@@ -2,11 +2,9 @@ package train
 
 import (
 	"fmt"
-	"math"
 
-	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // step runs one optimizer step: GradAccum micro-steps of forward and
@@ -70,8 +68,8 @@ func (r *run) stepWithHook(step int, lr float64, hook func()) error {
 		return fmt.Errorf("step %d: %w", step+1, err)
 	}
 	tel.to(phOptimizer)
-	r.upd.step, r.upd.lr, r.upd.hook = step, lr, hook
-	if err := grp.Finish(stepUpdate{r}); err != nil {
+	r.fin = stepUpdate{r, step, lr, hook}
+	if err := grp.Finish(&r.fin); err != nil {
 		return fmt.Errorf("step %d: %w", step+1, err)
 	}
 	return nil
@@ -89,7 +87,7 @@ func (r *run) openStepState(step int) {
 	if !ms.pipelined() {
 		r.opt.Pack()
 	}
-	if r.cfg.ProductDType() == tensor.BF16 {
+	if r.prec == config.BF16 {
 		// bf16 activations' products read the weights' bf16 copies,
 		// which AdamW rewrites in its own pass: written here once, after
 		// anything that set the weights (a resume, the broadcast).
@@ -98,55 +96,9 @@ func (r *run) openStepState(step int) {
 	r.stats.buf = tensor.NewStats(ms.lossDevice())
 	r.stats.lossSum = r.stats.buf.Rows(0, 1)
 	r.stats.at = step
-	if !ms.pipelined() && !(r.scaler != nil && r.upd.hostScaler) {
-		r.upd.clipAcc, r.upd.clipCoef = tensor.Zeros(r.dev), tensor.Zeros(r.dev)
-		if r.scaler != nil {
-			r.openScaler()
-		}
+	if r.upd == nil { // (a test may have chosen one)
+		r.upd = r.newUpdater()
 	}
-}
-
-// openScaler puts fp16's loss scaler on the device: its state from the
-// host's scaler (a resumed one's), and the learning-rate schedule as a
-// table of the run's steps, so that a skipped step, decided there, holds
-// the schedule back there.
-func (r *run) openScaler() {
-	s := r.scaler
-	st := make([]float32, backend.ScalerStateLen)
-	st[backend.ScalerScale], st[backend.ScalerTracker], st[backend.ScalerSkipped] = s.Scale, float32(s.Tracker), float32(s.Skipped)
-	st[backend.ScalerSeed] = s.Scale / float32(r.cfg.GradAccum)
-	r.upd.scalerState = tensor.FromFloat32s(r.dev, st, len(st))
-	r.upd.seed = r.upd.scalerState.Rows(backend.ScalerSeed, backend.ScalerSeed+1).Reshape()
-	r.upd.sched16 = r.upd.scalerState.Rows(backend.ScalerLR, backend.ScalerLR+3)
-	r.openLRs()
-}
-
-// openLRs puts the learning-rate schedule on the device, a rate per step
-// of the run (lrFill: one, set each step, where there is no schedule).
-func (r *run) openLRs() {
-	if r.upd.lrs != nil {
-		return
-	}
-	if r.sched == (optim.Schedule{}) {
-		r.upd.lrs, r.upd.lrFill = tensor.Zeros(r.dev, 1), true
-		return
-	}
-	lrs := make([]float32, max(r.cfg.MaxIters, 1))
-	for i := range lrs {
-		lrs[i] = float32(r.sched.At(i))
-	}
-	r.upd.lrs = tensor.FromFloat32s(r.dev, lrs, len(lrs))
-}
-
-// readScaler copies the device's scaler state into the host's scaler, and
-// AdamW's step count (the updates taken) into the optimizer, after done
-// steps: at read points, for the log, telemetry and checkpoints.
-func (r *run) readScaler(done int) {
-	var st [backend.ScalerStateLen]float32
-	r.upd.scalerState.ReadFloat32s(st[:])
-	s := r.scaler
-	s.Scale, s.Tracker, s.Skipped = st[backend.ScalerScale], int(st[backend.ScalerTracker]), int(st[backend.ScalerSkipped])
-	r.opt.Steps = done - s.Skipped
 }
 
 // readStats reads the step statistics (a host wait, at read points
@@ -156,6 +108,7 @@ func (r *run) readScaler(done int) {
 func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads int) {
 	v := r.stats.host[:]
 	r.stats.buf.ReadFloat32s(v)
+	r.upd.read(done, v)
 	tensor.Fill(r.stats.lossSum, 0)
 	if steps = done - r.stats.at; steps > 0 {
 		meanLoss = float64(v[0]) / float64(steps)
@@ -166,17 +119,6 @@ func (r *run) readStats(done int) (meanLoss float64, steps, badLoss, badGrads in
 	}
 	if v[3] >= 0 {
 		badGrads = int(v[3])
-	}
-	if r.upd.clipCoef != nil {
-		r.upd.gradNorm = float64(v[2])
-	}
-	if r.upd.scalerState != nil {
-		r.readScaler(done)
-	} else if r.g.exec != nil {
-		r.opt.Steps = done // the replays' updates, which the host does not count
-	}
-	if r.upd.hostBadGrads > 0 && (badGrads == 0 || r.upd.hostBadGrads < badGrads) {
-		badGrads = r.upd.hostBadGrads
 	}
 	return meanLoss, steps, badLoss, badGrads
 }
@@ -200,16 +142,11 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	}
 	tensor.Step(func() {
 		var loss *tensor.Tensor
-		tensor.Autocast(cfg.ProductDType(), func() { loss = r.model.Loss(x, y) })
+		tensor.Autocast(r.prec.DType(), func() { loss = r.model.Loss(x, y) })
 		tensor.TrackLoss(r.stats.buf, loss, 1/float32(cfg.GradAccum), step+1)
-		var seed *tensor.Tensor
-		switch {
-		case r.upd.seed != nil: // fp16's scale/accumulation, on the device
-			seed = r.upd.seed
-		case r.scaler != nil:
-			loss = tensor.Scale(loss, r.scaler.Scale/float32(cfg.GradAccum))
-		case cfg.GradAccum > 1:
-			loss = tensor.Scale(loss, 1/float32(cfg.GradAccum))
+		seed := r.upd.seed() // fp16's scale and accumulation's, on the device
+		if f := r.upd.lossScale() / float32(cfg.GradAccum); seed == nil && f != 1 {
+			loss = tensor.Scale(loss, f)
 		}
 		tel.to(phBackward)
 		if h := r.group().Hook(); h != nil && micro == cfg.GradAccum-1 {
@@ -222,83 +159,4 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 			loss.Backward()
 		}
 	})
-}
-
-// update finishes an optimizer step once the gradients are complete: the
-// hook (tests inspect the gradients there), fp16's unscaling, clipping
-// (over every device the parameters are on), and AdamW, unless the loss scaler finds inf or NaN gradients,
-// when the step is skipped and the weights and AdamW state are untouched.
-// It reports whether the weights moved.
-func (r *run) update(step int, lr float64, hook func()) bool {
-	if hook != nil {
-		hook()
-	}
-	if r.upd.scalerState != nil || r.upd.clipCoef != nil {
-		r.stepOnDevice(step, lr, nil) // with nothing to reduce, it cannot fail
-		return true
-	}
-	if r.scaler != nil {
-		inv := 1 / r.scaler.Scale
-		for _, p := range r.opt.Params {
-			if g := p.T.Grad; g != nil {
-				tensor.ScaleInPlace(g, inv)
-			}
-		}
-	}
-	norm := optim.ClipGradNorm(r.opt.Params, r.cfg.GradClip)
-	r.upd.gradNorm = norm
-	if r.scaler == nil && !finite(norm) {
-		// Without a loss scaler, whose business such steps are, gradients
-		// that are not finite would make AdamW's every weight NaN: the
-		// update is not applied, and the run stops (see diverged).
-		if r.upd.hostBadGrads == 0 {
-			r.upd.hostBadGrads = step + 1
-		}
-		r.opt.ZeroGrad()
-		return false
-	}
-	if r.scaler != nil && !r.scaler.Update(!math.IsInf(norm, 0) && !math.IsNaN(norm)) {
-		r.opt.ZeroGrad()
-		return false
-	}
-	r.opt.SetLR(float32(lr))
-	r.opt.Step()
-	r.opt.ZeroGrad()
-	return true
-}
-
-// stepOnDevice is update's step where the clip (and fp16's loss scaler)
-// run on the device, read by nothing: the gradients' sum of squares, then,
-// where reduce is given, its sum over the group's shards (ZeRO-1), then
-// the clip coefficient (or the scaler's unscaling, clip, decision and the
-// step's learning rate and AdamW constants, which the schedule's position,
-// held back by skipped steps, gives: whether the weights moved is known
-// there only), AdamW and the zeroing. A step captured in a graph (step
-// < 0) takes its rate and constants from the step clock. It returns
-// reduce's error, having stepped nothing.
-func (r *run) stepOnDevice(step int, lr float64, reduce func() error) error {
-	r.opt.GradSumSquares(r.upd.clipAcc)
-	if reduce != nil {
-		if err := reduce(); err != nil {
-			return err
-		}
-	}
-	switch {
-	case r.upd.scalerState != nil:
-		if r.upd.lrFill && step >= 0 { // (a captured step's is set outside its graph)
-			tensor.Fill(r.upd.lrs, float32(lr))
-		}
-		tensor.ScalerCoef(r.upd.clipCoef, r.stats.buf, r.upd.clipAcc, r.upd.scalerState, r.upd.lrs, r.cfg.GradClip, step,
-			r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
-		r.opt.StepSched(r.upd.clipCoef, r.upd.sched16)
-	case step < 0:
-		tensor.ClipCoef(r.upd.clipCoef, r.stats.buf, r.upd.clipAcc, r.cfg.GradClip, -1)
-		r.opt.StepSched(r.upd.clipCoef, r.g.sched)
-	default:
-		tensor.ClipCoef(r.upd.clipCoef, r.stats.buf, r.upd.clipAcc, r.cfg.GradClip, step+1)
-		r.opt.SetLR(float32(lr))
-		r.opt.StepScaled(r.upd.clipCoef)
-	}
-	r.opt.ZeroGrad()
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
-	"github.com/fleetml/fleet/train/config"
 	"github.com/fleetml/fleet/train/ddp"
 )
 
@@ -22,8 +21,8 @@ type Stepper struct{ r *run }
 // precision and optimizer settings (cfg must be valid, with its
 // accumulation resolved), drawing its batches from s.
 func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *Stepper {
-	r := &run{cfg: cfg, dev: dev, model: m, train: s, log: io.Discard}
-	r.scaler = lossScaler(cfg)
+	r := newRun(cfg, dev, io.Discard)
+	r.model, r.train = m, s
 	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR),
 		Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
 	return &Stepper{r: r}
@@ -65,12 +64,3 @@ func (s *Stepper) TokensPerStep() int { return s.r.tokensPerStep() }
 
 // Close stops the Stepper's loader and frees its staging memory.
 func (s *Stepper) Close() { s.r.close() }
-
-// lossScaler is the dynamic loss scaler of a precision that needs one
-// (fp16), or nil.
-func lossScaler(cfg Config) *optim.GradScaler {
-	if p, _ := config.ParsePrecision(cfg.Precision); p.LossScaled() {
-		return optim.NewGradScaler()
-	}
-	return nil
-}

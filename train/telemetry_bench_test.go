@@ -29,8 +29,9 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &run{cfg: cfg, dev: tensor.CPU, model: m, train: s,
-		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+	r := newRun(cfg, tensor.CPU, nil)
+	r.model, r.train = m, s
+	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 	defer r.close()
 	tel := newTelemetry(tensor.CPU)
 	var on, off []float64

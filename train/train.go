@@ -15,6 +15,7 @@ import (
 	"github.com/fleetml/fleet/monitor/sysstat"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // run holds one training run's state, in parts: the data it feeds the
@@ -25,30 +26,30 @@ type run struct {
 	// simulated: the device executes nothing (a simulated GPU): losses
 	// are n/a, nothing is checked for being finite, and no weights are
 	// written.
-	simulated bool
-	cfg       Config
-	log       io.Writer
-	dev       tensor.Device
-	model     *model.GPT
-	opt       *optim.AdamW
-	sched     optim.Schedule
-	train     *data.Sampler
-	feed      feed
-	// evalTr and evalVal draw the evaluations' windows of each split.
-	evalTr, evalVal *data.Sampler
-	ckpt            *checkpointer
-	scaler          *optim.GradScaler // loss scaling, for fp16 products; nil otherwise
-	upd             updateState
-	stats           deviceStats
-	g               graphStep
-	tel             *telemetry // step phase timing; nil: off
-	perf            perf
-	out             outputs
-	grp             group           // data parallelism; nil: this process alone
-	pipe            *pipeRun        // --pipeline: the model's stages; nil: one device
-	stages          []tensor.Device // --pipeline: the stages' devices
-	at              int             // the step the loop is at
-	evaluating      bool            // the loop is evaluating
+	simulated  bool
+	cfg        Config
+	prec       config.Precision // cfg.Precision, typed once (newRun)
+	log        io.Writer
+	dev        tensor.Device
+	model      *model.GPT
+	opt        *optim.AdamW
+	sched      optim.Schedule
+	train      *data.Sampler
+	feed       feed
+	eval       struct{ train, val *data.Sampler } // the evaluations' windows of each split
+	ckpt       *checkpointer
+	scaler     *optim.GradScaler // loss scaling, for fp16 products; nil otherwise
+	upd        updater           // clipping, fp16 loss scaling and the optimizer step; nil until the first step
+	fin        stepUpdate        // the step being finished, as the group is handed it
+	stats      deviceStats
+	g          graphStep
+	tel        *telemetry // step phase timing; nil: off
+	perf       perf
+	out        outputs
+	grp        group    // data parallelism; nil: this process alone
+	pipe       *pipeRun // --pipeline: the model's stages; nil: one device
+	at         int      // the step the loop is at
+	evaluating bool     // the loop is evaluating
 }
 
 // feed is how a run's micro-batches reach the device.
@@ -65,38 +66,6 @@ type feed struct {
 	opened   bool
 	fill     filler        // batch, or the loader's, timed
 	wait     time.Duration // time spent in fill, in all
-}
-
-// updateState is the update's clipping and fp16 loss scaling: on the
-// device where one device computes the loss, else on the host.
-type updateState struct {
-	// clipAcc and clipCoef clip the gradients on the device (one device):
-	// the sum of squares and the coefficient AdamW applies. nil where the
-	// host clips.
-	clipAcc, clipCoef *tensor.Tensor
-	// With fp16 on one device the loss scaler lives on the device too:
-	// scalerState (backend.ScalerStateLen elements; the host's scaler is
-	// its copy as of the last read point), seed the backward pass's seed
-	// (a view of it), lrs the learning-rate schedule it indexes; lrFill
-	// when there is no schedule (a Stepper), whose one entry each step
-	// sets to the rate it is given.
-	// sched16 is the state's learning rate and AdamW constants (a view).
-	scalerState, seed, sched16, lrs *tensor.Tensor
-	lrFill                          bool
-	// hostScaler keeps fp16's scaler on the host (as pipelines have it),
-	// reading the gradient norm every step: tests hold the device's
-	// scaler to it.
-	hostScaler bool
-	gradNorm   float64 // the last gradient norm read, before clipping
-	// hostBadGrads is the first step whose gradients were not finite
-	// where clipping reads the norm on the host (a loss scaler, several
-	// devices); 0: none. The device path keeps it in stats.
-	hostBadGrads int
-	// step, lr and hook are the step being updated, its learning rate
-	// and the hook to run before the update (stepUpdate's).
-	step int
-	lr   float64
-	hook func()
 }
 
 // deviceStats are the step statistics on the device that computes the
@@ -120,11 +89,10 @@ type deviceStats struct {
 type graphStep struct {
 	// exec is launched for every step after warm plain ones; in the
 	// batch buffers it reads, one pair per micro-step; sched AdamW's
-	// constants the step clock writes (fp16's scaler writes its own).
-	exec  backend.Graph
-	in    [][2]*tensor.Tensor
-	sched *tensor.Tensor
-	warm  int
+	// constants the step clock writes (the updater's clock).
+	exec backend.Graph
+	in   [][2]*tensor.Tensor
+	warm int
 	// dropKey is the captured step's dropout key, two I32 hashed on the
 	// device every step (tensor.StepDropoutKey), which every micro-step
 	// reads.
@@ -147,6 +115,18 @@ type outputs struct {
 	status  *statusLine      // the live line on a terminal; nil: none
 	sampler *sysstat.Sampler // device utilisation in the background; nil: none
 	sinks   *sinks           // TensorBoard and Prometheus; nil: neither
+}
+
+// newRun is a run of cfg on dev that logs to log: its precision typed
+// once, and fp16's loss scaler where the precision scales the loss. The
+// rest (model, optimizer, data) its maker fills in.
+func newRun(cfg Config, dev tensor.Device, log io.Writer) *run {
+	prec, _ := config.ParsePrecision(cfg.Precision) // (Validate refuses the others)
+	r := &run{cfg: cfg, prec: prec, dev: dev, log: log}
+	if prec.LossScaled() {
+		r.scaler = optim.NewGradScaler()
+	}
+	return r
 }
 
 // close releases the staging slots, stops the loader, closes the

@@ -151,8 +151,9 @@ func checkGradAccumulation(t *testing.T, dropout float64) {
 			t.Fatal(err)
 		}
 		s, _ := data.NewSampler(ids, c.BlockSize, 3, data.StreamTrain)
-		r := &run{cfg: c, dev: tensor.CPU, model: m, train: s,
-			opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})}
+		r := newRun(c, tensor.CPU, nil)
+		r.model, r.train = m, s
+		r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
 		// Capture the gradients before the update by running the
 		// micro-steps through the trainer and inspecting after clipping.
 		var grads [][]float32

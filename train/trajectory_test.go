@@ -45,20 +45,20 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 	losses, _ := f.Tensors["losses"].Float64s()
 	lrs, _ := f.Tensors["lrs"].Float64s()
 	n := c.BatchSize * c.BlockSize
-	r := &run{cfg: c, dev: tensor.CPU, model: m,
-		feed: feed{batch: func(step, _ int, x, y []int32) {
-			if step >= steps { // the trainer prefetches the batch after the last
-				clear(x)
-				clear(y)
-				return
-			}
-			copy(x, xs[step*n:(step+1)*n])
-			copy(y, ys[step*n:(step+1)*n])
-		}},
-		opt: optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(c.LR), Beta1: float32(c.Beta1),
-			Beta2: float32(c.Beta2), Eps: float32(md("eps")), WeightDecay: float32(c.WeightDecay)}),
-		sched: optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.DecayIters()},
+	r := newRun(c, tensor.CPU, nil)
+	r.model = m
+	r.feed.batch = func(step, _ int, x, y []int32) {
+		if step >= steps { // the trainer prefetches the batch after the last
+			clear(x)
+			clear(y)
+			return
+		}
+		copy(x, xs[step*n:(step+1)*n])
+		copy(y, ys[step*n:(step+1)*n])
 	}
+	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(c.LR), Beta1: float32(c.Beta1),
+		Beta2: float32(c.Beta2), Eps: float32(md("eps")), WeightDecay: float32(c.WeightDecay)})
+	r.sched = optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.DecayIters()}
 	for s := 0; s < steps; s++ {
 		lr := r.sched.At(s)
 		if math.Abs(lr-lrs[s]) > 1e-12 {
