@@ -334,6 +334,11 @@ const (
 // Attention describes a causal self-attention call.
 type Attention struct {
 	B, T, C, H int
+	// KVH, where not 0, is the number of key/value heads, dividing H:
+	// query head h reads key/value head h/(H/KVH) (grouped-query
+	// attention; 1: multi-query). qkv is then [B, T, C + 2·KVH·C/H].
+	// Only a LlamaBlocks backend takes it.
+	KVH int
 	// Round, where BF16 or F16, lets a backend that rounds operands
 	// within its products (an OperandRounder) compute the products on F32
 	// storage with q, k, v, dout and the probabilities rounded to that
@@ -349,6 +354,7 @@ func (a Attention) SavedLen() int { return a.B * a.H * a.T }
 // AttentionKV describes an inference attention call against a cache.
 type AttentionKV struct {
 	B, T, C, H int
+	KVH        int // as Attention's; the caches are [B, MaxT, KVH·C/H]
 	Pos, MaxT  int
 }
 

@@ -68,17 +68,20 @@ func rowMax(x []float32) float32 {
 // and a second product with V. Only each row's log-sum-exp is saved; the
 // backward pass recomputes the probabilities. One goroutine per
 // (batch, head), each with a fixed order of work.
+//
+// With grouped keys and values (p.KVH), query head h reads key/value head
+// h/(H/KVH) where it lies in the packed qkv, repeated in no memory.
 func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 	if anyBF16(out, qkv) {
 		w := widening{c: c}
-		q := w.in(qkv, p.B*p.T*3*p.C)
+		q := w.in(qkv, p.B*p.T*p.Width())
 		c.Attention(p, w.out(out, p.B*p.T*p.C), saved, q)
 		w.done()
 		return
 	}
 	B, T, C := p.B, p.T, p.C
 	runTask(c, &attentionTasks, B*p.H, 1, attentionTask{
-		p: p, o: f32(out)[:B*T*C], lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*3*C],
+		p: p, o: f32(out)[:B*T*C], lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*p.Width()],
 	})
 }
 
@@ -100,6 +103,7 @@ var (
 func (at *attentionTask) do(lo, hi int) {
 	T, C, H := at.p.T, at.p.C, at.p.H
 	hd := C / H
+	W, kvh := at.p.Width(), at.p.KVHeads()
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	o, lse, x := at.o, at.lse, at.x
 	w := getAttnWork()
@@ -107,15 +111,16 @@ func (at *attentionTask) do(lo, hi int) {
 	S := w.grow(attnQB * T)
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/H, bh%H
+		g := h / (H / kvh)
 		// q, k and v of head h are read where they lie in the packed
-		// qkv, rows 3C apart.
-		base := b*T*3*C + h*hd
-		K, V := mat{x[base+C:], 3 * C, true}, mat{x[base+2*C:], 3 * C, false}
+		// qkv, rows W apart (3C for multi-head attention).
+		qb0, kb0, vb0 := b*T*W+h*hd, b*T*W+C+g*hd, b*T*W+C+kvh*hd+g*hd
+		K, V := mat{x[kb0:], W, true}, mat{x[vb0:], W, false}
 		for q0 := 0; q0 < T; q0 += attnQB {
 			qb := min(attnQB, T-q0)
 			kn := q0 + qb
 			s := S[:qb*kn]
-			w.gemmSerial(mat{x[base+q0*3*C:], 3 * C, false}, K, s, kn, qb, kn, hd, 1, 0)
+			w.gemmSerial(mat{x[qb0+q0*W:], W, false}, K, s, kn, qb, kn, hd, 1, 0)
 			causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:], scale)
 			// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
 			w.gemmSerial(mat{s, kn, false}, V, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
@@ -127,90 +132,111 @@ func (at *attentionTask) do(lo, hi int) {
 // query block it recomputes P from the saved log-sum-exp, then
 // dV += Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dO ⊙ O)),
 // dQ = scale·dS K and dK += scale·dSᵀ Q, all as matrix products.
+// With grouped keys and values, a goroutine takes a (batch, key/value
+// head) pair and its query heads in turn, so that dK and dV add up the
+// group's heads in a fixed order.
 func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
+	nq := p.B * p.T * p.Width()
 	if anyBF16(dqkv, dout, out, qkv) {
 		w := widening{c: c}
 		n := p.B * p.T * p.C
-		d, o, q := w.in(dout, n), w.in(out, n), w.in(qkv, 3*n)
-		c.AttentionBackward(p, w.out(dqkv, 3*n), d, o, saved, q)
+		d, o, q := w.in(dout, n), w.in(out, n), w.in(qkv, nq)
+		c.AttentionBackward(p, w.out(dqkv, nq), d, o, saved, q)
 		w.done()
 		return
 	}
 	B, T, C := p.B, p.T, p.C
-	runTask(c, &attentionBackwardTasks, B*p.H, 1, attentionBackwardTask{
-		p: p, d: f32(dqkv)[:B*T*3*C], g: f32(dout)[:B*T*C], o: f32(out)[:B*T*C],
-		lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*3*C],
+	runTask(c, &attentionBackwardTasks, B*p.KVHeads(), 1, attentionBackwardTask{
+		p: p, d: f32(dqkv)[:nq], g: f32(dout)[:B*T*C], o: f32(out)[:B*T*C],
+		lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:nq],
 	})
 }
 
 func (at *attentionBackwardTask) do(lo, hi int) {
+	H, kvh := at.p.H, at.p.KVHeads()
+	for bg := lo; bg < hi; bg++ {
+		b, g := bg/kvh, bg%kvh
+		for h := g * (H / kvh); h < (g+1)*(H/kvh); h++ {
+			at.head(b, h, g, h == g*(H/kvh))
+		}
+	}
+}
+
+// head adds query head h's share to the gradients of batch b: its dq,
+// and its part of dk and dv of key/value head kg (cleared first where
+// first).
+func (at *attentionBackwardTask) head(b, h, kg int, first bool) {
 	T, C, H := at.p.T, at.p.C, at.p.H
 	hd := C / H
+	W, kvh := at.p.Width(), at.p.KVHeads()
+	bh := b*H + h
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	d, g, o, lse, x := at.d, at.g, at.o, at.lse, at.x
 	w := getAttnWork()
 	defer attnPool.put(w)
 	buf := w.grow(2*attnQB*T + T)
 	P, dP, D := buf[:attnQB*T], buf[attnQB*T:2*attnQB*T], buf[2*attnQB*T:]
-	for bh := lo; bh < hi; bh++ {
-		b, h := bh/H, bh%H
-		// Every operand is read, and dq, dk and dv written, where it lies:
-		// q, k, v and their gradients rows 3C apart in the packed qkv
-		// and dqkv, dout and out rows C apart.
-		base, gb := b*T*3*C+h*hd, b*T*C+h*hd
-		K, Kt, Vt := mat{x[base+C:], 3 * C, false}, mat{x[base+C:], 3 * C, true}, mat{x[base+2*C:], 3 * C, true}
-		for t := 0; t < T; t++ {
-			gr, or := g[gb+t*C:gb+t*C+hd], o[gb+t*C:gb+t*C+hd]
-			var dot float32
-			for i, v := range gr {
-				dot += v * or[i]
-			}
-			D[t] = dot
-			// dk and dv accumulate over the query blocks.
-			clear(d[base+t*3*C+C : base+t*3*C+C+hd])
-			clear(d[base+t*3*C+2*C : base+t*3*C+2*C+hd])
+	// Every operand is read, and dq, dk and dv written, where it lies:
+	// q, k, v and their gradients rows W apart in the packed qkv
+	// and dqkv (3C for multi-head attention), dout and out rows C
+	// apart.
+	qb0, kb0, vb0, gb := b*T*W+h*hd, b*T*W+C+kg*hd, b*T*W+C+kvh*hd+kg*hd, b*T*C+h*hd
+	K, Kt, Vt := mat{x[kb0:], W, false}, mat{x[kb0:], W, true}, mat{x[vb0:], W, true}
+	for t := 0; t < T; t++ {
+		gr, or := g[gb+t*C:gb+t*C+hd], o[gb+t*C:gb+t*C+hd]
+		var dot float32
+		for i, v := range gr {
+			dot += v * or[i]
 		}
-		for q0 := 0; q0 < T; q0 += attnQB {
-			qb := min(attnQB, T-q0)
-			kn := q0 + qb
-			pm, dpm := P[:qb*kn], dP[:qb*kn]
-			Q, dO := mat{x[base+q0*3*C:], 3 * C, false}, mat{g[gb+q0*C:], C, false}
-			// Every product runs with alpha 1 (A read in place): the
-			// score scale is applied in the exp pass and folded into dS.
-			w.gemmSerial(Q, Kt, pm, kn, qb, kn, hd, 1, 0)
-			for i := 0; i < qb; i++ {
-				row := pm[i*kn : (i+1)*kn]
-				n := q0 + i + 1
-				expAffineChunk(row[:n], row[:n], scale, lse[bh*T+q0+i]) // exp(x·scale - lse)
-				clear(row[n:])
-			}
-			w.gemmSerial(mat{pm, kn, true}, dO, d[base+2*C:], 3*C, kn, hd, qb, 1, 1)
-			w.gemmSerial(dO, Vt, dpm, kn, qb, kn, hd, 1, 0)
-			for i := 0; i < qb; i++ {
-				n := q0 + i + 1 // P is 0 past the diagonal, and so is dS
-				pr, dr := pm[i*kn:i*kn+n], dpm[i*kn:(i+1)*kn]
-				di := D[q0+i]
-				for s, p := range pr {
-					dr[s] = scale * p * (dr[s] - di)
-				}
-				clear(dr[n:])
-			}
-			w.gemmSerial(mat{dpm, kn, false}, K, d[base+q0*3*C:], 3*C, qb, hd, kn, 1, 0)
-			w.gemmSerial(mat{dpm, kn, true}, Q, d[base+C:], 3*C, kn, hd, qb, 1, 1)
+		D[t] = dot
+		if first { // dk and dv accumulate over the query blocks and the group's heads
+			clear(d[kb0+t*W : kb0+t*W+hd])
+			clear(d[vb0+t*W : vb0+t*W+hd])
 		}
+	}
+	for q0 := 0; q0 < T; q0 += attnQB {
+		qb := min(attnQB, T-q0)
+		kn := q0 + qb
+		pm, dpm := P[:qb*kn], dP[:qb*kn]
+		Q, dO := mat{x[qb0+q0*W:], W, false}, mat{g[gb+q0*C:], C, false}
+		// Every product runs with alpha 1 (A read in place): the
+		// score scale is applied in the exp pass and folded into dS.
+		w.gemmSerial(Q, Kt, pm, kn, qb, kn, hd, 1, 0)
+		for i := 0; i < qb; i++ {
+			row := pm[i*kn : (i+1)*kn]
+			n := q0 + i + 1
+			expAffineChunk(row[:n], row[:n], scale, lse[bh*T+q0+i]) // exp(x·scale - lse)
+			clear(row[n:])
+		}
+		w.gemmSerial(mat{pm, kn, true}, dO, d[vb0:], W, kn, hd, qb, 1, 1)
+		w.gemmSerial(dO, Vt, dpm, kn, qb, kn, hd, 1, 0)
+		for i := 0; i < qb; i++ {
+			n := q0 + i + 1 // P is 0 past the diagonal, and so is dS
+			pr, dr := pm[i*kn:i*kn+n], dpm[i*kn:(i+1)*kn]
+			di := D[q0+i]
+			for s, p := range pr {
+				dr[s] = scale * p * (dr[s] - di)
+			}
+			clear(dr[n:])
+		}
+		w.gemmSerial(mat{dpm, kn, false}, K, d[qb0+q0*W:], W, qb, hd, kn, 1, 0)
+		w.gemmSerial(mat{dpm, kn, true}, Q, d[kb0:], W, kn, hd, qb, 1, 1)
 	}
 }
 
 // AttentionKV implements backend.Backend.
+// With grouped keys and values the caches hold the KVH heads only.
 func (c *CPU) AttentionKV(p backend.AttentionKV, out, qkv, kc, vc backend.Ref) {
 	B, T, C, H := p.B, p.T, p.C, p.H
-	o, x, ks, vs := f32(out)[:B*T*C], f32(qkv)[:B*T*3*C], f32(kc)[:B*p.MaxT*C], f32(vc)[:B*p.MaxT*C]
+	KC := C / H * p.KVHeads() // a cache row's width
+	W := C + 2*KC
+	o, x, ks, vs := f32(out)[:B*T*C], f32(qkv)[:B*T*W], f32(kc)[:B*p.MaxT*KC], f32(vc)[:B*p.MaxT*KC]
 	for b := 0; b < B; b++ {
 		for t := 0; t < T; t++ {
-			row := x[(b*T+t)*3*C:]
+			row := x[(b*T+t)*W:]
 			pos := p.Pos + t
-			copy(ks[(b*p.MaxT+pos)*C:(b*p.MaxT+pos+1)*C], row[C:2*C])
-			copy(vs[(b*p.MaxT+pos)*C:(b*p.MaxT+pos+1)*C], row[2*C:3*C])
+			copy(ks[(b*p.MaxT+pos)*KC:(b*p.MaxT+pos+1)*KC], row[C:C+KC])
+			copy(vs[(b*p.MaxT+pos)*KC:(b*p.MaxT+pos+1)*KC], row[C+KC:W])
 		}
 	}
 	runTask(c, &attentionKVTasks, B*H, 1, attentionKVTask{p: p, o: o, x: x, ks: ks, vs: vs})
@@ -232,18 +258,21 @@ func (at *attentionKVTask) do(lo, hi int) {
 	p, o, x, ks, vs := at.p, at.o, at.x, at.ks, at.vs
 	T, C, H := p.T, p.C, p.H
 	hd := C / H
+	kvh := p.KVHeads()
+	KC, W := hd*kvh, C+2*hd*kvh
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	buf := kvScratch.get(p.Pos + T)
 	defer kvScratch.put(buf)
 	scores := *buf
 	for bh := lo; bh < hi; bh++ {
 		b, h := bh/H, bh%H
+		g := h / (H / kvh) // its key/value head
 		for t := 0; t < T; t++ {
-			q := x[(b*T+t)*3*C+h*hd : (b*T+t)*3*C+h*hd+hd]
+			q := x[(b*T+t)*W+h*hd : (b*T+t)*W+h*hd+hd]
 			n := p.Pos + t + 1
 			m := float32(math.Inf(-1))
 			for s := 0; s < n; s++ {
-				k := ks[(b*p.MaxT+s)*C+h*hd : (b*p.MaxT+s)*C+h*hd+hd]
+				k := ks[(b*p.MaxT+s)*KC+g*hd : (b*p.MaxT+s)*KC+g*hd+hd]
 				var dot float32
 				for i, qv := range q {
 					dot += qv * k[i]
@@ -259,7 +288,7 @@ func (at *attentionKVTask) do(lo, hi int) {
 			or := o[(b*T+t)*C+h*hd : (b*T+t)*C+h*hd+hd]
 			clear(or)
 			for s := 0; s < n; s++ {
-				axpy(or, vs[(b*p.MaxT+s)*C+h*hd:(b*p.MaxT+s)*C+h*hd+hd], scores[s]/sum)
+				axpy(or, vs[(b*p.MaxT+s)*KC+g*hd:(b*p.MaxT+s)*KC+g*hd+hd], scores[s]/sum)
 			}
 		}
 	}

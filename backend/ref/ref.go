@@ -89,16 +89,26 @@ func GELU(x []float64) []float64 {
 
 // Attention is causal multi-head self-attention on packed qkv [B, T, 3C].
 func Attention(qkv []float64, bsz, t, c, h int) []float64 {
+	return GroupedAttention(qkv, bsz, t, c, h, h)
+}
+
+// GroupedAttention is causal grouped-query attention on packed qkv
+// [B, T, C + 2·kvh·C/h]: h query heads of C/h, then kvh key heads and kvh
+// value heads; query head hh reads key/value head hh/(h/kvh). The output
+// is [B, T, C].
+func GroupedAttention(qkv []float64, bsz, t, c, h, kvh int) []float64 {
 	hd := c / h
+	w := c + 2*kvh*hd
 	out := make([]float64, bsz*t*c)
 	for b := 0; b < bsz; b++ {
 		for hh := 0; hh < h; hh++ {
+			g := hh / (h / kvh)
 			for i := 0; i < t; i++ {
-				q := qkv[(b*t+i)*3*c+hh*hd:]
+				q := qkv[(b*t+i)*w+hh*hd:]
 				scores := make([]float64, i+1)
 				m := math.Inf(-1)
 				for j := 0; j <= i; j++ {
-					k := qkv[(b*t+j)*3*c+c+hh*hd:]
+					k := qkv[(b*t+j)*w+c+g*hd:]
 					var s float64
 					for d := 0; d < hd; d++ {
 						s += q[d] * k[d]
@@ -112,7 +122,7 @@ func Attention(qkv []float64, bsz, t, c, h int) []float64 {
 					sum += scores[j]
 				}
 				for j := 0; j <= i; j++ {
-					v := qkv[(b*t+j)*3*c+2*c+hh*hd:]
+					v := qkv[(b*t+j)*w+c+kvh*hd+g*hd:]
 					for d := 0; d < hd; d++ {
 						out[(b*t+i)*c+hh*hd+d] += scores[j] / sum * v[d]
 					}

@@ -1,0 +1,364 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// The kernels of Llama-style blocks (backend.LlamaBlocks): RMSNorm and its
+// fused residual add, rotary embeddings with QK-norm, SwiGLU. Each is a
+// pass over rows, one goroutine per range of rows, in float32; the
+// weights' gradients are summed per fixed chunk of rows and the chunks
+// added in order, so the bits do not depend on the thread count. BF16
+// operands widen (widen.go).
+
+var _ backend.LlamaBlocks = (*CPU)(nil)
+
+// RMSNorm implements backend.LlamaBlocks.
+func (c *CPU) RMSNorm(out, rstd, x, w backend.Ref, rows, cols int, eps float32) {
+	if anyBF16(out, x) {
+		wd := widening{c: c}
+		xs := wd.in(x, rows*cols)
+		c.RMSNorm(wd.out(out, rows*cols), rstd, xs, w, rows, cols, eps)
+		wd.done()
+		return
+	}
+	runTask(c, &rmsNormTasks, rows, rowGrain(cols), rmsNormTask{
+		o: f32(out)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols], rs: f32(rstd)[:rows], cols: cols, eps: eps,
+	})
+}
+
+// rmsNormTask is one RMSNorm call; a range is a range of rows.
+type rmsNormTask struct {
+	o, xs, ws, rs []float32
+	cols          int
+	eps           float32
+}
+
+var rmsNormTasks taskPool[rmsNormTask]
+
+func (t *rmsNormTask) do(lo, hi int) {
+	cols := t.cols
+	for r := lo; r < hi; r++ {
+		t.rs[r] = rmsForwardRow(t.o[r*cols:(r+1)*cols], t.xs[r*cols:(r+1)*cols], t.ws, t.eps)
+	}
+}
+
+// rmsForwardRow normalises one row, out = x·rstd·w, and returns rstd.
+func rmsForwardRow(or, xr, ws []float32, eps float32) float32 {
+	var ss float32
+	for _, v := range xr {
+		ss += v * v
+	}
+	rsd := float32(1 / math.Sqrt(float64(ss/float32(len(xr))+eps)))
+	for j, v := range xr {
+		or[j] = v * rsd * ws[j]
+	}
+	return rsd
+}
+
+// rmsBackwardRow writes one row of dx and adds the row's share of dw into
+// the partial sum pw: dx = rstd·(g·w − x̂·mean(g·w·x̂)), x̂ = x·rstd.
+func rmsBackwardRow(dr, xr, gr, ws, pw []float32, rsd float32) {
+	var s float32
+	for j, v := range xr {
+		xhat := v * rsd
+		s += gr[j] * ws[j] * xhat
+		pw[j] += gr[j] * xhat
+	}
+	s /= float32(len(xr))
+	for j, v := range xr {
+		dr[j] = rsd * (gr[j]*ws[j] - v*rsd*s)
+	}
+}
+
+// AddRMSNorm implements backend.LlamaBlocks: the two ops one after the
+// other, as AddLayerNorm.
+func (c *CPU) AddRMSNorm(sum, out, rstd, x, y, w backend.Ref, rows, cols int, eps float32, m backend.DropoutMask) {
+	c.DropoutAdd(sum, x, y, rows*cols, m)
+	c.RMSNorm(out, rstd, sum, w, rows, cols, eps)
+}
+
+// RMSNormBackward implements backend.LlamaBlocks.
+func (c *CPU) RMSNormBackward(dx, dres, dw, dout, x, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
+	if anyBF16(dx, dres, dout, x, drop.Dst) {
+		n := rows * cols
+		wd := widening{c: c}
+		dres32, dout32, x32 := wd.in(dres, n), wd.in(dout, n), wd.in(x, n)
+		c.RMSNormBackward(wd.out(dx, n), dres32, dw, dout32, x32, rstd, w, rows, cols, backend.DropoutOut{})
+		wd.done()
+		if !drop.Dst.Nil() {
+			c.DropoutAdd(drop.Dst, backend.Ref{}, dx, n, drop.Mask)
+		}
+		return
+	}
+	chunks := (rows + lnChunk - 1) / lnChunk
+	buf := lnScratch.get(chunks * cols)
+	defer lnScratch.put(buf)
+	part := (*buf)[:chunks*cols]
+	clear(part)
+	t := rmsNormBackwardTask{
+		dxs: f32(dx)[:rows*cols], gs: f32(dout)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols],
+		rs: f32(rstd)[:rows], part: part, rows: rows, cols: cols,
+	}
+	if !dres.Nil() {
+		t.res = f32(dres)[:rows*cols]
+	}
+	if !drop.Dst.Nil() {
+		t.drop, t.mask = f32(drop.Dst)[:rows*cols], drop.Mask
+		if !t.mask.Base.Nil() {
+			t.mask = t.mask.Resolved(i32(t.mask.Base)[:2])
+		}
+	}
+	runTask(c, &rmsNormBackwardTasks, chunks, 1, t)
+	dws := f32(dw)[:cols]
+	for ch := 0; ch < chunks; ch++ {
+		axpy(dws, part[ch*cols:(ch+1)*cols], 1)
+	}
+}
+
+// rmsNormBackwardTask is one RMSNormBackward call; a range is a range of
+// lnChunk-row chunks, each with its own dw partial sum.
+type rmsNormBackwardTask struct {
+	dxs, gs, xs, ws, rs, part, res, drop []float32
+	mask                                 backend.DropoutMask
+	rows, cols                           int
+}
+
+var rmsNormBackwardTasks taskPool[rmsNormBackwardTask]
+
+func (t *rmsNormBackwardTask) do(lo, hi int) {
+	cols := t.cols
+	for ch := lo; ch < hi; ch++ {
+		pw := t.part[ch*cols : (ch+1)*cols]
+		for r := ch * lnChunk; r < min(t.rows, (ch+1)*lnChunk); r++ {
+			dr := t.dxs[r*cols : (r+1)*cols]
+			rmsBackwardRow(dr, t.xs[r*cols:(r+1)*cols], t.gs[r*cols:(r+1)*cols], t.ws, pw, t.rs[r])
+			if t.res != nil {
+				axpy(dr, t.res[r*cols:(r+1)*cols], 1)
+			}
+			if t.drop != nil {
+				dropoutRow(t.drop[r*cols:(r+1)*cols], dr, t.mask, int64(r*cols))
+			}
+		}
+	}
+}
+
+// Rotary implements backend.LlamaBlocks, one goroutine per range of rows.
+func (c *CPU) Rotary(p backend.Rotary, out, rstd, qkv, qw, kw, table backend.Ref) {
+	n := p.B * p.T * p.Width()
+	if anyBF16(out, qkv) {
+		wd := widening{c: c}
+		xs := wd.in(qkv, n)
+		c.Rotary(p, wd.out(out, n), rstd, xs, qw, kw, table)
+		wd.done()
+		return
+	}
+	t := rotaryTask{p: p, o: f32(out)[:n], xs: f32(qkv)[:n], tab: f32(table)[:p.MaxPos*p.HD]}
+	if !qw.Nil() {
+		t.qw, t.kw, t.rs = f32(qw)[:p.HD], f32(kw)[:p.HD], f32(rstd)[:p.B*p.T*(p.H+p.KVH)]
+	}
+	runTask(c, &rotaryTasks, p.B*p.T, rowGrain(p.Width()), t)
+}
+
+// rotaryTask is one Rotary call or, as rotaryBackwardTask, one
+// RotaryBackward call (o is dqkv, xs dout, ys the forward's qkv); a range
+// is a range of rows.
+type rotaryTask struct {
+	p                          backend.Rotary
+	o, xs, ys, tab, qw, kw, rs []float32
+	part                       []float32 // backward: dqw's then dkw's partial sums, per chunk
+}
+
+type rotaryBackwardTask rotaryTask
+
+var (
+	rotaryTasks         taskPool[rotaryTask]
+	rotaryBackwardTasks taskPool[rotaryBackwardTask]
+)
+
+// angles returns the cos and sin of row r's angles.
+func (t *rotaryTask) angles(r int) (cos, sin []float32) {
+	p, half := t.p, t.p.HD/2
+	pos := p.Pos + r%p.T
+	return t.tab[pos*half : (pos+1)*half], t.tab[(p.MaxPos+pos)*half : (p.MaxPos+pos+1)*half]
+}
+
+func (t *rotaryTask) do(lo, hi int) {
+	p, w, hd := t.p, t.p.Width(), t.p.HD
+	half := hd / 2
+	for r := lo; r < hi; r++ {
+		cos, sin := t.angles(r)
+		or, xr := t.o[r*w:(r+1)*w], t.xs[r*w:(r+1)*w]
+		qk := (p.H + p.KVH) * hd
+		copy(or[qk:], xr[qk:]) // v
+		for head := 0; head < p.H+p.KVH; head++ {
+			o, x := or[head*hd:(head+1)*hd], xr[head*hd:(head+1)*hd]
+			if t.qw != nil {
+				nw := t.qw
+				if head >= p.H {
+					nw = t.kw
+				}
+				t.rs[r*(p.H+p.KVH)+head] = rmsForwardRow(o, x, nw, p.Eps)
+				x = o
+			}
+			for j := 0; j < half; j++ {
+				a, b := x[j], x[j+half]
+				o[j], o[j+half] = a*cos[j]-b*sin[j], b*cos[j]+a*sin[j]
+			}
+		}
+	}
+}
+
+// RotaryBackward implements backend.LlamaBlocks. With QK-norm, dqw and
+// dkw are summed per lnChunk rows and the chunks added in order.
+func (c *CPU) RotaryBackward(p backend.Rotary, dqkv, dqw, dkw, dout, qkv, rstd, qw, kw, table backend.Ref) {
+	n := p.B * p.T * p.Width()
+	if anyBF16(dqkv, dout, qkv) {
+		wd := widening{c: c}
+		g, x := wd.in(dout, n), wd.in(qkv, n)
+		c.RotaryBackward(p, wd.out(dqkv, n), dqw, dkw, g, x, rstd, qw, kw, table)
+		wd.done()
+		return
+	}
+	rows := p.B * p.T
+	t := rotaryBackwardTask{p: p, o: f32(dqkv)[:n], xs: f32(dout)[:n], ys: f32(qkv)[:n], tab: f32(table)[:p.MaxPos*p.HD]}
+	if qw.Nil() {
+		runTask(c, &rotaryBackwardTasks, rows, rowGrain(p.Width()), t)
+		return
+	}
+	t.qw, t.kw, t.rs = f32(qw)[:p.HD], f32(kw)[:p.HD], f32(rstd)[:rows*(p.H+p.KVH)]
+	chunks := (rows + lnChunk - 1) / lnChunk
+	buf := lnScratch.get(2 * chunks * p.HD)
+	defer lnScratch.put(buf)
+	t.part = (*buf)[:2*chunks*p.HD]
+	clear(t.part)
+	// A range is a range of chunks here.
+	runTask(c, &rotaryBackwardTasks, chunks, 1, t)
+	dq, dk := f32(dqw)[:p.HD], f32(dkw)[:p.HD]
+	for ch := 0; ch < chunks; ch++ {
+		axpy(dq, t.part[2*ch*p.HD:(2*ch+1)*p.HD], 1)
+		axpy(dk, t.part[(2*ch+1)*p.HD:(2*ch+2)*p.HD], 1)
+	}
+}
+
+func (bt *rotaryBackwardTask) do(lo, hi int) {
+	t := (*rotaryTask)(bt)
+	if t.qw == nil {
+		for r := lo; r < hi; r++ {
+			t.backwardRow(r, nil, nil)
+		}
+		return
+	}
+	hd := t.p.HD
+	for ch := lo; ch < hi; ch++ {
+		pq, pk := t.part[2*ch*hd:(2*ch+1)*hd], t.part[(2*ch+1)*hd:(2*ch+2)*hd]
+		for r := ch * lnChunk; r < min(t.p.B*t.p.T, (ch+1)*lnChunk); r++ {
+			t.backwardRow(r, pq, pk)
+		}
+	}
+}
+
+// backwardRow writes row r of dqkv: each q and k head's gradient turned
+// back through the rotation (its transpose), then, with QK-norm, through
+// the norm, adding the weights' shares into pq and pk.
+func (t *rotaryTask) backwardRow(r int, pq, pk []float32) {
+	p, w, hd := t.p, t.p.Width(), t.p.HD
+	half := hd / 2
+	cos, sin := t.angles(r)
+	dr, gr := t.o[r*w:(r+1)*w], t.xs[r*w:(r+1)*w]
+	qk := (p.H + p.KVH) * hd
+	copy(dr[qk:], gr[qk:]) // v
+	for head := 0; head < p.H+p.KVH; head++ {
+		d, g := dr[head*hd:(head+1)*hd], gr[head*hd:(head+1)*hd]
+		for j := 0; j < half; j++ {
+			a, b := g[j], g[j+half]
+			d[j], d[j+half] = a*cos[j]+b*sin[j], b*cos[j]-a*sin[j]
+		}
+		if t.qw == nil {
+			continue
+		}
+		nw, pw := t.qw, pq
+		if head >= p.H {
+			nw, pw = t.kw, pk
+		}
+		// d holds the norm's output gradient; the norm's backward reads
+		// it whole before it writes dx, so it goes through a copy.
+		var gbuf [256]float32
+		gn := gbuf[:0]
+		if hd <= len(gbuf) {
+			gn = gbuf[:hd]
+		} else {
+			gn = make([]float32, hd)
+		}
+		copy(gn, d)
+		rmsBackwardRow(d, t.ys[r*w+head*hd:r*w+(head+1)*hd], gn, nw, pw, t.rs[r*(p.H+p.KVH)+head])
+	}
+}
+
+// SwiGLU implements backend.LlamaBlocks.
+func (c *CPU) SwiGLU(out, gu backend.Ref, rows, hidden int) {
+	if anyBF16(out, gu) {
+		wd := widening{c: c}
+		g := wd.in(gu, 2*rows*hidden)
+		c.SwiGLU(wd.out(out, rows*hidden), g, rows, hidden)
+		wd.done()
+		return
+	}
+	runTask(c, &swigluTasks, rows, rowGrain(3*hidden), swigluTask{o: f32(out)[:rows*hidden], gu: f32(gu)[:2*rows*hidden], hidden: hidden})
+}
+
+// swigluTask is one SwiGLU call or, as swigluBackwardTask, one
+// SwiGLUBackward call (o is dgu, g dout); a range is a range of rows.
+type swigluTask struct {
+	o, gu, g []float32
+	hidden   int
+}
+
+type swigluBackwardTask swigluTask
+
+var (
+	swigluTasks         taskPool[swigluTask]
+	swigluBackwardTasks taskPool[swigluBackwardTask]
+)
+
+// sigmoid is σ(x) = 1/(1+e^−x), in float64 and rounded.
+func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func (t *swigluTask) do(lo, hi int) {
+	h := t.hidden
+	for r := lo; r < hi; r++ {
+		o, gate, up := t.o[r*h:(r+1)*h], t.gu[2*r*h:2*r*h+h], t.gu[2*r*h+h:2*(r+1)*h]
+		for j, g := range gate {
+			o[j] = g * sigmoid(g) * up[j]
+		}
+	}
+}
+
+// SwiGLUBackward implements backend.LlamaBlocks:
+// dgate = dout·up·σ(g)·(1 + g·(1 − σ(g))), dup = dout·silu(g).
+func (c *CPU) SwiGLUBackward(dgu, gu, dout backend.Ref, rows, hidden int) {
+	if anyBF16(dgu, gu, dout) {
+		wd := widening{c: c}
+		g, d := wd.in(gu, 2*rows*hidden), wd.in(dout, rows*hidden)
+		c.SwiGLUBackward(wd.out(dgu, 2*rows*hidden), g, d, rows, hidden)
+		wd.done()
+		return
+	}
+	runTask(c, &swigluBackwardTasks, rows, rowGrain(3*hidden),
+		swigluBackwardTask{o: f32(dgu)[:2*rows*hidden], gu: f32(gu)[:2*rows*hidden], g: f32(dout)[:rows*hidden], hidden: hidden})
+}
+
+func (t *swigluBackwardTask) do(lo, hi int) {
+	h := t.hidden
+	for r := lo; r < hi; r++ {
+		gate, up, g := t.gu[2*r*h:2*r*h+h], t.gu[2*r*h+h:2*(r+1)*h], t.g[r*h:(r+1)*h]
+		dgate, dup := t.o[2*r*h:2*r*h+h], t.o[2*r*h+h:2*(r+1)*h]
+		for j, x := range gate {
+			s := sigmoid(x)
+			dgate[j] = g[j] * up[j] * s * (1 + x*(1-s))
+			dup[j] = g[j] * x * s
+		}
+	}
+}
