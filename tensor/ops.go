@@ -734,17 +734,32 @@ func embeddingBackward(nd *node, g *Tensor) {
 // backward, round their operands to that type (backend.Attention.Round: on
 // CUDA from compute capability 8.0, the tensor-core kernels; below it, the
 // F32 kernels); elsewhere it computes in F32.
-func Attention(qkv *Tensor, nHead int) *Tensor {
+func Attention(qkv *Tensor, nHead int) *Tensor { return GroupedAttention(qkv, nHead, nHead) }
+
+// GroupedAttention is Attention with nKVHead key/value heads (dividing
+// nHead; 1 is multi-query attention): qkv is [B, T, C + 2·nKVHead·C/nHead],
+// the queries' C columns, then the keys', then the values', and query head
+// h attends with key/value head h/(nHead/nKVHead), read where it lies. The
+// output is [B, T, C]. Grouped heads (nKVHead < nHead) need a backend
+// with backend.LlamaBlocks.
+func GroupedAttention(qkv *Tensor, nHead, nKVHead int) *Tensor {
 	const op = "attention"
 	wantFloat(op, qkv)
-	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 {
-		panic(&Error{Op: op, Msg: "want qkv of shape [B, T, 3C]", Operands: []*Tensor{qkv}})
+	if nHead <= 0 || nKVHead <= 0 || nHead%nKVHead != 0 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("%d key/value heads do not divide %d heads", nKVHead, nHead), Operands: []*Tensor{qkv}})
 	}
-	C := qkv.shape[2] / 3
-	if nHead <= 0 || C%nHead != 0 {
+	if len(qkv.shape) != 3 || (qkv.shape[2]*nHead)%(nHead+2*nKVHead) != 0 {
+		panic(&Error{Op: op, Msg: "want qkv of shape [B, T, 3C] (C + 2·KVH·C/H with grouped heads)", Operands: []*Tensor{qkv}})
+	}
+	C := qkv.shape[2] * nHead / (nHead + 2*nKVHead)
+	if C%nHead != 0 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d channels do not split into %d heads", C, nHead), Operands: []*Tensor{qkv}})
 	}
 	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: C, H: nHead}
+	if nKVHead != nHead {
+		llamaKernels(op, qkv)
+		p.KVH = nKVHead
+	}
 	if r, ok := qkv.be.(backend.OperandRounder); ok && r.RoundsOperands() {
 		if dt := ProgramOf(qkv.dev).autocast; dt == BF16 || dt == F16 {
 			p.Round = dt
@@ -755,14 +770,14 @@ func Attention(qkv *Tensor, nHead int) *Tensor {
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
 	if n := record(out, op, attentionBackward, qkv); n != nil {
 		n.saved[0], n.saved[1] = out, saved
-		n.i[0], n.i[1] = nHead, int(p.Round)
+		n.i[0], n.i[1], n.u = nHead, int(p.Round), uint64(p.KVH)
 	}
 	return out
 }
 
 func attentionBackward(n *node, g *Tensor) {
 	qkv, out, saved := n.in[0], n.saved[0], n.saved[1]
-	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: n.i[0], Round: DType(n.i[1])}
+	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: out.shape[2], H: n.i[0], KVH: int(n.u), Round: DType(n.i[1])}
 	d := like("attention", qkv, qkv.shape)
 	qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
 	n.gin[0] = d
@@ -1182,14 +1197,26 @@ func wantStats(op string, t *Tensor) {
 // written into kc and vc ([B, MaxT, C]) and each position attends to every
 // cached position up to itself. It is not differentiable.
 func AttentionKV(qkv, kc, vc *Tensor, nHead, pos int) *Tensor {
+	return GroupedAttentionKV(qkv, kc, vc, nHead, nHead, pos)
+}
+
+// GroupedAttentionKV is AttentionKV with nKVHead key/value heads (see
+// GroupedAttention): the caches are [B, MaxT, nKVHead·C/nHead].
+func GroupedAttentionKV(qkv, kc, vc *Tensor, nHead, nKVHead, pos int) *Tensor {
 	const op = "attention_kv"
 	check(op, qkv, kc, vc)
 	wantDType(op, F32, qkv, kc, vc)
-	if len(qkv.shape) != 3 || qkv.shape[2]%3 != 0 || len(kc.shape) != 3 || !kc.shape.Equal(vc.shape) {
-		panic(&Error{Op: op, Msg: "want qkv [B, T, 3C] and caches [B, MaxT, C]", Operands: []*Tensor{qkv, kc, vc}})
+	if nHead <= 0 || nKVHead <= 0 || nHead%nKVHead != 0 || len(qkv.shape) != 3 || (qkv.shape[2]*nHead)%(nHead+2*nKVHead) != 0 ||
+		len(kc.shape) != 3 || !kc.shape.Equal(vc.shape) {
+		panic(&Error{Op: op, Msg: "want qkv [B, T, C + 2·KVH·C/H] and caches [B, MaxT, KVH·C/H]", Operands: []*Tensor{qkv, kc, vc}})
 	}
-	p := backend.AttentionKV{B: qkv.shape[0], T: qkv.shape[1], C: qkv.shape[2] / 3, H: nHead, Pos: pos, MaxT: kc.shape[1]}
-	if kc.shape[0] != p.B || kc.shape[2] != p.C || pos < 0 || pos+p.T > p.MaxT || nHead <= 0 || p.C%nHead != 0 {
+	C := qkv.shape[2] * nHead / (nHead + 2*nKVHead)
+	p := backend.AttentionKV{B: qkv.shape[0], T: qkv.shape[1], C: C, H: nHead, Pos: pos, MaxT: kc.shape[1]}
+	if nKVHead != nHead {
+		llamaKernels(op, qkv)
+		p.KVH = nKVHead
+	}
+	if kc.shape[0] != p.B || C%nHead != 0 || kc.shape[2] != C/nHead*nKVHead || pos < 0 || pos+p.T > p.MaxT {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("positions [%d, %d) do not fit the cache, or heads do not divide channels", pos, pos+p.T), Operands: []*Tensor{qkv, kc, vc}})
 	}
 	out := like(op, qkv, Shape{p.B, p.T, p.C})
