@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -91,7 +92,7 @@ func TestBF16Activations(t *testing.T) {
 		}
 	}
 	// A stale copy is read as it is (so the optimizer must keep it current).
-	w := m.Blocks[0].MLP.CFC.W.T
+	w := m.Blocks[0].MLP.(*nn.MLP).CFC.W.T
 	tensor.Fill(w.Half(), 0)
 	if stale, _, _ := gradsUnder(m, tensor.BF16, x, y, B, T); stale == loss {
 		t.Error("zeroing a weight's half copy did not change the loss: the products do not read it")

@@ -8,7 +8,8 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// KVCache holds each layer's keys and values for inference, [1, BlockSize, C].
+// KVCache holds each layer's keys and values for inference,
+// [1, BlockSize, key/value heads × head width] (C in a GPT-2).
 type KVCache struct {
 	K, V []*tensor.Tensor
 	Pos  int // positions filled
@@ -18,9 +19,10 @@ type KVCache struct {
 func (m *GPT) NewKVCache() *KVCache {
 	c := &KVCache{}
 	tensor.ProgramOf(m.Device()).Persist(func() {
+		w := m.Config.kvHeads() * m.Config.headDim()
 		for range m.Blocks {
-			c.K = append(c.K, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
-			c.V = append(c.V, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, m.Config.NEmbd))
+			c.K = append(c.K, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, w))
+			c.V = append(c.V, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, w))
 		}
 	})
 	return c
@@ -48,7 +50,7 @@ func (m *GPT) ForwardKV(ids []int32, cache *KVCache) []float32 {
 			x := m.embed(tensor.FromInt32s(m.Device(), ids, 1, T), p)
 			x = m.blocks(x, 0, len(m.Blocks), p)
 			last := x.Reshape(T, m.Config.NEmbd).Rows(T-1, T)
-			logits = m.head(last, m.WTE.W.T).Float32s()
+			logits = m.head(last, m.Head.T).Float32s()
 		})
 	})
 	cache.Pos += T

@@ -1,12 +1,17 @@
-// Package model holds fleet's models. gpt.go is the GPT of nanoGPT and
-// GPT-2, meant to be read top to bottom: token and learned position
-// embeddings, pre-LayerNorm blocks of causal self-attention and a 4× MLP
-// with tanh-GELU, a final LayerNorm, and a language-model head tied to the
-// token embedding. The embedding, Block.Forward and the head are defined
-// there once: training (GPT.Forward), pipeline stages (stages.go) and
-// generation with a key/value cache (generate.go) all run them, each under
-// a Pass of its own that says where the dropout masks come from and holds
-// the cache.
+// Package model holds fleet's models: decoder-only Transformers of two
+// families (Config.Arch). gpt.go is the GPT of nanoGPT and GPT-2, meant to
+// be read top to bottom: token and learned position embeddings,
+// pre-LayerNorm blocks of causal self-attention and a 4× MLP with
+// tanh-GELU, a final LayerNorm, and a language-model head tied to the
+// token embedding. llama.go builds today's blocks from the same parts:
+// RMSNorm, rotary position embeddings, grouped-query attention (with
+// optional q/k/v biases and QK-norm), SwiGLU and an untied or tied head.
+// A family differs only in the modules it builds (nn.Norm,
+// nn.FeedForward, the attention's options): the embedding, Block.Forward
+// and the head are defined once, and training (GPT.Forward), pipeline
+// stages (stages.go) and generation with a key/value cache (generate.go)
+// all run them, each under a Pass of its own that says where the dropout
+// masks come from and holds the cache.
 package model
 
 import (
@@ -17,7 +22,9 @@ import (
 	"github.com/fleetml/fleet/tensor"
 )
 
-// Config is a GPT's shape. The JSON names follow nanoGPT's config keys.
+// Config is a model's shape. The JSON names follow nanoGPT's config keys;
+// the fields after Bias are a family's pieces, zero in a GPT-2 (and left
+// out of its JSON, so GPT-2 checkpoints read as they always have).
 type Config struct {
 	VocabSize int     `json:"vocab_size"`
 	BlockSize int     `json:"block_size"`
@@ -25,7 +32,31 @@ type Config struct {
 	NHead     int     `json:"n_head"`
 	NEmbd     int     `json:"n_embd"`
 	Dropout   float32 `json:"dropout"`
-	Bias      bool    `json:"bias"`
+	// Bias: GPT-2's biases (every Linear and LayerNorm); in a Llama, the
+	// attention's (q, k, v and the output projection: Hugging Face's
+	// attention_bias).
+	Bias bool `json:"bias"`
+
+	// Arch is the family: "gpt2" (or empty) or "llama".
+	Arch string `json:"arch,omitempty"`
+	// NKVHead is the number of key/value heads (0: NHead), HeadDim the
+	// width of a head (0: NEmbd/NHead), MLPHidden the feed-forward's
+	// hidden width (0: 4·NEmbd for GPT-2, about 8/3·NEmbd for SwiGLU).
+	NKVHead   int `json:"n_kv_head,omitempty"`
+	HeadDim   int `json:"head_dim,omitempty"`
+	MLPHidden int `json:"mlp_hidden,omitempty"`
+	// RopeTheta is the rotary embeddings' base (0: 10000), RopeScaling
+	// Llama 3.1's frequency scaling (nil: none).
+	RopeTheta   float64      `json:"rope_theta,omitempty"`
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
+	// NormEps is the norms' epsilon (0: 1e-5).
+	NormEps float64 `json:"norm_eps,omitempty"`
+	// QKNorm normalises each head of q and k (Qwen3); QKVBias gives q, k
+	// and v biases without the output projection's (Qwen2); UntiedHead
+	// gives the head a weight of its own.
+	QKNorm     bool `json:"qk_norm,omitempty"`
+	QKVBias    bool `json:"qkv_bias,omitempty"`
+	UntiedHead bool `json:"untied_head,omitempty"`
 }
 
 // LayerNorm epsilon and initialisation scale, as in GPT-2.
@@ -47,20 +78,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("n_head must be positive, got %d", c.NHead)
 	case c.NEmbd <= 0:
 		return fmt.Errorf("n_embd must be positive, got %d", c.NEmbd)
-	case c.NEmbd%c.NHead != 0:
+	case c.HeadDim == 0 && c.NEmbd%c.NHead != 0:
 		return fmt.Errorf("n_embd %d is not divisible by n_head %d", c.NEmbd, c.NHead)
 	case c.Dropout < 0 || c.Dropout >= 1:
 		return fmt.Errorf("dropout must be in [0, 1), got %v", c.Dropout)
 	}
-	return nil
+	f, err := c.family()
+	if err != nil {
+		return err
+	}
+	return f.validate(c)
 }
 
 // Block is one Transformer layer: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 type Block struct {
-	LN1  *nn.LayerNorm
+	LN1  nn.Norm
 	Attn *nn.CausalSelfAttention
-	LN2  *nn.LayerNorm
-	MLP  *nn.MLP
+	LN2  nn.Norm
+	MLP  nn.FeedForward
 
 	layer int // its index in GPT.Blocks: its place in a KVCache
 }
@@ -90,14 +125,17 @@ type Pass struct {
 	recomp []tensor.RecomputeFunc    // [i]: block i's Forward under this pass, for tensor.RecomputeRNG
 }
 
-// GPT is the model.
+// GPT is the model, of either family.
 type GPT struct {
 	Config Config
-	WTE    *nn.Embedding // token embedding, shared with the head
-	WPE    *nn.Embedding // learned position embedding
+	WTE    *nn.Embedding // token embedding
+	WPE    *nn.Embedding // learned position embedding; nil with rotary embeddings
 	Drop   *nn.Dropout
 	Blocks []*Block
-	LNF    *nn.LayerNorm
+	LNF    nn.Norm
+	// Head is the head's weight [vocab, C]: WTE.W where tied.
+	Head *nn.Parameter
+	Rope *nn.Rope // the rotary embeddings' table; nil in a GPT-2
 
 	dropouts  []*nn.Dropout
 	recompute bool // blocks run under tensor.RecomputeRNG
@@ -120,17 +158,32 @@ func New(cfg Config, dev tensor.Device, seed uint64) (*GPT, error) {
 
 func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 	in := nn.Init{RNG: tensor.NewRNG(seed), Dev: dev}
+	m := &GPT{Config: cfg, pass: Pass{Dropout: &nn.Masks{Stream: tensor.DropoutStream{Key: seed ^ 0x5eed}}}}
+	f, _ := cfg.family() // (validated)
+	f.build(m, in)
+	m.SetTraining(true)
+	return m
+}
+
+// newDrop is a dropout layer of the model's rate, counted among those
+// SetTraining switches.
+func (m *GPT) newDrop() *nn.Dropout {
+	d := &nn.Dropout{P: m.Config.Dropout}
+	m.dropouts = append(m.dropouts, d)
+	return d
+}
+
+// buildGPT2 builds GPT-2's modules with its initialisation: weights from
+// N(0, 0.02²), residual projections from N(0, (0.02/√(2·n_layer))²),
+// zero biases, unit LayerNorm weights.
+func buildGPT2(m *GPT, in nn.Init) {
+	cfg := m.Config
 	C := cfg.NEmbd
 	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
-	m := &GPT{Config: cfg, pass: Pass{Dropout: &nn.Masks{Stream: tensor.DropoutStream{Key: seed ^ 0x5eed}}}}
-	newDrop := func() *nn.Dropout {
-		d := &nn.Dropout{P: cfg.Dropout}
-		m.dropouts = append(m.dropouts, d)
-		return d
-	}
 	m.WTE = nn.NewEmbedding("transformer.wte", in, cfg.VocabSize, C, initStd)
 	m.WPE = nn.NewEmbedding("transformer.wpe", in, cfg.BlockSize, C, initStd)
-	m.Drop = newDrop()
+	m.Head = m.WTE.W
+	m.Drop = m.newDrop()
 	for i := 0; i < cfg.NLayer; i++ {
 		p := fmt.Sprintf("transformer.h.%d.", i)
 		m.Blocks = append(m.Blocks, &Block{
@@ -139,20 +192,18 @@ func build(cfg Config, dev tensor.Device, seed uint64) *GPT {
 				CAttn:     nn.NewLinear(p+"attn.c_attn", in, C, 3*C, cfg.Bias, initStd),
 				CProj:     nn.NewLinear(p+"attn.c_proj", in, C, C, cfg.Bias, residStd),
 				NHead:     cfg.NHead,
-				ResidDrop: newDrop(),
+				ResidDrop: m.newDrop(),
 			},
 			LN2: nn.NewLayerNorm(p+"ln_2", in, C, cfg.Bias, lnEps),
 			MLP: &nn.MLP{
 				CFC:   nn.NewLinear(p+"mlp.c_fc", in, C, 4*C, cfg.Bias, initStd),
 				CProj: nn.NewLinear(p+"mlp.c_proj", in, 4*C, C, cfg.Bias, residStd),
-				Drop:  newDrop(),
+				Drop:  m.newDrop(),
 			},
 			layer: i,
 		})
 	}
 	m.LNF = nn.NewLayerNorm("transformer.ln_f", in, C, cfg.Bias, lnEps)
-	m.SetTraining(true)
-	return m
 }
 
 // SetTraining turns dropout on (training) or off (evaluation) and returns
@@ -192,16 +243,42 @@ func (m *GPT) SetRecompute(on bool) { m.recompute = on }
 // Recompute reports whether activation recomputation is on.
 func (m *GPT) Recompute() bool { return m.recompute }
 
-// Parameters lists every parameter once, in checkpoint order.
+// Parameters lists every parameter once, in checkpoint order: the
+// embeddings, the blocks, the final norm, and an untied head.
 func (m *GPT) Parameters() []*nn.Parameter {
-	ps := []*nn.Parameter{m.WTE.W, m.WPE.W}
+	ps := m.EmbedParams()
 	for _, b := range m.Blocks {
-		ps = append(ps, b.LN1.Parameters()...)
-		ps = append(ps, b.Attn.Parameters()...)
-		ps = append(ps, b.LN2.Parameters()...)
-		ps = append(ps, b.MLP.Parameters()...)
+		ps = append(ps, b.Parameters()...)
 	}
-	return append(ps, m.LNF.Parameters()...)
+	return append(ps, m.HeadParams()...)
+}
+
+// EmbedParams are the embeddings' parameters (the first stage's).
+func (m *GPT) EmbedParams() []*nn.Parameter {
+	if m.WPE == nil {
+		return []*nn.Parameter{m.WTE.W}
+	}
+	return []*nn.Parameter{m.WTE.W, m.WPE.W}
+}
+
+// HeadParams are the final norm's parameters and an untied head's weight
+// (the last stage's).
+func (m *GPT) HeadParams() []*nn.Parameter {
+	ps := m.LNF.Parameters()
+	if m.Tied() {
+		return ps
+	}
+	return append(ps, m.Head)
+}
+
+// Tied reports whether the head's weight is the token embedding's.
+func (m *GPT) Tied() bool { return m.Head == m.WTE.W }
+
+// Parameters lists the block's parameters in checkpoint order.
+func (b *Block) Parameters() []*nn.Parameter {
+	ps := append(b.LN1.Parameters(), b.Attn.Parameters()...)
+	ps = append(ps, b.LN2.Parameters()...)
+	return append(ps, b.MLP.Parameters()...)
 }
 
 // NumParams counts the parameters (the tied head counted once).
@@ -214,10 +291,11 @@ func (m *GPT) NumParams() int {
 }
 
 // FLOPsPerToken estimates training FLOPs per token: 6 per parameter plus
-// attention's 12·n_layer·n_embd·T (the PaLM appendix estimate).
+// attention's 12·n_layer·(heads × head width)·T (the PaLM appendix
+// estimate; the width is n_embd in a GPT-2).
 func (m *GPT) FLOPsPerToken(T int) float64 {
 	c := m.Config
-	return 6*float64(m.NumParams()) + 12*float64(c.NLayer*c.NEmbd*T)
+	return 6*float64(m.NumParams()) + 12*float64(c.NLayer*c.NHead*c.headDim()*T)
 }
 
 // To moves the model to dev.
@@ -226,6 +304,9 @@ func (m *GPT) To(dev tensor.Device) {
 		p.To(dev)
 	}
 	m.pass.freePositions()
+	if m.Rope != nil {
+		m.Rope.Free()
+	}
 }
 
 // Device is where the parameters live.
@@ -244,12 +325,12 @@ func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 	}
 	x := m.embed(idx, p)
 	x = m.blocks(x, 0, len(m.Blocks), p)
-	return m.head(x, m.WTE.W.T)
+	return m.head(x, m.Head.T)
 }
 
 // forwardFused is Forward with the adds fused with the LayerNorms.
 func (m *GPT) forwardFused(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
-	next := func(i int) *nn.LayerNorm {
+	next := func(i int) nn.Norm {
 		if i < len(m.Blocks) {
 			return m.Blocks[i].LN1
 		}
@@ -259,12 +340,12 @@ func (m *GPT) forwardFused(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 	for i, b := range m.Blocks {
 		x, h = b.forwardLN(x, h, p, next(i+1))
 	}
-	return tensor.LinearT(h, m.WTE.W.T)
+	return tensor.LinearT(h, m.Head.T)
 }
 
 // forwardLN is Forward for a residual stream x whose LN1 is h already:
 // it returns the block's output and next of it.
-func (b *Block) forwardLN(x, h *tensor.Tensor, p *Pass, next *nn.LayerNorm) (*tensor.Tensor, *tensor.Tensor) {
+func (b *Block) forwardLN(x, h *tensor.Tensor, p *Pass, next nn.Norm) (*tensor.Tensor, *tensor.Tensor) {
 	x, h2 := b.Attn.ResidualLN(x, h, p.kv(b.layer), p.masks(), b.LN2)
 	return b.MLP.ResidualLN(x, h2, p.masks(), next)
 }
@@ -275,8 +356,8 @@ func (m *GPT) Loss(idx, targets *tensor.Tensor) *tensor.Tensor {
 }
 
 // embed maps token ids [B, T] to the residual stream [B, T, C]: token
-// plus position embeddings, then dropout. The positions count from 0, or
-// from p.Cache.Pos with a cache.
+// plus position embeddings (where learned), then dropout. The positions
+// count from 0, or from p.Cache.Pos with a cache.
 func (m *GPT) embed(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 	return m.Drop.Forward(m.embedSum(idx, p), p.masks())
 }
@@ -294,6 +375,9 @@ func (m *GPT) embedSum(idx *tensor.Tensor, p *Pass) *tensor.Tensor {
 			msg = fmt.Sprintf("positions [%d, %d) exceed block size %d", start, start+T, m.Config.BlockSize)
 		}
 		panic(&tensor.Error{Op: "gpt", Msg: msg})
+	}
+	if m.WPE == nil { // rotary embeddings: the attention rotates q and k
+		return activations(m.WTE.Forward(idx))
 	}
 	var pos *tensor.Tensor
 	if p.Cache == nil {
@@ -332,8 +416,9 @@ func (m *GPT) blocks(x *tensor.Tensor, lo, hi int, p *Pass) *tensor.Tensor {
 	return x
 }
 
-// head maps the residual stream to logits: the final LayerNorm, then the
-// output projection, tied to the token embedding w ([vocab, C]).
+// head maps the residual stream to logits: the final norm, then the
+// output projection w ([vocab, C]: the head's weight, or a pipeline's
+// copy of the tied embedding).
 func (m *GPT) head(x, w *tensor.Tensor) *tensor.Tensor {
 	return tensor.LinearT(m.LNF.Forward(x), w)
 }

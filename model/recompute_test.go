@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -102,7 +103,7 @@ func TestRecomputeGradients(t *testing.T) {
 // MLP's first weight, with block 0 recomputed with or without the
 // dropout RNG.
 func blockGrad(m *GPT, x []int32, B, T int, withRNG bool) []float32 {
-	w := m.Blocks[0].MLP.CFC.W.T
+	w := m.Blocks[0].MLP.(*nn.MLP).CFC.W.T
 	p := &m.pass
 	var g []float32
 	tensor.Step(func() {

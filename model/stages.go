@@ -12,9 +12,9 @@ import (
 // LayerNorm and the head on the last. The parameters keep their names, so
 // checkpoints do not depend on the placement.
 //
-// The head is tied to the token embedding, which lives on the first
-// stage. When the last stage is on another device it reads a copy of the
-// embedding (SyncHead refreshes it from the real weight); the gradient the
+// A tied head is the token embedding, which lives on the first stage (an
+// untied one lives on the last). When the last stage is on another device
+// it reads a copy of the embedding (SyncHead refreshes it from the real weight); the gradient the
 // copy gathers is added into the embedding's own by ReduceHeadGrad before
 // the optimizer step, so the tied weight gets the sum of both uses, as on
 // one device.
@@ -68,7 +68,7 @@ func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
 			}
 		}
 		m.pass.freePositions() // made on the old device
-		if last := s.Devices[len(s.Devices)-1]; last != s.Devices[0] {
+		if last := s.Devices[len(s.Devices)-1]; last != s.Devices[0] && m.Tied() {
 			tensor.ProgramOf(last).Persist(func() { s.head = tensor.Zeros(last, m.WTE.W.T.Shape()...).SetRequiresGrad(true) })
 		}
 		s.SyncHead()
@@ -88,27 +88,25 @@ func (s *Staged) StageParams(st int) []*nn.Parameter {
 	m := s.M
 	var ps []*nn.Parameter
 	if st == 0 {
-		ps = append(ps, m.WTE.W, m.WPE.W)
+		ps = append(ps, m.EmbedParams()...)
 	}
 	for _, b := range m.Blocks[s.Ranges[st][0]:s.Ranges[st][1]] {
-		ps = append(ps, b.LN1.Parameters()...)
-		ps = append(ps, b.Attn.Parameters()...)
-		ps = append(ps, b.LN2.Parameters()...)
-		ps = append(ps, b.MLP.Parameters()...)
+		ps = append(ps, b.Parameters()...)
 	}
 	if st == len(s.Devices)-1 {
-		ps = append(ps, m.LNF.Parameters()...)
+		ps = append(ps, m.HeadParams()...)
 	}
 	return ps
 }
 
-// HeadWeight is the weight the head reads: the embedding itself when the
-// last stage shares the first stage's device, its copy otherwise.
+// HeadWeight is the weight the head reads: its own (an untied head's, or
+// the embedding where the last stage shares the first stage's device),
+// or the embedding's copy.
 func (s *Staged) HeadWeight() *tensor.Tensor {
 	if s.head != nil {
 		return s.head
 	}
-	return s.M.WTE.W.T
+	return s.M.Head.T
 }
 
 // HeadCopyBytes is the size of the embedding copy SyncHead and

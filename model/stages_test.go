@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/internal/rng"
+	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/pipeline"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -122,7 +123,7 @@ func TestStagedMatchesOneDevice(t *testing.T) {
 				t.Errorf("stats %+v", st)
 			}
 			s.Gather(tensor.CPU)
-			if m.Device() != tensor.CPU || m.LNF.W.T.Device() != tensor.CPU {
+			if m.Device() != tensor.CPU || m.LNF.(*nn.LayerNorm).W.T.Device() != tensor.CPU {
 				t.Errorf("Gather left parameters off the CPU")
 			}
 		})

@@ -22,8 +22,9 @@ func (m *GPT) SaveWeights(path string, meta map[string]string) error {
 	return checkpoint.Save(path, m.WeightsFile(meta))
 }
 
-// LoadWeights reads weights saved by SaveWeights or by Hugging Face
-// (prefixed "transformer." names or the hub's unprefixed ones). Buffers
+// LoadWeights reads weights saved by SaveWeights or, for a GPT-2, by
+// Hugging Face (prefixed "transformer." names or the hub's unprefixed
+// ones). Buffers
 // that are not weights (attn.bias, attn.masked_bias) and lm_head.weight
 // (tied) are ignored. Every parameter must be present with its shape.
 func (m *GPT) LoadWeights(path string) error {
@@ -37,11 +38,23 @@ func (m *GPT) LoadWeights(path string) error {
 	return nil
 }
 
-// SetWeights copies the tensors of f into the parameters. Names may be
-// fleet's (Hugging Face's prefixed ones) or the hub's unprefixed ones;
-// non-weight buffers are ignored, and an lm_head.weight must equal wte.
+// SetWeights copies the tensors of f into the parameters. A GPT-2's names
+// may be fleet's (Hugging Face's prefixed ones) or the hub's unprefixed
+// ones; non-weight buffers are ignored, and an lm_head.weight must equal
+// wte. A Llama's are fleet's own.
 func (m *GPT) SetWeights(f *checkpoint.File) error {
+	if m.Config.IsLlama() {
+		return m.setWeights(f.Tensors)
+	}
 	byName, head := hfWeights(f)
+	if err := m.setWeights(byName); err != nil {
+		return err
+	}
+	return checkHead(head, byName["transformer.wte.weight"])
+}
+
+// setWeights copies the tensors byName names into the parameters.
+func (m *GPT) setWeights(byName map[string]checkpoint.Tensor) error {
 	for _, p := range m.Parameters() {
 		t, ok := byName[p.Name]
 		if !ok {
@@ -61,10 +74,15 @@ func (m *GPT) SetWeights(f *checkpoint.File) error {
 		}
 		p.T.SetFloat32s(v)
 	}
-	return checkHead(head, byName["transformer.wte.weight"])
+	return nil
 }
 
 // short describes the config's shape for errors.
 func (c Config) short() string {
-	return fmt.Sprintf("vocab %d, block %d, %d layers, %d embd, bias=%v", c.VocabSize, c.BlockSize, c.NLayer, c.NEmbd, c.Bias)
+	s := fmt.Sprintf("vocab %d, block %d, %d layers, %d embd, bias=%v", c.VocabSize, c.BlockSize, c.NLayer, c.NEmbd, c.Bias)
+	if c.IsLlama() {
+		s = fmt.Sprintf("arch %s, %s, %d heads of %d, %d key/value heads, mlp_hidden %d, qk_norm=%v, qkv_bias=%v, untied_head=%v",
+			c.Arch, s, c.NHead, c.headDim(), c.kvHeads(), c.mlpHidden(), c.QKNorm, c.QKVBias, c.UntiedHead)
+	}
+	return s
 }

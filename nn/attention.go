@@ -1,18 +1,32 @@
 package nn
 
-import "github.com/fleetml/fleet/tensor"
+import (
+	"sync"
 
-// CausalSelfAttention is GPT-2's attention: one projection to packed
-// q, k, v, fused causal attention over NHead heads, and an output
-// projection followed by dropout.
+	"github.com/fleetml/fleet/tensor"
+)
+
+// CausalSelfAttention is causal self-attention: one projection to packed
+// q, k, v, fused attention over NHead query heads, and an output
+// projection followed by dropout. GPT-2's has as many key/value heads as
+// query heads and no rotation; Llama's groups the keys and values into
+// NKVHead heads, rotates q and k (Rope) and, in Qwen3's, RMS-normalises
+// each head of q and k first (QNorm, KNorm).
 type CausalSelfAttention struct {
 	CAttn, CProj *Linear
 	NHead        int
+	NKVHead      int // 0: NHead
 	ResidDrop    *Dropout
+	// Rope, where not nil, rotates q and k by their positions (rotary
+	// embeddings); QNorm and KNorm, where not nil, normalise each head of
+	// q and of k before it.
+	Rope         *Rope
+	QNorm, KNorm *RMSNorm
 }
 
-// KV is one layer's key/value cache for inference: K and V [B, MaxT, C]
-// hold the keys and values of positions [0, Pos).
+// KV is one layer's key/value cache for inference: K and V
+// [B, MaxT, NKVHead·head width] hold the keys and values of positions
+// [0, Pos).
 type KV struct {
 	K, V *tensor.Tensor
 	Pos  int
@@ -32,27 +46,101 @@ func (a *CausalSelfAttention) Residual(res, x *tensor.Tensor, kv *KV, masks *Mas
 	return a.ResidDrop.Residual(res, a.project(x, kv), masks)
 }
 
-// ResidualLN is Residual fused with the LayerNorm ln after it
-// (Dropout.ResidualLN): res + Forward(x, kv, masks), and ln of that.
-func (a *CausalSelfAttention) ResidualLN(res, x *tensor.Tensor, kv *KV, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
-	return a.ResidDrop.ResidualLN(res, a.project(x, kv), masks, ln)
+// ResidualLN is Residual fused with the norm n after it
+// (Dropout.ResidualLN): res + Forward(x, kv, masks), and n of that.
+func (a *CausalSelfAttention) ResidualLN(res, x *tensor.Tensor, kv *KV, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
+	return a.ResidDrop.ResidualLN(res, a.project(x, kv), masks, n)
+}
+
+// KVHeads is the number of key/value heads.
+func (a *CausalSelfAttention) KVHeads() int {
+	if a.NKVHead == 0 {
+		return a.NHead
+	}
+	return a.NKVHead
 }
 
 // project is Forward before the dropout.
 func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV) *tensor.Tensor {
 	qkv := a.CAttn.Forward(x)
+	kvh := a.KVHeads()
+	if a.Rope != nil {
+		pos := 0
+		if kv != nil {
+			pos = kv.Pos
+		}
+		var qn, kn *tensor.Tensor
+		var eps float32
+		if a.QNorm != nil {
+			qn, kn, eps = a.QNorm.W.T, a.KNorm.W.T, a.QNorm.Eps
+		}
+		qkv = tensor.Rotary(qkv, a.Rope.Table(qkv.Device()), qn, kn, a.NHead, kvh, pos, eps)
+	}
 	var y *tensor.Tensor
 	if kv == nil {
-		y = tensor.Attention(qkv, a.NHead)
+		y = tensor.GroupedAttention(qkv, a.NHead, kvh)
 	} else {
-		y = tensor.AttentionKV(qkv, kv.K, kv.V, a.NHead, kv.Pos)
+		y = tensor.GroupedAttentionKV(qkv, kv.K, kv.V, a.NHead, kvh, kv.Pos)
 	}
 	return a.CProj.Forward(y)
 }
 
 // Parameters lists the attention's parameters.
 func (a *CausalSelfAttention) Parameters() []*Parameter {
-	return append(a.CAttn.Parameters(), a.CProj.Parameters()...)
+	ps := append(a.CAttn.Parameters(), a.CProj.Parameters()...)
+	if a.QNorm != nil {
+		ps = append(ps, a.QNorm.W, a.KNorm.W)
+	}
+	return ps
+}
+
+// Rope is a model's rotary position embeddings: the inverse frequencies
+// of a head's pairs and the table of their cos and sin at positions
+// [0, MaxPos), made once per device that asks for it (the layers of a
+// pipeline's stages share it).
+type Rope struct {
+	InvFreq []float32
+	MaxPos  int
+
+	mu     sync.Mutex
+	tables map[tensor.Device]*tensor.Tensor
+}
+
+// Table is the cos/sin table on dev (tensor.RotaryTable), made the first
+// time dev asks.
+func (r *Rope) Table(dev tensor.Device) *tensor.Tensor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.tables[dev]; ok {
+		return t
+	}
+	if r.tables == nil {
+		r.tables = map[tensor.Device]*tensor.Tensor{}
+	}
+	var t *tensor.Tensor
+	tensor.ProgramOf(dev).Persist(func() { t = tensor.RotaryTable(dev, r.InvFreq, r.MaxPos) })
+	r.tables[dev] = t
+	return t
+}
+
+// Free releases the tables (the model moved).
+func (r *Rope) Free() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for d, t := range r.tables {
+		t.Free()
+		delete(r.tables, d)
+	}
+}
+
+// FeedForward is a block's feed-forward network ending in dropout: GPT-2's
+// MLP or Llama's SwiGLU. Residual and ResidualLN are as
+// CausalSelfAttention's.
+type FeedForward interface {
+	Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor
+	Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor
+	ResidualLN(res, x *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor)
+	Parameters() []*Parameter
 }
 
 // MLP is GPT-2's feed-forward block: Linear to 4C, tanh-GELU, Linear to C,
@@ -73,10 +161,10 @@ func (m *MLP) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	return m.Drop.Residual(res, m.apply(x), masks)
 }
 
-// ResidualLN is Residual fused with the LayerNorm ln after it
-// (Dropout.ResidualLN): res + Forward(x, masks), and ln of that.
-func (m *MLP) ResidualLN(res, x *tensor.Tensor, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
-	return m.Drop.ResidualLN(res, m.apply(x), masks, ln)
+// ResidualLN is Residual fused with the norm n after it
+// (Dropout.ResidualLN): res + Forward(x, masks), and n of that.
+func (m *MLP) ResidualLN(res, x *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
+	return m.Drop.ResidualLN(res, m.apply(x), masks, n)
 }
 
 // apply is Forward before the dropout.
@@ -93,3 +181,33 @@ func (m *MLP) apply(x *tensor.Tensor) *tensor.Tensor {
 
 // Parameters lists the MLP's parameters.
 func (m *MLP) Parameters() []*Parameter { return append(m.CFC.Parameters(), m.CProj.Parameters()...) }
+
+// SwiGLU is Llama's feed-forward block: down(silu(gate(x))·up(x)), the
+// gate and up projections one Linear to 2·hidden (the gate's columns
+// first), then dropout.
+type SwiGLU struct {
+	GateUp, Down *Linear
+	Drop         *Dropout
+}
+
+// Forward maps x [..., C] to [..., C], the dropout mask drawn from masks.
+func (s *SwiGLU) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return s.Drop.Forward(s.apply(x), masks)
+}
+
+// Residual is as MLP's.
+func (s *SwiGLU) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return s.Drop.Residual(res, s.apply(x), masks)
+}
+
+// ResidualLN is as MLP's.
+func (s *SwiGLU) ResidualLN(res, x *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
+	return s.Drop.ResidualLN(res, s.apply(x), masks, n)
+}
+
+func (s *SwiGLU) apply(x *tensor.Tensor) *tensor.Tensor {
+	return s.Down.Forward(tensor.SwiGLU(s.GateUp.Forward(x)))
+}
+
+// Parameters lists the block's parameters.
+func (s *SwiGLU) Parameters() []*Parameter { return append(s.GateUp.Parameters(), s.Down.Parameters()...) }

@@ -28,21 +28,18 @@ func (d *Dropout) Residual(x, y *tensor.Tensor, masks *Masks) *tensor.Tensor {
 	return tensor.AddDropoutAt(x, y, d.P, &masks.Stream, masks.Base)
 }
 
-// ResidualLN is Residual (x nil: Forward(y)) with the LayerNorm ln that
-// reads its result, in one pass (tensor.AddLayerNorm): it returns the sum
-// and ln of it, the same values and masks as the ops one after the other.
-func (d *Dropout) ResidualLN(x, y *tensor.Tensor, masks *Masks, ln *LayerNorm) (sum, out *tensor.Tensor) {
+// ResidualLN is Residual (x nil: Forward(y)) with the norm n that reads
+// its result, in one pass (tensor.AddLayerNorm, tensor.AddRMSNorm): it
+// returns the sum and n of it, the same values and masks as the ops one
+// after the other.
+func (d *Dropout) ResidualLN(x, y *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
 	var p float32
 	var r *tensor.DropoutStream
 	var base *tensor.Tensor
 	if masks != nil && d.Training && d.P > 0 {
 		p, r, base = d.P, &masks.Stream, masks.Base
 	}
-	var b *tensor.Tensor
-	if ln.B != nil {
-		b = ln.B.T
-	}
-	return tensor.AddLayerNorm(x, y, p, r, base, ln.W.T, b, ln.Eps)
+	return n.AddForward(x, y, p, r, base)
 }
 
 // Masks is where the dropout layers of one forward pass take their masks:

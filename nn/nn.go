@@ -1,7 +1,8 @@
 // Package nn holds the building blocks of neural networks on top of package
-// tensor: named parameters, their initialisation, and the modules a GPT is
-// made of (Linear, Embedding, LayerNorm, causal self-attention, MLP,
-// dropout).
+// tensor: named parameters, their initialisation, and the modules the
+// model families are made of (Linear, Embedding, LayerNorm and RMSNorm,
+// causal self-attention with grouped heads and rotary embeddings, the
+// GELU MLP and SwiGLU, dropout).
 package nn
 
 import (
@@ -87,6 +88,16 @@ func NewEmbedding(name string, in Init, num, dim int, std float32) *Embedding {
 // Forward looks up ids.
 func (e *Embedding) Forward(ids *tensor.Tensor) *tensor.Tensor { return tensor.Embedding(e.W.T, ids) }
 
+// Norm is a normalisation layer over the last axis: LayerNorm (GPT-2's)
+// or RMSNorm (Llama's). AddForward is its residual add fused with it:
+// sum = x + dropout(y) (x nil: the dropout alone; p 0: a plain add) and
+// the norm of sum, in one pass (tensor.AddLayerNorm, tensor.AddRMSNorm).
+type Norm interface {
+	Forward(x *tensor.Tensor) *tensor.Tensor
+	AddForward(x, y *tensor.Tensor, p float32, r *tensor.DropoutStream, base *tensor.Tensor) (sum, out *tensor.Tensor)
+	Parameters() []*Parameter
+}
+
 // LayerNorm normalises the last axis, with a weight and an optional bias.
 type LayerNorm struct {
 	W, B *Parameter
@@ -104,15 +115,46 @@ func NewLayerNorm(name string, in Init, dim int, bias bool, eps float32) *LayerN
 
 // Forward applies the norm.
 func (ln *LayerNorm) Forward(x *tensor.Tensor) *tensor.Tensor {
-	var b *tensor.Tensor
-	if ln.B != nil {
-		b = ln.B.T
+	return tensor.LayerNorm(x, ln.W.T, ln.bias(), ln.Eps)
+}
+
+// AddForward implements Norm.
+func (ln *LayerNorm) AddForward(x, y *tensor.Tensor, p float32, r *tensor.DropoutStream, base *tensor.Tensor) (sum, out *tensor.Tensor) {
+	return tensor.AddLayerNorm(x, y, p, r, base, ln.W.T, ln.bias(), ln.Eps)
+}
+
+func (ln *LayerNorm) bias() *tensor.Tensor {
+	if ln.B == nil {
+		return nil
 	}
-	return tensor.LayerNorm(x, ln.W.T, b, ln.Eps)
+	return ln.B.T
 }
 
 // Parameters lists the norm's parameters.
 func (ln *LayerNorm) Parameters() []*Parameter { return nonNil(ln.W, ln.B) }
+
+// RMSNorm normalises the last axis by its root mean square, with a
+// weight: x·w/sqrt(mean(x²) + Eps).
+type RMSNorm struct {
+	W   *Parameter
+	Eps float32
+}
+
+// NewRMSNorm starts with weight 1.
+func NewRMSNorm(name string, in Init, dim int, eps float32) *RMSNorm {
+	return &RMSNorm{W: NewParameter(name+".weight", tensor.Ones(in.Dev, dim)), Eps: eps}
+}
+
+// Forward applies the norm.
+func (n *RMSNorm) Forward(x *tensor.Tensor) *tensor.Tensor { return tensor.RMSNorm(x, n.W.T, n.Eps) }
+
+// AddForward implements Norm.
+func (n *RMSNorm) AddForward(x, y *tensor.Tensor, p float32, r *tensor.DropoutStream, base *tensor.Tensor) (sum, out *tensor.Tensor) {
+	return tensor.AddRMSNorm(x, y, p, r, base, n.W.T, n.Eps)
+}
+
+// Parameters lists the norm's weight.
+func (n *RMSNorm) Parameters() []*Parameter { return []*Parameter{n.W} }
 
 func nonNil(ps ...*Parameter) []*Parameter {
 	var out []*Parameter

@@ -82,11 +82,11 @@ func stageCounts(cfg Config, m *model.GPT, stages int) ([]int, error) {
 	}
 	layers := make([]float64, len(m.Blocks))
 	for i, b := range m.Blocks {
-		layers[i] = count(b.LN1.Parameters()) + count(b.Attn.Parameters()) + count(b.LN2.Parameters()) + count(b.MLP.Parameters())
+		layers[i] = count(b.Parameters())
 	}
-	first := count([]*nn.Parameter{m.WTE.W, m.WPE.W})
-	last := count(m.LNF.Parameters())
-	if stages > 1 {
+	first := count(m.EmbedParams())
+	last := count(m.HeadParams())
+	if stages > 1 && m.Tied() { // the head's copy of the embedding
 		last += float64(m.WTE.W.T.Numel())
 	}
 	return pipeline.Balance(layers, stages, first, last), nil

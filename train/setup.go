@@ -257,8 +257,8 @@ func (r *run) logSetup(ds *dataset) {
 	cfg, log, mc := r.cfg, r.log, r.model.Config
 	fmt.Fprintf(log, "data: %s\n", ds.desc)
 	fmt.Fprintf(log, "tokens: %d train, %d val, vocabulary %d (%s)\n", ds.train.Len(), ds.val.Len(), ds.vocab, ds.tokenizerDesc())
-	fmt.Fprintf(log, "model: %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
-		mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, r.dev)
+	fmt.Fprintf(log, "model: %s, %d layers, %d heads, %d embd, block %d, %.2fM parameters, on %v\n",
+		mc.Family(), mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, r.dev)
 	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
 		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
 	if cfg.Recompute {

@@ -84,6 +84,17 @@ type Config struct {
 	BlockSize int     `json:"block_size"`
 	Dropout   float64 `json:"dropout"`
 	Bias      bool    `json:"bias"`
+	// The model family and its pieces (model.Config): gpt2 (the default,
+	// which has none of the others) or llama.
+	Arch       string  `json:"arch,omitempty"`
+	NKVHead    int     `json:"n_kv_head,omitempty"`
+	HeadDim    int     `json:"head_dim,omitempty"`
+	MLPHidden  int     `json:"mlp_hidden,omitempty"`
+	RopeTheta  float64 `json:"rope_theta,omitempty"`
+	NormEps    float64 `json:"norm_eps,omitempty"`
+	QKNorm     bool    `json:"qk_norm,omitempty"`
+	QKVBias    bool    `json:"qkv_bias,omitempty"`
+	UntiedHead bool    `json:"untied_head,omitempty"` // --tie-embeddings=false
 
 	BatchSize int `json:"batch_size"` // micro-batch per process
 	// Recompute keeps only each block's input in the forward pass and
@@ -313,10 +324,12 @@ func (c Config) ProductDType() tensor.DType {
 	return p.DType()
 }
 
-// ModelConfig is the GPT shape for a vocabulary size.
+// ModelConfig is the model's shape for a vocabulary size.
 func (c Config) ModelConfig(vocab int) model.Config {
 	return model.Config{VocabSize: vocab, BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
-		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: c.Bias}
+		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: c.Bias,
+		Arch: c.Arch, NKVHead: c.NKVHead, HeadDim: c.HeadDim, MLPHidden: c.MLPHidden, RopeTheta: c.RopeTheta,
+		NormEps: c.NormEps, QKNorm: c.QKNorm, QKVBias: c.QKVBias, UntiedHead: c.UntiedHead}
 }
 
 // CollectiveTimeout is the run's bound on every collective: CommTimeout,

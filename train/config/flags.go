@@ -38,7 +38,16 @@ var Flags = setting.Table[Config]{
 	declare("n-embd", "NEmbd", "embedding width", func(c *Config) any { return &c.NEmbd }),
 	declare("block-size", "BlockSize", "context length in tokens", func(c *Config) any { return &c.BlockSize }),
 	declare("dropout", "Dropout", "dropout probability", func(c *Config) any { return &c.Dropout }),
-	declare("bias", "Bias", "use biases in Linear and LayerNorm layers", func(c *Config) any { return &c.Bias }),
+	declare("bias", "Bias", "use biases in Linear and LayerNorm layers (llama: in the attention's four projections, Hugging Face's attention_bias)", func(c *Config) any { return &c.Bias }),
+	declare("arch", "Arch", "model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) or llama (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention; see docs/models.md)", func(c *Config) any { return &c.Arch }),
+	declare("n-kv-head", "NKVHead", "llama: key/value heads, dividing --n-head (0: --n-head; 1: multi-query)", func(c *Config) any { return &c.NKVHead }),
+	declare("head-dim", "HeadDim", "llama: width of a head (0: --n-embd / --n-head)", func(c *Config) any { return &c.HeadDim }),
+	declare("mlp-hidden", "MLPHidden", "llama: SwiGLU's hidden width (0: 8/3 × --n-embd, rounded up to a multiple of 8)", func(c *Config) any { return &c.MLPHidden }),
+	declare("rope-theta", "RopeTheta", "llama: base of the rotary embeddings' frequencies (0: 10000)", func(c *Config) any { return &c.RopeTheta }),
+	declare("norm-eps", "NormEps", "llama: RMSNorm's epsilon (0: 1e-5)", func(c *Config) any { return &c.NormEps }),
+	declare("qk-norm", "QKNorm", "llama: RMS-normalise each head of q and k before the rotation (Qwen3's QK-norm)", func(c *Config) any { return &c.QKNorm }),
+	declare("qkv-bias", "QKVBias", "llama: biases on q, k and v only (Qwen2's)", func(c *Config) any { return &c.QKVBias }),
+	declare("tie-embeddings", "UntiedHead", "llama: the head's weight is the token embedding (false: a weight of its own)", func(c *Config) any { return negBool{&c.UntiedHead} }),
 	declare("batch-size", "BatchSize", "micro-batch size per process, or auto: the largest that fits the device (real trial steps on a GPU; an estimate and --memory-limit on the CPU)", func(c *Config) any { return batchValue{c} }),
 	declare("memory-limit", "MemoryLimit", "memory --batch-size auto may plan for on the CPU, e.g. 8GiB or 500MB (default: half the RAM)", func(c *Config) any { return bytesValue{&c.MemoryLimit} }),
 	declare("recompute", "Recompute", "recompute each block in the backward pass (gradient checkpointing): much less activation memory, about 1.3× the step time", func(c *Config) any { return &c.Recompute }),
@@ -81,6 +90,7 @@ var Flags = setting.Table[Config]{
 // ModelFlags are the flags of the model and the step, which bench and lab
 // take too.
 var ModelFlags = []string{"device", "precision", "n-layer", "n-head", "n-embd", "block-size", "dropout", "bias",
+	"arch", "n-kv-head", "head-dim", "mlp-hidden", "rope-theta", "norm-eps", "qk-norm", "qkv-bias", "tie-embeddings",
 	"batch-size", "memory-limit", "recompute", "cuda-graphs", "grad-accum", "lr", "seed"}
 
 // declare is one entry of Flags.
@@ -115,6 +125,23 @@ func (f batchValue) Set(s string) error {
 }
 
 // bytesValue is a size in bytes with an optional unit (units.ParseBytes).
+// negBool is a boolean flag bound to a field that holds its negation
+// (--tie-embeddings, UntiedHead: the field's zero value is the flag's
+// default, true).
+type negBool struct{ b *bool }
+
+func (f negBool) String() string   { return strconv.FormatBool(f.b == nil || !*f.b) }
+func (f negBool) IsBoolFlag() bool { return true }
+
+func (f negBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*f.b = !v
+	return nil
+}
+
 type bytesValue struct{ n *int64 }
 
 func (f bytesValue) String() string {

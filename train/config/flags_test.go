@@ -40,6 +40,8 @@ func TestFlagsSetTheirFields(t *testing.T) {
 			v, ok = "7", true
 		case "MemoryLimit":
 			v = "7"
+		case "UntiedHead":
+			v = "false" // the field holds the flag's negation
 		}
 		if !ok {
 			t.Errorf("--%s: no test value for a %s", f.Name, field.Type())
@@ -49,7 +51,7 @@ func TestFlagsSetTheirFields(t *testing.T) {
 			t.Errorf("--%s=%s: %v", f.Name, v, err)
 			continue
 		}
-		want := map[string]any{"x1": "x1", "7": 7, "0.5": 0.5, "true": true, "3s": 3 * time.Second}[v]
+		want := map[string]any{"x1": "x1", "7": 7, "0.5": 0.5, "true": true, "false": true, "3s": 3 * time.Second}[v]
 		got := field.Interface()
 		if reflect.ValueOf(got).Kind() != reflect.String && reflect.ValueOf(got).CanInt() {
 			got = int(field.Int())

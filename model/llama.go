@@ -1,0 +1,212 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/fleetml/fleet/nn"
+)
+
+// The model families (Config.Arch). A family builds its modules and
+// checks the settings that are its own; everything that runs the model
+// (Forward, the stages, generation) is the same for both.
+const (
+	ArchGPT2  = "gpt2"
+	ArchLlama = "llama"
+)
+
+// family is one Arch's builder.
+type family interface {
+	validate(c Config) error
+	build(m *GPT, in nn.Init)
+}
+
+type gpt2Family struct{}
+type llamaFamily struct{}
+
+// family is c's family, or an error naming the unknown Arch.
+func (c Config) family() (family, error) {
+	switch c.Arch {
+	case "", ArchGPT2:
+		return gpt2Family{}, nil
+	case ArchLlama:
+		return llamaFamily{}, nil
+	}
+	return nil, fmt.Errorf("arch must be %s or %s, got %q", ArchGPT2, ArchLlama, c.Arch)
+}
+
+// Family is c's Arch by name: gpt2 where it is empty.
+func (c Config) Family() string {
+	if c.Arch == "" {
+		return ArchGPT2
+	}
+	return c.Arch
+}
+
+// IsLlama reports whether c is a Llama-style model.
+func (c Config) IsLlama() bool { return c.Arch == ArchLlama }
+
+func (gpt2Family) validate(c Config) error {
+	var llamaOnly []string
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{c.NKVHead != 0, "n_kv_head"}, {c.HeadDim != 0, "head_dim"}, {c.MLPHidden != 0, "mlp_hidden"},
+		{c.RopeTheta != 0, "rope_theta"}, {c.RopeScaling != nil, "rope_scaling"}, {c.NormEps != 0, "norm_eps"},
+		{c.QKNorm, "qk_norm"}, {c.QKVBias, "qkv_bias"}, {c.UntiedHead, "untied_head"}} {
+		if f.set {
+			llamaOnly = append(llamaOnly, f.name)
+		}
+	}
+	if len(llamaOnly) > 0 {
+		return fmt.Errorf("%v are settings of arch %s; a %s model has none", llamaOnly, ArchLlama, ArchGPT2)
+	}
+	return nil
+}
+
+func (gpt2Family) build(m *GPT, in nn.Init) { buildGPT2(m, in) }
+
+func (llamaFamily) validate(c Config) error {
+	switch kv, hd := c.kvHeads(), c.headDim(); {
+	case kv <= 0 || c.NHead%kv != 0:
+		return fmt.Errorf("n_kv_head %d must divide n_head %d", c.NKVHead, c.NHead)
+	case hd <= 0 || hd%2 != 0:
+		return fmt.Errorf("head_dim %d must be even and positive (rotary embeddings pair a head's halves)", hd)
+	case c.MLPHidden < 0:
+		return fmt.Errorf("mlp_hidden must not be negative, got %d", c.MLPHidden)
+	case c.RopeTheta < 0 || c.NormEps < 0:
+		return fmt.Errorf("rope_theta %v and norm_eps %v must not be negative", c.RopeTheta, c.NormEps)
+	}
+	if s := c.RopeScaling; s != nil {
+		if s.Factor <= 0 || s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor || s.OriginalMaxPositions <= 0 {
+			return fmt.Errorf("rope_scaling %+v: want factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0", *s)
+		}
+	}
+	return nil
+}
+
+// kvHeads is the number of key/value heads.
+func (c Config) kvHeads() int {
+	if c.NKVHead == 0 {
+		return c.NHead
+	}
+	return c.NKVHead
+}
+
+// headDim is a head's width.
+func (c Config) headDim() int {
+	if c.HeadDim == 0 {
+		return c.NEmbd / c.NHead
+	}
+	return c.HeadDim
+}
+
+// mlpHidden is SwiGLU's hidden width: MLPHidden, or 8/3·NEmbd rounded up
+// to a multiple of 8 (the parameters of GPT-2's 4× MLP, in three
+// matrices).
+func (c Config) mlpHidden() int {
+	if c.MLPHidden > 0 {
+		return c.MLPHidden
+	}
+	return (8*c.NEmbd/3 + 7) / 8 * 8
+}
+
+// normEps is the norms' epsilon.
+func (c Config) normEps() float32 {
+	if c.NormEps == 0 {
+		return lnEps
+	}
+	return float32(c.NormEps)
+}
+
+// RopeScaling is Llama 3.1's scaling of the rotary frequencies
+// (rope_scaling of type llama3 in a Hugging Face config): wavelengths
+// longer than OriginalMaxPositions/LowFreqFactor are divided by Factor,
+// those shorter than OriginalMaxPositions/HighFreqFactor kept, and those
+// between interpolated.
+type RopeScaling struct {
+	Factor               float64 `json:"factor"`
+	LowFreqFactor        float64 `json:"low_freq_factor"`
+	HighFreqFactor       float64 `json:"high_freq_factor"`
+	OriginalMaxPositions int     `json:"original_max_position_embeddings"`
+}
+
+// InvFreq is the rotary embeddings' inverse frequency of each pair of a
+// head, as Hugging Face computes it in float32: theta^(−2j/head_dim), then
+// Llama 3.1's scaling where the config has it.
+func (c Config) InvFreq() []float32 {
+	hd, theta := c.headDim(), c.RopeTheta
+	if theta == 0 {
+		theta = 10000
+	}
+	f := make([]float32, hd/2)
+	for j := range f {
+		e := float32(2*j) / float32(hd)
+		f[j] = 1 / float32(math.Pow(theta, float64(e)))
+	}
+	if s := c.RopeScaling; s != nil {
+		old := float64(s.OriginalMaxPositions)
+		lowWave, highWave := old/s.LowFreqFactor, old/s.HighFreqFactor
+		for j, v := range f {
+			wave := 2 * math.Pi / float64(v)
+			switch {
+			case wave > lowWave:
+				f[j] = float32(float64(v) / s.Factor)
+			case wave >= highWave:
+				smooth := (old/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				f[j] = float32((1-smooth)*float64(v)/s.Factor + smooth*float64(v))
+			}
+		}
+	}
+	return f
+}
+
+// buildLlama builds a Llama-style model: token embedding
+// (model.embed_tokens), blocks of RMSNorm, grouped-query attention with
+// rotary embeddings (q, k and v in one projection, self_attn.qkv_proj;
+// QK-norm where asked) and SwiGLU (gate and up in one projection,
+// mlp.gate_up_proj), a final RMSNorm (model.norm) and an untied or tied
+// head (lm_head). The initialisation is GPT-2's: N(0, 0.02²), the
+// residual projections N(0, (0.02/√(2·n_layer))²), unit norm weights,
+// zero biases.
+func buildLlama(m *GPT, in nn.Init) {
+	cfg := m.Config
+	C, H, KVH, HD, hid, eps := cfg.NEmbd, cfg.NHead, cfg.kvHeads(), cfg.headDim(), cfg.mlpHidden(), cfg.normEps()
+	residStd := float32(initStd / math.Sqrt(2*float64(cfg.NLayer)))
+	m.WTE = nn.NewEmbedding("model.embed_tokens", in, cfg.VocabSize, C, initStd)
+	m.Rope = &nn.Rope{InvFreq: cfg.InvFreq(), MaxPos: cfg.BlockSize}
+	m.Drop = m.newDrop()
+	for i := 0; i < cfg.NLayer; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		a := &nn.CausalSelfAttention{
+			CAttn:     nn.NewLinear(p+"self_attn.qkv_proj", in, C, (H+2*KVH)*HD, cfg.Bias || cfg.QKVBias, initStd),
+			CProj:     nn.NewLinear(p+"self_attn.o_proj", in, H*HD, C, cfg.Bias, residStd),
+			NHead:     H,
+			NKVHead:   KVH,
+			ResidDrop: m.newDrop(),
+			Rope:      m.Rope,
+		}
+		if cfg.QKNorm {
+			a.QNorm = nn.NewRMSNorm(p+"self_attn.q_norm", in, HD, eps)
+			a.KNorm = nn.NewRMSNorm(p+"self_attn.k_norm", in, HD, eps)
+		}
+		m.Blocks = append(m.Blocks, &Block{
+			LN1:  nn.NewRMSNorm(p+"input_layernorm", in, C, eps),
+			Attn: a,
+			LN2:  nn.NewRMSNorm(p+"post_attention_layernorm", in, C, eps),
+			MLP: &nn.SwiGLU{
+				GateUp: nn.NewLinear(p+"mlp.gate_up_proj", in, C, 2*hid, false, initStd),
+				Down:   nn.NewLinear(p+"mlp.down_proj", in, hid, C, false, residStd),
+				Drop:   m.newDrop(),
+			},
+			layer: i,
+		})
+	}
+	m.LNF = nn.NewRMSNorm("model.norm", in, C, eps)
+	m.Head = m.WTE.W
+	if cfg.UntiedHead {
+		m.Head = nn.NewParameter("lm_head.weight", in.Normal(initStd, cfg.VocabSize, C))
+	}
+}
+
+func (llamaFamily) build(m *GPT, in nn.Init) { buildLlama(m, in) }
