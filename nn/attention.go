@@ -210,4 +210,6 @@ func (s *SwiGLU) apply(x *tensor.Tensor) *tensor.Tensor {
 }
 
 // Parameters lists the block's parameters.
-func (s *SwiGLU) Parameters() []*Parameter { return append(s.GateUp.Parameters(), s.Down.Parameters()...) }
+func (s *SwiGLU) Parameters() []*Parameter {
+	return append(s.GateUp.Parameters(), s.Down.Parameters()...)
+}
