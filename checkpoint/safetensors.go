@@ -113,6 +113,25 @@ func F32Tensor(shape []int, v []float32) Tensor {
 	return Tensor{F32, slices.Clone(shape), data}
 }
 
+// BF16Tensor returns a BF16 tensor holding v rounded to bfloat16 (to
+// nearest even; NaN stays NaN). It panics if len(v) is not the product of
+// shape.
+func BF16Tensor(shape []int, v []float32) Tensor {
+	mustNumel("BF16Tensor", shape, len(v))
+	data := make([]byte, 2*len(v))
+	for i, x := range v {
+		b := math.Float32bits(x)
+		var h uint16
+		if x != x {
+			h = uint16(b>>16) | 0x40 // a quiet NaN
+		} else {
+			h = uint16((b + 0x7fff + (b>>16)&1) >> 16)
+		}
+		binary.LittleEndian.PutUint16(data[2*i:], h)
+	}
+	return Tensor{BF16, slices.Clone(shape), data}
+}
+
 // I32Tensor returns an I32 tensor holding v. It panics if len(v) is not the
 // product of shape.
 func I32Tensor(shape []int, v []int32) Tensor {

@@ -434,3 +434,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestBF16Tensor(t *testing.T) {
+	in := []float32{1, -2.5, 3.14159265, 1e-20, 65504, float32(math.Inf(1)), 1.00390625, 1.01171875}
+	got, err := BF16Tensor([]int{len(in)}, in).Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1.00390625 is halfway between 1 and 1.0078125: to even, 1;
+	// 1.01171875 is halfway between 1.0078125 and 1.015625: to even, 1.015625
+	// (the values are PyTorch's .bfloat16()).
+	want := []float32{1, -2.5, 3.140625, 1.0005577e-20, 65536, float32(math.Inf(1)), 1, 1.015625}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("BF16(%v) = %v, want %v", in[i], got[i], want[i])
+		}
+	}
+}

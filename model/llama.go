@@ -1,9 +1,11 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/nn"
 )
 
@@ -15,10 +17,12 @@ const (
 	ArchLlama = "llama"
 )
 
-// family is one Arch's builder.
+// family is one Arch's builder, and its Hugging Face folder's writer
+// (HFFolder).
 type family interface {
 	validate(c Config) error
 	build(m *GPT, in nn.Init)
+	hfFolder(m *GPT, bf16 bool) (*checkpoint.File, []byte, error)
 }
 
 type gpt2Family struct{}
@@ -65,6 +69,11 @@ func (gpt2Family) validate(c Config) error {
 }
 
 func (gpt2Family) build(m *GPT, in nn.Init) { buildGPT2(m, in) }
+
+// hfFolder is GPT2LMHeadModel's files, in F32.
+func (gpt2Family) hfFolder(m *GPT, _ bool) (*checkpoint.File, []byte, error) {
+	return m.HFWeightsFile(), m.Config.HFConfigJSON(), nil
+}
 
 func (llamaFamily) validate(c Config) error {
 	switch kv, hd := c.kvHeads(), c.headDim(); {
@@ -210,3 +219,82 @@ func buildLlama(m *GPT, in nn.Init) {
 }
 
 func (llamaFamily) build(m *GPT, in nn.Init) { buildLlama(m, in) }
+
+// hfFolder is the files of the Hugging Face architecture that has the
+// model's pieces (hfConfigOf), its weights under that architecture's
+// names (ToHF), in BF16 where bf16.
+func (llamaFamily) hfFolder(m *GPT, bf16 bool) (*checkpoint.File, []byte, error) {
+	cfg, err := hfConfigOf(m.Config, bf16)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := ToHF(m.Config, m.WeightsFile(nil).Tensors)
+	if err != nil {
+		return nil, nil, err
+	}
+	if bf16 {
+		for n, t := range ts {
+			v, _ := t.Float32s()
+			ts[n] = checkpoint.BF16Tensor(t.Shape, v)
+		}
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	return &checkpoint.File{Metadata: map[string]string{"format": "pt"}, Tensors: ts}, append(b, '\n'), nil
+}
+
+// hfConfigOf is the config.json of c as the Hugging Face architecture
+// that has its pieces: Qwen3ForCausalLM with QK-norm, Qwen2ForCausalLM
+// with q/k/v biases, LlamaForCausalLM otherwise.
+func hfConfigOf(c Config, bf16 bool) (map[string]any, error) {
+	arch, typ := "LlamaForCausalLM", "llama"
+	switch {
+	case c.QKNorm && c.QKVBias:
+		return nil, fmt.Errorf("no Hugging Face architecture has both QK-norm and q/k/v biases")
+	case c.QKNorm:
+		arch, typ = "Qwen3ForCausalLM", "qwen3"
+	case c.QKVBias:
+		if c.Bias {
+			return nil, fmt.Errorf("no Hugging Face architecture has q/k/v biases and an output projection's")
+		}
+		arch, typ = "Qwen2ForCausalLM", "qwen2"
+	}
+	if c.RopeScaling != nil && typ != "llama" {
+		return nil, fmt.Errorf("rope_scaling of type llama3 is Llama's, and this model's pieces make it a %s", arch)
+	}
+	dt := "float32"
+	if bf16 {
+		dt = "bfloat16"
+	}
+	theta := c.RopeTheta
+	if theta == 0 {
+		theta = 10000
+	}
+	cfg := map[string]any{
+		"architectures": []string{arch}, "model_type": typ, "vocab_size": c.VocabSize, "hidden_size": c.NEmbd,
+		"intermediate_size": c.mlpHidden(), "num_hidden_layers": c.NLayer, "num_attention_heads": c.NHead,
+		"num_key_value_heads": c.kvHeads(), "head_dim": c.headDim(), "max_position_embeddings": c.BlockSize,
+		"rms_norm_eps": float64(c.normEps()), "rope_theta": theta, "tie_word_embeddings": !c.UntiedHead,
+		"hidden_act": "silu", "torch_dtype": dt, "attention_dropout": 0.0, "initializer_range": initStd,
+	}
+	switch typ {
+	case "llama":
+		cfg["attention_bias"], cfg["mlp_bias"], cfg["rope_scaling"] = c.Bias, false, c.RopeScaling
+	case "qwen3":
+		cfg["attention_bias"], cfg["use_sliding_window"] = c.Bias, false
+	case "qwen2":
+		cfg["use_sliding_window"] = false
+	}
+	return cfg, nil
+}
+
+// HFFolder returns the files of the model as a Hugging Face folder
+// (model.safetensors and config.json): GPT2LMHeadModel's for a GPT-2 (in
+// F32), and for a Llama the architecture that has its pieces, its weights
+// in BF16 where bf16.
+func (m *GPT) HFFolder(bf16 bool) (weights *checkpoint.File, config []byte, err error) {
+	f, err := m.Config.family()
+	if err != nil {
+		return nil, nil, err
+	}
+	return f.hfFolder(m, bf16)
+}
