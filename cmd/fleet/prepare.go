@@ -85,7 +85,7 @@ func prepareTokenizer(spec string, inputs []string, bar *progress) (tok data.Tok
 	}
 	c, ok := tok.(*data.Char)
 	if !ok {
-		return tok, tokenizer.SplitPoint, nil, nil
+		return tok, tokenizer.SplitPointOf(tok), nil, nil
 	}
 	if c.Size() > data.MaxVocab16 {
 		return nil, nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)
