@@ -33,7 +33,11 @@
 // (ASCII digits only, where Rust's is_numeric takes every number).
 //
 // Usage (scripts/hf_tokenizer_fixture.sh installs the packages and runs it):
-//   NODE_PATH=DIR/node_modules node scripts/hf_tokenizer_fixture.mjs DIR/node_modules
+//   node scripts/hf_tokenizer_fixture.mjs DIR/node_modules
+// With HF_FIXTURE_FULL=OUT, the vocabularies are not cut (Llama 3's whole
+// 128,000 tokens and 280,147 merges, and so on) and the files go to OUT
+// instead; FLEET_HF_FIXTURES=OUT go test -run HF ./tokenizer/ then holds
+// fleet to the reference on the real vocabularies.
 import fs from "fs";
 import path from "path";
 import { fileURLToPath } from "url";
@@ -48,12 +52,13 @@ const llama3 = (await import(path.join(path.resolve(modules), "llama3-tokenizer-
 const llama2 = (await import(path.join(path.resolve(modules), "llama-tokenizer-js/llama-tokenizer.js"))).default;
 
 const root = path.join(path.dirname(fileURLToPath(import.meta.url)), "..");
-const out = path.join(root, "testdata", "hf");
+const full = process.env.HF_FIXTURE_FULL;
+const out = full || path.join(root, "testdata", "hf");
 
 // How many merges of each real vocabulary the fixtures keep.
-const GPT2_MERGES = 5000;
-const LLAMA3_MERGES = 6000;
-const LLAMA2_MERGES = 6000;
+const GPT2_MERGES = full ? 50000 : 5000;
+const LLAMA3_MERGES = full ? Infinity : 6000;
+const LLAMA2_MERGES = full ? Infinity : 6000;
 
 const GPT2_PATTERN = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 const LLAMA3_PATTERN = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -113,13 +118,13 @@ const mergeKeys = (tok) => [...tok.merges.entries()].sort((x, y) => x[1] - y[1])
 function llama3Vocab() {
   const v = llama3.vocabById.slice(0, 128000);
   // The 256 single bytes (GPT-2's alphabet, one character each) are ids 0 to 255.
-  return cut(v, mergeKeys(llama3), LLAMA3_MERGES, (tok, id) => id < 256);
+  return cut(v, mergeKeys(llama3), LLAMA3_MERGES, (tok, id) => id < 256 || full);
 }
 
 function llama2Vocab() {
   const v = llama2.vocabById;
   // <unk>, <s>, </s>, the 256 <0xNN> and every single character.
-  return cut(v, mergeKeys(llama2), LLAMA2_MERGES, (tok, id) => id < 259 || [...tok].length === 1);
+  return cut(v, mergeKeys(llama2), LLAMA2_MERGES, (tok, id) => id < 259 || [...tok].length === 1 || full);
 }
 
 const byteLevel = (prefix, regex) => ({ type: "ByteLevel", add_prefix_space: prefix, trim_offsets: true, use_regex: regex });

@@ -6,7 +6,8 @@
 # llama-tokenizer-js: Llama 2's). See scripts/hf_tokenizer_fixture.mjs.
 # Needs node and npm; the packages go to a temporary folder. Run from
 # anywhere; writes under testdata/hf. The Go test (tokenizer,
-# TestHFFixtures) needs only the files written.
+# TestHFFixtures) needs only the files written. With HF_FIXTURE_FULL=OUT
+# it writes uncut vocabularies to OUT instead (see the .mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)

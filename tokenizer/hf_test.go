@@ -19,6 +19,18 @@ import (
 // writes them.
 const hfTestdata = "../testdata/hf"
 
+// hfFixtures is the folder of the fixtures that TestHFFixtures,
+// TestHFRoundTrip and TestHFChunks read: testdata/hf, or
+// $FLEET_HF_FIXTURES, the same files with whole vocabularies (too large
+// for the repository), which scripts/hf_tokenizer_fixture.sh writes with
+// HF_FIXTURE_FULL set.
+func hfFixtures() string {
+	if d := os.Getenv("FLEET_HF_FIXTURES"); d != "" {
+		return d
+	}
+	return hfTestdata
+}
+
 var hfVariants = []string{"gpt2", "smollm", "llama3", "qwen2", "llama2", "metaspace"}
 
 type hfCases struct {
@@ -39,7 +51,7 @@ type hfCases struct {
 
 func readHFCases(t *testing.T) *hfCases {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(hfTestdata, "cases.json"))
+	b, err := os.ReadFile(filepath.Join(hfFixtures(), "cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +64,12 @@ func readHFCases(t *testing.T) *hfCases {
 
 func openHFVariant(t *testing.T, name string) *HF {
 	t.Helper()
-	tok, err := Open("hf:"+filepath.Join(hfTestdata, name), Options{})
+	return openHFIn(t, hfTestdata, name)
+}
+
+func openHFIn(t *testing.T, dir, name string) *HF {
+	t.Helper()
+	tok, err := Open("hf:"+filepath.Join(dir, name), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +82,7 @@ func TestHFFixtures(t *testing.T) {
 	c := readHFCases(t)
 	for _, name := range hfVariants {
 		t.Run(name, func(t *testing.T) {
-			tok := openHFVariant(t, name)
+			tok := openHFIn(t, hfFixtures(), name)
 			v, ok := c.Variants[name]
 			if !ok || len(v.Cases) < 400 {
 				t.Fatalf("cases.json has %d cases for %s, want at least 400", len(v.Cases), name)
@@ -116,7 +133,7 @@ func TestHFRoundTrip(t *testing.T) {
 	extra := []string{"\xff\xfe invalid \xc3", "half \xe4\xbd", "ok"}
 	for _, name := range hfVariants {
 		t.Run(name, func(t *testing.T) {
-			tok := openHFVariant(t, name)
+			tok := openHFIn(t, hfFixtures(), name)
 			n := 0
 			for _, text := range append(slices.Clone(c.Texts), extra...) {
 				if strings.Contains(text, "[MASK]") || name == "qwen2" && !norm.NFC.IsNormalString(text) {
@@ -159,7 +176,7 @@ func TestHFChunks(t *testing.T) {
 	defer func() { readChunk = old }()
 	for _, name := range hfVariants {
 		t.Run(name, func(t *testing.T) {
-			tok := openHFVariant(t, name)
+			tok := openHFIn(t, hfFixtures(), name)
 			want, err := tok.Encode(text)
 			if err != nil {
 				t.Fatal(err)
