@@ -565,13 +565,13 @@ func (t *HF) parseModel(c *component, byteLevel bool) (map[string]int64, error) 
 		var s string
 		var pair []string
 		switch {
-		case json.Unmarshal(raw, &s) == nil:
+		case len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 			parts := bytes.Split([]byte(s), []byte{' '})
 			if len(parts) != 2 {
 				return nil, c.errorf("merges[%d] is %q, want two tokens separated by a space", i, s)
 			}
 			a, b = string(parts[0]), string(parts[1])
-		case json.Unmarshal(raw, &pair) == nil && len(pair) == 2:
+		case len(raw) > 0 && raw[0] == '[' && json.Unmarshal(raw, &pair) == nil && len(pair) == 2:
 			a, b = pair[0], pair[1]
 		default:
 			return nil, c.errorf("merges[%d] is %s, want \"A B\" or [\"A\", \"B\"]", i, clip(raw))
