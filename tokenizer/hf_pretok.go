@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -8,16 +9,23 @@ import (
 // The split patterns of tokenizer.json files that fleet knows. Each is
 // matched by a hand-written state machine, since Go's regexp has no
 // lookahead; a Split pre-tokenizer with any other pattern is refused.
-const (
+// (They are written here with \pL and \pN for \p{L} and \p{N}, which
+// the files spell out.)
+var (
 	// patGPT2 is GPT-2's expression (pretok.go), which a ByteLevel
 	// pre-tokenizer with use_regex applies and which some files spell out
 	// in a Split.
-	patGPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	patGPT2 = expandClasses(`'s|'t|'re|'ve|'m|'ll|'d| ?\pL+| ?\pN+| ?[^\s\pL\pN]+|\s+(?!\S)|\s+`)
 	// patLlama3 is Llama 3's (tiktoken's cl100k_base), digits in threes.
-	patLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patLlama3 = expandClasses(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\pL\pN]?\pL+|\pN{1,3}| ?[^\s\pL\pN]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
 	// patQwen2 is Qwen2's: Llama 3's with single digits.
-	patQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patQwen2 = expandClasses(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\pL\pN]?\pL+|\pN| ?[^\s\pL\pN]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`)
 )
+
+// expandClasses writes \pL and \pN as the files do, \p{L} and \p{N}.
+func expandClasses(s string) string {
+	return strings.NewReplacer(`\pL`, `\p{`+"L}", `\pN`, `\p{`+"N}").Replace(s)
+}
 
 // hfPattern is a known split pattern: its matcher, which returns the end
 // of the piece that starts at s[p], and its boundary rule for split
