@@ -7,4 +7,4 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require golang.org/x/text v0.44.0 // indirect
+require golang.org/x/text v0.44.0
