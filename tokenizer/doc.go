@@ -15,8 +15,8 @@
 // fleet prepare (data.Prepare), the trainer (train.Tokenizer is the same
 // type), fleet sample and eval, and fleet tokenizer all use it, and every
 // implementation satisfies it directly, with no adapter: data.Char (the
-// character tokenizer), BPE (a trained BPE, GPT-2's) and Raw (raw token
-// ids). The interface lives in package data, not here, because the layers
+// character tokenizer), BPE (a trained BPE, GPT-2's), HF (a Hugging Face
+// tokenizer.json) and Raw (raw token ids). The interface lives in package data, not here, because the layers
 // put data and tokenizer side by side and tokenizer imports data: Prepare
 // and Char, which are data's, need the interface, and data must not import
 // this package.
@@ -40,6 +40,11 @@
 //	            (r50k_base.tiktoken).
 //	gpt2:DIR    GPT-2's tokenizer from a folder holding GPT-2's
 //	            encoder.json and vocab.bpe.
+//	hf:FILE     a Hugging Face tokenizer.json (HF), with BOS and EOS from
+//	            the tokenizer_config.json beside it when FILE is named
+//	            tokenizer.json.
+//	hf:DIR      a Hugging Face model folder's tokenizer.json and
+//	            tokenizer_config.json.
 //	none        raw token ids (Raw), of a vocabulary the caller knows
 //	            (Options.VocabSize): no text to encode, ids decode as
 //	            numbers.
@@ -86,10 +91,52 @@
 // version is a symbol here. Bytes that are not valid UTF-8 are symbols too
 // (as U+FFFD would be), so any bytes encode, and decode back unchanged.
 //
+// # Hugging Face tokenizer.json (hf:)
+//
+// HF runs a tokenizer.json as the Rust tokenizers library does, for the
+// BPE models of today's open models:
+//
+//   - byte-level BPE: a ByteLevel pre-tokenizer, alone (GPT-2's
+//     expression, use_regex), after Digits (SmolLM's, StarCoder's) or
+//     after a Split with Llama 3's or Qwen2's expression (hand-written
+//     matchers, hf_pretok.go; another expression is refused);
+//   - Metaspace and byte-fallback BPE: Llama 2's, TinyLlama's and
+//     Mistral's normalizer (Prepend "▁", Replace " " by "▁") or the newer
+//     Metaspace pre-tokenizer (split false), byte_fallback with <0xNN>
+//     tokens, unk_token and fuse_unk;
+//   - normalizers NFC, NFD, NFKC and NFKD (Qwen2's NFC), Prepend and
+//     Replace of a string; merges as "a b" strings or [a, b] pairs;
+//     ignore_merges (Llama 3's); ids up to 2^24 (Llama 3's 128,256 and
+//     Qwen2's 151,665), gaps allowed;
+//   - added tokens, matched in the text first (leftmost, then longest),
+//     special ones included, with lstrip, rstrip and normalized;
+//   - decoders ByteLevel, Replace, ByteFallback, Fuse, Strip and
+//     Metaspace.
+//
+// Anything else (Unigram or WordPiece models, other normalizers,
+// pre-tokenizers, decoders or post-processors, single_word added tokens,
+// dropout, subword affixes) is refused when the file is opened, with an
+// error naming the field ("pre_tokenizer.pretokenizers[0]: ...").
+// truncation and padding are ignored: they shape batches, not a stream.
+//
+// Encode adds no BOS or EOS and matches added tokens in the text, as
+// Hugging Face's tokenizer(text) does with add_special_tokens=False. EOT is
+// the folder's eos_token, so that documents are joined by EOS; BOS
+// returns the bos_token when the folder adds one (add_bos_token, or a
+// post-processor template that starts with a special token), for a caller
+// that starts a sequence. Decode runs the file's decoder, without the
+// clean-up of spaces before punctuation, and keeps bytes that are not
+// UTF-8 as bytes. HF's split points (HF.SplitPoint, which EncodeReader
+// and fleet prepare use through SplitPointOf) follow its pre-tokenizer's
+// expression, avoid added tokens and Unicode normalization, and must be
+// followed by a space where a pre-tokenizer prepends one; a tokenizer
+// whose normalizer prepends "▁" to every text (Llama 2's) has none, so
+// each document is encoded whole.
+//
 // # Documents and the end-of-text token
 //
-// Encode never produces a special token: the text "<|endoftext|>" is
-// encoded as ordinary text. Documents (for example, the input files) are
+// Encode never produces a special token, except with hf (above): the text
+// "<|endoftext|>" is encoded as ordinary text. Documents (for example, the input files) are
 // joined with the end-of-text token between them, which EncodeDocuments
 // does and EOT returns: GPT-2's is 50256, a trained BPE's is its last id.
 // char has none, and its documents are concatenated as they are.

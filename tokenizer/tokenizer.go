@@ -36,6 +36,9 @@ type Options struct {
 //	            (r50k_base.tiktoken)
 //	gpt2:DIR    GPT-2's tokenizer from a folder holding encoder.json and
 //	            vocab.bpe
+//	hf:FILE     a Hugging Face tokenizer.json (OpenHF)
+//	hf:DIR      a Hugging Face folder: its tokenizer.json, with BOS and
+//	            EOS from its tokenizer_config.json
 //	none        raw token ids below o.VocabSize (Raw)
 //
 // A relative path is relative to o.Dir. The Spec of what Open returns
@@ -84,6 +87,13 @@ func Open(spec string, o Options) (data.Tokenizer, error) {
 		}
 		t.spec = abs
 		return t, nil
+	case "hf":
+		t, err := OpenHF(path)
+		if err != nil {
+			return nil, err
+		}
+		t.spec = abs
+		return t, nil
 	}
 	// "none"
 	if o.VocabSize <= 0 {
@@ -92,24 +102,24 @@ func Open(spec string, o Options) (data.Tokenizer, error) {
 	return Raw(o.VocabSize), nil
 }
 
-const specHelp = "want char:FILE (a char tokenizer.json), bpe:FILE (a trained BPE) or gpt2:FILE|DIR (r50k_base.tiktoken, or a folder with encoder.json and vocab.bpe)"
+const specHelp = "want char:FILE (a char tokenizer.json), bpe:FILE (a trained BPE), gpt2:FILE|DIR (r50k_base.tiktoken, or a folder with encoder.json and vocab.bpe) or hf:FILE|DIR (a Hugging Face tokenizer.json, or its folder)"
 
 // Spec is a tokenizer spec, parsed: the one parser of the specs that
 // Open takes, that fleet's flags take, and that manifests and a run's
 // tokenizer.json record.
 type Spec struct {
-	Kind string // "char", "bpe", "gpt2" or "none"
-	// Path is the file (for gpt2, the file or folder); "" for a bare
+	Kind string // "char", "bpe", "gpt2", "hf" or "none"
+	// Path is the file (for gpt2 and hf, the file or folder); "" for a bare
 	// "char" (the characters of the text at hand) and for "none".
 	Path string
 }
 
 // ParseSpec parses a spec: "char", "char:FILE", "bpe:FILE", "gpt2:FILE",
-// "gpt2:DIR" or "none".
+// "gpt2:DIR", "hf:FILE", "hf:DIR" or "none".
 func ParseSpec(spec string) (Spec, error) {
 	kind, path, hasPath := strings.Cut(spec, ":")
 	switch kind {
-	case "char", "bpe", "gpt2":
+	case "char", "bpe", "gpt2", "hf":
 		if path != "" {
 			return Spec{Kind: kind, Path: path}, nil
 		}
@@ -190,7 +200,7 @@ func EncodeDocuments(t data.Tokenizer, docs ...[]byte) ([]int32, error) {
 // ends.) Text the tokenizer cannot encode (for char, a character outside
 // the vocabulary) is an error.
 func EncodeReader(t data.Tokenizer, r io.Reader, fn func(ids []int32) error) error {
-	return splitReader(r, func(text []byte, off int64) error {
+	return splitReader(r, splitFunc(t), func(text []byte, off int64) error {
 		ids, err := t.Encode(string(text))
 		if err != nil {
 			if off > 0 {
@@ -205,7 +215,7 @@ func EncodeReader(t data.Tokenizer, r io.Reader, fn func(ids []int32) error) err
 // splitReader reads r and calls fn with its bytes in order, in pieces
 // that end where SplitPoint allows (the last at the end of the input),
 // with the offset of each. The piece is only valid during the call.
-func splitReader(r io.Reader, fn func(text []byte, off int64) error) error {
+func splitReader(r io.Reader, split func(chunk []byte, min int) int, fn func(text []byte, off int64) error) error {
 	chunk := readChunk
 	buf := make([]byte, 0, chunk)
 	scanned := 0 // buf[:scanned] has no split point that needs no more input
@@ -235,7 +245,7 @@ func splitReader(r io.Reader, fn func(text []byte, off int64) error) error {
 			return err
 		}
 		if len(buf) >= chunk/2 {
-			if k := splitPoint(buf, max(scanned-utf8.UTFMax, 0)); k > 0 {
+			if k := split(buf, max(scanned-utf8.UTFMax, 0)); k > 0 {
 				if err := flush(k); err != nil {
 					return err
 				}

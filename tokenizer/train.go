@@ -33,7 +33,7 @@ func (c *wordCounter) addFile(path string) error {
 	}
 	defer f.Close()
 	n := int64(0)
-	err = splitReader(f, func(text []byte, _ int64) error {
+	err = splitReader(f, splitPoint, func(text []byte, _ int64) error {
 		c.add(text)
 		n += int64(len(text))
 		return nil

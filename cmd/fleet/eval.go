@@ -17,7 +17,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own (fleet's or Hugging Face's; needs --data)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
-	tokSpec := fs.String("tokenizer", "char", "with --weights FILE: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR")
+	tokSpec := fs.String("tokenizer", "char", "with --weights FILE: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR")
 	evalWindows := fs.Int("eval-windows", 0, "evaluate the first N windows (0: all)")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", config.DeviceUsage())

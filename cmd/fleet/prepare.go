@@ -18,7 +18,7 @@ import (
 
 func prepareCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
-	spec := fs.String("tokenizer", "", "char (its vocabulary built from the inputs), char:FILE, bpe:FILE or gpt2:FILE|DIR")
+	spec := fs.String("tokenizer", "", "char (its vocabulary built from the inputs), char:FILE, bpe:FILE, gpt2:FILE|DIR or hf:FILE|DIR")
 	valFraction := fs.Float64("val-fraction", 0.1, "the last fraction of the input bytes that becomes the val split")
 	shardTokens := fs.Int("shard-tokens", data.DefaultShardTokens, "tokens per shard")
 	out := fs.String("out", "", "output folder for the shards and manifest.json")
@@ -85,7 +85,7 @@ func prepareTokenizer(spec string, inputs []string, bar *progress) (tok data.Tok
 	}
 	c, ok := tok.(*data.Char)
 	if !ok {
-		return tok, tokenizer.SplitPoint, nil, nil
+		return tok, tokenizer.SplitPointOf(tok), nil, nil
 	}
 	if c.Size() > data.MaxVocab16 {
 		return nil, nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)

@@ -14,7 +14,7 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss), or a GPT-2 safetensors file of its own (fleet's or Hugging Face's)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
-	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR)")
+	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR)")
 	prompt := fs.String("prompt", "\n", "text to continue")
 	tokens := fs.Int("tokens", 500, "tokens to generate")
 	temperature := fs.Float64("temperature", 0.8, "sampling temperature (> 0)")

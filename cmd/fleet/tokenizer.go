@@ -35,8 +35,12 @@ SPEC names a tokenizer; nothing is downloaded:
   bpe:FILE    a BPE that fleet tokenizer train wrote
   gpt2:FILE   GPT-2's tokenizer from r50k_base.tiktoken
   gpt2:DIR    GPT-2's tokenizer from a folder with encoder.json and vocab.bpe
+  hf:FILE     a Hugging Face tokenizer.json
+  hf:DIR      a Hugging Face folder (tokenizer.json, tokenizer_config.json)
 
-encode writes the ids separated by spaces; it never emits <|endoftext|>.
+encode writes the ids separated by spaces; it never emits <|endoftext|>
+(with hf, added and special tokens written in the text become their ids,
+as in Hugging Face's tokenizer, and BOS is not added).
 decode reads ids separated by whitespace.
 `
 
@@ -197,7 +201,7 @@ func expandInputs(inputs []string) ([]string, error) {
 
 func tokenizerEncode(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokenizer encode", flag.ContinueOnError)
-	spec := fs.String("tokenizer", "", "tokenizer: char:FILE, bpe:FILE, gpt2:FILE or gpt2:DIR")
+	spec := fs.String("tokenizer", "", "tokenizer: char:FILE, bpe:FILE, gpt2:FILE|DIR or hf:FILE|DIR")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -238,7 +242,7 @@ func tokenizerEncode(args []string, stdout, stderr io.Writer) error {
 
 func tokenizerDecode(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokenizer decode", flag.ContinueOnError)
-	spec := fs.String("tokenizer", "", "tokenizer: char:FILE, bpe:FILE, gpt2:FILE or gpt2:DIR")
+	spec := fs.String("tokenizer", "", "tokenizer: char:FILE, bpe:FILE, gpt2:FILE|DIR or hf:FILE|DIR")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

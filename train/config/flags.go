@@ -26,7 +26,7 @@ var Flags = setting.Table[Config]{
 		"or text, a file or a folder of files read in sorted order, tokenized by character (default: Go's standard-library source)", func(c *Config) any { return &c.Data }),
 	declare("out", "Out", "the run's folder; one that holds a run is refused without --resume (default: a new folder "+DefaultRunsDir+"/run-NNN for each run)", func(c *Config) any { return &c.Out }),
 	declare("vocab-size", "VocabSize", "model vocabulary (0: the data's); needed for token files without --tokenizer, and may pad (50304 for GPT-2)", func(c *Config) any { return &c.VocabSize }),
-	declare("tokenizer", "Tokenizer", "tokenizer of token files without a manifest (char:FILE, bpe:FILE, gpt2:FILE|DIR), recorded for sampling", func(c *Config) any { return &c.Tokenizer }),
+	declare("tokenizer", "Tokenizer", "tokenizer of token files without a manifest (char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR), recorded for sampling", func(c *Config) any { return &c.Tokenizer }),
 	declare("data-workers", "DataWorkers", "goroutines drawing batches ahead of the trainer (0: min(4, CPUs))", func(c *Config) any { return &c.DataWorkers }),
 	declare("prefetch", "Prefetch", "micro-batches drawn ahead (0: twice the data workers)", func(c *Config) any { return &c.Prefetch }),
 
