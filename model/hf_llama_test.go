@@ -24,7 +24,7 @@ var hfCases = []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3"}
 func TestHFLlamaMatchesPyTorch(t *testing.T) {
 	for _, name := range hfCases {
 		t.Run(name, func(t *testing.T) {
-			dir := filepath.Join("..", "testdata", "hf", name)
+			dir := filepath.Join("..", "testdata", "hf", "models", name)
 			ref, err := checkpoint.Load(dir + "_ref.safetensors")
 			if err != nil {
 				t.Fatal(err)

@@ -2,7 +2,7 @@
 """Make random Hugging Face Llama, Qwen2 and Qwen3 folders and their
 PyTorch reference logits and gradients, for fleet's model tests.
 
-What it makes, under testdata/hf/ (one folder per case, plus NAME_ref.safetensors):
+What it makes, under testdata/hf/models/ (one folder per case, plus NAME_ref.safetensors):
   llama_gqa     LlamaForCausalLM: 4 heads, 2 key/value heads, untied head, F32, one file
   llama3_tied   LlamaForCausalLM: multi-query (1 key/value head), tied head, Llama 3.1's
                 rope_scaling (type llama3), attention_bias, BF16 weights, one file
@@ -278,7 +278,7 @@ def make(c, root):
 
 
 def main():
-    root = os.path.join("testdata", "hf")
+    root = os.path.join("testdata", "hf", "models")
     os.makedirs(root, exist_ok=True)
     for c in CASES:
         make(c, root)
