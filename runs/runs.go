@@ -173,14 +173,26 @@ func missingWeights(dir, weights string) error {
 		"or finish the run with fleet train --out %s --resume", msg, ck, rel, dir)
 }
 
-// LoadFile loads a GPT-2 weights file on its own (fleet's or Hugging
-// Face's), its shape inferred from the tensors (nHead when the width is not
-// GPT-2's). tokSpec says how text becomes ids: "char" (the default) builds
-// the character vocabulary of the text at dataPath (with no text there, the
-// ids are raw: "none"), other specs (char:FILE, bpe:FILE, gpt2:FILE|DIR)
-// are opened (tokenizer.Open).
-func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath string) (*Trained, error) {
-	m, err := model.LoadGPT2(path, nHead, dev)
+// LoadFile loads weights on their own: a GPT-2 safetensors file (fleet's
+// or Hugging Face's), its shape inferred from the tensors (nHead when the
+// width is not GPT-2's), or a Hugging Face folder of the Llama family
+// (model.LoadHF; blockSize, where positive, bounds its context, else its
+// max_position_embeddings does). tokSpec says how text becomes ids: ""
+// is the folder's tokenizer.json where it has one, else "char", which
+// builds the character vocabulary of the text at dataPath (with no text
+// there, the ids are raw: "none"); other specs (char:FILE, bpe:FILE,
+// gpt2:FILE|DIR, hf:FILE|DIR) are opened (tokenizer.Open).
+func LoadFile(path string, nHead, blockSize int, dev tensor.Device, tokSpec, dataPath string) (*Trained, error) {
+	var m *model.GPT
+	var err error
+	if model.IsHFFolder(path) {
+		m, err = model.LoadHF(path, blockSize, dev)
+		if tokSpec == "" && HasHFTokenizer(path) {
+			tokSpec = "hf:" + path
+		}
+	} else {
+		m, err = model.LoadGPT2(path, nHead, dev)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +223,12 @@ func LoadFile(path string, nHead int, dev tensor.Device, tokSpec, dataPath strin
 		return nil, fmt.Errorf("%s: the tokenizer (%s) has %d symbols but the model only %d", path, tokSpec, n, m.Config.VocabSize)
 	}
 	return tr, nil
+}
+
+// HasHFTokenizer reports whether dir is a folder with a tokenizer.json.
+func HasHFTokenizer(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
+	return err == nil && !st.IsDir()
 }
 
 // FirstWindows limits ids to the first n evaluation windows of T tokens

@@ -19,6 +19,11 @@ weights, q_proj/k_proj/v_proj and gate_proj/up_proj apart). NAME_ref.safetensors
   loss            F64 []  mean cross-entropy
   grad.<name>     F32     d loss / d weight, under the Hugging Face name (the tied
                           embedding's includes the head's share)
+  eval_loss       F64 []  what `fleet eval --weights DIR --data eval.txt --tokenizer char
+                          --eval-windows 4` must print: the mean loss over the first 4
+                          consecutive windows of max_position_embeddings tokens of the last
+                          10% of eval.txt, its characters numbered in sorted order
+and testdata/hf/models/eval.txt, the text those windows are drawn from.
 
 The model is written out below from the conventions of Hugging Face's modeling code
 (not imported from it): RMSNorm with statistics in float32 and eps from the config;
@@ -240,7 +245,7 @@ def hf_config(c):
     return cfg
 
 
-def make(c, root):
+def make(c, root, text):
     gen = torch.Generator().manual_seed(c["seed"])
     params = init_params(c, gen)
     d = os.path.join(root, c["name"])
@@ -272,16 +277,52 @@ def make(c, root):
                loss=loss.detach().reshape(()))
     for n in names:
         ref["grad." + n] = P[n].grad.float()
+    with torch.no_grad():
+        ref["eval_loss"] = eval_loss(c, params, text).reshape(())
     write_safetensors(os.path.join(root, c["name"] + "_ref.safetensors"), ref,
                       {"torch_version": torch.__version__, "case": c["name"]})
     print("%s: loss %.6f" % (c["name"], loss.item()))
 
 
+EVAL_WINDOWS = 4
+
+
+def eval_text():
+    """A fixed text of 30 characters' alphabet, made from a seeded generator."""
+    gen = torch.Generator().manual_seed(99)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = []
+    for _ in range(700):
+        n = int(torch.randint(1, 8, (1,), generator=gen))
+        words.append("".join(letters[int(i)] for i in torch.randint(0, 26, (n,), generator=gen)))
+        r = int(torch.randint(0, 20, (1,), generator=gen))
+        words.append({0: ".\n", 1: ", "}.get(r, " "))
+    return "".join(words)
+
+
+def eval_loss(c, params, text):
+    """fleet eval's figure: consecutive windows of the validation split."""
+    chars = sorted(set(text))
+    ids = [chars.index(ch) for ch in text]
+    val = ids[int(0.9 * len(ids)):]
+    T = c["max_pos"]
+    P = {n: params[n].double() for n in params}
+    losses = []
+    for w in range(EVAL_WINDOWS):
+        x = torch.tensor([val[w * T:(w + 1) * T]])
+        y = torch.tensor([val[w * T + 1:(w + 1) * T + 1]])
+        losses.append(forward(c, P, x, y)[1])
+    return torch.stack(losses).mean()
+
+
 def main():
     root = os.path.join("testdata", "hf", "models")
     os.makedirs(root, exist_ok=True)
+    text = eval_text()
+    with open(os.path.join(root, "eval.txt"), "w") as f:
+        f.write(text)
     for c in CASES:
-        make(c, root)
+        make(c, root, text)
 
 
 if __name__ == "__main__":

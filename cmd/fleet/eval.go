@@ -15,9 +15,10 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	dataPath := fs.String("data", "", "data whose validation split is evaluated: prepared data or token files (their val split), or text (its last 10%) (default: the run's own training data)")
-	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, or a GPT-2 safetensors file of its own (fleet's or Hugging Face's; needs --data)")
+	weights := fs.String("weights", train.ModelFile, "weights file in the run folder, a GPT-2 safetensors file of its own (fleet's or Hugging Face's), or a Hugging Face Llama, Mistral, Qwen2 or Qwen3 folder (these two need --data)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
-	tokSpec := fs.String("tokenizer", "char", "with --weights FILE: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR")
+	tokSpec := fs.String("tokenizer", "", "with --weights FILE|DIR: how text becomes ids: char (the characters of --data), char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR (default: a Hugging Face folder's tokenizer.json, else char)")
+	blockSize := fs.Int("block-size", 0, "with --weights DIR (a Hugging Face folder): the context, in tokens, of each evaluated window (0: the model's max_position_embeddings)")
 	evalWindows := fs.Int("eval-windows", 0, "evaluate the first N windows (0: all)")
 	batch := fs.Int("batch-size", 32, "windows per forward pass")
 	device := fs.String("device", "auto", config.DeviceUsage())
@@ -34,7 +35,7 @@ func evalCmd(args []string, stdout, stderr io.Writer) error {
 	if *dataPath == "" && standalone(*out, *weights) {
 		return fmt.Errorf("--weights %s: give --data to evaluate on", *weights)
 	}
-	tr, err := loadModel(*out, *weights, *device, *nHead, *tokSpec, *dataPath)
+	tr, err := loadModel(*out, *weights, *device, *nHead, *blockSize, *tokSpec, *dataPath)
 	if err != nil {
 		return err
 	}

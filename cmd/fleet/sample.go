@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/fleetml/fleet/runs"
 	"github.com/fleetml/fleet/train"
 	"github.com/fleetml/fleet/train/config"
 )
@@ -14,7 +15,8 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "run folder written by fleet train (default: the newest run in "+config.DefaultRunsDir+")")
 	weights := fs.String("weights", train.ModelFile, "weights file in the run folder ("+train.BestFile+" for the best val loss), or a GPT-2 safetensors file of its own (fleet's or Hugging Face's)")
 	nHead := fs.Int("n-head", 0, "with --weights FILE: attention heads, where the width is not GPT-2's")
-	tokSpec := fs.String("tokenizer", "", "with --weights FILE: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR)")
+	tokSpec := fs.String("tokenizer", "", "with --weights FILE|DIR: the tokenizer (char:FILE, bpe:FILE, gpt2:FILE|DIR, hf:FILE|DIR; default for a Hugging Face folder: its tokenizer.json)")
+	blockSize := fs.Int("block-size", 0, "with --weights DIR (a Hugging Face folder): the longest context kept, in tokens (0: the model's max_position_embeddings; the key/value cache holds this many positions)")
 	prompt := fs.String("prompt", "\n", "text to continue")
 	tokens := fs.Int("tokens", 500, "tokens to generate")
 	temperature := fs.Float64("temperature", 0.8, "sampling temperature (> 0)")
@@ -34,10 +36,10 @@ func sampleCmd(args []string, stdout, stderr io.Writer) error {
 	if *topK < 0 {
 		return fmt.Errorf("--top-k must not be negative")
 	}
-	if standalone(*out, *weights) && *tokSpec == "" {
+	if standalone(*out, *weights) && *tokSpec == "" && !runs.HasHFTokenizer(*weights) {
 		return fmt.Errorf("--weights %s: give --tokenizer to turn text into ids", *weights)
 	}
-	tr, err := loadModel(*out, *weights, *device, *nHead, *tokSpec, "")
+	tr, err := loadModel(*out, *weights, *device, *nHead, *blockSize, *tokSpec, "")
 	if err != nil {
 		return err
 	}

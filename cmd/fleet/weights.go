@@ -35,14 +35,15 @@ func standalone(out, weights string) bool {
 	return err == nil
 }
 
-// loadModel loads a run's model, or a weights file of its own.
-func loadModel(out, weights, device string, nHead int, tokSpec, dataPath string) (*runs.Trained, error) {
+// loadModel loads a run's model, or weights of their own (a file, or a
+// Hugging Face folder, whose context blockSize bounds where positive).
+func loadModel(out, weights, device string, nHead, blockSize int, tokSpec, dataPath string) (*runs.Trained, error) {
 	dev, err := resolveDevice(device)
 	if err != nil {
 		return nil, err
 	}
 	if standalone(out, weights) {
-		return runs.LoadFile(weights, nHead, dev, tokSpec, dataPath)
+		return runs.LoadFile(weights, nHead, blockSize, dev, tokSpec, dataPath)
 	}
 	return runs.Load(out, weights, dev)
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+)
+
+const hfModels = "../../testdata/hf/models"
+
+// TestEvalHFLlama evaluates each random Hugging Face folder that
+// scripts/make_llama_fixture.py made (Llama, Llama 3.1, Qwen2, Qwen3) with
+// fleet eval --weights DIR: the same val_loss as PyTorch's within 1e-4.
+func TestEvalHFLlama(t *testing.T) {
+	data := filepath.Join(hfModels, "eval.txt")
+	for _, name := range []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3"} {
+		ref, err := checkpoint.Load(filepath.Join(hfModels, name+"_ref.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := ref.Tensors["eval_loss"].Float64s()
+		code, stdout, stderr := fleet(t, "eval", "--weights", filepath.Join(hfModels, name), "--data", data, "--tokenizer", "char",
+			"--eval-windows", "4", "--device", "cpu")
+		m := regexp.MustCompile(`^val_loss=(\S+) `).FindStringSubmatch(stdout)
+		if code != 0 || m == nil {
+			t.Fatalf("%s: exit %d %q %s", name, code, stdout, stderr)
+		}
+		got, _ := strconv.ParseFloat(m[1], 64)
+		if math.Abs(got-want[0]) > 1e-4*want[0] {
+			t.Errorf("%s: val_loss %v, PyTorch %v", name, got, want[0])
+		}
+	}
+}
+
+// TestExportHFLlama trains a tiny Llama-style run in bf16, exports it as a
+// Hugging Face folder (Qwen3ForCausalLM: it has QK-norm; BF16 weights),
+// and evaluates the folder: the loss of the run's own weights, to bf16's
+// rounding of them.
+func TestExportHFLlama(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, dir, "input.txt", corpus())
+	run := filepath.Join(dir, "run")
+	args := append([]string{"train", "--data", data, "--out", run, "--arch", "llama", "--n-kv-head", "1", "--qk-norm",
+		"--tie-embeddings=false", "--precision", "bf16"}, tiny...)
+	if code, stdout, stderr := fleet(t, args...); code != 0 {
+		t.Fatalf("train exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	hf := filepath.Join(dir, "hf")
+	if code, _, stderr := fleet(t, "export", "--out", run, "--hf", hf); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	var cfg map[string]any
+	b, err := os.ReadFile(filepath.Join(hf, "config.json"))
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg["model_type"] != "qwen3" || cfg["torch_dtype"] != "bfloat16" ||
+		cfg["num_key_value_heads"] != 1.0 || cfg["tie_word_embeddings"] != false {
+		t.Fatalf("config.json: %v %s", err, b)
+	}
+	f, err := checkpoint.Load(filepath.Join(hf, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := f.Tensors["model.layers.0.self_attn.q_proj.weight"]; !ok || q.DType != checkpoint.BF16 {
+		t.Fatalf("no BF16 q_proj in the export: %v", q.DType)
+	}
+	_, want, _ := fleet(t, "eval", "--out", run, "--data", data, "--device", "cpu", "--eval-windows", "8")
+	code, got, stderr := fleet(t, "eval", "--weights", hf, "--tokenizer", "char:"+filepath.Join(run, "tokenizer.json"),
+		"--data", data, "--device", "cpu", "--eval-windows", "8")
+	re := regexp.MustCompile(`^val_loss=(\S+) `)
+	w, g := re.FindStringSubmatch(want), re.FindStringSubmatch(got)
+	if code != 0 || w == nil || g == nil {
+		t.Fatalf("eval of the export: exit %d %q, the run's %q; %s", code, got, want, stderr)
+	}
+	wv, _ := strconv.ParseFloat(w[1], 64)
+	gv, _ := strconv.ParseFloat(g[1], 64)
+	if math.Abs(wv-gv) > 0.02*wv {
+		t.Errorf("the export's val_loss %v, the run's %v", gv, wv)
+	}
+}
