@@ -222,3 +222,43 @@ func TestStoreCloseDuringRequest(t *testing.T) {
 		t.Fatal("the Get in flight did not end within 5 s of Close")
 	}
 }
+
+// TestStoreRequestAcrossACut: a request to a store that stopped answering
+// (the network between them cut) fails once its wait plus the store's
+// timeout (here the 5 s floor) has passed, not 30 s later, so that a rank
+// cut off in a request of its own gives up within the timeout too.
+func TestStoreRequestAcrossACut(t *testing.T) {
+	ln := listen(t)
+	proxy := newCutProxy(t, ln.Addr().String())
+	stores := make([]*Store, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			cfg := StoreConfig{Addr: proxy.Addr(), Rank: r, World: 2, Secret: testSecret, Timeout: 2 * time.Second, Log: &testenv.SyncBuffer{}}
+			if r == 0 {
+				cfg.Addr, cfg.Listener = ln.Addr().String(), ln
+			}
+			stores[r], errs[r] = NewStore(context.Background(), cfg)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer stores[0].Close()
+	defer stores[1].Close()
+	proxy.Cut()
+	start := time.Now()
+	err := stores[1].Set("across", []byte("the cut"))
+	took := time.Since(start)
+	t.Logf("the Set failed after %v: %v", took.Round(time.Millisecond), err)
+	if err == nil || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "no reply within 5s") {
+		t.Errorf("a Set across the cut: %v, want a timeout", err)
+	}
+	if took < 4*time.Second || took > 8*time.Second {
+		t.Errorf("the Set across the cut failed after %v, want about 5 s", took)
+	}
+}

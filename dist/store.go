@@ -29,7 +29,9 @@ type StoreConfig struct {
 	// Secret is the per-job secret every connection must prove it holds.
 	Secret string
 	// Timeout bounds the rendezvous (default 5 minutes) and is the default
-	// wait of Get and Wait.
+	// wait of Get and Wait. A request whose reply has not come within its
+	// wait plus Timeout (at least 5 s, at most 30 s) fails: a rank cut off
+	// from the store (a network partition) gives up on it then.
 	Timeout time.Duration
 	// Log receives the lines about refused connections (default
 	// os.Stderr). Rank 0's store logs the first few refusals in full and
@@ -389,10 +391,14 @@ func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.R
 	if s.isClosed() || conn == nil {
 		return nil, errStoreClosed
 	}
+	limit := max(wait, 0) + s.replySlack()
 	fail := func(err error) ([]byte, error) {
+		var ne net.Error
 		switch {
 		case s.isClosed(): // Close cut the connection under this request
 			err = errStoreClosed
+		case errors.As(err, &ne) && ne.Timeout():
+			err = timeoutf("store at %s: no reply within %v: rank 0 or the network to it is down", s.cfg.Addr, limit)
 		case isClosed(err):
 			err = fmt.Errorf("store at %s: rank 0 closed the connection", s.cfg.Addr)
 		default:
@@ -402,7 +408,7 @@ func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.R
 		conn.Close()
 		return nil, err
 	}
-	conn.SetDeadline(time.Now().Add(max(wait, 0) + 30*time.Second))
+	conn.SetDeadline(time.Now().Add(limit))
 	req(s.w)
 	if err := s.w.Flush(); err != nil {
 		return fail(err)
@@ -440,6 +446,12 @@ func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.R
 		return nil, fmt.Errorf("store: %s", msg)
 	}
 	return fail(fmt.Errorf("bad reply status %d", st))
+}
+
+// replySlack is how long past its wait a request waits for its reply: the
+// store's timeout (in a run, the collective timeout), within 5 to 30 s.
+func (s *Store) replySlack() time.Duration {
+	return min(max(s.cfg.Timeout, 5*time.Second), 30*time.Second)
 }
 
 // The wire: integers are 8-byte little-endian, byte strings a length then
