@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/fleetml/fleet/launch"
@@ -23,12 +24,13 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if c.InitFrom != "" {
-		heads := false
-		fs.Visit(func(f *flag.Flag) { heads = heads || f.Name == "n-head" })
-		if !heads {
-			c.NHead = 0 // inferred from the file
+	fs.Visit(func(f *flag.Flag) { // the settings given: --init-from replaces the others' defaults
+		if fl, ok := config.Flags.Lookup(f.Name); ok {
+			c.Given = append(c.Given, fl.Field)
 		}
+	})
+	if c.InitFrom != "" && !slices.Contains(c.Given, "NHead") {
+		c.NHead = 0 // inferred from the file
 	}
 	if err := joinJob(&c, stderr); err != nil {
 		return err
