@@ -61,7 +61,7 @@ func TestOpenErrors(t *testing.T) {
 // TestOpenEmptyFile: a tokenizer file of 0 bytes (or only white space)
 // is an error that names the file and says it is empty, for every kind
 // that reads one: char:, bpe:, gpt2: (a rank file, or either file of a
-// folder), and a run's tokenizer.json.
+// folder), hf: (a file or a folder's), and a run's tokenizer.json.
 func TestOpenEmptyFile(t *testing.T) {
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty.json")
@@ -75,6 +75,8 @@ func TestOpenEmptyFile(t *testing.T) {
 	noEncoder := encoderDir(t, base, "#version: 0.2\n")
 	os.WriteFile(filepath.Join(noEncoder, "encoder.json"), nil, 0o644)
 	noMerges := encoderDir(t, base, "")
+	hfDir := t.TempDir()
+	os.WriteFile(filepath.Join(hfDir, "tokenizer.json"), nil, 0o644)
 	for _, c := range []struct{ spec, file string }{
 		{"char:" + empty, empty},
 		{"char:" + blank, blank},
@@ -83,6 +85,8 @@ func TestOpenEmptyFile(t *testing.T) {
 		{"gpt2:" + empty, empty},
 		{"gpt2:" + noEncoder, filepath.Join(noEncoder, "encoder.json")},
 		{"gpt2:" + noMerges, filepath.Join(noMerges, "vocab.bpe")},
+		{"hf:" + empty, empty},
+		{"hf:" + hfDir, filepath.Join(hfDir, "tokenizer.json")},
 	} {
 		_, err := Open(c.spec, Options{})
 		if err == nil || !strings.Contains(err.Error(), c.file+": empty file") {

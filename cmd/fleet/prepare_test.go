@@ -167,6 +167,7 @@ func TestPrepareBadInput(t *testing.T) {
 		{"empty char tokenizer", []string{"prepare", "--tokenizer", "char:" + emptyTok, "--out", out, good}, 1, "--tokenizer: char tokenizer " + emptyTok + ": empty file"},
 		{"empty bpe tokenizer", []string{"prepare", "--tokenizer", "bpe:" + emptyTok, "--out", out, good}, 1, "--tokenizer: bpe tokenizer " + emptyTok + ": empty file"},
 		{"empty gpt2 tokenizer", []string{"prepare", "--tokenizer", "gpt2:" + emptyTok, "--out", out, good}, 1, "--tokenizer: gpt2 tokenizer " + emptyTok + ": empty file"},
+		{"empty hf tokenizer", []string{"prepare", "--tokenizer", "hf:" + emptyTok, "--out", out, good}, 1, "--tokenizer: hf tokenizer " + emptyTok + ": empty file"},
 		{"bad val fraction", []string{"prepare", "--tokenizer", "char", "--val-fraction", "1.5", "--out", out, good}, 1, "val fraction 1.5"},
 		{"ngram order", []string{"ngram", "--order", "0", "--data", good}, 1, "--order"},
 		{"ngram missing data", []string{"ngram", "--data", filepath.Join(dir, "nope")}, 1, "no such file"},
