@@ -38,6 +38,18 @@ func TestInitFromGivenShape(t *testing.T) {
 		t.Errorf("a given width the file does not have: %v, want %q", err, want)
 	}
 
+	llama := base
+	llama.Arch, llama.Given = "llama", []string{"Arch"}
+	_, err = initFrom(&llama)
+	if want := "Arch llama disagrees with InitFrom " + hfTiny + ", whose model has Arch gpt2"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--arch llama with a GPT-2 file: %v, want %q", err, want)
+	}
+	gpt2 := base
+	gpt2.Arch, gpt2.Given = "gpt2", []string{"Arch"}
+	if _, err := initFrom(&gpt2); err != nil {
+		t.Errorf("--arch gpt2 with a GPT-2 file: %v", err)
+	}
+
 	all := base
 	all.NLayer, all.NEmbd, all.BlockSize, all.Bias = 3, 64, 8, !fileBias
 	all.Given = []string{"NLayer", "NEmbd", "BlockSize", "Bias"}

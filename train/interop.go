@@ -30,6 +30,7 @@ func initFrom(cfg *Config) (*checkpoint.File, error) {
 		mine  any
 		file  any
 	}{
+		{"Arch", model.Config{Arch: cfg.Arch}.Family(), mc.Family()},
 		{"NLayer", cfg.NLayer, mc.NLayer}, {"NEmbd", cfg.NEmbd, mc.NEmbd},
 		{"BlockSize", cfg.BlockSize, mc.BlockSize}, {"Bias", cfg.Bias, mc.Bias},
 	} {

@@ -152,8 +152,8 @@ type Config struct {
 	// InitFrom starts from the weights of a GPT-2 safetensors file (fleet's
 	// or Hugging Face's), whose shape replaces the model settings (NLayer,
 	// NEmbd, BlockSize, Bias) that are not in Given; one in Given that
-	// disagrees with the file is refused. NHead 0 infers the heads from
-	// the width.
+	// disagrees with the file is refused, and so is an Arch in Given that
+	// is not gpt2. NHead 0 infers the heads from the width.
 	InitFrom string `json:"init_from,omitempty"`
 	// Given names the settings (Config's fields) the caller set
 	// explicitly, where a rule tells them from those left at Default's
