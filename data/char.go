@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -170,6 +171,9 @@ func LoadChar(path string) (*Char, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, unwrapPath(err))
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("char tokenizer %s: empty file", path)
 	}
 	c := new(Char)
 	if err := json.Unmarshal(b, c); err != nil {

@@ -159,3 +159,58 @@ func TestDesyncReportReducerSkipsABucket(t *testing.T) {
 		}
 	}
 }
+
+// TestDesyncReportPlacesEachRankByItsOwnRecord: rank 1 of 3 was stopped
+// (no record); rank 2 failed in all-reduce #387, but rank 0 had finished
+// #387 (its neighbours passed its part on before the ring stalled) and
+// failed in #388. The report names #387 and rank 1, and says of each
+// other rank where its own record has it, with its own wait: rank 2 in
+// #387, rank 0 past it and in #388, never "ranks 0, 2 waited in it".
+func TestDesyncReportPlacesEachRankByItsOwnRecord(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	sec := func(s float64) int64 { return t0 + int64(s*1e9) }
+	entry := func(seq int, state string, start, end float64) FlightEntry {
+		e := FlightEntry{Seq: seq + 3, Op: "all-reduce", KindSeq: seq, Bytes: 12, State: state, Enqueued: sec(start), Started: sec(start)}
+		if end > 0 {
+			e.Ended = sec(end)
+		}
+		return e
+	}
+	dumps := []FlightDump{
+		{Rank: 0, World: 3, Dumped: sec(30), Entries: []FlightEntry{
+			entry(386, FlightDone, 0, 0.1), entry(387, FlightDone, 0.2, 0.3), entry(388, FlightFailed, 0.5, 21.5)}},
+		{Rank: 2, World: 3, Dumped: sec(30), Entries: []FlightEntry{
+			entry(386, FlightDone, 0, 0.1), entry(387, FlightFailed, 0.2, 23.2)}},
+	}
+	got, err := DesyncReport(dumps, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report: %s", got)
+	for _, want := range []string{
+		"rank 1 left no flight record (stopped or dead) and did not report entering all-reduce #387 (seq 390, 12 B)",
+		"; rank 2 waited 23.0 s in it",
+		"; rank 0 finished it and waited 21.0 s in all-reduce #388 (seq 391, 12 B)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "ranks 0, 2") {
+		t.Errorf("report %q puts rank 0 in the collective it had finished", got)
+	}
+
+	// Rank 0 dumped (SIGUSR1) between collectives: past it, and in none;
+	// rank 2's collective still running, its wait counted to its dump.
+	dumps[0].Entries = dumps[0].Entries[:2]
+	dumps[1].Entries[1].State, dumps[1].Entries[1].Ended = FlightRunning, 0
+	got, err = DesyncReport(dumps, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"; rank 2 waited 29.8 s in it", "; rank 0 finished it and was in no collective"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report %q lacks %q", got, want)
+		}
+	}
+}

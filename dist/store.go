@@ -29,7 +29,9 @@ type StoreConfig struct {
 	// Secret is the per-job secret every connection must prove it holds.
 	Secret string
 	// Timeout bounds the rendezvous (default 5 minutes) and is the default
-	// wait of Get and Wait.
+	// wait of Get and Wait. A request whose reply has not come within its
+	// wait plus Timeout (at least 5 s, at most 30 s) fails: a rank cut off
+	// from the store (a network partition) gives up on it then.
 	Timeout time.Duration
 	// Log receives the lines about refused connections (default
 	// os.Stderr). Rank 0's store logs the first few refusals in full and
@@ -43,18 +45,30 @@ type StoreConfig struct {
 
 // Store is a rank's handle on the job's key-value store, which rank 0
 // hosts. Its methods are safe for concurrent use; requests go one at a time
-// over one authenticated connection.
+// over one authenticated connection. Close never waits for a request in
+// flight: it cuts the connection under it, so that a rank whose store is
+// unreachable (a network partition) closes at once, not when the
+// request's deadline passes.
 type Store struct {
 	cfg    StoreConfig
 	secret []byte
 	srv    *storeServer // rank 0 only
 
+	// mu is held for a whole request, its reply included: requests go one
+	// at a time. Close does not take it.
 	mu     sync.Mutex
-	conn   net.Conn
 	r      *bufio.Reader
 	w      *bufio.Writer
 	broken error
+
+	// cmu guards conn and closed, briefly: Close takes it, never mu.
+	cmu    sync.Mutex
+	conn   net.Conn
+	closed bool
 }
+
+// errStoreClosed fails the requests of a store this rank closed.
+var errStoreClosed = errors.New("store closed")
 
 // ErrTimeout is matched (errors.Is) by a Get or Wait that ran out of time,
 // a rendezvous whose ranks did not all arrive in time, and a collective
@@ -143,7 +157,7 @@ func NewStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		case <-ctx.Done():
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+	stop := context.AfterFunc(ctx, func() { s.connection().Close() })
 	defer stop()
 
 	// Register, then wait for everyone.
@@ -205,8 +219,28 @@ func (s *Store) connect(deadline time.Time) error {
 		c.Close()
 		return err
 	}
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if s.closed {
+		c.Close()
+		return errStoreClosed
+	}
 	s.conn, s.r, s.w = c, bufio.NewReader(c), bufio.NewWriter(c)
 	return nil
+}
+
+// connection is the connection to the store (nil before one is made).
+func (s *Store) connection() net.Conn {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	return s.conn
+}
+
+// isClosed reports whether Close was called.
+func (s *Store) isClosed() bool {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	return s.closed
 }
 
 // Rank is this process's rank.
@@ -224,28 +258,27 @@ func (s *Store) Timeout() time.Duration { return s.cfg.Timeout }
 // LocalIP is the address of this host's interface that reaches rank 0,
 // which is where its peers should connect to it.
 func (s *Store) LocalIP() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn == nil {
+	c := s.connection()
+	if c == nil {
 		return ""
 	}
-	h, _, _ := net.SplitHostPort(s.conn.LocalAddr().String())
+	h, _, _ := net.SplitHostPort(c.LocalAddr().String())
 	return h
 }
 
 func (s *Store) log() io.Writer { return s.cfg.Log }
 
 // Close leaves the store; on rank 0 it also stops serving, so rank 0
-// should close last (after a final barrier).
+// should close last (after a final barrier). It does not wait for a
+// request in flight (another goroutine's, say a Set to an unreachable
+// store): that request fails at once, and so do later ones.
 func (s *Store) Close() error {
-	s.mu.Lock()
+	s.cmu.Lock()
+	s.closed = true
 	if s.conn != nil {
 		s.conn.Close()
 	}
-	if s.broken == nil {
-		s.broken = errors.New("store closed")
-	}
-	s.mu.Unlock()
+	s.cmu.Unlock()
 	if s.srv != nil {
 		s.srv.close()
 	}
@@ -354,17 +387,28 @@ func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.R
 	if s.broken != nil {
 		return nil, s.broken
 	}
+	conn := s.connection()
+	if s.isClosed() || conn == nil {
+		return nil, errStoreClosed
+	}
+	limit := max(wait, 0) + s.replySlack()
 	fail := func(err error) ([]byte, error) {
-		if isClosed(err) {
+		var ne net.Error
+		switch {
+		case s.isClosed(): // Close cut the connection under this request
+			err = errStoreClosed
+		case errors.As(err, &ne) && ne.Timeout():
+			err = timeoutf("store at %s: no reply within %v: rank 0 or the network to it is down", s.cfg.Addr, limit)
+		case isClosed(err):
 			err = fmt.Errorf("store at %s: rank 0 closed the connection", s.cfg.Addr)
-		} else {
+		default:
 			err = fmt.Errorf("store at %s: %w", s.cfg.Addr, err)
 		}
 		s.broken = err
-		s.conn.Close()
+		conn.Close()
 		return nil, err
 	}
-	s.conn.SetDeadline(time.Now().Add(max(wait, 0) + 30*time.Second))
+	conn.SetDeadline(time.Now().Add(limit))
 	req(s.w)
 	if err := s.w.Flush(); err != nil {
 		return fail(err)
@@ -402,6 +446,12 @@ func (s *Store) do(wait time.Duration, req func(*bufio.Writer), ok func(*bufio.R
 		return nil, fmt.Errorf("store: %s", msg)
 	}
 	return fail(fmt.Errorf("bad reply status %d", st))
+}
+
+// replySlack is how long past its wait a request waits for its reply: the
+// store's timeout (in a run, the collective timeout), within 5 to 30 s.
+func (s *Store) replySlack() time.Duration {
+	return min(max(s.cfg.Timeout, 5*time.Second), 30*time.Second)
 }
 
 // The wire: integers are 8-byte little-endian, byte strings a length then

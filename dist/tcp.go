@@ -307,16 +307,21 @@ func (g *TCPGroup) failed(w *tcpWork, err error) error {
 	if closed || !errors.As(err, &oe) {
 		return err
 	}
-	done := make(chan struct{})
+	// The report and the search run on a goroutine of their own, which
+	// may outlive this wait where the store cannot be reached (closing
+	// the store ends it); oe is the caller's once this returns, so the
+	// goroutine hands the root cause over rather than setting it.
+	root := make(chan string, 1)
 	go func() {
-		defer close(done)
 		g.store.Set(fmt.Sprintf("%s/err/%d", g.prefix, g.rank), []byte(fmt.Sprintf("%d\n%s\n%s", oe.Peer, oe.why, oe.Cause)))
+		r := ""
 		if oe.why != whyOther {
-			oe.Root = g.rootCause(oe.Peer, oe.why)
+			r = g.rootCause(oe.Peer, oe.why)
 		}
+		root <- r
 	}()
 	select {
-	case <-done:
+	case oe.Root = <-root:
 	case <-time.After(g.opts.RootCauseWait + time.Second):
 	}
 	g.mu.Lock()

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,9 @@ func LoadRecord(path string) (data.Tokenizer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, errors.Unwrap(err))
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("load tokenizer %s: empty file", path)
 	}
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {

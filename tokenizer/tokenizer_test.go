@@ -58,6 +58,46 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestOpenEmptyFile: a tokenizer file of 0 bytes (or only white space)
+// is an error that names the file and says it is empty, for every kind
+// that reads one: char:, bpe:, gpt2: (a rank file, or either file of a
+// folder), hf: (a file or a folder's), and a run's tokenizer.json.
+func TestOpenEmptyFile(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.json")
+	blank := filepath.Join(dir, "blank.json")
+	os.WriteFile(empty, nil, 0o644)
+	os.WriteFile(blank, []byte(" \n\t\n"), 0o644)
+	var base []string
+	for i := range 256 {
+		base = append(base, string(byteUnicode[i]))
+	}
+	noEncoder := encoderDir(t, base, "#version: 0.2\n")
+	os.WriteFile(filepath.Join(noEncoder, "encoder.json"), nil, 0o644)
+	noMerges := encoderDir(t, base, "")
+	hfDir := t.TempDir()
+	os.WriteFile(filepath.Join(hfDir, "tokenizer.json"), nil, 0o644)
+	for _, c := range []struct{ spec, file string }{
+		{"char:" + empty, empty},
+		{"char:" + blank, blank},
+		{"bpe:" + empty, empty},
+		{"bpe:" + blank, blank},
+		{"gpt2:" + empty, empty},
+		{"gpt2:" + noEncoder, filepath.Join(noEncoder, "encoder.json")},
+		{"gpt2:" + noMerges, filepath.Join(noMerges, "vocab.bpe")},
+		{"hf:" + empty, empty},
+		{"hf:" + hfDir, filepath.Join(hfDir, "tokenizer.json")},
+	} {
+		_, err := Open(c.spec, Options{})
+		if err == nil || !strings.Contains(err.Error(), c.file+": empty file") {
+			t.Errorf("Open(%q): error %v, want it to name %s and say it is empty", c.spec, err, c.file)
+		}
+	}
+	if _, err := LoadRecord(empty); err == nil || !strings.Contains(err.Error(), empty+": empty file") {
+		t.Errorf("LoadRecord of an empty file: %v", err)
+	}
+}
+
 // mustEncode is tok.Encode of b, failing the test on an error.
 func mustEncode(t testing.TB, tok data.Tokenizer, b []byte) []int32 {
 	t.Helper()

@@ -30,6 +30,8 @@ type group interface {
 	Agree(stopped bool, stop <-chan struct{}, bad bool) (anyStop bool, nBad int, err error)
 	// Average replaces vals with their means over the processes.
 	Average(vals []float64) error
+	// Gather returns every process's vals, in rank order.
+	Gather(vals []float64) ([][]float64, error)
 	// OverlapMs is the communication per step that could overlap
 	// backward.
 	OverlapMs() float64
@@ -51,6 +53,9 @@ func (solo) OverlapMs() float64          { return 0 }
 func (solo) Close()                      {}
 func (solo) Shard() (lo, hi, world int, store *dist.Store, ok bool) {
 	return 0, 0, 1, nil, false
+}
+func (solo) Gather(vals []float64) ([][]float64, error) {
+	return [][]float64{append([]float64(nil), vals...)}, nil
 }
 func (solo) StopEarly(stop <-chan struct{}) bool { return stopped(stop) }
 

@@ -62,7 +62,6 @@ func (r *run) loop(sum *Summary, first int) (err error) {
 			if stop, err = r.agree(done, stop, &st); err != nil {
 				return err
 			}
-			sum.FinalTrainLoss = r.stats.lastLoss
 			lr = r.upd.rate(step, lr) // (fp16's scaler on the device decides it there)
 		}
 		if done%cfg.LogInterval == 0 || done == cfg.MaxIters {
@@ -164,6 +163,7 @@ func (r *run) logWindow(done int, lr float64, st *stepStats) error {
 		return fmt.Errorf("step %d: averaging the logged loss: %w", done, err)
 	}
 	avg, ms, wms = vals[0], vals[1], vals[2]
+	r.stats.loggedLoss = avg // the summary's final train loss
 	tps := float64(r.tokensPerStep()) / (ms / 1000)
 	m := Metric{Step: done, TrainLoss: &avg, LR: &lr, MsPerStep: &ms, TokensPerSec: &tps, DataWaitMs: &wms}
 	fmt.Fprintf(r.log, "step %d/%d | loss %s | lr %.3e | %.1f ms/step | %.0f tok/s",

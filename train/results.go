@@ -1,6 +1,9 @@
 package train
 
 import (
+	"fmt"
+	"math"
+
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
@@ -24,6 +27,16 @@ type Summary struct {
 	// Simulated says the run was on a simulated GPU (--device sim:NAME):
 	// its times are the host's, its losses mean nothing (0 here), and it
 	// wrote no weights.
+	//
+	// Every figure is the job's. In a data-parallel run the losses are the
+	// group's, as the log's are: the evaluations' means over the ranks,
+	// and FinalTrainLoss the loss of the last log line (the ranks' mean
+	// over its steps). The rates, times, shares and counts per step are
+	// per rank, as the log's tok/s and ms/step are: the means over the
+	// ranks of each rank's figure (tokens_per_sec times the world size is
+	// the job's rate). The peaks (PeakMemBytes, UtilPeakPct) and
+	// ElapsedSec are the largest rank's, MemTotalBytes the smallest
+	// device's.
 	Simulated      bool    `json:"simulated,omitempty"`
 	BestValLoss    float64 `json:"best_val_loss"`
 	FinalValLoss   float64 `json:"final_val_loss"`
@@ -135,4 +148,78 @@ type Result struct {
 	Model     *model.GPT
 	Tokenizer Tokenizer
 	Summary   Summary
+}
+
+// jobFigure is a figure each rank measures for itself, and how the job's
+// is made of the ranks' (jobSummary).
+type jobFigure struct {
+	v   *float64
+	how int
+}
+
+const (
+	meanOfRanks = iota
+	largestRank
+	smallestRank
+)
+
+// jobSummary makes the figures of sum that each rank measured for itself
+// the job's (see Summary): the final train loss is the last log line's,
+// and the others are combined over the group's ranks, gathered from each.
+// Every rank of a group calls it, after its last step; a process alone
+// keeps its own figures.
+func (r *run) jobSummary(sum *Summary) error {
+	sum.FinalTrainLoss = r.stats.loggedLoss
+	if r.simulated {
+		sum.FinalTrainLoss = 0 // no loss: see Summary.Simulated
+	}
+	peak, total := float64(sum.PeakMemBytes), float64(sum.MemTotalBytes)
+	phases := make([]float64, nPhases)
+	figs := []jobFigure{
+		{&sum.TokensPerSec, meanOfRanks}, {&sum.MsPerStep, meanOfRanks}, {&sum.DataWaitMs, meanOfRanks},
+		{&sum.DataWaitShare, meanOfRanks}, {&sum.HostReadsPerStep, meanOfRanks}, {&sum.CopiedBytesPerStep, meanOfRanks},
+		{&sum.TelemetryOverheadPct, meanOfRanks}, {&sum.UtilMeanPct, meanOfRanks}, {&sum.HostBusyPct, meanOfRanks},
+		{&sum.UtilPeakPct, largestRank}, {&peak, largestRank}, {&total, smallestRank}, {&sum.ElapsedSec, largestRank},
+		// telemetry.json's
+		{&r.perf.meanStepMs, meanOfRanks}, {&r.perf.commOverlappedMs, meanOfRanks},
+	}
+	for p := range phases {
+		phases[p] = sum.PhaseMs[PhaseNames[p]]
+		figs = append(figs, jobFigure{&phases[p], meanOfRanks})
+	}
+	mine := make([]float64, len(figs))
+	for i, f := range figs {
+		mine[i] = *f.v
+	}
+	all, err := r.group().Gather(mine)
+	if err != nil {
+		return fmt.Errorf("the run's summary: %w", err)
+	}
+	for i, f := range figs {
+		v := all[0][i]
+		for _, rank := range all[1:] {
+			switch f.how {
+			case meanOfRanks:
+				v += rank[i]
+			case largestRank:
+				v = max(v, rank[i])
+			case smallestRank:
+				v = min(v, rank[i])
+			}
+		}
+		if f.how == meanOfRanks {
+			v /= float64(len(all))
+		}
+		*f.v = v
+	}
+	sum.PeakMemBytes, sum.MemTotalBytes = int64(math.Round(peak)), int64(math.Round(total))
+	if sum.PhaseMs != nil {
+		for p, ms := range phases {
+			sum.PhaseMs[PhaseNames[p]] = ms
+		}
+	}
+	if sum.PeakFLOPs > 0 {
+		sum.MFU = sum.TokensPerSec * sum.FLOPsPerToken / sum.PeakFLOPs
+	}
+	return nil
 }

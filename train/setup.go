@@ -264,6 +264,15 @@ func (r *run) logSetup(ds *dataset) {
 	if cfg.Recompute {
 		fmt.Fprintf(log, "recompute: on: each block is recomputed in the backward pass (less memory, more time)\n")
 	}
+	// Settings that ask for what a run of this shape cannot do run as
+	// plain training; each says so.
+	if cfg.Zero == 1 && max(cfg.WorldSize, 1) == 1 {
+		fmt.Fprintf(log, "zero: --zero 1 shards the optimizer's state over a data-parallel group; one process has none, so its state stays whole: plain training\n")
+	}
+	if r.pipe != nil && len(r.pipe.devs) == 1 {
+		fmt.Fprintf(log, "pipeline: one stage holds the whole model on %v, so nothing runs in parallel: plain training, its %d micro-batches accumulating gradients; give --pipeline two or more devices to pipeline\n",
+			r.pipe.devs[0], max(cfg.MicroBatches, 1))
+	}
 	if r.scaler != nil {
 		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",
 			r.scaler.Scale, optim.ScalerGrowth, r.scaler.GrowthInterval, optim.ScalerBackoff)

@@ -80,9 +80,10 @@ type deviceStats struct {
 	lossSum *tensor.Tensor
 	host    [tensor.StatsLen]float32
 	// at is the step count at the last check, lastLoss the mean loss it
-	// read.
-	at       int
-	lastLoss float64
+	// read (this rank's); loggedLoss is the loss the last log line showed
+	// (the group's mean over its steps).
+	at                   int
+	lastLoss, loggedLoss float64
 }
 
 // graphStep is the captured step (--cuda-graphs).
@@ -184,6 +185,9 @@ func Run(cfg Config, log io.Writer) (res *Result, err error) {
 	}
 	r.startSampler()
 	if err := r.trainFrom(&sum, start); err != nil {
+		return nil, err
+	}
+	if err := r.jobSummary(&sum); err != nil {
 		return nil, err
 	}
 	if err := r.finish(sum); err != nil {

@@ -62,3 +62,28 @@ func TestInterop(t *testing.T) {
 		t.Fatalf("train --init-from: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// TestInitFromGivenShapeFlags: fleet train --init-from refuses a shape
+// flag given on the command line that disagrees with the file, naming the
+// flag and both values, and writes nothing; the same flag given with the
+// file's value trains (flags left at their defaults are replaced, as
+// TestInterop's run shows).
+func TestInitFromGivenShapeFlags(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, dir, "input.txt", corpus())
+	out := filepath.Join(dir, "run")
+	args := []string{"train", "--data", data, "--out", out, "--init-from", hfTiny, "--n-head", "2", "--device", "cpu",
+		"--max-iters", "2", "--eval-interval", "2", "--eval-iters", "1", "--batch-size", "2"}
+	code, stdout, stderr := fleet(t, append(args, "--n-embd", "64", "--block-size", "16")...)
+	want := "--n-embd 64 disagrees with --init-from " + hfTiny + ", whose model has --n-embd 32"
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("--n-embd 64 with a 32-wide file: exit %d, stderr lacks %q:\n%s\n%s", code, want, stdout, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("the refused run made %s", out)
+	}
+	code, stdout, stderr = fleet(t, append(args, "--n-embd", "32", "--n-layer", "2")...)
+	if code != 0 || !strings.Contains(stdout, "2 layers, 2 heads, 32 embd, block 16") {
+		t.Errorf("--n-embd 32 --n-layer 2, the file's: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}

@@ -147,6 +147,7 @@ func TestPrepareBadInput(t *testing.T) {
 	empty := writeFile(t, dir, "empty.txt", "")
 	notDir := writeFile(t, dir, "plain-file", "x")
 	badTok := writeFile(t, dir, "bad.json", "{not a tokenizer")
+	emptyTok := writeFile(t, dir, "tokenizer.json", "")
 	out := filepath.Join(dir, "out")
 	for _, c := range []struct {
 		name string
@@ -163,6 +164,10 @@ func TestPrepareBadInput(t *testing.T) {
 		{"unwritable out", []string{"prepare", "--tokenizer", "char", "--out", filepath.Join(notDir, "sub"), good}, 1, "plain-file/sub"},
 		{"unknown tokenizer", []string{"prepare", "--tokenizer", "sentencepiece:x", "--out", out, good}, 1, "unknown tokenizer"},
 		{"tokenizer file does not parse", []string{"prepare", "--tokenizer", "bpe:" + badTok, "--out", out, good}, 1, "bad.json"},
+		{"empty char tokenizer", []string{"prepare", "--tokenizer", "char:" + emptyTok, "--out", out, good}, 1, "--tokenizer: char tokenizer " + emptyTok + ": empty file"},
+		{"empty bpe tokenizer", []string{"prepare", "--tokenizer", "bpe:" + emptyTok, "--out", out, good}, 1, "--tokenizer: bpe tokenizer " + emptyTok + ": empty file"},
+		{"empty gpt2 tokenizer", []string{"prepare", "--tokenizer", "gpt2:" + emptyTok, "--out", out, good}, 1, "--tokenizer: gpt2 tokenizer " + emptyTok + ": empty file"},
+		{"empty hf tokenizer", []string{"prepare", "--tokenizer", "hf:" + emptyTok, "--out", out, good}, 1, "--tokenizer: hf tokenizer " + emptyTok + ": empty file"},
 		{"bad val fraction", []string{"prepare", "--tokenizer", "char", "--val-fraction", "1.5", "--out", out, good}, 1, "val fraction 1.5"},
 		{"ngram order", []string{"ngram", "--order", "0", "--data", good}, 1, "--order"},
 		{"ngram missing data", []string{"ngram", "--data", filepath.Join(dir, "nope")}, 1, "no such file"},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/fleetml/fleet/launch"
@@ -23,12 +24,13 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if c.InitFrom != "" {
-		heads := false
-		fs.Visit(func(f *flag.Flag) { heads = heads || f.Name == "n-head" })
-		if !heads {
-			c.NHead = 0 // inferred from the file
+	fs.Visit(func(f *flag.Flag) { // the settings given: --init-from replaces the others' defaults
+		if fl, ok := config.Flags.Lookup(f.Name); ok {
+			c.Given = append(c.Given, fl.Field)
 		}
+	})
+	if c.InitFrom != "" && !slices.Contains(c.Given, "NHead") {
+		c.NHead = 0 // inferred from the file
 	}
 	if err := joinJob(&c, stderr); err != nil {
 		return err
@@ -45,14 +47,18 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 	if c.Rank != 0 {
 		return nil // rank 0 reports for the group
 	}
+	rate := fmt.Sprintf("%.0f tokens/s", s.TokensPerSec)
+	if w := max(c.WorldSize, 1); w > 1 { // the summary's rate is per rank, as the log's
+		rate = fmt.Sprintf("%.0f tokens/s per rank, %.0f in all", s.TokensPerSec, s.TokensPerSec*float64(w))
+	}
 	if s.Simulated {
-		fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (the host's, on a simulated GPU; losses n/a)\n",
-			s.Steps, s.ElapsedSec, s.TokensPerSec)
+		fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %s (the host's, on a simulated GPU; losses n/a)\n",
+			s.Steps, s.ElapsedSec, rate)
 		fmt.Fprintf(stdout, "wrote %s (logs, telemetry and summary; no weights)\n", res.Dir)
 		return nil
 	}
-	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %.0f tokens/s (median), best val loss %.4f, val perplexity %.3f\n",
-		s.Steps, s.ElapsedSec, s.TokensPerSec, s.BestValLoss, s.ValPerplexity)
+	fmt.Fprintf(stdout, "\ndone: %d steps in %.1f s, %s (median), best val loss %.4f, val perplexity %.3f\n",
+		s.Steps, s.ElapsedSec, rate, s.BestValLoss, s.ValPerplexity)
 	fmt.Fprintf(stdout, "wrote %s\n", res.Dir)
 	prompt, err := res.Tokenizer.Encode("\n")
 	if err != nil || len(prompt) == 0 {

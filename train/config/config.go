@@ -150,9 +150,16 @@ type Config struct {
 	TensorBoard string `json:"tensorboard,omitempty"`
 	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// InitFrom starts from the weights of a GPT-2 safetensors file (fleet's
-	// or Hugging Face's), whose shape replaces the model settings; NHead
-	// 0 infers the heads from the width.
+	// or Hugging Face's), whose shape replaces the model settings (NLayer,
+	// NEmbd, BlockSize, Bias) that are not in Given; one in Given that
+	// disagrees with the file is refused, and so is an Arch in Given that
+	// is not gpt2. NHead 0 infers the heads from the width.
 	InitFrom string `json:"init_from,omitempty"`
+	// Given names the settings (Config's fields) the caller set
+	// explicitly, where a rule tells them from those left at Default's
+	// values (InitFrom's). fleet train lists the flags on its command
+	// line; nil: none.
+	Given []string `json:"-"`
 	// Resume continues from the newest checkpoint in Out that verifies
 	// (from step 0 where there is none yet). It is refused where
 	// checkpoints exist but none verifies, where the checkpoint does not

@@ -70,7 +70,7 @@ var Flags = setting.Table[Config]{
 	declare("corpus-bytes", "CorpusBytes", "size cap of the default corpus", func(c *Config) any { return &c.CorpusBytes }),
 	declare("ckpt-interval", "CkptInterval", "save a checkpoint in OUT/checkpoints every N steps and at the end (0: only on SIGTERM/SIGINT)", func(c *Config) any { return &c.CkptInterval }),
 	declare("keep", "Keep", "checkpoints to keep (0: all)", func(c *Config) any { return &c.Keep }),
-	declare("init-from", "InitFrom", "start from the weights of a GPT-2 safetensors file (fleet's or Hugging Face's); its shape replaces the model flags, and --n-head is needed only for widths that are not GPT-2's", func(c *Config) any { return &c.InitFrom }),
+	declare("init-from", "InitFrom", "start from the weights of a GPT-2 safetensors file (fleet's or Hugging Face's); its shape replaces the model flags left at their defaults (a shape flag given must be the file's), and --n-head is needed only for widths that are not GPT-2's", func(c *Config) any { return &c.InitFrom }),
 	declare("tokens-per-step", "TokensPerStep", "global tokens per optimizer step; sets the accumulation to N / (batch-size × block-size × world size), which must divide exactly (0: use --grad-accum)", func(c *Config) any { return &c.TokensPerStep }),
 	declare("tensorboard", "TensorBoard", "write TensorBoard event files (loss, val loss, perplexity, lr, tokens/s, MFU, utilisation, memory, grad norm, loss scale, phase times; samples as text) to this folder", func(c *Config) any { return &c.TensorBoard }),
 	declare("metrics-addr", "MetricsAddr", "serve Prometheus metrics at http://ADDR/metrics; :PORT listens on 127.0.0.1 only, 0.0.0.0:PORT exposes them to the network", func(c *Config) any { return &c.MetricsAddr }),
