@@ -44,10 +44,6 @@ func openData(cfg Config) (d *dataset, err error) {
 	case cfg.Data != "" && data.IsTokenData(cfg.Data):
 		d, err = openTokenFiles(cfg)
 	default:
-		if cfg.Tokenizer != "" {
-			return nil, setting.Errorf("{Tokenizer} %s: text is tokenized by character; to train on text with another tokenizer, "+
-				"tokenize it first (fleet prepare --tokenizer %s --out DIR %s) and train on that folder (its {Data})", cfg.Tokenizer, cfg.Tokenizer, cfg.Data)
-		}
 		d, err = openText(cfg)
 	}
 	if err != nil {
@@ -75,14 +71,27 @@ func openText(cfg Config) (*dataset, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok := data.NewChar(text)
+	var tok Tokenizer = data.NewChar(text)
+	if cfg.Tokenizer != "" {
+		// Another tokenizer encodes the text in memory (fleet prepare
+		// writes shards of it for data that does not fit).
+		if tok, err = tokenizer.Open(cfg.Tokenizer, tokenizer.Options{VocabSize: cfg.VocabSize}); err != nil {
+			return nil, setting.Errorf("{Tokenizer}: %w", err)
+		}
+	}
 	ids, err := tok.Encode(text)
 	if err != nil {
-		return nil, err
+		return nil, setting.Errorf("{Tokenizer} %s: %w", cfg.Tokenizer, err)
 	}
 	train, val := data.Split(ids)
-	return &dataset{train: data.Int32s(train), val: data.Int32s(val), vocab: tok.Size(), desc: desc, tok: tok,
-		id: config.TextIdentity(text, desc)}, nil
+	d := &dataset{train: data.Int32s(train), val: data.Int32s(val), vocab: tok.Size(), desc: desc, tok: tok}
+	d.id = config.TextIdentity(text, desc)
+	if cfg.Tokenizer != "" {
+		d.desc = fmt.Sprintf("%s, tokenized by %s", desc, cfg.Tokenizer)
+		// The identity is of the ids: another tokenizer makes other data.
+		d.id = config.TokensIdentity(d.train, d.val, d.desc)
+	}
+	return d, nil
 }
 
 func openPrepared(cfg Config) (*dataset, error) {

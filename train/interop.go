@@ -1,8 +1,12 @@
 package train
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fleetml/fleet/data"
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/internal/setting"
@@ -14,6 +18,9 @@ import (
 // disagrees with the file is refused, and the file's tensors are returned
 // for the new model.
 func initFrom(cfg *Config) (*checkpoint.File, error) {
+	if model.IsHFFolder(cfg.InitFrom) {
+		return initFromHF(cfg)
+	}
 	f, err := checkpoint.Load(cfg.InitFrom)
 	if err != nil {
 		return nil, setting.Errorf("{InitFrom}: %w", err)
@@ -55,4 +62,62 @@ func initFrom(cfg *Config) (*checkpoint.File, error) {
 	}
 	cfg.VocabSize = mc.VocabSize
 	return f, nil
+}
+
+// hfContext is the longest context a run started from a Hugging Face
+// folder trains on where --block-size is not given.
+const hfContext = 1024
+
+// initFromHF applies --init-from DIR, a Hugging Face folder of the Llama
+// family (model.ReadHFConfig): its model settings replace the flags, a
+// given one that disagrees is refused, the context is --block-size (at
+// most max_position_embeddings) or else max_position_embeddings up to
+// hfContext, and the folder's tokenizer.json tokenizes text data unless
+// --tokenizer names another.
+func initFromHF(cfg *Config) (*checkpoint.File, error) {
+	dir := cfg.InitFrom
+	mc, err := model.ReadHFConfig(dir, 0)
+	if err != nil {
+		return nil, setting.Errorf("{InitFrom}: %w", err)
+	}
+	given := func(f string) bool { return slices.Contains(cfg.Given, f) }
+	for _, s := range []struct {
+		field      string
+		mine, file any
+	}{
+		{"Arch", model.Config{Arch: cfg.Arch}.Family(), mc.Family()}, {"NLayer", cfg.NLayer, mc.NLayer},
+		{"NHead", cfg.NHead, mc.NHead}, {"NEmbd", cfg.NEmbd, mc.NEmbd}, {"Bias", cfg.Bias, mc.Bias},
+	} {
+		if given(s.field) && s.mine != s.file {
+			return nil, setting.Errorf("{"+s.field+"} %v disagrees with {InitFrom} %s, whose model has %v: leave it out, or give the folder's", s.mine, dir, s.file)
+		}
+	}
+	switch {
+	case !given("BlockSize"):
+		mc.BlockSize = min(mc.BlockSize, hfContext)
+	case cfg.BlockSize > mc.BlockSize:
+		return nil, setting.Errorf("{BlockSize} %d is longer than {InitFrom} %s's max_position_embeddings, %d", cfg.BlockSize, dir, mc.BlockSize)
+	default:
+		mc.BlockSize = cfg.BlockSize
+	}
+	if cfg.VocabSize != 0 && cfg.VocabSize != mc.VocabSize {
+		return nil, setting.Errorf("{InitFrom} %s has a vocabulary of %d, {VocabSize} is %d", dir, mc.VocabSize, cfg.VocabSize)
+	}
+	ts, err := model.ReadHFTensors(dir)
+	if err != nil {
+		return nil, setting.Errorf("{InitFrom}: %w", err)
+	}
+	cfg.Arch, cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.Bias = mc.Arch, mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, mc.Bias
+	cfg.NKVHead, cfg.HeadDim, cfg.MLPHidden, cfg.RopeTheta, cfg.RopeScaling = mc.NKVHead, mc.HeadDim, mc.MLPHidden, mc.RopeTheta, mc.RopeScaling
+	cfg.NormEps, cfg.QKNorm, cfg.QKVBias, cfg.UntiedHead, cfg.VocabSize = mc.NormEps, mc.QKNorm, mc.QKVBias, mc.UntiedHead, mc.VocabSize
+	if cfg.Tokenizer == "" && fileExists(filepath.Join(dir, "tokenizer.json")) && !data.IsPrepared(cfg.Data) && !data.IsTokenData(cfg.Data) {
+		cfg.Tokenizer = "hf:" + dir
+	}
+	return &checkpoint.File{Tensors: model.FromHF(mc, ts)}, nil
+}
+
+// fileExists reports whether path is a file.
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }

@@ -33,11 +33,6 @@ func pipelineData(t *testing.T) string {
 	return p
 }
 
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
 // runWeights trains cfg into a fresh folder and loads model.safetensors.
 func runWeights(t *testing.T, cfg Config) (*checkpoint.File, string) {
 	t.Helper()

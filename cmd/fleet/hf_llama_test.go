@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/checkpoint"
@@ -80,5 +81,66 @@ func TestExportHFLlama(t *testing.T) {
 	gv, _ := strconv.ParseFloat(g[1], 64)
 	if math.Abs(wv-gv) > 0.02*wv {
 		t.Errorf("the export's val_loss %v, the run's %v", gv, wv)
+	}
+}
+
+// TestFineTuneHFFolder is the fine-tuning a user does: a Hugging Face
+// folder (here made by fleet: a tiny Llama trained on text with a
+// byte-level BPE tokenizer.json, exported, the tokenizer copied in) is
+// the start of a run on the user's text, tokenized by the folder's
+// tokenizer without a --tokenizer flag; the run starts from the folder's
+// weights (its first evaluation is the folder's loss, not a fresh
+// model's), and fleet sample continues a prompt with the tokenizer.
+func TestFineTuneHFFolder(t *testing.T) {
+	dir := t.TempDir()
+	data := writeFile(t, dir, "input.txt", corpus())
+	tokDir := "../../testdata/hf/gpt2"
+	base := filepath.Join(dir, "base")
+	args := []string{"train", "--data", data, "--out", base, "--arch", "llama", "--tokenizer", "hf:" + tokDir,
+		"--device", "cpu", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+		"--batch-size", "4", "--max-iters", "30", "--eval-interval", "30", "--eval-iters", "4", "--log-interval", "30"}
+	if code, stdout, stderr := fleet(t, args...); code != 0 {
+		t.Fatalf("train exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	hf := filepath.Join(dir, "hf")
+	if code, _, stderr := fleet(t, "export", "--out", base, "--hf", hf); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(tokDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, hf, f, string(b))
+	}
+	tuned := filepath.Join(dir, "tuned")
+	code, stdout, stderr := fleet(t, "train", "--init-from", hf, "--data", data, "--out", tuned, "--device", "cpu", "--block-size", "8",
+		"--batch-size", "4", "--max-iters", "4", "--eval-interval", "4", "--eval-iters", "4", "--log-interval", "4")
+	if code != 0 {
+		t.Fatalf("train --init-from a Hugging Face folder: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr+stdout, "tokenized by hf:"+hf) {
+		t.Errorf("the run did not tokenize the text with the folder's tokenizer:\n%s%s", stdout, stderr)
+	}
+	// The same evaluation windows of the same text: the folder's model
+	// gives the loss the base run ended with.
+	m0 := regexp.MustCompile(`eval step 0: train loss \S+, val loss (\S+)`).FindStringSubmatch(stderr + stdout)
+	var sum struct {
+		FinalValLoss float64 `json:"final_val_loss"`
+	}
+	b, err := os.ReadFile(filepath.Join(base, "summary.json"))
+	if m0 == nil || err != nil || json.Unmarshal(b, &sum) != nil || sum.FinalValLoss == 0 {
+		t.Fatalf("no first evaluation in the log, or no base summary (%v):\n%s%s", err, stdout, stderr)
+	}
+	if first, _ := strconv.ParseFloat(strings.TrimSuffix(m0[1], ","), 64); math.Abs(first-sum.FinalValLoss) > 1e-3*sum.FinalValLoss {
+		t.Errorf("the run starts at val loss %v, the folder's model ended at %v", first, sum.FinalValLoss)
+	}
+	code, stdout, stderr = fleet(t, "sample", "--out", tuned, "--prompt", "to be", "--tokens", "5", "--device", "cpu")
+	if code != 0 || !strings.HasPrefix(stdout, "to be") {
+		t.Fatalf("sample: exit %d %q %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = fleet(t, "sample", "--weights", hf, "--prompt", "to be", "--tokens", "5", "--device", "cpu")
+	if code != 0 || !strings.HasPrefix(stdout, "to be") {
+		t.Fatalf("sample --weights DIR: exit %d %q %s", code, stdout, stderr)
 	}
 }

@@ -95,6 +95,9 @@ type Config struct {
 	QKNorm     bool    `json:"qk_norm,omitempty"`
 	QKVBias    bool    `json:"qkv_bias,omitempty"`
 	UntiedHead bool    `json:"untied_head,omitempty"` // --tie-embeddings=false
+	// RopeScaling is Llama 3.1's (no flag: a model started from a Hugging
+	// Face folder takes the folder's).
+	RopeScaling *model.RopeScaling `json:"rope_scaling,omitempty"`
 
 	BatchSize int `json:"batch_size"` // micro-batch per process
 	// Recompute keeps only each block's input in the forward pass and
@@ -336,7 +339,7 @@ func (c Config) ModelConfig(vocab int) model.Config {
 	return model.Config{VocabSize: vocab, BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
 		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: c.Bias,
 		Arch: c.Arch, NKVHead: c.NKVHead, HeadDim: c.HeadDim, MLPHidden: c.MLPHidden, RopeTheta: c.RopeTheta,
-		NormEps: c.NormEps, QKNorm: c.QKNorm, QKVBias: c.QKVBias, UntiedHead: c.UntiedHead}
+		NormEps: c.NormEps, QKNorm: c.QKNorm, QKVBias: c.QKVBias, UntiedHead: c.UntiedHead, RopeScaling: c.RopeScaling}
 }
 
 // CollectiveTimeout is the run's bound on every collective: CommTimeout,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,6 +135,7 @@ func (rc RunConfig) Settings() []Recorded {
 		{Flag: "--qk-norm", Value: strconv.FormatBool(m.QKNorm)},
 		{Flag: "--qkv-bias", Value: strconv.FormatBool(m.QKVBias)},
 		{Flag: "--tie-embeddings", Value: strconv.FormatBool(!m.UntiedHead)},
+		{Flag: "rope_scaling", Value: ropeScaling(m.RopeScaling)},
 		{Flag: "--vocab-size", Value: itoa(m.VocabSize)},
 		{Flag: "tokenizer", Value: rc.TokenizerID.SHA256, Show: rc.TokenizerID.String()},
 		{Flag: "--data", Value: rc.DataID.SHA256, Show: rc.DataID.String()},
@@ -264,4 +266,13 @@ func fieldOf(flag string) string {
 		return f.Field
 	}
 	return ""
+}
+
+// ropeScaling is a model's rope_scaling as recorded: its JSON, or none.
+func ropeScaling(s *model.RopeScaling) string {
+	if s == nil {
+		return "none"
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
 }
