@@ -125,11 +125,20 @@ func generate(m *model.GPT, tok interface {
 	if err != nil {
 		return "", fmt.Errorf("--prompt: %w", err)
 	}
+	// A tokenizer whose sequences start with a token of their own (a
+	// Hugging Face folder's BOS) starts the prompt with it, as the model
+	// was trained; the text printed leaves it out.
+	bos := 0
+	if b, ok := tok.(interface{ BOS() (int32, bool) }); ok {
+		if id, ok := b.BOS(); ok {
+			ids, bos = append([]int32{id}, ids...), 1
+		}
+	}
 	out, err := m.Generate(ids, n, model.Sampling{Temperature: temperature, TopK: topK, RNG: tensor.NewRNG(seed)})
 	if err != nil {
 		return "", err
 	}
-	return tok.Decode(out), nil
+	return tok.Decode(out[bos:]), nil
 }
 
 // faultExit is a fault-injection hook for tests of failure handling: with
