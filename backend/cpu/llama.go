@@ -323,15 +323,21 @@ var (
 	swigluBackwardTasks taskPool[swigluBackwardTask]
 )
 
-// sigmoid is σ(x) = 1/(1+e^−x), in float64 and rounded.
-func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+var swigluScratch scratch[float32] // a row's e^−gate per goroutine
+
+// expNeg writes e[j] = exp(−x[j]) with the vectorised exp (expAffineChunk).
+func expNeg(e, x []float32) { expAffineChunk(e, x, -1, 0) }
 
 func (t *swigluTask) do(lo, hi int) {
 	h := t.hidden
+	buf := swigluScratch.get(h)
+	defer swigluScratch.put(buf)
+	e := (*buf)[:h]
 	for r := lo; r < hi; r++ {
 		o, gate, up := t.o[r*h:(r+1)*h], t.gu[2*r*h:2*r*h+h], t.gu[2*r*h+h:2*(r+1)*h]
+		expNeg(e, gate)
 		for j, g := range gate {
-			o[j] = g * sigmoid(g) * up[j]
+			o[j] = g / (1 + e[j]) * up[j] // silu(g) = g·σ(g), σ(g) = 1/(1+e^−g)
 		}
 	}
 }
@@ -352,11 +358,15 @@ func (c *CPU) SwiGLUBackward(dgu, gu, dout backend.Ref, rows, hidden int) {
 
 func (t *swigluBackwardTask) do(lo, hi int) {
 	h := t.hidden
+	buf := swigluScratch.get(h)
+	defer swigluScratch.put(buf)
+	e := (*buf)[:h]
 	for r := lo; r < hi; r++ {
 		gate, up, g := t.gu[2*r*h:2*r*h+h], t.gu[2*r*h+h:2*(r+1)*h], t.g[r*h:(r+1)*h]
 		dgate, dup := t.o[2*r*h:2*r*h+h], t.o[2*r*h+h:2*(r+1)*h]
+		expNeg(e, gate)
 		for j, x := range gate {
-			s := sigmoid(x)
+			s := 1 / (1 + e[j])
 			dgate[j] = g[j] * up[j] * s * (1 + x*(1-s))
 			dup[j] = g[j] * x * s
 		}

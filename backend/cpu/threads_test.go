@@ -297,6 +297,46 @@ func runAll(c *CPU, seed uint64) []opHash {
 		h.hash("attention_kv/k", kc, p.B*p.MaxT*p.C)
 	}
 
+	// The Llama-style kernels (backend.LlamaBlocks), with rows across
+	// several lnChunk chunks for the weights' partial sums.
+	{
+		rows, cols := 300, 48
+		x, w := h.f32(rows*cols, 1), h.f32(cols, 1)
+		out, rstd := h.f32(rows*cols, 1), h.f32(rows, 1)
+		c.RMSNorm(out, rstd, x, w, rows, cols, 1e-5)
+		h.hash("rmsnorm/out", out, rows*cols)
+		dx, dw, g := h.f32(rows*cols, 1), h.f32(cols, 1), h.f32(rows*cols, 1)
+		c.RMSNormBackward(dx, backend.Ref{}, dw, g, x, rstd, w, rows, cols, backend.DropoutOut{})
+		h.hash("rmsnorm/dx", dx, rows*cols)
+		h.hash("rmsnorm/dw", dw, cols)
+
+		gu, so := h.f32(2*rows*cols, 2), h.f32(rows*cols, 1)
+		c.SwiGLU(so, gu, rows, cols)
+		h.hash("swiglu/out", so, rows*cols)
+		dgu := h.f32(2*rows*cols, 1)
+		c.SwiGLUBackward(dgu, gu, g, rows, cols)
+		h.hash("swiglu/dgu", dgu, 2*rows*cols)
+
+		rp := backend.Rotary{B: 3, T: 100, H: 4, KVH: 2, HD: 8, MaxPos: 100, Eps: 1e-6}
+		nq := rp.B * rp.T * rp.Width()
+		tab, qkv, ro := h.f32(rp.MaxPos*rp.HD, 1), h.f32(nq, 1), h.f32(nq, 1)
+		qw, kw, rr := h.f32(rp.HD, 1), h.f32(rp.HD, 1), h.f32(rp.B*rp.T*(rp.H+rp.KVH), 1)
+		c.Rotary(rp, ro, rr, qkv, qw, kw, tab)
+		h.hash("rotary/out", ro, nq)
+		dq, dqw, dkw, rg := h.f32(nq, 1), h.f32(rp.HD, 1), h.f32(rp.HD, 1), h.f32(nq, 1)
+		c.RotaryBackward(rp, dq, dqw, dkw, rg, qkv, rr, qw, kw, tab)
+		h.hash("rotary/dqkv", dq, nq)
+		h.hash("rotary/dqw", dqw, rp.HD)
+		h.hash("rotary/dkw", dkw, rp.HD)
+
+		ap := backend.Attention{B: 2, T: 70, C: 32, H: 4, KVH: 2}
+		aq, ao, saved, dqkv := h.f32(ap.B*ap.T*ap.Width(), 1), h.f32(ap.B*ap.T*ap.C, 1), h.f32(ap.SavedLen(), 1), h.f32(ap.B*ap.T*ap.Width(), 1)
+		c.Attention(ap, ao, saved, aq)
+		h.hash("grouped_attention/out", ao, ap.B*ap.T*ap.C)
+		c.AttentionBackward(ap, dqkv, h.f32(ap.B*ap.T*ap.C, 1), ao, saved, aq)
+		h.hash("grouped_attention/dqkv", dqkv, ap.B*ap.T*ap.Width())
+	}
+
 	// Conversions and copies.
 	{
 		x := h.f32(n, 100)
