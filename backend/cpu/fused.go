@@ -218,15 +218,7 @@ func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend
 		dxs: f32(dx)[:rows*cols], gs: f32(dout)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols],
 		ms: f32(mean)[:rows], rs: f32(rstd)[:rows], partW: partW, partB: partB, rows: rows, cols: cols,
 	}
-	if !dres.Nil() {
-		t.res = f32(dres)[:rows*cols]
-	}
-	if !drop.Dst.Nil() {
-		t.drop, t.mask = f32(drop.Dst)[:rows*cols], drop.Mask
-		if !t.mask.Base.Nil() {
-			t.mask = t.mask.Resolved(i32(t.mask.Base)[:2])
-		}
-	}
+	t.normGradTail = newNormGradTail(dres, drop, rows*cols)
 	runTask(c, &layerNormBackwardTasks, chunks, 1, t)
 	dws := f32(dw)[:cols]
 	for ch := 0; ch < chunks; ch++ {
@@ -242,12 +234,45 @@ func (c *CPU) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend
 
 // layerNormBackwardTask is one LayerNormBackward call; a range is a
 // range of lnChunk-row chunks, each with its own dw and db partial sums.
-// res, where not nil, is added to each row of dx once it is written;
-// drop, where not nil, then gets the row masked by mask.
 type layerNormBackwardTask struct {
-	dxs, gs, xs, ws, ms, rs, partW, partB, res, drop []float32
-	mask                                             backend.DropoutMask
-	rows, cols                                       int
+	dxs, gs, xs, ws, ms, rs, partW, partB []float32
+	rows, cols                            int
+	normGradTail
+}
+
+// normGradTail is what a norm's backward pass writes besides dx: res,
+// where not nil, is added to each row of dx once it is written (the
+// residual stream's gradient); drop, where not nil, then gets the row
+// masked by mask (the gradient of a dropout before the norm).
+type normGradTail struct {
+	res, drop []float32
+	mask      backend.DropoutMask
+}
+
+// newNormGradTail is the tail of a backward pass over n elements: dres
+// and drop.Dst may be Nil.
+func newNormGradTail(dres backend.Ref, drop backend.DropoutOut, n int) normGradTail {
+	var t normGradTail
+	if !dres.Nil() {
+		t.res = f32(dres)[:n]
+	}
+	if !drop.Dst.Nil() {
+		t.drop, t.mask = f32(drop.Dst)[:n], drop.Mask
+		if !t.mask.Base.Nil() {
+			t.mask = t.mask.Resolved(i32(t.mask.Base)[:2])
+		}
+	}
+	return t
+}
+
+// row finishes row r (cols wide) of dx, dr, once it is written.
+func (t *normGradTail) row(dr []float32, r, cols int) {
+	if t.res != nil {
+		axpy(dr, t.res[r*cols:(r+1)*cols], 1)
+	}
+	if t.drop != nil {
+		dropoutRow(t.drop[r*cols:(r+1)*cols], dr, t.mask, int64(r*cols))
+	}
 }
 
 var (
@@ -262,12 +287,7 @@ func (t *layerNormBackwardTask) do(lo, hi int) {
 		for r := ch * lnChunk; r < min(rows, (ch+1)*lnChunk); r++ {
 			dr := dxs[r*cols : (r+1)*cols]
 			lnBackwardRow(dr, xs[r*cols:(r+1)*cols], gs[r*cols:(r+1)*cols], ws, pw, pb, ms[r], rs[r])
-			if t.res != nil {
-				axpy(dr, t.res[r*cols:(r+1)*cols], 1)
-			}
-			if t.drop != nil {
-				dropoutRow(t.drop[r*cols:(r+1)*cols], dr, t.mask, int64(r*cols))
-			}
+			t.row(dr, r, cols)
 		}
 	}
 }

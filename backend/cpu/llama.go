@@ -102,15 +102,7 @@ func (c *CPU) RMSNormBackward(dx, dres, dw, dout, x, rstd, w backend.Ref, rows, 
 		dxs: f32(dx)[:rows*cols], gs: f32(dout)[:rows*cols], xs: f32(x)[:rows*cols], ws: f32(w)[:cols],
 		rs: f32(rstd)[:rows], part: part, rows: rows, cols: cols,
 	}
-	if !dres.Nil() {
-		t.res = f32(dres)[:rows*cols]
-	}
-	if !drop.Dst.Nil() {
-		t.drop, t.mask = f32(drop.Dst)[:rows*cols], drop.Mask
-		if !t.mask.Base.Nil() {
-			t.mask = t.mask.Resolved(i32(t.mask.Base)[:2])
-		}
-	}
+	t.normGradTail = newNormGradTail(dres, drop, rows*cols)
 	runTask(c, &rmsNormBackwardTasks, chunks, 1, t)
 	dws := f32(dw)[:cols]
 	for ch := 0; ch < chunks; ch++ {
@@ -121,9 +113,9 @@ func (c *CPU) RMSNormBackward(dx, dres, dw, dout, x, rstd, w backend.Ref, rows, 
 // rmsNormBackwardTask is one RMSNormBackward call; a range is a range of
 // lnChunk-row chunks, each with its own dw partial sum.
 type rmsNormBackwardTask struct {
-	dxs, gs, xs, ws, rs, part, res, drop []float32
-	mask                                 backend.DropoutMask
-	rows, cols                           int
+	dxs, gs, xs, ws, rs, part []float32
+	rows, cols                int
+	normGradTail
 }
 
 var rmsNormBackwardTasks taskPool[rmsNormBackwardTask]
@@ -135,12 +127,7 @@ func (t *rmsNormBackwardTask) do(lo, hi int) {
 		for r := ch * lnChunk; r < min(t.rows, (ch+1)*lnChunk); r++ {
 			dr := t.dxs[r*cols : (r+1)*cols]
 			rmsBackwardRow(dr, t.xs[r*cols:(r+1)*cols], t.gs[r*cols:(r+1)*cols], t.ws, pw, t.rs[r])
-			if t.res != nil {
-				axpy(dr, t.res[r*cols:(r+1)*cols], 1)
-			}
-			if t.drop != nil {
-				dropoutRow(t.drop[r*cols:(r+1)*cols], dr, t.mask, int64(r*cols))
-			}
+			t.row(dr, r, cols)
 		}
 	}
 }
