@@ -68,8 +68,8 @@ func IsHFFolder(path string) bool {
 
 // ReadHFConfig reads the config.json of a Hugging Face folder of the
 // Llama family into a Config, refusing, by field, what fleet does not
-// run. blockSize, where positive, bounds the positions the model takes;
-// else max_position_embeddings does.
+// run. The model's context (BlockSize) is max_position_embeddings, or
+// blockSize where that is positive and shorter.
 func ReadHFConfig(dir string, blockSize int) (Config, error) {
 	path := filepath.Join(dir, "config.json")
 	b, err := os.ReadFile(path)
@@ -100,7 +100,7 @@ func (h hfConfig) config(blockSize int) (Config, error) {
 	}
 	c := Config{Arch: ArchLlama, VocabSize: h.VocabSize, NEmbd: h.Hidden, NLayer: h.Layers, NHead: h.Heads,
 		MLPHidden: h.Intermediate, BlockSize: h.MaxPositions, QKVBias: arch.qkvBias, QKNorm: arch.qkNorm, RopeTheta: 10000}
-	if blockSize > 0 {
+	if blockSize > 0 && blockSize < c.BlockSize {
 		c.BlockSize = blockSize
 	}
 	if h.KVHeads != nil {
@@ -227,11 +227,15 @@ func LoadHF(dir string, blockSize int, dev tensor.Device) (*GPT, error) {
 	if err != nil {
 		return nil, err
 	}
+	fleet, err := FromHF(c, ts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
 	m, err := New(c, dev, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.SetWeights(&checkpoint.File{Tensors: FromHF(c, ts)}); err != nil {
+	if err := m.SetWeights(&checkpoint.File{Tensors: fleet}); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return m, nil
@@ -241,9 +245,10 @@ func LoadHF(dir string, blockSize int, dev tensor.Device) (*GPT, error) {
 // q, k and v fused (transposed, side by side) into qkv_proj, gate and up
 // into gate_up_proj, the other Linears transposed. A tied head's
 // lm_head.weight, if the file has one, is dropped. Tensors it does not
-// know are kept under their names (SetWeights ignores them; a missing
-// one is named there).
-func FromHF(c Config, ts map[string]checkpoint.Tensor) map[string]checkpoint.Tensor {
+// know are kept under their names (SetWeights ignores them). A part that
+// is missing, or whose shape does not fit its fellows, is an error naming
+// it.
+func FromHF(c Config, ts map[string]checkpoint.Tensor) (map[string]checkpoint.Tensor, error) {
 	out := map[string]checkpoint.Tensor{}
 	used := map[string]bool{}
 	take := func(name string) (checkpoint.Tensor, bool) {
@@ -251,13 +256,28 @@ func FromHF(c Config, ts map[string]checkpoint.Tensor) map[string]checkpoint.Ten
 		used[name] = ok || used[name]
 		return t, ok
 	}
+	qkvBias := c.Bias || c.QKVBias
 	for i := 0; i < c.NLayer; i++ {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		fuse(out, p+"self_attn.qkv_proj.weight", take, true, p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight")
-		fuse(out, p+"self_attn.qkv_proj.bias", take, false, p+"self_attn.q_proj.bias", p+"self_attn.k_proj.bias", p+"self_attn.v_proj.bias")
-		fuse(out, p+"mlp.gate_up_proj.weight", take, true, p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight")
-		fuse(out, p+"self_attn.o_proj.weight", take, true, p+"self_attn.o_proj.weight")
-		fuse(out, p+"mlp.down_proj.weight", take, true, p+"mlp.down_proj.weight")
+		for _, f := range []struct {
+			name      string
+			want      bool
+			transpose bool
+			parts     []string
+		}{
+			{p + "self_attn.qkv_proj.weight", true, true, []string{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}},
+			{p + "self_attn.qkv_proj.bias", qkvBias, false, []string{p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}},
+			{p + "mlp.gate_up_proj.weight", true, true, []string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
+			{p + "self_attn.o_proj.weight", true, true, []string{p + "self_attn.o_proj.weight"}},
+			{p + "mlp.down_proj.weight", true, true, []string{p + "mlp.down_proj.weight"}},
+		} {
+			if !f.want {
+				continue
+			}
+			if err := fuse(out, f.name, take, f.transpose, f.parts...); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !c.UntiedHead {
 		used["lm_head.weight"] = true
@@ -267,29 +287,29 @@ func FromHF(c Config, ts map[string]checkpoint.Tensor) map[string]checkpoint.Ten
 			out[n] = t
 		}
 	}
-	return out
+	return out, nil
 }
 
 // fuse puts the tensors parts (Linear weights [out, in], transposed to
 // [in, out] where transpose, or biases) side by side along their output
-// axis into out[name], where all of them are there.
-func fuse(out map[string]checkpoint.Tensor, name string, take func(string) (checkpoint.Tensor, bool), transpose bool, parts ...string) {
+// axis into out[name].
+func fuse(out map[string]checkpoint.Tensor, name string, take func(string) (checkpoint.Tensor, bool), transpose bool, parts ...string) error {
 	var vals [][]float32
 	var outs []int
 	in := -1
 	for _, p := range parts {
 		t, ok := take(p)
 		if !ok {
-			return
+			return fmt.Errorf("missing tensor %s", p)
 		}
 		v, err := t.Float32s()
-		if err != nil || (transpose && len(t.Shape) != 2) || (!transpose && len(t.Shape) != 1) {
-			return // SetWeights names the tensor
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", p, err)
+		}
+		if want := 1 + btoi(transpose); len(t.Shape) != want || (transpose && in >= 0 && t.Shape[1] != in) {
+			return fmt.Errorf("tensor %s has shape %v, which does not fit %s", p, t.Shape, strings.Join(parts, ", "))
 		}
 		if transpose {
-			if in >= 0 && t.Shape[1] != in {
-				return
-			}
 			in = t.Shape[1]
 		}
 		vals, outs = append(vals, v), append(outs, t.Shape[0])
@@ -304,7 +324,7 @@ func fuse(out map[string]checkpoint.Tensor, name string, take func(string) (chec
 			v = append(v, p...)
 		}
 		out[name] = checkpoint.F32Tensor([]int{total}, v)
-		return
+		return nil
 	}
 	v := make([]float32, in*total)
 	col := 0
@@ -317,6 +337,14 @@ func fuse(out map[string]checkpoint.Tensor, name string, take func(string) (chec
 		col += outs[k]
 	}
 	out[name] = checkpoint.F32Tensor([]int{in, total}, v)
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ToHF converts fleet's Llama parameters (or their gradients: any

@@ -111,8 +111,17 @@ func TestHFLlamaRoundTrip(t *testing.T) {
 	if _, ok := hf["model.layers.1.self_attn.k_proj.weight"]; !ok {
 		t.Fatal("no k_proj in the Hugging Face tensors")
 	}
-	if err := b.SetWeights(&checkpoint.File{Tensors: FromHF(c, hf)}); err != nil {
+	fleet, err := FromHF(c, hf)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := b.SetWeights(&checkpoint.File{Tensors: fleet}); err != nil {
+		t.Fatal(err)
+	}
+	// A folder without one of the parts is refused, naming it.
+	delete(hf, "model.layers.1.self_attn.v_proj.weight")
+	if _, err := FromHF(c, hf); err == nil || !strings.Contains(err.Error(), "model.layers.1.self_attn.v_proj.weight") {
+		t.Errorf("a missing v_proj: %v", err)
 	}
 	for i, p := range b.Parameters() {
 		if fmt.Sprint(p.T.Float32s()) != fmt.Sprint(a.Parameters()[i].T.Float32s()) {

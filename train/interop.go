@@ -76,11 +76,15 @@ const hfContext = 1024
 // --tokenizer names another.
 func initFromHF(cfg *Config) (*checkpoint.File, error) {
 	dir := cfg.InitFrom
-	mc, err := model.ReadHFConfig(dir, 0)
+	given := func(f string) bool { return slices.Contains(cfg.Given, f) }
+	context := hfContext
+	if given("BlockSize") {
+		context = cfg.BlockSize
+	}
+	mc, err := model.ReadHFConfig(dir, context)
 	if err != nil {
 		return nil, setting.Errorf("{InitFrom}: %w", err)
 	}
-	given := func(f string) bool { return slices.Contains(cfg.Given, f) }
 	for _, s := range []struct {
 		field      string
 		mine, file any
@@ -92,20 +96,19 @@ func initFromHF(cfg *Config) (*checkpoint.File, error) {
 			return nil, setting.Errorf("{"+s.field+"} %v disagrees with {InitFrom} %s, whose model has %v: leave it out, or give the folder's", s.mine, dir, s.file)
 		}
 	}
-	switch {
-	case !given("BlockSize"):
-		mc.BlockSize = min(mc.BlockSize, hfContext)
-	case cfg.BlockSize > mc.BlockSize:
+	if given("BlockSize") && mc.BlockSize < cfg.BlockSize {
 		return nil, setting.Errorf("{BlockSize} %d is longer than {InitFrom} %s's max_position_embeddings, %d", cfg.BlockSize, dir, mc.BlockSize)
-	default:
-		mc.BlockSize = cfg.BlockSize
 	}
 	if cfg.VocabSize != 0 && cfg.VocabSize != mc.VocabSize {
 		return nil, setting.Errorf("{InitFrom} %s has a vocabulary of %d, {VocabSize} is %d", dir, mc.VocabSize, cfg.VocabSize)
 	}
-	ts, err := model.ReadHFTensors(dir)
+	hf, err := model.ReadHFTensors(dir)
 	if err != nil {
 		return nil, setting.Errorf("{InitFrom}: %w", err)
+	}
+	ts, err := model.FromHF(mc, hf)
+	if err != nil {
+		return nil, setting.Errorf("{InitFrom} %s: %w", dir, err)
 	}
 	cfg.Arch, cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.Bias = mc.Arch, mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, mc.Bias
 	cfg.NKVHead, cfg.HeadDim, cfg.MLPHidden, cfg.RopeTheta, cfg.RopeScaling = mc.NKVHead, mc.HeadDim, mc.MLPHidden, mc.RopeTheta, mc.RopeScaling
@@ -113,7 +116,7 @@ func initFromHF(cfg *Config) (*checkpoint.File, error) {
 	if cfg.Tokenizer == "" && fileExists(filepath.Join(dir, "tokenizer.json")) && !data.IsPrepared(cfg.Data) && !data.IsTokenData(cfg.Data) {
 		cfg.Tokenizer = "hf:" + dir
 	}
-	return &checkpoint.File{Tensors: model.FromHF(mc, ts)}, nil
+	return &checkpoint.File{Tensors: ts}, nil
 }
 
 // fileExists reports whether path is a file.
