@@ -3,9 +3,10 @@ package train
 import "github.com/fleetml/fleet/tensor"
 
 // microSteps is how a step's micro-batches go forward and backward: on the
-// model's one device (oneDevice), or through a pipeline's stages, each on
-// a device of its own (*pipeRun). The step around them, accumulation,
-// synchronisation and the update, is the same for both.
+// model's one device (oneDevice), through a pipeline's stages, each on a
+// device of its own (*pipeRun), or scattered over replicas of the model
+// (*replicaRun, --replicas). The step around them, accumulation,
+// synchronisation and the update, is the same for all.
 type microSteps interface {
 	// begin readies a step, forwardBackward takes micro-batch micro of it forward and
 	// backward, and end finishes the step's backward work.
@@ -50,11 +51,12 @@ func (o oneDevice) evaluator() (func(x, y *tensor.Tensor) *tensor.Tensor, progra
 	return o.r.model.Loss, programs{tensor.ProgramOf(o.r.dev)}
 }
 
-// micros is the run's micro-steps: a pipeline's, or the model's on its one
-// device (where none were set, as in tests that build a run by hand).
+// micros is the run's micro-steps: a pipeline's or the replicas', or the
+// model's on its one device (where none were set, as in tests that build
+// a run by hand).
 func (r *run) micros() microSteps {
-	if r.pipe != nil {
-		return r.pipe
+	if r.multi != nil {
+		return r.multi
 	}
 	return oneDevice{r}
 }

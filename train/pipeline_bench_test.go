@@ -50,7 +50,7 @@ func BenchmarkPipeline(b *testing.B) {
 					if err != nil {
 						panic(err)
 					}
-					if r.pipe, err = newPipeRun(r, pl.Stages); err != nil {
+					if r.multi, err = newPipeRun(r, pl.Stages); err != nil {
 						b.Fatal(err)
 					}
 					defer r.close()
@@ -62,7 +62,7 @@ func BenchmarkPipeline(b *testing.B) {
 					// optimizer state; and other benchmarks' models, in this
 					// process): the schedule's peak above it is activations.
 					var held []int64
-					for _, d := range r.pipe.devs {
+					for _, d := range r.multi.(*pipeRun).devs {
 						held = append(held, tensor.MemStats(d).Allocated)
 					}
 					b.ResetTimer()
@@ -70,7 +70,7 @@ func BenchmarkPipeline(b *testing.B) {
 						r.mustStep(5+i, 1e-3)
 					}
 					b.StopTimer()
-					rep := r.pipe.report()
+					rep := r.multi.(*pipeRun).report()
 					b.ReportMetric(rep.ScheduleBubble, "sched_bubble")
 					b.ReportMetric(rep.MeasuredBubble, "bubble")
 					for st, u := range rep.Utilisation {

@@ -131,7 +131,7 @@ func TestPipelineStepGradients(t *testing.T) {
 			if err != nil {
 				panic(err)
 			}
-			if r.pipe, err = newPipeRun(r, pl.Stages); err != nil {
+			if r.multi, err = newPipeRun(r, pl.Stages); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -224,7 +224,12 @@ func (s *setup) build() (r *run, err error) {
 		fmt.Fprintf(log, "init: weights from %s\n", cfg.InitFrom)
 	}
 	if st := s.plan.Place.Stages; len(st) > 0 { // before the optimizer: its moments live with their parameters
-		if r.pipe, err = newPipeRun(r, st); err != nil {
+		if r.multi, err = newPipeRun(r, st); err != nil {
+			return r, err
+		}
+	}
+	if reps := s.plan.Place.Replicas; len(reps) > 0 {
+		if r.multi, err = newReplicaRun(r, reps); err != nil {
 			return r, err
 		}
 	}
@@ -269,9 +274,9 @@ func (r *run) logSetup(ds *dataset) {
 	if cfg.Zero == 1 && max(cfg.WorldSize, 1) == 1 {
 		fmt.Fprintf(log, "zero: --zero 1 shards the optimizer's state over a data-parallel group; one process has none, so its state stays whole: plain training\n")
 	}
-	if r.pipe != nil && len(r.pipe.devs) == 1 {
+	if p, ok := r.multi.(*pipeRun); ok && len(p.devs) == 1 {
 		fmt.Fprintf(log, "pipeline: one stage holds the whole model on %v, so nothing runs in parallel: plain training, its %d micro-batches accumulating gradients; give --pipeline two or more devices to pipeline\n",
-			r.pipe.devs[0], max(cfg.MicroBatches, 1))
+			p.devs[0], max(cfg.MicroBatches, 1))
 	}
 	if r.scaler != nil {
 		fmt.Fprintf(log, "precision: fp16 products with dynamic loss scaling (initial scale %g, ×%d after %d clean steps, ×%g on inf or NaN gradients, whose steps are skipped)\n",

@@ -47,7 +47,7 @@ type run struct {
 	perf       perf
 	out        outputs
 	grp        group    // data parallelism; nil: this process alone
-	pipe       *pipeRun // --pipeline: the model's stages; nil: one device
+	multi      microSteps // --pipeline's stages or --replicas; nil: the model's one device
 	at         int      // the step the loop is at
 	evaluating bool     // the loop is evaluating
 }

@@ -208,6 +208,13 @@ type Config struct {
 	MicroBatches     int    `json:"micro_batches,omitempty"`
 	PipelineSplit    string `json:"pipeline_split,omitempty"`
 	PipelineSchedule string `json:"pipeline_schedule,omitempty"`
+
+	// Replicas, when set, lists the devices of one process's data
+	// parallelism, the lecture's DataParallel: the model on the first, a
+	// replica on each other; every step the parameters are broadcast, each
+	// micro-batch's rows scattered, the gradients summed onto the first
+	// and the optimizer stepped there (see replicas.go).
+	Replicas string `json:"replicas,omitempty"`
 }
 
 // Default is the configuration of `fleet train` with no flags: a small
@@ -322,6 +329,9 @@ func (c Config) validate() ([]tensor.Device, error) {
 		c.BatchSize = 1 // the token budget must hold whole sequences
 	}
 	if _, err := c.PlanBatch(); err != nil {
+		return nil, err
+	}
+	if _, err := c.validateReplicas(); err != nil {
 		return nil, err
 	}
 	return c.validatePipeline()

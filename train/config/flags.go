@@ -83,6 +83,7 @@ var Flags = setting.Table[Config]{
 	declare("micro-batches", "MicroBatches", "with --pipeline: pipeline micro-batches per --batch-size (which they must divide; 0: 1, the naive schedule)", func(c *Config) any { return &c.MicroBatches }),
 	declare("pipeline-split", "PipelineSplit", "with --pipeline: blocks per stage, comma-separated, e.g. 3,5 (default: balanced by parameter count)", func(c *Config) any { return &c.PipelineSplit }),
 	declare("pipeline-schedule", "PipelineSchedule", "with --pipeline: gpipe (default) or 1f1b", func(c *Config) any { return &c.PipelineSchedule }),
+	declare("replicas", "Replicas", "one process's data parallelism over these devices, comma-separated (cuda:0,cuda:1; or logical cpu:0,cpu:1): the lecture's DataParallel, for comparing with fleet run's DDP; the first is the run's device, --batch-size the rows the replicas share", func(c *Config) any { return &c.Replicas }),
 	declare("resume", "Resume", "continue the run in --out (default: the newest run in "+DefaultRunsDir+") from its newest checkpoint that verifies (from step 0 if it has none yet); refused where its checkpoints are all damaged, where it finished without one, and where the checkpoint does not fit the flags", func(c *Config) any { return &c.Resume }),
 	declare("allow-changes", "AllowChanges", "with --resume: allow optimizer, schedule, batch, dropout and precision settings other than the checkpoint's; config.json records each change (a different model, tokenizer or data is refused either way)", func(c *Config) any { return &c.AllowChanges }),
 }

@@ -15,6 +15,8 @@ import (
 type Placement struct {
 	Device tensor.Device
 	Stages []tensor.Device
+	// Replicas are --replicas' devices, Device first.
+	Replicas []tensor.Device
 }
 
 // Place resolves c.Device ("auto" picks cuda:0 when it works, else the
@@ -29,7 +31,7 @@ func (c Config) Place() (Placement, error) {
 	if err != nil || c.Pipeline == "" {
 		return pl, err
 	}
-	if pl.Stages, err = parseDevices(c.Pipeline); err != nil {
+	if pl.Stages, err = parseDevices("Pipeline", c.Pipeline); err != nil {
 		return Placement{}, err
 	}
 	return pl, nil
@@ -58,11 +60,16 @@ func (p Placement) onHost() bool {
 	return false
 }
 
-// Open opens the stages' devices, saying which fails.
+// Open opens the stages' and the replicas' devices, saying which fails.
 func (p Placement) Open() error {
 	for _, d := range p.Stages {
 		if _, err := backend.Get(d); err != nil {
 			return setting.Errorf("{Pipeline}: %w", err)
+		}
+	}
+	for _, d := range p.Replicas {
+		if _, err := backend.Get(d); err != nil {
+			return setting.Errorf("{Replicas}: %w", err)
 		}
 	}
 	return nil
@@ -102,23 +109,31 @@ func (p Placement) Record(c *Config) {
 		}
 		c.Pipeline = strings.Join(names, ",")
 	}
+	if len(p.Replicas) > 0 {
+		names := make([]string, len(p.Replicas))
+		for i, d := range p.Replicas {
+			names[i] = d.String()
+		}
+		c.Replicas = strings.Join(names, ",")
+	}
 }
 
 // numbered reports whether a --device value names its device's number
 // (cuda:1), which a node's processes then keep (ForLocalRank).
 func numbered(device string) bool { return strings.Contains(device, ":") }
 
-// parseDevices reads --pipeline: distinct devices separated by commas.
-func parseDevices(s string) ([]tensor.Device, error) {
+// parseDevices reads --pipeline or --replicas (field): distinct devices
+// separated by commas.
+func parseDevices(field, s string) ([]tensor.Device, error) {
 	var devs []tensor.Device
 	seen := map[tensor.Device]bool{}
 	for _, name := range strings.Split(s, ",") {
 		d, err := backend.ParseDevice(strings.TrimSpace(name))
 		if err != nil {
-			return nil, setting.Errorf("{Pipeline} %s: %w", s, err)
+			return nil, setting.Errorf("{"+field+"} %s: %w", s, err)
 		}
 		if seen[d] {
-			return nil, setting.Errorf("{Pipeline} %s names %v twice", s, d)
+			return nil, setting.Errorf("{"+field+"} %s names %v twice", s, d)
 		}
 		seen[d] = true
 		devs = append(devs, d)
@@ -135,7 +150,7 @@ func (c Config) validatePipeline() ([]tensor.Device, error) {
 		}
 		return nil, nil
 	}
-	devs, err := parseDevices(c.Pipeline)
+	devs, err := parseDevices("Pipeline", c.Pipeline)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +171,40 @@ func (c Config) validatePipeline() ([]tensor.Device, error) {
 	if c.PipelineSplit != "" {
 		if _, err := pipeline.ParseSplit(c.PipelineSplit, len(devs), c.NLayer); err != nil {
 			return nil, setting.Errorf("{PipelineSplit} over the {Pipeline} devices: %w", err)
+		}
+	}
+	return devs, nil
+}
+
+// validateReplicas checks --replicas and returns its devices (nil
+// without it): two or more, not with a pipeline, data parallelism over
+// processes, fp16's loss scaling (whose scale lives on the first device)
+// or CUDA graphs, each replica at least one row of the micro-batch, and
+// the first the run's --device where that is given.
+func (c Config) validateReplicas() ([]tensor.Device, error) {
+	if c.Replicas == "" {
+		return nil, nil
+	}
+	devs, err := parseDevices("Replicas", c.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := ParsePrecision(c.Precision)
+	switch {
+	case len(devs) < 2:
+		return nil, setting.Errorf("{Replicas} %s: give two or more devices", c.Replicas)
+	case c.Pipeline != "" || c.WorldSize > 1:
+		return nil, setting.Errorf("{Replicas} is one process's data parallelism: not with {Pipeline} or a data-parallel job")
+	case p.LossScaled():
+		return nil, setting.Errorf("{Replicas} with {Precision} fp16 is not supported (the loss scale lives on the first device); use bf16")
+	case c.CUDAGraphs || c.Zero == 1 || c.BatchAuto:
+		return nil, setting.Errorf("{Replicas} with {CUDAGraphs}, {Zero} 1 or {BatchSize} auto is not supported")
+	case c.BatchSize < len(devs):
+		return nil, setting.Errorf("{BatchSize} %d is fewer rows than the %d {Replicas}", c.BatchSize, len(devs))
+	}
+	if c.Device != "" && c.Device != "auto" {
+		if d, err := backend.ParseDevice(c.Device); err != nil || d != devs[0] {
+			return nil, setting.Errorf("{Device} %s is not the first of {Replicas} %s, which is the run's device: leave {Device} out, or give the first", c.Device, c.Replicas)
 		}
 	}
 	return devs, nil

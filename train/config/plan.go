@@ -30,6 +30,12 @@ func Resolve(c Config) (Plan, error) {
 		return Plan{}, err
 	}
 	place.Stages = stages
+	if place.Replicas, err = c.validateReplicas(); err != nil {
+		return Plan{}, err
+	}
+	if len(place.Replicas) > 0 {
+		place.Device = place.Replicas[0]
+	}
 	place = place.ForLocalRank(c.LocalDevice, numbered(c.Device))
 	if err := place.Open(); err != nil {
 		return Plan{}, err

@@ -1,0 +1,106 @@
+package train
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+)
+
+// TestReplicasEqualOneProcess: --replicas over logical CPU devices ends
+// where one device does on the same batch, within the rounding of the
+// gradients' other order of summation: 2 replicas, 5 (which split 12 rows
+// unevenly), with dropout and accumulation, a Llama-style model, and in
+// bf16. The tolerance tells the whole batch from a replica's part: one
+// device on half the rows ends far away.
+func TestReplicasEqualOneProcess(t *testing.T) {
+	base := ddpConfig(t, 2027)
+	one := runSingle(t, base)
+	half := base
+	half.BatchSize = 6
+	if d := maxDiff(t, one, runSingle(t, half)); d < 1e-3 {
+		t.Fatalf("batch 6 and batch 12 end %.3g apart: the test could not see a replica's rows missing", d)
+	}
+	for _, tc := range []struct {
+		name, replicas string
+		set            func(*Config)
+		tol            float64
+	}{
+		{"2", "cpu:0,cpu:1", func(*Config) {}, 1e-5},
+		{"5 uneven", "cpu:0,cpu:1,cpu:2,cpu:3,cpu:4", func(*Config) {}, 1e-5},
+		{"2 dropout accum", "cpu:0,cpu:1", func(c *Config) { c.Dropout, c.BatchSize, c.GradAccum = 0.1, 6, 2 }, 1e-5},
+		{"3 llama", "cpu:0,cpu:1,cpu:2", func(c *Config) { *c = llamaOf(*c) }, 1e-5},
+		{"2 bf16", "cpu:0,cpu:1", func(c *Config) { c.Precision = "bf16" }, 2e-3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			tc.set(&c)
+			ref := runSingle(t, c)
+			c.Replicas = tc.replicas
+			c.Out = filepath.Join(t.TempDir(), "reps")
+			reps, log := runWeights(t, c)
+			if !strings.Contains(log, "bytes per step through") {
+				t.Errorf("the run does not report what went through the first device:\n%s", log)
+			}
+			if d := maxDiff(t, ref, reps); d > tc.tol {
+				t.Fatalf("the replicas' weights differ from one device's by %g", d)
+			}
+		})
+	}
+}
+
+// TestReplicasRefusals: settings --replicas does not take are refused,
+// naming them.
+func TestReplicasRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Replicas = "cpu:0" }, "two or more"},
+		{func(c *Config) { c.Replicas, c.Pipeline = "cpu:0,cpu:1", "cpu:2,cpu:3" }, "not with"},
+		{func(c *Config) { c.Replicas, c.Precision = "cpu:0,cpu:1", "fp16" }, "fp16"},
+		{func(c *Config) { c.Replicas, c.BatchSize = "cpu:0,cpu:1,cpu:2", 2 }, "fewer rows"},
+		{func(c *Config) { c.Replicas, c.Device = "cpu:0,cpu:1", "cpu:1" }, "first of"},
+	} {
+		c := pipeTinyConfig(t)
+		tc.set(&c)
+		var log bytes.Buffer
+		if _, err := Run(c, &log); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want one saying %q", c.Replicas, err, tc.want)
+		}
+	}
+}
+
+// TestReplicasResume: a --replicas run resumed from a checkpoint ends
+// where the uninterrupted one does, bit for bit (the replicas take the
+// first device's parameters at every step).
+func TestReplicasResume(t *testing.T) {
+	c := resumeConfig(t)
+	c.Replicas = "cpu:0,cpu:1"
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	want := mustRead(t, filepath.Join(c.Out, ModelFile))
+	rc := c
+	rc.Out = filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
+	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
+		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
+	}
+	from := filepath.Join(c.Out, CheckpointDir, checkpoint.DirName(15))
+	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(15)), os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+	rc.Resume = true
+	log.Reset()
+	if _, err := Run(rc, &log); err != nil {
+		t.Fatalf("resume: %v\n%s", err, log.String())
+	}
+	if got := mustRead(t, filepath.Join(rc.Out, ModelFile)); !bytes.Equal(got, want) {
+		t.Error("the resumed run's weights differ from the uninterrupted run's")
+	}
+}
