@@ -46,10 +46,10 @@ type run struct {
 	tel        *telemetry // step phase timing; nil: off
 	perf       perf
 	out        outputs
-	grp        group    // data parallelism; nil: this process alone
+	grp        group      // data parallelism; nil: this process alone
 	multi      microSteps // --pipeline's stages or --replicas; nil: the model's one device
-	at         int      // the step the loop is at
-	evaluating bool     // the loop is evaluating
+	at         int        // the step the loop is at
+	evaluating bool       // the loop is evaluating
 }
 
 // feed is how a run's micro-batches reach the device.
