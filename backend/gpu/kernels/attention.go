@@ -54,6 +54,64 @@ var mmaBlock = [3]int{32 * mmaWarps, 1, 1}
 // smallest that holds it.
 var mmaPads = [...]int{32, 64, attnHDMax}
 
+// mmaTiles are the column tiles of the tensor-core kernels by head
+// padding: the keys the forward pass streams at a time, and the rows (keys
+// in the dq kernel, queries in the dk/dv kernel) the backward kernels
+// stream; attention_mma.cu's FA_FWD, FA_DQ and FA_DKDV instantiations
+// (their second argument), which a test holds this table to.
+var mmaTiles = map[int][2]int{32: {64, 64}, 64: {64, 64}, attnHDMax: {32, 16}}
+
+// MMAPairs is the number of (row, column) score pairs the tensor-core
+// kernel op ("attention_fwd", "attention_bwd_dq" or "attention_bwd_dkdv")
+// of head padding pad computes for one (sequence, head) of T positions,
+// counted as the kernel's loops run: each warp owns 16 rows and computes
+// whole 16×BC tiles, so the tiles on the diagonal count whole (their
+// masked half included), and so do the rows of a warp past T where its
+// loop still runs. T(T+1)/2 pairs are needed; at T 1024 and 64-wide tiles
+// the kernels compute about 6% more. 0 for an op or padding it does not
+// know.
+func MMAPairs(op string, pad, T int) float64 {
+	tiles, ok := mmaTiles[pad]
+	if !ok || T <= 0 {
+		return 0
+	}
+	var pairs int
+	for b0 := 0; b0 < T; b0 += mmaRows { // a block's 64 rows
+		for w := range mmaWarps {
+			r0 := b0 + 16*w // the warp's first row
+			switch op {
+			case "attention_fwd", "attention_bwd_dq":
+				// Key tiles k0 = 0, BC, ... below min(T, b0+64), each
+				// computed where k0 <= r0+15 (fa_fwd's active, fa_bwd_dq's
+				// continue).
+				bc := tiles[0]
+				if op == "attention_bwd_dq" {
+					bc = tiles[1]
+				}
+				kend := min(T, b0+mmaRows)
+				n := min((kend+bc-1)/bc, (r0+15)/bc+1)
+				pairs += 16 * bc * n
+			case "attention_bwd_dkdv":
+				// Query tiles q0 = b0, b0+BQ, ... below T, each computed
+				// where q0+BQ-1 >= r0, for warps whose first key is
+				// below T.
+				if r0 >= T {
+					continue
+				}
+				bq := tiles[1]
+				for q0 := b0; q0 < T; q0 += bq {
+					if q0+bq-1 >= r0 {
+						pairs += 16 * bq
+					}
+				}
+			default:
+				return 0
+			}
+		}
+	}
+	return float64(pairs)
+}
+
 // mmaNames holds the kernel names by op, variant (F32 storage with bf16
 // operands, BF16 storage, F32 storage with f16 operands) and padding,
 // built once so that a launch allocates nothing.

@@ -32,28 +32,18 @@ func TensorCoreKernel(kernel string) bool { return strings.Contains(kernel, "_mm
 // simulated GPU prices each launch with it; 0 for a kernel it does not
 // know, which then costs only its memory traffic.
 func FLOPs(kernel string, arg func(param string) float64) float64 {
-	name := strings.TrimPrefix(kernel, "fleet_")
-	for _, dt := range []string{"_f32", "_bf16", "_f16"} {
-		if i := strings.LastIndex(name, dt); i >= 0 && i+len(dt) == len(name) {
-			name = name[:i]
-			break
-		}
-	}
+	name, pad := baseName(kernel)
+	hd := func() float64 { return arg("C") / arg("H") }
 	// causal is the number of (query, key) pairs causal attention scores:
 	// T(T+1)/2 per sequence and head.
 	causal := func() float64 { t := arg("T"); return arg("B") * arg("H") * t * (t + 1) / 2 }
-	hd := func() float64 { return arg("C") / arg("H") }
-	// A tensor-core attention kernel (attention_mma.cu) works on heads
-	// padded to its HDP, named in its name: its products count the padding.
-	if i := strings.LastIndex(name, "_mma"); i >= 0 {
-		digits := name[i+len("_mma"):]
-		if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
-			digits = digits[:j] // mma64f16: the padding, then the operand type
-		}
-		if pad, err := strconv.Atoi(digits); err == nil {
-			name = name[:i]
-			hd = func() float64 { return float64(pad) }
-		}
+	if pad > 0 {
+		// A tensor-core attention kernel (attention_mma.cu) works on
+		// heads padded to its HDP, named in its name, and on whole tiles:
+		// its products count the padding, and every tile it computes,
+		// the diagonal ones (half masked) and the rows past T included.
+		hd = func() float64 { return float64(pad) }
+		causal = func() float64 { return MMAPairs(name, pad, int(arg("T"))) * arg("B") * arg("H") }
 	}
 	switch name {
 	case "binary", "scale", "unary", "sumsquares_partial":
@@ -114,4 +104,29 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return arg("B") * arg("H") * t * (pos + (t+1)/2) * (4*hd() + 5)
 	}
 	return 0
+}
+
+// baseName is kernel without its fleet_ prefix and its storage suffix
+// (_f32, _bf16, _f16), and, for a tensor-core attention kernel
+// (attention_mma.cu), without its _mma<HDP> part, which pad returns (0
+// for any other kernel): fleet_attention_fwd_mma64_bf16 is
+// attention_fwd, 64.
+func baseName(kernel string) (name string, pad int) {
+	name = strings.TrimPrefix(kernel, "fleet_")
+	for _, dt := range []string{"_f32", "_bf16", "_f16"} {
+		if i := strings.LastIndex(name, dt); i >= 0 && i+len(dt) == len(name) {
+			name = name[:i]
+			break
+		}
+	}
+	if i := strings.LastIndex(name, "_mma"); i >= 0 {
+		digits := name[i+len("_mma"):]
+		if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+			digits = digits[:j] // mma64f16: the padding, then the operand type
+		}
+		if p, err := strconv.Atoi(digits); err == nil {
+			return name[:i], p
+		}
+	}
+	return name, 0
 }

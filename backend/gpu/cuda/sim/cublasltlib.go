@@ -13,6 +13,7 @@ const (
 	ltEpilogue  = 7
 	ltBias      = 8
 	ltAux       = 11
+	ltAuxLD     = 12
 	ltBatchSize = 5
 )
 
@@ -23,6 +24,7 @@ type ltDesc struct {
 	epilogue cublas.Epilogue
 	bias     bool
 	aux      bool
+	auxLD    int64
 }
 
 // ltLayout is a matrix layout: its type, shape and batch.
@@ -72,9 +74,24 @@ func (t *table[T]) del(h uintptr) {
 	delete(t.m, h)
 }
 
+// declines reports whether the stand-in's heuristic finds no algorithm
+// for a product: by cublasLt.h's rule for CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+// a GELU epilogue's auxiliary matrix (GELU_AUX, GELU_AUX_BIAS, DGELU,
+// DGELU_BGRAD) needs a leading dimension that is divisible by 8 and no
+// less than the output's rows. So a model whose MLP is not a multiple of
+// 8 wide (an odd n_embd) runs its GELU in fleet's own kernels, as a real
+// cuBLASLt would make it, and the tests reach the fallback.
+func declines(ds *ltDesc, lc *ltLayout) bool {
+	switch ds.epilogue {
+	case cublas.EpilogueGELUAux, cublas.EpilogueGELUAuxBias, cublas.EpilogueDGELU, cublas.EpilogueDGELUBGrad:
+		return ds.auxLD%8 != 0 || float64(ds.auxLD) < lc.rows
+	}
+	return false
+}
+
 // CUBLASLt is the stand-in for libcublasLt: descriptors, layouts and
-// preferences are kept as the library would, the heuristic always finds
-// one algorithm, and each cublasLtMatmul is recorded as one launch with
+// preferences are kept as the library would, the heuristic finds one
+// algorithm except where declines says the real one would find none, and each cublasLtMatmul is recorded as one launch with
 // its FLOPs (2·M·N·K a matrix) and the bytes of its matrices, its bias
 // and its epilogue's auxiliary matrix, priced as CUBLAS prices a GEMM.
 func (d *Device) CUBLASLt() *libs.Lib {
@@ -118,6 +135,8 @@ func (d *Device) CUBLASLt() *libs.Lib {
 					ds.bias = *(*uint64)(ptr(a[2])) != 0
 				case ltAux:
 					ds.aux = *(*uint64)(ptr(a[2])) != 0
+				case ltAuxLD:
+					ds.auxLD = *(*int64)(ptr(a[2]))
 				}
 			})
 			if !found {
@@ -142,7 +161,15 @@ func (d *Device) CUBLASLt() *libs.Lib {
 		"cublasLtMatmulPreferenceSetAttribute": ok,
 		// (h, desc, la, lb, lc, ld, pref, requested, results*, found*)
 		"cublasLtMatmulAlgoGetHeuristic": func(a []uintptr) uintptr {
-			*(*int32)(ptr(a[9])) = 1
+			ds, lc := descs.get(a[1]), layouts.get(a[4])
+			if ds == nil || lc == nil {
+				return uintptr(cublas.StatusInvalidValue)
+			}
+			found := int32(1)
+			if declines(ds, lc) {
+				found = 0
+			}
+			*(*int32)(ptr(a[9])) = found
 			return 0
 		},
 		// (h, desc, alpha*, A, la, B, lb, beta*, C, lc, D, ld, algo*, ws, wsBytes, stream)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -18,6 +19,10 @@ type Counters struct {
 	// copies by their function's name).
 	Launches int64
 	ByKernel map[string]int64
+	// FLOPsByKernel, BytesByKernel and SecondsByKernel split FLOPs,
+	// BytesTouched and DeviceSeconds the same way: what the cost model
+	// charges each kernel.
+	FLOPsByKernel, BytesByKernel, SecondsByKernel map[string]float64
 	// HostSyncs counts the calls that make the host wait for the device:
 	// stream, event and context synchronisations, synchronous copies,
 	// device-to-host copies into pageable memory, and cuMemFree (which
@@ -29,17 +34,23 @@ type Counters struct {
 	// DriverAllocs counts cuMemAlloc and cuMemHostAlloc calls.
 	DriverAllocs int64
 	// BytesTouched sums, over launches, the bytes each one reads and
-	// writes: for a kernel, each pointer argument's, from the pointer to
-	// the end of the allocation it points into but no more elements than
-	// the product of the launch's integer arguments; for a GEMM, its
-	// three matrices.
+	// writes: for a kernel, each pointer argument's traffic as the kernel's
+	// source states it (kernels.Extent: the elements the launch reads, and
+	// those it writes, never past the end of the allocation the pointer
+	// points into); for a GEMM, its three matrices (C twice where it is
+	// read too). A model of the traffic, not a measurement: caches are
+	// not modelled.
 	BytesTouched float64
 	// FLOPs sums the launches' floating-point work: 2·M·N·K per GEMM, and
-	// kernels.FLOPs for kernels.
+	// kernels.FLOPs for kernels (the work they execute: a tensor-core
+	// attention kernel's whole tiles, the masked halves of the diagonal
+	// ones included).
 	FLOPs float64
 	// DeviceSeconds is the cost model's estimate of the device's busy
 	// time: each launch takes max(bytes / (0.85 × bandwidth), FLOPs /
-	// (efficiency × peak)) plus 1 µs. An estimate, not a measurement.
+	// (efficiency × peak)) plus 1 µs, efficiency TensorCoreEfficiency for
+	// products, MMAEfficiency for mma.sync kernels and CUDACoreEfficiency
+	// (of the FP32 peak) for the rest. An estimate, not a measurement.
 	// Collectives are not in it (CommSeconds).
 	DeviceSeconds float64
 	// CommSeconds is the collectives' time on their streams, by the bus
@@ -62,6 +73,8 @@ func (c Counters) Sub(o Counters) Counters {
 		FLOPs: c.FLOPs - o.FLOPs, DeviceSeconds: c.DeviceSeconds - o.DeviceSeconds, Peak: c.Peak,
 		CommSeconds: c.CommSeconds - o.CommSeconds, ExposedCommSeconds: c.ExposedCommSeconds - o.ExposedCommSeconds,
 		ByKernel: map[string]int64{}, SyncsBy: map[string]int64{},
+		FLOPsByKernel: subFloats(c.FLOPsByKernel, o.FLOPsByKernel), BytesByKernel: subFloats(c.BytesByKernel, o.BytesByKernel),
+		SecondsByKernel: subFloats(c.SecondsByKernel, o.SecondsByKernel),
 	}
 	for k, v := range c.ByKernel {
 		if d := v - o.ByKernel[k]; d != 0 {
@@ -71,6 +84,17 @@ func (c Counters) Sub(o Counters) Counters {
 	for k, v := range c.SyncsBy {
 		if d := v - o.SyncsBy[k]; d != 0 {
 			w.SyncsBy[k] = d
+		}
+	}
+	return w
+}
+
+// subFloats is c - o by key, keeping the keys that differ.
+func subFloats(c, o map[string]float64) map[string]float64 {
+	w := map[string]float64{}
+	for k, v := range c {
+		if d := v - o[k]; d != 0 {
+			w[k] = d
 		}
 	}
 	return w
@@ -88,6 +112,9 @@ type Device struct {
 	bases []uint64          // live device blocks, sorted
 	sizes map[uint64]uint64 // block -> bytes
 	used  int64
+	// contexts counts the primary context's retains: while one is held,
+	// it takes ContextBytes beside used.
+	contexts int
 	// pinned holds the page-locked host blocks it handed out, by
 	// address, keeping them alive.
 	pinned map[uintptr][]byte
@@ -133,7 +160,8 @@ func New(spec Spec) *Device {
 		funcs: map[uintptr]*function{}, events: map[uintptr]float64{},
 		commStreams: map[uintptr]bool{}, waits: map[uintptr]float64{},
 		graphs: map[uintptr][]node{}, execs: map[uintptr][]node{},
-		c: Counters{ByKernel: map[string]int64{}, SyncsBy: map[string]int64{}}}
+		c: Counters{ByKernel: map[string]int64{}, SyncsBy: map[string]int64{},
+			FLOPsByKernel: map[string]float64{}, BytesByKernel: map[string]float64{}, SecondsByKernel: map[string]float64{}}}
 }
 
 // Counters returns a copy of what the device has recorded so far.
@@ -149,14 +177,27 @@ func (d *Device) Counters() Counters {
 	for k, v := range d.c.SyncsBy {
 		c.SyncsBy[k] = v
 	}
+	c.FLOPsByKernel, c.BytesByKernel, c.SecondsByKernel = maps.Clone(d.c.FLOPsByKernel), maps.Clone(d.c.BytesByKernel), maps.Clone(d.c.SecondsByKernel)
 	return c
 }
 
-// Used is the device memory allocated now, in bytes.
+// Used is the device memory allocated now, in bytes (the context's
+// ContextBytes not included).
 func (d *Device) Used() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.used
+}
+
+// contextBytes is what the context holds now: ContextBytes while it is
+// retained, else 0.
+func (d *Device) contextBytes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.contexts > 0 {
+		return ContextBytes
+	}
+	return 0
 }
 
 func (d *Device) newHandle() uintptr {
@@ -169,7 +210,11 @@ func (d *Device) newHandle() uintptr {
 func (d *Device) alloc(bytes uint64) (p uint64, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.used+int64(bytes) > d.Spec.Memory {
+	ctx := int64(0)
+	if d.contexts > 0 {
+		ctx = ContextBytes
+	}
+	if ctx+d.used+int64(bytes) > d.Spec.Memory {
 		return 0, false
 	}
 	p = d.next
@@ -249,6 +294,9 @@ func (d *Device) work(name string, bytes, flops, peakTFLOPs, efficiency float64)
 	d.c.BytesTouched += bytes
 	d.c.FLOPs += flops
 	d.c.DeviceSeconds += t + LaunchSeconds
+	d.c.BytesByKernel[name] += bytes
+	d.c.FLOPsByKernel[name] += flops
+	d.c.SecondsByKernel[name] += t + LaunchSeconds
 }
 
 // clock is stream's time now. Called with mu held.
@@ -302,19 +350,23 @@ func (d *Device) copyWork(name string, bytes float64) {
 		*d.capture = append(*d.capture, node{name: name, bytes: bytes, copy: true})
 		return
 	}
+	t := bytes/(BandwidthEfficiency*d.Spec.PCIe) + LaunchSeconds
 	d.c.Launches++
 	d.c.ByKernel[name]++
-	d.c.DeviceSeconds += bytes/(BandwidthEfficiency*d.Spec.PCIe) + LaunchSeconds
+	d.c.DeviceSeconds += t
+	d.c.SecondsByKernel[name] += t
 }
 
-// launch records a kernel launch: params is cuLaunchKernel's
-// kernelParams, one pointer per parameter to its value. Each pointer
-// argument reaches at most to the end of the allocation it points into,
-// and at most as many elements as the product of the launch's integer
-// arguments that count elements (n for an elementwise kernel, rows × cols
-// for a row-wise one; not an opcode, see notExtents), so a view into a
-// larger buffer counts its own elements.
-func (d *Device) launch(f *function, params uintptr) {
+// launch records a kernel launch on a grid of gridX × ... blocks: params
+// is cuLaunchKernel's kernelParams, one pointer per parameter to its
+// value. Each pointer argument is charged for the elements the launch
+// reads and writes through it (kernels.Extent, from its scalar
+// arguments), and never past the end of the allocation it points into
+// (so a null pointer costs nothing). A kernel or parameter Extent does
+// not know (none of fleet's: a test holds them to it) falls back to the
+// allocation's end, bounded by the product of the launch's integer
+// arguments that count elements.
+func (d *Device) launch(f *function, gridX uint32, params uintptr) {
 	var vals [64]float64
 	var ptrs [64]uint64
 	var bytes float64
@@ -353,24 +405,30 @@ func (d *Device) launch(f *function, params uintptr) {
 			ints = true
 		}
 	}
+	arg := func(name string) float64 {
+		if name == "gridDim.x" {
+			return float64(gridX)
+		}
+		if i, ok := f.index[name]; ok && i < len(vals) {
+			return vals[i]
+		}
+		return 0
+	}
 	for i, p := range f.params {
 		if p.Elem == "" || i >= len(ptrs) {
 			continue
 		}
 		b := d.extent(ptrs[i])
-		if ints {
+		if n, passes, ok := kernels.Extent(f.name, p.Name, arg); ok {
+			b = passes * min(b, n*elemSize[p.Elem])
+		} else if ints {
 			b = min(b, count*elemSize[p.Elem])
 		}
 		bytes += b
 	}
-	flops := kernels.FLOPs(f.name, func(name string) float64 {
-		if i, ok := f.index[name]; ok && i < len(vals) {
-			return vals[i]
-		}
-		return 0
-	})
+	flops := kernels.FLOPs(f.name, arg)
 	if f.tensorCore {
-		d.work(f.name, bytes, flops, d.Spec.BF16, TensorCoreEfficiency)
+		d.work(f.name, bytes, flops, d.Spec.BF16, MMAEfficiency)
 		return
 	}
 	d.work(f.name, bytes, flops, d.Spec.FP32, CUDACoreEfficiency)

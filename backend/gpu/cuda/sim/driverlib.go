@@ -130,15 +130,34 @@ func (d *Device) Driver() *libs.Lib {
 			set32(a[0], attrs[driver.Attribute(int32(a[1]))])
 			return cuSuccess
 		},
-		"cuDeviceTotalMem_v2":          func(a []uintptr) uintptr { set64(a[0], uint64(d.Spec.Memory)); return cuSuccess },
-		"cuDevicePrimaryCtxRetain":     func(a []uintptr) uintptr { setPtr(a[0], 1); return cuSuccess },
-		"cuDevicePrimaryCtxRelease_v2": ok,
-		"cuCtxSetCurrent":              ok,
-		"cuCtxSynchronize":             sync("cuCtxSynchronize"),
-		"cuStreamSynchronize":          sync("cuStreamSynchronize"),
-		"cuEventSynchronize":           sync("cuEventSynchronize"),
-		"cuStreamCreate":               func(a []uintptr) uintptr { d.mu.Lock(); setPtr(a[0], d.newHandle()); d.mu.Unlock(); return cuSuccess },
-		"cuStreamDestroy_v2":           ok,
+		"cuDeviceTotalMem_v2": func(a []uintptr) uintptr { set64(a[0], uint64(d.Spec.Memory)); return cuSuccess },
+		// The context holds ContextBytes of the device from its first
+		// retain to its last release, as a real one does.
+		"cuDevicePrimaryCtxRetain": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.contexts == 0 && d.used+ContextBytes > d.Spec.Memory {
+				return cuOutOfMemory
+			}
+			d.contexts++
+			setPtr(a[0], 1)
+			return cuSuccess
+		},
+		"cuDevicePrimaryCtxRelease_v2": func(a []uintptr) uintptr {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.contexts == 0 {
+				return cuInvalidValue
+			}
+			d.contexts--
+			return cuSuccess
+		},
+		"cuCtxSetCurrent":     ok,
+		"cuCtxSynchronize":    sync("cuCtxSynchronize"),
+		"cuStreamSynchronize": sync("cuStreamSynchronize"),
+		"cuEventSynchronize":  sync("cuEventSynchronize"),
+		"cuStreamCreate":      func(a []uintptr) uintptr { d.mu.Lock(); setPtr(a[0], d.newHandle()); d.mu.Unlock(); return cuSuccess },
+		"cuStreamDestroy_v2":  ok,
 		// Stream capture: the work of the capture goes into a graph, which
 		// a launch replays, each node counted as the launch it is.
 		"cuStreamBeginCapture_v2": func(a []uintptr) uintptr {
@@ -211,7 +230,7 @@ func (d *Device) Driver() *libs.Lib {
 		"cuMemsetD8_v2":        onDevice("memset", 2, 1),
 		"cuMemsetD8Async":      onDevice("memset", 2, 1),
 		"cuMemGetInfo_v2": func(a []uintptr) uintptr {
-			used := d.Used()
+			used := d.Used() + d.contextBytes()
 			set64(a[0], uint64(d.Spec.Memory-used))
 			set64(a[1], uint64(d.Spec.Memory))
 			return cuSuccess
@@ -326,7 +345,7 @@ func (d *Device) Driver() *libs.Lib {
 			if len(f.params) > 0 && a[9] == 0 {
 				return cuInvalidValue
 			}
-			d.launch(f, a[9])
+			d.launch(f, uint32(a[1]), a[9])
 			return cuSuccess
 		},
 	}

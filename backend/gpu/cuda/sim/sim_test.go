@@ -103,7 +103,7 @@ func TestKernelLaunch(t *testing.T) {
 	args := driver.NewArgs().Ptr(dst).Ptr(x + 4000).Float32(2).Int64(1000)
 	must(t, drv.LaunchKernel(f, driver.Dim3{X: 4, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0, args))
 	w := d.Counters().Sub(base)
-	wantBytes := 4000.0 + 4000 // dst whole, x from its middle
+	wantBytes := 2*4000.0 + 4000 // dst read and written, x from its middle
 	wantSec := max(wantBytes/(BandwidthEfficiency*Specs[0].HBM), 2000/(CUDACoreEfficiency*Specs[0].FP32*1e12)) + LaunchSeconds
 	if w.Launches != 1 || w.ByKernel["fleet_axpy_f32"] != 1 || w.BytesTouched != wantBytes || w.FLOPs != 2000 ||
 		math.Abs(w.DeviceSeconds-wantSec) > 1e-15 {
@@ -116,8 +116,22 @@ func TestKernelLaunch(t *testing.T) {
 	base = d.Counters()
 	must(t, drv.LaunchKernel(f, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0,
 		driver.NewArgs().Ptr(x).Ptr(x+400).Float32(1).Int64(100)))
-	if w := d.Counters().Sub(base); w.BytesTouched != 800 {
-		t.Errorf("100 elements of an 8000-byte block: %g bytes, want 800", w.BytesTouched)
+	if w := d.Counters().Sub(base); w.BytesTouched != 1200 {
+		t.Errorf("100 elements of an 8000-byte block: %g bytes, want 1200 (dst twice, x once)", w.BytesTouched)
+	}
+	// Each pointer is charged for its own extent: a LayerNorm's weight
+	// and bias, views of 8 floats into a large parameter buffer, cost 32
+	// bytes each, not the buffer's rest; x, out [rows, cols] and mean,
+	// rstd [rows] theirs.
+	fl, _ := load(t, nv, drv, `extern "C" __global__ void fleet_layernorm_f32(float *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+	const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ b, int rows, int cols, float eps) {}`, "fleet_layernorm_f32")
+	params, _ := drv.MemAlloc(1 << 20)
+	act, _ := drv.MemAlloc(1 << 20)
+	base = d.Counters()
+	must(t, drv.LaunchKernel(fl, driver.Dim3{X: 1, Y: 1, Z: 1}, driver.Dim3{X: 256, Y: 1, Z: 1}, 0, 0,
+		driver.NewArgs().Ptr(act).Ptr(act+4096).Ptr(act+8192).Ptr(act+16384).Ptr(params+64).Ptr(params+96).Int(4).Int(8).Float32(1e-5)))
+	if w, want := d.Counters().Sub(base), 4.0*(4*8+4+4+4*8+8+8); w.BytesTouched != want {
+		t.Errorf("a LayerNorm of 4 rows of 8 with its parameters in a 1 MiB buffer: %g bytes, want %g", w.BytesTouched, want)
 	}
 	// An opcode is no extent: an add (op 0) of 100 elements reads and
 	// writes its 3 × 400 bytes.
@@ -186,5 +200,35 @@ func TestLookup(t *testing.T) {
 	}
 	if _, err := Lookup("v100"); err == nil {
 		t.Error("an unknown model was found")
+	}
+}
+
+// TestContextHoldsMemory: while the primary context is held it takes
+// ContextBytes of the device, which cuMemGetInfo reports as used and
+// allocations cannot have; the driver's allocation peak leaves it out.
+func TestContextHoldsMemory(t *testing.T) {
+	spec := Specs[0]
+	spec.Memory = ContextBytes + 1<<20
+	d, drv := open(t, spec)
+	dev, err := drv.Device(0)
+	must(t, err)
+	ctx, err := drv.PrimaryCtxRetain(dev)
+	must(t, err)
+	must(t, drv.CtxSetCurrent(ctx))
+	if free, total, err := drv.MemGetInfo(); err != nil || free != 1<<20 || total != uint64(spec.Memory) {
+		t.Errorf("with the context held: free %d of %d, %v; want %d free", free, total, err, 1<<20)
+	}
+	if _, err := drv.MemAlloc(2 << 20); !errors.Is(err, driver.ErrOutOfMemory) {
+		t.Errorf("an allocation into the context's memory: %v, want out of memory", err)
+	}
+	p, err := drv.MemAlloc(1 << 20)
+	must(t, err)
+	must(t, drv.MemFree(p))
+	if c := d.Counters(); c.Peak != 1<<20 {
+		t.Errorf("allocation peak %d, want %d (the context left out)", c.Peak, 1<<20)
+	}
+	must(t, drv.PrimaryCtxRelease(dev))
+	if free, _, _ := drv.MemGetInfo(); free != uint64(spec.Memory) {
+		t.Errorf("after the release: free %d, want all %d", free, spec.Memory)
 	}
 }

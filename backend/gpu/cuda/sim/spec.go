@@ -47,13 +47,38 @@ func Lookup(name string) (Spec, error) {
 }
 
 // The cost model's constants: the share of peak bandwidth and of peak
-// FLOP/s a launch reaches, and what each launch costs on its own.
+// FLOP/s a launch reaches, and what each launch costs on its own. The
+// model stays fixed; a change to a constant cites its source here.
 const (
-	BandwidthEfficiency  = 0.85
-	TensorCoreEfficiency = 0.75 // GEMMs and tensor-core kernels
-	CUDACoreEfficiency   = 0.5  // other kernels, of the FP32 peak
-	LaunchSeconds        = 1e-6
+	BandwidthEfficiency = 0.85
+	// TensorCoreEfficiency is the share of the tensor cores' peak that
+	// cuBLAS's and cuBLASLt's products reach (and that a wgmma kernel
+	// would: FlashAttention-3 reaches 75% of an H100's BF16 peak, Shah et
+	// al., "FlashAttention-3", 2024, arXiv:2407.08608, abstract: up to
+	// 740 TFLOP/s).
+	TensorCoreEfficiency = 0.75
+	// MMAEfficiency is the share of the tensor cores' peak that fleet's
+	// own mma.sync kernels (attention_mma.cu: kernels.TensorCoreKernel)
+	// are priced at. FlashAttention-2, a tuned mma.sync kernel, reaches
+	// up to 335 TFLOP/s on an H100 SXM5 (34% of its 989; Dao,
+	// "FlashAttention-2", 2023, arXiv:2307.08691, its H100 benchmark) and
+	// 50-73% of an A100's peak (same paper, abstract); FlashAttention-3's paper puts
+	// FlashAttention-2 at 35% of an H100 (its abstract). 0.40 is within
+	// that range and no kinder than the tuned kernel on the GPU that
+	// matters here.
+	MMAEfficiency      = 0.40
+	CUDACoreEfficiency = 0.5 // other kernels, of the FP32 peak
+	LaunchSeconds      = 1e-6
 )
+
+// ContextBytes is the device memory the simulated context holds from its
+// first retain to its last release, and which cuMemGetInfo reports as
+// used: on a real GPU, the CUDA context (its stacks, its loaded modules),
+// cuBLAS's own workspaces and NCCL's buffers take memory the allocator
+// never sees. NVIDIA documents no figure; a CUDA 12 context alone commonly
+// shows a few hundred MiB in nvidia-smi. 1 GiB keeps --batch-size auto on
+// a simulated GPU from planning into memory a real one does not give.
+const ContextBytes = 1 << 30
 
 // The collectives' bandwidth model: NCCL's bus bandwidth among the GPUs of
 // one node (NVLink and NVSwitch, H100/H200 class) and across nodes
