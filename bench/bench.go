@@ -5,6 +5,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -31,13 +32,18 @@ type Result struct {
 	TokensPerStep int     `json:"tokens_per_step"`
 	MsPerStep     float64 `json:"ms_per_step"`    // median
 	TokensPerSec  float64 `json:"tokens_per_sec"` // median of per-step rates
-	FLOPsPerToken float64 `json:"flops_per_token"`
-	GFLOPs        float64 `json:"gflops"`     // achieved model FLOP/s at the median rate, in 1e9
-	PeakBytes     int64   `json:"peak_bytes"` // the device pool's peak allocation during the benchmark
+	// FLOPsPerToken is the model's training FLOPs per token in llm.c's
+	// units (model.GPT.FLOPsPerToken), FLOPsPerTokenPaLM in PaLM's.
+	FLOPsPerToken     float64 `json:"flops_per_token"`
+	FLOPsPerTokenPaLM float64 `json:"flops_per_token_palm"`
+	GFLOPs            float64 `json:"gflops"`     // achieved model FLOP/s at the median rate, in 1e9 (llm.c's units)
+	PeakBytes         int64   `json:"peak_bytes"` // the device pool's peak allocation during the benchmark
 	// MFU is the model FLOP/s at the median rate against the device's
 	// data-sheet peak for the products' dtype (dense BF16 on tensor cores,
-	// or FP32); 0 where the device has no such figure (the CPU).
-	MFU float64 `json:"mfu,omitempty"`
+	// or FP32), in llm.c's units; MFUPaLM in PaLM's. 0 where the device has
+	// no such figure (the CPU) or is simulated (SimReport's predicted MFU).
+	MFU     float64 `json:"mfu,omitempty"`
+	MFUPaLM float64 `json:"mfu_palm,omitempty"`
 	// SimReport is what a simulated GPU recorded, per step; nil on a real
 	// device.
 	*SimReport `json:",omitempty"`
@@ -151,7 +157,8 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 		return Result{}, err
 	}
 	res := Result{Device: dev.String(), NumParams: m.NumParams(), Batch: plan.Batch.Micro, Accum: plan.Batch.Accum, TokensPerStep: r.TokensPerStep(),
-		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize)}
+		MsPerStep: stats.Median(ms), TokensPerSec: stats.Median(rates), FLOPsPerToken: m.FLOPsPerToken(cfg.BlockSize),
+		FLOPsPerTokenPaLM: m.FLOPsPerTokenPaLM(cfg.BlockSize)}
 	res.GFLOPs = res.TokensPerSec * res.FLOPsPerToken / 1e9
 	if b, err := backend.Get(dev); err == nil && simDev == nil { // a simulator's host time is no device's
 		if p, ok := b.(interface {
@@ -159,17 +166,35 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 		}); ok {
 			if tf, ok := p.PeakTFLOPs(cfg.ProductDType()); ok && tf > 0 {
 				res.MFU = res.GFLOPs / (tf * 1e3)
+				res.MFUPaLM = res.MFU * res.FLOPsPerTokenPaLM / res.FLOPsPerToken
 			}
 		}
 	}
 	res.PeakBytes = tensor.MemStats(dev).Peak - base
 	if simDev != nil {
-		res.SimReport = simReport(simDev.Spec, after.Sub(before), finalSyncs, steps, res.MsPerStep, res.PeakBytes, res.TokensPerStep, res.FLOPsPerToken)
+		res.SimReport = simReport(simDev.Spec, after.Sub(before), finalSyncs, steps, res, res.FLOPsPerTokenPaLM)
 		if o.SimWorld > 1 {
 			res.SimWorld, res.CommModel = o.SimWorld, sim.CommModel(o.SimWorld)
 		}
 	}
 	return res, nil
+}
+
+// MarshalJSON writes r; on a simulated GPU, without the top-level
+// ms_per_step, tokens_per_sec and gflops, which there are the host's
+// figures: the report names them host_ms_per_step, host_tokens_per_sec
+// and host_gflops, beside the predicted ones.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	if r.SimReport == nil {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		plain
+		MsPerStep    *float64 `json:"ms_per_step,omitempty"`
+		TokensPerSec *float64 `json:"tokens_per_sec,omitempty"`
+		GFLOPs       *float64 `json:"gflops,omitempty"`
+	}{plain: plain(r)})
 }
 
 // MatMulShape is one matrix product of the model: [M, K] @ [K, N].

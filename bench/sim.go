@@ -23,19 +23,37 @@ type SimReport struct {
 	HostSyncsByCall map[string]float64 `json:"host_syncs_by_call"`
 	// FinalSyncHostSyncs are the host waits of the one synchronisation
 	// after the timed window, which the per-step figures leave out.
-	FinalSyncHostSyncs    int64   `json:"final_sync_host_syncs"`
-	H2DBytesPerStep       float64 `json:"h2d_bytes_per_step"`
-	D2HBytesPerStep       float64 `json:"d2h_bytes_per_step"`
-	DriverAllocsPerStep   float64 `json:"driver_allocs_per_step"`
-	PeakMemoryBytes       int64   `json:"peak_memory_bytes"`   // the pool's peak allocation
-	PeakReservedBytes     int64   `json:"peak_reserved_bytes"` // the driver's: what the pool held at most
-	BytesTouchedPerStep   float64 `json:"bytes_touched_per_step"`
-	FLOPsPerStep          float64 `json:"flops_per_step"`
+	FinalSyncHostSyncs  int64   `json:"final_sync_host_syncs"`
+	H2DBytesPerStep     float64 `json:"h2d_bytes_per_step"`
+	D2HBytesPerStep     float64 `json:"d2h_bytes_per_step"`
+	DriverAllocsPerStep float64 `json:"driver_allocs_per_step"`
+	PeakMemoryBytes     int64   `json:"peak_memory_bytes"`   // the pool's peak allocation
+	PeakReservedBytes   int64   `json:"peak_reserved_bytes"` // the driver's: what the pool held at most
+	BytesTouchedPerStep float64 `json:"bytes_touched_per_step"`
+	FLOPsPerStep        float64 `json:"flops_per_step"`
+	// FLOPsByKernel, BytesByKernel and DeviceMsByKernel are what the cost
+	// model charges each kernel (and each library call, by its
+	// function's name) per step: the FLOPs it executes, the bytes it
+	// moves and its predicted time, which sums to DeviceMsPerStep.
+	FLOPsByKernel    map[string]float64 `json:"flops_by_kernel"`
+	BytesByKernel    map[string]float64 `json:"bytes_by_kernel"`
+	DeviceMsByKernel map[string]float64 `json:"device_ms_by_kernel"`
+	// HostMsPerStep, HostTokensPerSec and HostGFLOPs are this machine's:
+	// the wall time to issue a step (through the CUDA backend's own code,
+	// against the simulated libraries), and the rate it would mean if the
+	// device took no time. They are not the GPU's figures; the predicted
+	// ones are.
 	HostMsPerStep         float64 `json:"host_ms_per_step"`
+	HostTokensPerSec      float64 `json:"host_tokens_per_sec"`
+	HostGFLOPs            float64 `json:"host_gflops"`
 	DeviceMsPerStep       float64 `json:"device_ms_per_step"`
 	PredictedMsPerStep    float64 `json:"predicted_ms_per_step"`
 	PredictedTokensPerSec float64 `json:"predicted_tokens_per_sec"`
-	PredictedMFU          float64 `json:"predicted_mfu"`
+	// PredictedMFU is in llm.c's units (model.GPT.FLOPsPerToken: 6N +
+	// 6·L·C·T per token), PredictedMFUPaLM in PaLM's (12·L·C·T for
+	// attention), each against the model GPU's dense BF16 peak.
+	PredictedMFU     float64 `json:"predicted_mfu"`
+	PredictedMFUPaLM float64 `json:"predicted_mfu_palm"`
 	// With --sim-world: the ranks, the collectives' bandwidth model, the
 	// collectives' time per step and the part of it the compute stream
 	// waited for (exposed, not overlapped with backward), which adds to
@@ -106,21 +124,33 @@ func simOf(dev tensor.Device) *sim.Device {
 // simReport turns a timed window's counters (steps steps; then the final
 // synchronisation's) into per-step figures and the cost model's
 // prediction.
-func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, hostMs float64, peakAlloc int64, tokensPerStep int, flopsPerToken float64) *SimReport {
+func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, host Result, flopsPerTokenPaLM float64) *SimReport {
+	hostMs, peakAlloc, tokensPerStep, flopsPerToken := host.MsPerStep, host.PeakBytes, host.TokensPerStep, host.FLOPsPerToken
 	n := float64(steps)
 	r := &SimReport{
-		GPU:             spec.Name,
-		Note:            "simulated: counts are exact; device_ms_per_step and the predicted figures are the cost model's estimates",
+		GPU: spec.Name,
+		Note: "simulated: launches, host syncs, copies, allocations, memory and FLOPs are counted exactly; bytes are each kernel's stated traffic; " +
+			"device_ms_per_step, device_ms_by_kernel and the predicted figures are the cost model's estimates; the host_ figures are this machine's, not the GPU's",
 		LaunchesPerStep: float64(w.Launches) / n, LaunchesByKernel: map[string]float64{},
 		HostSyncsPerStep: float64(w.HostSyncs) / n, FinalSyncHostSyncs: finalSyncs,
 		H2DBytesPerStep: float64(w.H2DBytes) / n, D2HBytesPerStep: float64(w.D2HBytes) / n,
 		DriverAllocsPerStep: float64(w.DriverAllocs) / n, PeakMemoryBytes: peakAlloc, PeakReservedBytes: w.Peak,
 		BytesTouchedPerStep: w.BytesTouched / n, FLOPsPerStep: w.FLOPs / n,
-		HostMsPerStep: hostMs, DeviceMsPerStep: w.DeviceSeconds / n * 1e3,
+		HostMsPerStep: hostMs, HostTokensPerSec: host.TokensPerSec, HostGFLOPs: host.GFLOPs, DeviceMsPerStep: w.DeviceSeconds / n * 1e3,
+		FLOPsByKernel: map[string]float64{}, BytesByKernel: map[string]float64{}, DeviceMsByKernel: map[string]float64{},
 		CommMsPerStep: w.CommSeconds / n * 1e3, ExposedCommMsPerStep: w.ExposedCommSeconds / n * 1e3,
 	}
 	for k, v := range w.ByKernel {
 		r.LaunchesByKernel[k] = float64(v) / n
+	}
+	for k, v := range w.FLOPsByKernel {
+		r.FLOPsByKernel[k] = v / n
+	}
+	for k, v := range w.BytesByKernel {
+		r.BytesByKernel[k] = v / n
+	}
+	for k, v := range w.SecondsByKernel {
+		r.DeviceMsByKernel[k] = v / n * 1e3
 	}
 	r.HostSyncsByCall = map[string]float64{}
 	for k, v := range w.SyncsBy {
@@ -132,6 +162,7 @@ func simReport(spec sim.Spec, w sim.Counters, finalSyncs int64, steps int, hostM
 	if r.PredictedMsPerStep > 0 {
 		r.PredictedTokensPerSec = float64(tokensPerStep) / (r.PredictedMsPerStep / 1e3)
 		r.PredictedMFU = flopsPerToken * r.PredictedTokensPerSec / (spec.BF16 * 1e12)
+		r.PredictedMFUPaLM = flopsPerTokenPaLM * r.PredictedTokensPerSec / (spec.BF16 * 1e12)
 	}
 	return r
 }

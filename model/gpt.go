@@ -290,10 +290,20 @@ func (m *GPT) NumParams() int {
 	return n
 }
 
-// FLOPsPerToken estimates training FLOPs per token: 6 per parameter plus
-// attention's 12·n_layer·(heads × head width)·T (the PaLM appendix
-// estimate; the width is n_embd in a GPT-2).
+// FLOPsPerToken estimates training FLOPs per token as llm.c does (its
+// gpt2_estimate_mfu): 6 per parameter plus attention's
+// 6·n_layer·(heads × head width)·T, the causal half of the score and value
+// products (the width is n_embd in a GPT-2). MFU is quoted in these units;
+// FLOPsPerTokenPaLM gives the other common figure.
 func (m *GPT) FLOPsPerToken(T int) float64 {
+	c := m.Config
+	return 6*float64(m.NumParams()) + 6*float64(c.NLayer*c.NHead*c.headDim()*T)
+}
+
+// FLOPsPerTokenPaLM is the PaLM paper's estimate (its appendix B): 6 per
+// parameter plus 12·n_layer·(heads × head width)·T, attention counted over
+// every (query, key) pair, as if it were not causal.
+func (m *GPT) FLOPsPerTokenPaLM(T int) float64 {
 	c := m.Config
 	return 6*float64(m.NumParams()) + 12*float64(c.NLayer*c.NHead*c.headDim()*T)
 }

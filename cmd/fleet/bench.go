@@ -76,7 +76,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		mfu := ""
 		if r.MFU > 0 {
-			mfu = fmt.Sprintf(" | MFU %.1f%%", 100*r.MFU)
+			mfu = fmt.Sprintf(" | MFU %.1f%% (llm.c's FLOPs; PaLM's %.1f%%)", 100*r.MFU, 100*r.MFUPaLM)
 		}
 		fmt.Fprintf(stdout, "%s%.2f ms/step | %.0f tokens/s | %.1f GFLOP/s (%.2f MFLOP/token, medians of %d steps)%s | peak memory %.1f MiB\n",
 			label, r.MsPerStep, r.TokensPerSec, r.GFLOPs, r.FLOPsPerToken/1e6, *steps, mfu, float64(r.PeakBytes)/(1<<20))
@@ -144,6 +144,6 @@ func printSim(w io.Writer, label string, r bench.Result) {
 		fmt.Fprintf(w, "%s  %d ranks (%s): collectives %.2f ms, of which %.2f ms not hidden by backward and added to the device time (estimates)\n",
 			label, s.SimWorld, s.CommModel, s.CommMsPerStep, s.ExposedCommMsPerStep)
 	}
-	fmt.Fprintf(w, "%s  host %.2f ms (measured) | device %.2f ms (estimate) | predicted %.2f ms/step, %.0f tokens/s, MFU %.1f%% (estimate)\n",
-		label, s.HostMsPerStep, s.DeviceMsPerStep, s.PredictedMsPerStep, s.PredictedTokensPerSec, 100*s.PredictedMFU)
+	fmt.Fprintf(w, "%s  host %.2f ms to issue a step (this machine, measured) | device %.2f ms (estimate) | predicted %.2f ms/step, %.0f tokens/s, MFU %.1f%% in llm.c's FLOPs, %.1f%% in PaLM's (estimates)\n",
+		label, s.HostMsPerStep, s.DeviceMsPerStep, s.PredictedMsPerStep, s.PredictedTokensPerSec, 100*s.PredictedMFU, 100*s.PredictedMFUPaLM)
 }
