@@ -80,3 +80,44 @@ func TestSimCountsEveryLaunch(t *testing.T) {
 		}
 	}
 }
+
+// TestSimCuBLASLtDeclines: the simulated cuBLASLt finds no algorithm for a
+// GELU epilogue whose auxiliary matrix's leading dimension is not a
+// multiple of 8 (cublasLt.h's rule), so a GPT with an odd n_embd (its MLP
+// 4·n_embd wide) runs the fallback, a product and fleet's GELU kernels,
+// and one with an even n_embd the epilogues. Separate simulated models,
+// since a refusal turns the epilogues off for the device.
+func TestSimCuBLASLtDeclines(t *testing.T) {
+	for _, c := range []struct {
+		index, embd, heads int
+		fallback           bool
+	}{{2, 9, 3, true}, {1, 8, 2, false}} {
+		dev := backend.Device{Kind: "sim", Index: c.index}
+		be, err := backend.Get(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 1, NHead: c.heads, NEmbd: c.embd}
+		w := SimWindow(be, func() {
+			m, err := model.New(cfg, dev, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := make([]int32, 2*8)
+			if err := tensor.Catch(func() {
+				tensor.Step(func() {
+					var l *tensor.Tensor
+					tensor.Autocast(tensor.BF16, func() { l = m.Loss(tensor.FromInt32s(dev, x, 2, 8), tensor.FromInt32s(dev, x, 2, 8)) })
+					l.Backward()
+				})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		gelu := w.ByKernel["fleet_gelu_bf16"] + w.ByKernel["fleet_gelu_backward_bf16"]
+		lt := w.ByKernel["cublasLtMatmul"]
+		if c.fallback && (gelu != 2 || lt != 0) || !c.fallback && (gelu != 0 || lt != 2) {
+			t.Errorf("n_embd %d: %d GELU kernels and %d cuBLASLt products, want fallback %v (%v)", c.embd, gelu, lt, c.fallback, w.ByKernel)
+		}
+	}
+}
