@@ -37,9 +37,16 @@ func Doctor(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w, "libraries:")
+	byName := map[string]libs.Library{}
+	for _, l := range libs.All() {
+		byName[l.Name] = l
+	}
 	for _, r := range libs.Report() {
 		if r.Err != nil {
 			fmt.Fprintf(w, "  %-9s not found: %v\n", r.Name, r.Err)
+			if l, ok := byName[r.Name]; ok {
+				fmt.Fprintf(w, "  %-9s provided by: %s\n", "", libs.InstallHint(l))
+			}
 			continue
 		}
 		fmt.Fprintf(w, "  %-9s %s (%s)\n", r.Name, orUnknown(r.Version), r.Lib.Path)
@@ -47,9 +54,10 @@ func Doctor(w io.Writer) error {
 	for _, e := range []struct {
 		err  error
 		need string
-	}{{derr, "the CUDA driver"}, {nerr, "NVRTC, to compile kernels"}, {berr, "cuBLAS, for matrix products"}} {
+		lib  libs.Library
+	}{{derr, "the CUDA driver", libs.CUDA}, {nerr, "NVRTC, to compile kernels", libs.NVRTC}, {berr, "cuBLAS, for matrix products", libs.CUBLAS}} {
 		if e.err != nil {
-			problems = append(problems, fmt.Errorf("missing %s: %w", e.need, e.err))
+			problems = append(problems, fmt.Errorf("missing %s (provided by: %s): %w", e.need, libs.InstallHint(e.lib), e.err))
 		}
 	}
 	n := 0

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Library describes one shared library to search for.
@@ -24,17 +25,42 @@ type Library struct {
 	// Locate, if set, lists the places to look in instead of Locations
 	// (a library that is not NVIDIA's: OpenCL's loader).
 	Locate func() []Location
+	// ByCUDA says the first number after ".so." in each soname is the
+	// CUDA major version the library belongs to (libcublas.so.13): once
+	// the driver's version is known (SetDriverCUDA), a search skips the
+	// sonames of a newer CUDA than the driver runs.
+	ByCUDA bool
+	// Install says where the library comes from, for a report that it is
+	// missing (InstallHint).
+	Install Install
+}
+
+// Install names what provides a library: the NVIDIA driver, or pip
+// wheels and distribution packages, by CUDA major version where they
+// differ.
+type Install struct {
+	Driver bool // part of NVIDIA's driver
+	// Pip names the pip wheel by CUDA major version (12, 13); Pip[0]
+	// where one wheel serves every version.
+	Pip map[int]string
+	// Packages names distribution packages, each with the distribution
+	// that has it ("Debian 13: libnvrtc12").
+	Packages []string
 }
 
 // The libraries fleet uses.
 var (
-	CUDA = Library{Name: "cuda", Sonames: []string{"libcuda.so.1"}}
+	CUDA = Library{Name: "cuda", Sonames: []string{"libcuda.so.1"}, Install: Install{Driver: true,
+		Packages: []string{"Debian: libcuda1 (non-free)", "Ubuntu: libnvidia-compute-<driver version>"}}}
 	// NVRTC preloads the libnvrtc-builtins.so.<major>.<minor> beside it,
 	// which NVRTC opens by name when it compiles.
 	NVRTC = Library{
 		Name:       "nvrtc",
 		Sonames:    []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"},
 		Companions: nvrtcBuiltins,
+		ByCUDA:     true,
+		Install: Install{Pip: map[int]string{12: "nvidia-cuda-nvrtc-cu12", 13: "nvidia-cuda-nvrtc"},
+			Packages: []string{"Debian 12: libnvrtc11.2 (non-free)", "Debian 13: libnvrtc12 (non-free)", "NVIDIA's CUDA repository: cuda-nvrtc-<major>-<minor>"}},
 	}
 	// CUBLAS preloads the libcublasLt of the same major version beside it.
 	CUBLAS = Library{
@@ -43,11 +69,86 @@ var (
 		Companions: func(dir, soname string) []string {
 			return existing(dir, strings.Replace(soname, "libcublas.", "libcublasLt.", 1))
 		},
+		ByCUDA:  true,
+		Install: cublasInstall,
 	}
-	CUBLASLt = Library{Name: "cublasLt", Sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12"}}
-	NVML     = Library{Name: "nvml", Sonames: []string{"libnvidia-ml.so.1"}}
-	NCCL     = Library{Name: "nccl", Sonames: []string{"libnccl.so.2"}}
+	CUBLASLt = Library{Name: "cublasLt", Sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12"}, ByCUDA: true, Install: cublasInstall}
+	NVML     = Library{Name: "nvml", Sonames: []string{"libnvidia-ml.so.1"}, Install: Install{Driver: true,
+		Packages: []string{"Debian: libnvidia-ml1 (non-free)", "Ubuntu: libnvidia-compute-<driver version>"}}}
+	NCCL = Library{Name: "nccl", Sonames: []string{"libnccl.so.2"}, Install: Install{Pip: map[int]string{12: "nvidia-nccl-cu12", 13: "nvidia-nccl-cu13"},
+		Packages: []string{"NVIDIA's CUDA repository: libnccl2"}}}
+
+	// cublasInstall: cuBLAS and cuBLASLt come together.
+	cublasInstall = Install{Pip: map[int]string{12: "nvidia-cublas-cu12", 13: "nvidia-cublas"},
+		Packages: []string{"Debian 13: libcublas12 and libcublaslt12 (non-free)", "NVIDIA's CUDA repository: libcublas-<major>-<minor>"}}
 )
+
+// driverCUDA is the CUDA version the driver runs (12080 for 12.8), 0
+// while unknown.
+var driverCUDA atomic.Int64
+
+// SetDriverCUDA records the CUDA version the driver reports
+// (cuDriverGetVersion: 12080 for 12.8). From then on a search skips the
+// libraries of a newer CUDA major (libcublas.so.13 where the driver runs
+// 12.8, which would fail to start) and takes the older ones. 0 forgets it.
+func SetDriverCUDA(version int) { driverCUDA.Store(int64(version)) }
+
+// DriverCUDA is the version SetDriverCUDA recorded, or 0.
+func DriverCUDA() int { return int(driverCUDA.Load()) }
+
+// cudaMajor is the CUDA major version in a ByCUDA library's soname
+// (libcublas.so.13: 13), or 0.
+func cudaMajor(soname string) int {
+	_, v, ok := strings.Cut(soname, ".so.")
+	if !ok {
+		return 0
+	}
+	major, _, _ := strings.Cut(v, ".")
+	n, _ := strconv.Atoi(major)
+	return n
+}
+
+// tooNew reports why l's soname so is skipped under the driver's CUDA
+// version, or "".
+func (l Library) tooNew(so string) string {
+	v := DriverCUDA()
+	if !l.ByCUDA || v <= 0 {
+		return ""
+	}
+	if m := cudaMajor(so); m > v/1000 {
+		return fmt.Sprintf("skipped: the driver runs CUDA %d.%d, not %d", v/1000, v%1000/10, m)
+	}
+	return ""
+}
+
+// InstallHint says what provides l, for a report that it is missing: the
+// driver, or the pip wheel for the driver's CUDA major version (each
+// version's where it is unknown) and the distribution packages.
+func InstallHint(l Library) string {
+	in := l.Install
+	var parts []string
+	if in.Driver {
+		parts = append(parts, "NVIDIA's driver")
+	}
+	if len(in.Pip) > 0 {
+		if w, ok := in.Pip[DriverCUDA()/1000]; ok {
+			parts = append(parts, "pip install "+w)
+		} else {
+			var majors []int
+			for m := range in.Pip {
+				majors = append(majors, m)
+			}
+			sort.Ints(majors)
+			var ws []string
+			for _, m := range majors {
+				ws = append(ws, fmt.Sprintf("%s (CUDA %d)", in.Pip[m], m))
+			}
+			parts = append(parts, "pip install "+strings.Join(ws, " or "))
+		}
+	}
+	parts = append(parts, in.Packages...)
+	return strings.Join(parts, "; ")
+}
 
 // All lists the libraries fleet may open, in the order a report shows them.
 func All() []Library { return []Library{CUDA, NVRTC, CUBLAS, CUBLASLt, NVML, NCCL} }
@@ -263,6 +364,10 @@ func Search(l Library) (*Lib, error) {
 		}
 		if loc.Dir == "" {
 			for _, so := range l.Sonames {
+				if why := l.tooNew(so); why != "" {
+					tried = append(tried, Attempt{Where: loc.Where, Path: so, Reason: why})
+					continue
+				}
 				h, err := dlopen(so)
 				if err != nil {
 					tried = append(tried, Attempt{Where: loc.Where, Path: so, Reason: trimDlerror(err.Error(), so)})
@@ -291,6 +396,10 @@ func Search(l Library) (*Lib, error) {
 				continue
 			}
 			found = true
+			if why := l.tooNew(so); why != "" {
+				tried = append(tried, Attempt{Where: loc.Where, Path: p, Reason: why})
+				continue
+			}
 			var comps []string
 			if l.Companions != nil {
 				comps = l.Companions(loc.Dir, so)

@@ -325,3 +325,87 @@ func TestVirtual(t *testing.T) {
 		t.Errorf("Where = %q", lib.Where)
 	}
 }
+
+// TestDriverCUDAChoosesTheMajor: with the driver's CUDA version known, a
+// search skips a library of a newer CUDA major (saying why) and takes the
+// older one beside it; with a driver that runs it, or the version
+// unknown, the newest.
+func TestDriverCUDAChoosesTheMajor(t *testing.T) {
+	real := libm(t).Path
+	b, err := os.ReadFile(real)
+	if err != nil {
+		t.Skipf("cannot read %s: %v", real, err)
+	}
+	dir := t.TempDir()
+	for _, so := range []string{"libfleetcu.so.13", "libfleetcu.so.12"} {
+		if err := os.WriteFile(filepath.Join(dir, so), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("FLEET_CUDA_PATH", dir)
+	t.Cleanup(func() { SetDriverCUDA(0) })
+	l := Library{Name: "fleetcu", Sonames: []string{"libfleetcu.so.13", "libfleetcu.so.12"}, ByCUDA: true}
+	for _, c := range []struct {
+		driver int
+		want   string
+	}{{0, "libfleetcu.so.13"}, {13000, "libfleetcu.so.13"}, {12080, "libfleetcu.so.12"}} {
+		SetDriverCUDA(c.driver)
+		got, err := Search(l)
+		if err != nil || got.Soname != c.want {
+			t.Errorf("driver %d: %v, %v; want %s", c.driver, got, err, c.want)
+		}
+	}
+	// Only the newer major there: not found, and the error says why.
+	SetDriverCUDA(12080)
+	_, err = Search(Library{Name: "fleetcu13", Sonames: []string{"libfleetcu.so.13"}, ByCUDA: true})
+	if err == nil || !strings.Contains(err.Error(), "the driver runs CUDA 12.8, not 13") {
+		t.Errorf("a CUDA 13 library under a 12.8 driver: %v", err)
+	}
+	// A library not numbered by CUDA's major is not skipped.
+	if got, err := Search(Library{Name: "fleetcu-any", Sonames: []string{"libfleetcu.so.13"}}); err != nil || got.Soname != "libfleetcu.so.13" {
+		t.Errorf("a library without ByCUDA: %v, %v", got, err)
+	}
+}
+
+// TestCondaPrefixIsSearched: $CONDA_PREFIX/lib, where a conda
+// environment's CUDA packages put their libraries, is among the places
+// searched.
+func TestCondaPrefixIsSearched(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("CONDA_PREFIX", dir)
+	for _, l := range Locations() {
+		if l.Where == "$CONDA_PREFIX" && l.Dir == filepath.Join(dir, "lib") {
+			return
+		}
+	}
+	t.Errorf("$CONDA_PREFIX/lib is not searched: %v", Locations())
+}
+
+// TestInstallHint names the pip wheel for the driver's CUDA major, or
+// each major's, and the distribution packages; the driver's libraries
+// are the driver's.
+func TestInstallHint(t *testing.T) {
+	t.Cleanup(func() { SetDriverCUDA(0) })
+	SetDriverCUDA(0)
+	if h := InstallHint(CUBLAS); !strings.Contains(h, "nvidia-cublas-cu12 (CUDA 12) or nvidia-cublas (CUDA 13)") || !strings.Contains(h, "libcublas12") {
+		t.Errorf("cuBLAS, driver unknown: %q", h)
+	}
+	SetDriverCUDA(12080)
+	if h := InstallHint(NVRTC); !strings.HasPrefix(h, "pip install nvidia-cuda-nvrtc-cu12;") || !strings.Contains(h, "libnvrtc12") {
+		t.Errorf("NVRTC under a 12.8 driver: %q", h)
+	}
+	SetDriverCUDA(13000)
+	if h := InstallHint(NVRTC); !strings.HasPrefix(h, "pip install nvidia-cuda-nvrtc;") {
+		t.Errorf("NVRTC under a 13.0 driver: %q", h)
+	}
+	for _, l := range []Library{CUDA, NVML} {
+		if h := InstallHint(l); !strings.HasPrefix(h, "NVIDIA's driver") || strings.Contains(h, "pip") {
+			t.Errorf("%s: %q", l.Name, h)
+		}
+	}
+	for _, l := range All() {
+		if InstallHint(l) == "" {
+			t.Errorf("%s: no hint", l.Name)
+		}
+	}
+}

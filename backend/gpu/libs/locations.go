@@ -26,6 +26,11 @@ func Locations() []Location {
 	if h := os.Getenv("CUDA_HOME"); h != "" {
 		locs = append(locs, Location{Where: "$CUDA_HOME", Dir: filepath.Join(h, "lib64")})
 	}
+	// A conda environment's CUDA packages (cuda-nvrtc, libcublas, nccl)
+	// put their libraries in its lib folder.
+	if c := os.Getenv("CONDA_PREFIX"); c != "" {
+		locs = append(locs, Location{Where: "$CONDA_PREFIX", Dir: filepath.Join(c, "lib")})
+	}
 	locs = append(locs, Location{Where: "cuda toolkit", Dir: "/usr/local/cuda/lib64"})
 	var py []Location
 	for _, sp := range sitePackages() {

@@ -126,6 +126,9 @@ func Open() (*Driver, error) {
 		shared = Load(lib)
 		if v, err := shared.DriverVersion(); err == nil {
 			lib.SetVersion(VersionString(v))
+			// NVRTC and cuBLAS of a newer CUDA than the driver runs
+			// would fail to start: searches skip them from now on.
+			libs.SetDriverCUDA(v)
 		}
 	})
 	return shared, sharedErr
