@@ -39,6 +39,7 @@ type driverGPU struct {
 	blas    *cublas.Handle
 	lt      *cublas.Lt // nil: no cuBLASLt, products have no epilogues
 	ltH     cublas.LtHandle
+	ltWS    driver.DevicePtr // cuBLASLt's workspace, LtWorkspaceBytes (0: none)
 	nv      *nvrtc.NVRTC
 	cache   *kcache.Cache // nil: compile every process
 
@@ -124,10 +125,18 @@ func startDriverGPU(d *driver.Driver, nv *nvrtc.NVRTC, blas *cublas.CUBLAS, lt *
 	if lt != nil {
 		if err := g.do(func() (err error) { g.ltH, err = lt.Create(); return err }); err == nil {
 			g.lt = lt
+			// Without the workspace cuBLASLt runs, with fewer algorithms.
+			g.do(func() (err error) { g.ltWS, err = g.d.MemAlloc(LtWorkspaceBytes); return err })
 		}
 	}
 	return g, nil
 }
+
+// LtWorkspaceBytes is the device memory each device gives cuBLASLt to work
+// in: 32 MiB, what PyTorch gives it on Hopper (its default
+// CUBLASLT_WORKSPACE_SIZE). With none, the heuristic may find no
+// algorithm for an epilogue, and the products fall back to kernels.
+const LtWorkspaceBytes = 32 << 20
 
 // nvrtcTarget picks what NVRTC builds for a device of compute capability
 // cc (86 for 8.6): a cubin (sm_XY) when NVRTC knows the architecture, else
@@ -631,6 +640,9 @@ func (g *driverGPU) GemmEpilogue(p gpu.EpilogueProduct) error {
 		return gpu.ErrNoEpilogues
 	}
 	m := cublasLtMatmul(p)
+	if g.ltWS != 0 {
+		m.Workspace, m.WorkspaceBytes = uint64(g.ltWS), LtWorkspaceBytes
+	}
 	err := g.do(func() error {
 		m.Stream = uintptr(g.compute)
 		g.queue("cublasLtMatmul")
@@ -808,6 +820,10 @@ func (g *driverGPU) Close() error {
 		e2 := g.blas.Destroy()
 		if g.lt != nil {
 			e2 = errors.Join(e2, g.lt.Destroy(g.ltH))
+		}
+		if g.ltWS != 0 {
+			e2 = errors.Join(e2, g.d.MemFree(g.ltWS))
+			g.ltWS = 0
 		}
 		for _, e := range g.events {
 			e2 = errors.Join(e2, g.d.EventDestroy(e))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/backend/gpu"
+	"github.com/fleetml/fleet/backend/gpu/cuda"
 	"github.com/fleetml/fleet/backend/gpu/cuda/sim"
 	"github.com/fleetml/fleet/tensor"
 )
@@ -92,5 +93,37 @@ func TestDeviceErrorNamesTheWork(t *testing.T) {
 	// The device goes on: the next wait is clean.
 	if err := tensor.Catch(func() { tensor.Step(func() { tensor.Ones(dev, 1).Item() }) }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLtWorkspace: cuBLASLt's products get the device's 32 MiB workspace,
+// a live block of device memory (the simulated cuBLASLt fails a call whose
+// workspace is not).
+func TestLtWorkspace(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := sim.Of(be)
+	gp, ok := be.(backend.GELUProducts)
+	if !ok {
+		t.Fatal("the simulated GPU has no GELU products")
+	}
+	const n = 16
+	a, out, pre := be.Alloc(backend.F32, n*n), be.Alloc(backend.F32, n*n), be.Alloc(backend.F32, n*n)
+	defer be.Free(a)
+	defer be.Free(out)
+	defer be.Free(pre)
+	before := sd.Counters()
+	if err := tensor.Catch(func() {
+		gp.MatMulGELU(backend.MatMul{Batch: 1, M: n, N: n, K: n, Alpha: 1}, backend.Ref{S: a}, backend.Ref{S: a}, backend.Ref{S: out}, backend.Ref{S: pre}, backend.Ref{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if w := sd.Counters().Sub(before); w.ByKernel["cublasLtMatmul"] != 1 {
+		t.Fatalf("the GELU product did not go to cuBLASLt: %v", w.ByKernel)
+	}
+	if got := sd.LtWorkspaceBytes(); got != cuda.LtWorkspaceBytes || cuda.LtWorkspaceBytes != 32<<20 {
+		t.Errorf("cuBLASLt was given %d bytes of workspace, want 32 MiB", got)
 	}
 }

@@ -178,6 +178,15 @@ func (d *Device) CUBLASLt() *libs.Lib {
 			if ds == nil || la == nil || lb == nil || lc == nil {
 				return uintptr(cublas.StatusInvalidValue)
 			}
+			d.mu.Lock()
+			wsOK := a[14] == 0 || d.extent(uint64(a[13])) >= float64(a[14]) // the workspace lies in device memory
+			if wsOK {
+				d.ltWorkspace = int64(a[14])
+			}
+			d.mu.Unlock()
+			if !wsOK {
+				return uintptr(cublas.StatusInvalidValue)
+			}
 			m, n, k := lc.rows, lc.cols, la.cols
 			if ds.transA {
 				k = la.rows

@@ -112,6 +112,8 @@ type Device struct {
 	bases []uint64          // live device blocks, sorted
 	sizes map[uint64]uint64 // block -> bytes
 	used  int64
+	// ltWorkspace is the workspace bytes the last cublasLtMatmul was given.
+	ltWorkspace int64
 	// contexts counts the primary context's retains: while one is held,
 	// it takes ContextBytes beside used.
 	contexts int
@@ -187,6 +189,15 @@ func (d *Device) Used() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.used
+}
+
+// LtWorkspaceBytes is the workspace the last cublasLtMatmul was given, in
+// bytes (a live block of device memory at least that long, or the call
+// fails).
+func (d *Device) LtWorkspaceBytes() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ltWorkspace
 }
 
 // contextBytes is what the context holds now: ContextBytes while it is
