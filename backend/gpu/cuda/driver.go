@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -42,6 +43,10 @@ type driverGPU struct {
 	ltWS    driver.DevicePtr // cuBLASLt's workspace, LtWorkspaceBytes (0: none)
 	nv      *nvrtc.NVRTC
 	cache   *kcache.Cache // nil: compile every process
+	// prebuilt holds cubins compiled ahead of time on another machine
+	// ($FLEET_KERNEL_PREBUILT, kcache.PrebuiltKey), tried before NVRTC:
+	// an image the driver will not load is compiled instead. nil: none.
+	prebuilt *kcache.Cache
 
 	arch, target string // device arch (sm_90) and what NVRTC builds for it
 	fns          map[string]driver.Function
@@ -97,7 +102,13 @@ func openDriverGPU(ordinal int) (*driverGPU, error) {
 	if err != nil {
 		cache = nil // compile in every process
 	}
-	return startDriverGPU(d, nv, blas, lt, ordinal, cache)
+	g, err := startDriverGPU(d, nv, blas, lt, ordinal, cache)
+	if err == nil && os.Getenv("FLEET_KERNEL_PREBUILT") != "" {
+		if g.prebuilt, err = kcache.Open(os.Getenv("FLEET_KERNEL_PREBUILT")); err != nil {
+			g.prebuilt, err = nil, nil // compile them here
+		}
+	}
+	return g, err
 }
 
 // startDriverGPU sets up device ordinal of an initialised driver, with
@@ -510,6 +521,13 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 		return 0, fmt.Errorf("no kernel %s in the embedded sources", kernel)
 	}
 	src := cudakernels.NVRTCSource(f)
+	if g.prebuilt != nil {
+		if img, err := g.prebuilt.Get(kcache.PrebuiltKey(src, g.arch, nvrtc.KernelOptions)); err == nil {
+			if mod, err := g.d.ModuleLoadData(img); err == nil {
+				return g.bind(mod, f, kernel)
+			}
+		}
+	}
 	compile := func() ([]byte, error) {
 		img, log, err := g.nv.Compile(src, f.Name, g.target, nvrtc.KernelOptions...)
 		if err != nil {
@@ -531,6 +549,11 @@ func (g *driverGPU) function(kernel string) (driver.Function, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load %s (%s): %w", f.Name, g.target, err)
 	}
+	return g.bind(mod, f, kernel)
+}
+
+// bind records the kernels of f's loaded module and returns kernel.
+func (g *driverGPU) bind(mod driver.Module, f cudakernels.File, kernel string) (driver.Function, error) {
 	for _, k := range cudakernels.Kernels(f.Source) {
 		fn, err := g.d.ModuleGetFunction(mod, k)
 		if err != nil {

@@ -38,6 +38,13 @@ func Key(src, arch, compilerVersion string, opts []string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// PrebuiltKey identifies a kernel compiled ahead of time, on another
+// machine, for architecture arch (sm_90): by its source and options, not
+// the compiler's version, since the machine that loads it may have
+// another NVRTC or none. The driver that loads the image decides whether
+// it runs it (the CUDA driver's $FLEET_KERNEL_PREBUILT).
+func PrebuiltKey(src, arch string, opts []string) string { return Key(src, arch, "prebuilt", opts) }
+
 // DefaultDir is $FLEET_KERNEL_CACHE if set, else os.UserCacheDir()/fleet/kernels.
 func DefaultDir() (string, error) {
 	if d := os.Getenv("FLEET_KERNEL_CACHE"); d != "" {

@@ -27,9 +27,19 @@ func open(t *testing.T) *NVRTC {
 // TestCompileKernels compiles every kernel file for the architectures fleet
 // ships cubins for, and fails if any does not compile or its cubin lacks a
 // kernel. This is what CI runs on machines with no GPU (Debian's
-// libnvrtc11.2 is enough).
+// libnvrtc11.2 is enough). Where $FLEET_PREBUILD_KERNELS names a folder,
+// it also writes each cubin there under kcache.PrebuiltKey: the prebuilt
+// kernels a GPU machine loads ($FLEET_KERNEL_PREBUILT) where its driver
+// takes them, instead of compiling (scripts/gpu-check.sh build).
 func TestCompileKernels(t *testing.T) {
 	n := open(t)
+	var prebuilt *kcache.Cache
+	if dir := os.Getenv("FLEET_PREBUILD_KERNELS"); dir != "" {
+		var err error
+		if prebuilt, err = kcache.Open(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Logf("NVRTC %s from %s (builtins %v)", n.Version(), n.Lib.Path, n.Lib.Companions)
 	if archs, err := n.SupportedArchs(); err == nil {
 		t.Logf("supported architectures: %v", archs)
@@ -57,6 +67,11 @@ func TestCompileKernels(t *testing.T) {
 				}
 			}
 			t.Logf("%s %s cubin %d bytes: %s", f.Name, arch, len(cubin), strings.Join(names, " "))
+			if prebuilt != nil {
+				if err := prebuilt.Put(kcache.PrebuiltKey(src, arch, KernelOptions), cubin); err != nil {
+					t.Error(err)
+				}
+			}
 			if log != "" {
 				t.Logf("%s %s log:\n%s", f.Name, arch, log)
 			}
