@@ -6,9 +6,10 @@ tanh-GELU MLP, tied head, no biases, GPT-2 init) on random tokens, the way
 a PyTorch user would run it: bf16 autocast, flash attention through
 scaled_dot_product_attention, fused AdamW, gradient clipping at 1.0. Eager by
 default; --compile adds torch.compile. Prints one JSON line: tokens/s and
-ms/step (medians over the timed steps), MFU against --peak-tflops using
-fleet's FLOPs per token (6 per parameter plus 12·layers·embd·block), and the
-peak memory PyTorch allocated.
+ms/step (medians over the timed steps), MFU against --peak-tflops in
+llm.c's FLOPs per token (6 per parameter plus 6·layers·embd·block, as fleet
+quotes it) and in PaLM's (12·layers·embd·block for attention), and the peak
+memory PyTorch allocated.
 """
 import argparse
 import json
@@ -105,13 +106,15 @@ def main():
             ms.append((time.perf_counter() - t0) * 1000)
     med = statistics.median(ms)
     tps = B * T / (med / 1000)
-    flops_per_token = 6 * nparams + 12 * a.n_layer * a.n_embd * T
+    flops_per_token = 6 * nparams + 6 * a.n_layer * a.n_embd * T
+    flops_per_token_palm = 6 * nparams + 12 * a.n_layer * a.n_embd * T
     print(json.dumps({
         "system": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager") + " bf16 autocast",
         "params": nparams,
         "ms_per_step": round(med, 3),
         "tokens_per_s": round(tps),
         "mfu": round(100 * tps * flops_per_token / (a.peak_tflops * 1e12), 2),
+        "mfu_palm": round(100 * tps * flops_per_token_palm / (a.peak_tflops * 1e12), 2),
         "peak_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
     }))
 
