@@ -1,0 +1,111 @@
+package kernels_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/gpu/cuda/emu"
+	cudakernels "github.com/fleetml/fleet/backend/gpu/cuda/kernels"
+	"github.com/fleetml/fleet/backend/gpu/kernels"
+)
+
+// mmaForwardOnly is attention_mma.cu cut to its device code and the one
+// kernel fleet_attention_fwd_mma32_bf16: what the mutants change, built
+// faster than the whole file.
+func mmaForwardOnly(t *testing.T) string {
+	t.Helper()
+	var src string
+	for _, f := range cudakernels.Files() {
+		if f.Name == "attention_mma.cu" {
+			src = f.Source
+		}
+	}
+	const first = `extern "C" __global__ void fleet_attention_fwd_mma32_bf16(`
+	i := strings.Index(src, first)
+	if i < 0 {
+		t.Fatalf("attention_mma.cu has no %s", first)
+	}
+	end := strings.Index(src[i:], "\n}\n")
+	if end < 0 {
+		t.Fatal("fleet_attention_fwd_mma32_bf16 has no end")
+	}
+	head := src[:i]
+	if j := strings.Index(head, `extern "C"`); j >= 0 {
+		t.Fatalf("a kernel before the first mma32 one, at %d: the cut would keep it", j)
+	}
+	return head + src[i:i+end+3]
+}
+
+// mmaForwardError runs the forward kernel of src (built as
+// attention_mma.cu) on shape p and returns its normwise error in out
+// against the CPU, or why it could not run.
+func mmaForwardError(t *testing.T, src string, p backend.Attention) (float64, error) {
+	t.Helper()
+	m, err := emu.BuildSource("attention_mma.cu", src)
+	if errors.Is(err, emu.ErrUnavailable) {
+		t.Skip(err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	v := attnVariant{dt: backend.BF16, mma: true, suffix: "mma32_bf16", tol: attnTolMMA}
+	r := attnCPU(t, p, v, 1)
+	out, lse := devOut(v.dt, len(r.out)), emu.Poison(emu.F32, len(r.lse))
+	l := &attnLauncher{m: m.WithSchedule(emu.Forward), mma: true, only: "fleet_attention_fwd_mma32_bf16"}
+	if err := kernels.Attention(l, v.dt, p, out, lse, devIn(v.dt, r.qkvIn)); err != nil {
+		return 0, err
+	}
+	if l.ran != 1 {
+		return 0, fmt.Errorf("%d launches of the forward kernel, want 1", l.ran)
+	}
+	got := devGet(out)
+	var d2 float64
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			return math.Inf(1), nil
+		}
+		d := float64(g) - float64(r.out[i])
+		d2 += d * d
+	}
+	return math.Sqrt(d2) / attnNorm(r.out), nil
+}
+
+// TestAttentionMMAMutants breaks attention_mma.cu's forward kernel the
+// ways a FlashAttention kernel goes wrong, and requires the emulated
+// attention check (the CPU's answer, attnTolMMA) to catch each: the
+// probabilities' A fragment with its registers 1 and 2 swapped, the causal
+// mask taking the wrong row for a lane's second row, and the online
+// softmax's rescale of the output accumulators one tile short. The kernel
+// as written passes the same check (the control), so a mutant that fails
+// fails for its fault. T 128 at hd 32: two query blocks, the second over
+// two key tiles, so the rescale runs with maxima that move.
+func TestAttentionMMAMutants(t *testing.T) {
+	src := mmaForwardOnly(t)
+	p := backend.Attention{B: 1, T: 128, C: 32, H: 1}
+	e, err := mmaForwardError(t, src, p)
+	if err != nil || !(e <= attnTolMMA) {
+		t.Fatalf("the kernel as written: error %.3g (%v), want <= %g", e, err, attnTolMMA)
+	}
+	t.Logf("as written: normwise error %.3g", e)
+	for _, mu := range []struct{ name, from, to string }{
+		{"swapped fragments (A registers 1 and 2 of P·V)",
+			"unsigned af[4] = {fa_pack<P>(p[2 * kk][0], p[2 * kk][1]), fa_pack<P>(p[2 * kk][2], p[2 * kk][3]),\n\t\t\tfa_pack<P>(p[2 * kk + 1][0], p[2 * kk + 1][1]),",
+			"unsigned af[4] = {fa_pack<P>(p[2 * kk][0], p[2 * kk][1]), fa_pack<P>(p[2 * kk + 1][0], p[2 * kk + 1][1]),\n\t\t\tfa_pack<P>(p[2 * kk][2], p[2 * kk][3]),"},
+		{"causal mask on the wrong row", "int qi = wq + g + 8 * r;\n\t\t\t\tfloat mx", "int qi = wq + g;\n\t\t\t\tfloat mx"},
+		{"online softmax rescale one tile short", "for (int j = 0; j < HDP / 8; j++) {\n\t\t\t\t\to[j][2 * r] *= alpha;", "for (int j = 0; j < HDP / 8 - 1; j++) {\n\t\t\t\t\to[j][2 * r] *= alpha;"},
+	} {
+		if strings.Count(src, mu.from) != 1 {
+			t.Fatalf("%s: attention_mma.cu has %d of %q, want 1", mu.name, strings.Count(src, mu.from), mu.from)
+		}
+		e, err := mmaForwardError(t, strings.Replace(src, mu.from, mu.to, 1), p)
+		if err == nil && e <= attnTolMMA {
+			t.Errorf("%s: the emulated check passed it (normwise error %.3g <= %g)", mu.name, e, attnTolMMA)
+			continue
+		}
+		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
+	}
+}
