@@ -1352,8 +1352,9 @@ func crossEntropyBackwardCase(dt backend.DType) emu.Case {
 
 // ---- Embedding --------------------------------------------------------------------------
 
-// embShapes are (n tokens, dim, vocab); 300 columns take two blocks.
-var embShapes = [][3]int{{1, 1, 1}, {20, 33, 50}, {100, 300, 7}, {40, 5, 3}, {0, 4, 4}}
+// embShapes are (n tokens, dim, vocab); 300 columns take two blocks; 16
+// columns are whole 16-byte pieces in F32 and BF16 (the 128-bit path).
+var embShapes = [][3]int{{1, 1, 1}, {20, 33, 50}, {100, 300, 7}, {40, 5, 3}, {0, 4, 4}, {6, 16, 5}}
 
 // embIDs returns n ids in [0, vocab) with every fifth one out of range.
 func embIDs(rng *rand.Rand, n, vocab int) []int32 {

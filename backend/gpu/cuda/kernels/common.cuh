@@ -269,6 +269,53 @@ __device__ __forceinline__ unsigned long long fleet_dropout_seed(long long seed,
 	return s;
 }
 
+// fleet_word16 packs element pairs (or one 4-byte element) into the 32-bit
+// word i of a 16-byte piece, and fleet_unword16 unpacks word w into piece
+// e: the low half is the lower element.
+__device__ __forceinline__ unsigned fleet_word16(const float *e, int i) { return __float_as_uint(e[i]); }
+__device__ __forceinline__ unsigned fleet_word16(const unsigned short *e, int i) { return (unsigned)e[2 * i] | ((unsigned)e[2 * i + 1] << 16); }
+__device__ __forceinline__ void fleet_unword16(float *e, int i, unsigned w) { e[i] = __uint_as_float(w); }
+__device__ __forceinline__ void fleet_unword16(unsigned short *e, int i, unsigned w) {
+	e[2 * i] = (unsigned short)(w & 0xffffu);
+	e[2 * i + 1] = (unsigned short)(w >> 16);
+}
+
+// fleet_ld16<S> reads the 16 bytes at p + i (p 16-byte aligned, i a
+// multiple of N = 16 / sizeof(S::T)) as
+// 16 / sizeof(S::T) floats into v, and fleet_st16<S> writes v there: one
+// 128-bit access each (ld.global.v4, st.global.v4), each element converted
+// as S::ld and S::st convert it. The piece is element i / N of p seen as
+// uint4s: so NVRTC keeps the store whole (through a cast pointer p + i, or
+// a union, it split the store into four).
+template <class S>
+__device__ __forceinline__ void fleet_ld16(const typename S::T *p, long long i, float *v) {
+	const int N = 16 / sizeof(typename S::T);
+	typename S::T e[N];
+	uint4 q = ((const uint4 *)p)[i / N];
+	fleet_unword16(e, 0, q.x), fleet_unword16(e, 1, q.y), fleet_unword16(e, 2, q.z), fleet_unword16(e, 3, q.w);
+#pragma unroll
+	for (int k = 0; k < N; k++) {
+		v[k] = S::ld(e, k);
+	}
+}
+template <class S>
+__device__ __forceinline__ void fleet_st16(typename S::T *p, long long i, const float *v) {
+	const int N = 16 / sizeof(typename S::T);
+	typename S::T e[N];
+#pragma unroll
+	for (int k = 0; k < N; k++) {
+		S::st(e, k, v[k]);
+	}
+	uint4 q = make_uint4(fleet_word16(e, 0), fleet_word16(e, 1), fleet_word16(e, 2), fleet_word16(e, 3));
+	((uint4 *)p)[i / N] = q;
+}
+
+// fleet_aligned16 reports whether every pointer (null ones aside) is
+// 16-byte aligned.
+__device__ __forceinline__ bool fleet_aligned16(const void *a, const void *b = 0, const void *c = 0, const void *d = 0, const void *e = 0) {
+	return (((unsigned long long)a | (unsigned long long)b | (unsigned long long)c | (unsigned long long)d | (unsigned long long)e) & 15) == 0;
+}
+
 // fleet_vec4 reports whether n elements of 4 bytes at each of the pointers
 // (null ones aside) can go as 16-byte vectors: every pointer 16-byte
 // aligned and n a multiple of 4. Kernels take a vectorised loop then, with

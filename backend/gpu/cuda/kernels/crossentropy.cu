@@ -6,8 +6,9 @@
 // fleet_crossentropy_<t>: lse[r] = log sum_j exp(logits[r,j]) and
 // losses[r] = lse[r] - logits[r, target[r]] (0 for an ignored row). Threads
 // keep online max/sum-of-exponentials statistics over a strided share of
-// the row, merged across the block in a fixed tree. Traffic: logits read
-// once, losses and lse written once per row. Launch: 1-D blocks of 256
+// the row (N consecutive elements at a time in 128-bit loads where the row
+// is whole 16-byte pieces), merged across the block in a fixed tree.
+// Traffic: logits read once, losses and lse written once per row. Launch: 1-D blocks of 256
 // threads, grid min(n, 8 per SM). V < 2^31 - blockDim.x (V = 50304 for GPT-2).
 template <class S>
 __device__ __forceinline__ void fleet_crossentropy_impl(float *__restrict__ losses, float *__restrict__ lse, const typename S::T *__restrict__ logits,
@@ -16,8 +17,20 @@ __device__ __forceinline__ void fleet_crossentropy_impl(float *__restrict__ loss
 	for (long long r = blockIdx.x; r < n; r += gridDim.x) {
 		const typename S::T *x = logits + r * V;
 		float m = FLEET_NEG_INF, s = 0.0f;
-		for (int j = threadIdx.x; j < V; j += blockDim.x) {
-			fleet_maxsum_add(m, s, S::ld(x, j));
+		const int N = 16 / sizeof(typename S::T);
+		if (V % N == 0 && fleet_aligned16(x)) { // 128-bit loads of N elements a thread
+			float v[N];
+			for (int j = N * threadIdx.x; j < V; j += N * blockDim.x) {
+				fleet_ld16<S>(x, j, v);
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					fleet_maxsum_add(m, s, v[k]);
+				}
+			}
+		} else {
+			for (int j = threadIdx.x; j < V; j += blockDim.x) {
+				fleet_maxsum_add(m, s, S::ld(x, j));
+			}
 		}
 		fleet_block_maxsum(m, s, redm, reds);
 		if (threadIdx.x == 0) {
@@ -59,6 +72,22 @@ __device__ __forceinline__ void fleet_crossentropy_backward_impl(typename S::T *
 			continue;
 		}
 		float z = lse[r];
+		const int N = 16 / sizeof(typename S::T);
+		if (V % N == 0 && fleet_aligned16(x, d)) { // 128-bit loads and stores, the same arithmetic
+			float v[N];
+			for (int j = N * threadIdx.x; j < V; j += N * blockDim.x) {
+				fleet_ld16<S>(x, j, v);
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					v[k] = expf(v[k] - z) * g;
+					if (j + k == t) {
+						v[k] -= g;
+					}
+				}
+				fleet_st16<S>(d, j, v);
+			}
+			continue;
+		}
 		for (int j = threadIdx.x; j < V; j += blockDim.x) {
 			float v = expf(S::ld(x, j) - z) * g;
 			if (j == t) {

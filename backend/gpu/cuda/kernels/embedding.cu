@@ -21,6 +21,18 @@ __device__ __forceinline__ void fleet_embedding_impl(typename S::T *__restrict__
 			continue;
 		}
 		const float *t = table + (long long)id * dim;
+		const int N = 16 / sizeof(typename S::T);
+		if (dim % N == 0 && fleet_aligned16(t, o)) { // 128-bit loads and stores
+			float v[N];
+			for (int j = N * threadIdx.x; j < dim; j += N * blockDim.x) {
+#pragma unroll
+				for (int q = 0; q < N; q += 4) {
+					fleet_ld16<fleet_f32>(t, j + q, v + q);
+				}
+				fleet_st16<S>(o, j, v);
+			}
+			continue;
+		}
 		for (int j = threadIdx.x; j < dim; j += blockDim.x) {
 			S::st(o, j, t[j]);
 		}

@@ -6,8 +6,10 @@
 // rstd = 1/sqrt(sum((x - mean)^2)/cols + eps) (two passes, as the CPU),
 // out = (x - mean)*rstd*w (+ b when b is not null); mean[r] and rstd[r] are
 // saved for the backward pass (either may be null to skip it). One warp per
-// row, grid-stride over rows. Traffic: x read three times (the last two
-// usually from L1/L2), w and b read per row (cached), out written once.
+// row, grid-stride over rows; 128-bit loads and stores where the rows are
+// whole 16-byte pieces (fleet_layernorm_row). Traffic: x read three times
+// (the last two usually from L1/L2), w and b read per row (cached), out
+// written once.
 // Launch: 1-D blocks of 256 threads (8 rows at a time), grid
 // min(ceil(rows/8), 8 per SM).
 // fleet_layernorm_row normalises row r (xr, cols wide) into yr with one
@@ -17,23 +19,70 @@
 template <class S>
 __device__ __forceinline__ void fleet_layernorm_row(typename S::T *__restrict__ yr, float *__restrict__ mean, float *__restrict__ rstd, long long r,
 	const typename S::T *__restrict__ xr, const float *__restrict__ w, const float *__restrict__ b, int cols, float eps, int lane) {
-	float s = 0.0f;
-	for (int j = lane; j < cols; j += 32) {
-		s += S::ld(xr, j);
-	}
-	float m = fleet_warp_sum(s) / (float)cols;
-	float sq = 0.0f;
-	for (int j = lane; j < cols; j += 32) {
-		float d = S::ld(xr, j) - m;
-		sq += d * d;
-	}
-	float rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
-	for (int j = lane; j < cols; j += 32) {
-		float v = (S::ld(xr, j) - m) * rs * w[j];
-		if (b != 0) {
-			v += b[j];
+	// Where the row is whole 16-byte pieces (cols a multiple of 4 F32 or
+	// 8 BF16 elements, every pointer aligned), each lane takes pieces of
+	// N consecutive elements in 128-bit loads and stores; the arithmetic
+	// per element is the same, the sums' order is by piece.
+	const int N = 16 / sizeof(typename S::T);
+	float m, rs;
+	if (cols % N == 0 && fleet_aligned16(xr, yr, w, b)) {
+		float s = 0.0f, v[N];
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(xr, j, v);
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				s += v[k];
+			}
 		}
-		S::st(yr, j, v);
+		m = fleet_warp_sum(s) / (float)cols;
+		float sq = 0.0f;
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(xr, j, v);
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				float d = v[k] - m;
+				sq += d * d;
+			}
+		}
+		rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			float wv[N], bv[N];
+			fleet_ld16<S>(xr, j, v);
+#pragma unroll
+			for (int q = 0; q < N; q += 4) {
+				fleet_ld16<fleet_f32>(w, j + q, wv + q);
+				if (b != 0) {
+					fleet_ld16<fleet_f32>(b, j + q, bv + q);
+				}
+			}
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				v[k] = (v[k] - m) * rs * wv[k];
+				if (b != 0) {
+					v[k] += bv[k];
+				}
+			}
+			fleet_st16<S>(yr, j, v);
+		}
+	} else {
+		float s = 0.0f;
+		for (int j = lane; j < cols; j += 32) {
+			s += S::ld(xr, j);
+		}
+		m = fleet_warp_sum(s) / (float)cols;
+		float sq = 0.0f;
+		for (int j = lane; j < cols; j += 32) {
+			float d = S::ld(xr, j) - m;
+			sq += d * d;
+		}
+		rs = 1.0f / sqrtf(fleet_warp_sum(sq) / (float)cols + eps);
+		for (int j = lane; j < cols; j += 32) {
+			float v = (S::ld(xr, j) - m) * rs * w[j];
+			if (b != 0) {
+				v += b[j];
+			}
+			S::st(yr, j, v);
+		}
 	}
 	if (lane == 0) {
 		if (mean != 0) {
@@ -128,25 +177,73 @@ __device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *
 		}
 	}
 	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+	// 128-bit loads and stores where the rows are whole 16-byte pieces, as
+	// fleet_layernorm_row takes them: the same arithmetic per element.
+	const int N = 16 / sizeof(typename S::T);
+	bool vec = cols % N == 0 && fleet_aligned16(dx, dres, dout, x, w);
 	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
 		long long o = r * cols;
 		float m = mean[r], rs = rstd[r];
 		float s1 = 0.0f, s2 = 0.0f;
-		for (int j = lane; j < cols; j += 32) {
-			float xhat = (S::ld(x, o + j) - m) * rs;
-			float gw = S::ld(dout, o + j) * w[j];
-			s1 += gw;
-			s2 += gw * xhat;
+		if (vec) {
+			float xv[N], gv[N], wv[N];
+			for (int j = N * lane; j < cols; j += 32 * N) {
+				fleet_ld16<S>(x, o + j, xv);
+				fleet_ld16<S>(dout, o + j, gv);
+#pragma unroll
+				for (int q = 0; q < N; q += 4) {
+					fleet_ld16<fleet_f32>(w, j + q, wv + q);
+				}
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					float xhat = (xv[k] - m) * rs;
+					float gw = gv[k] * wv[k];
+					s1 += gw;
+					s2 += gw * xhat;
+				}
+			}
+		} else {
+			for (int j = lane; j < cols; j += 32) {
+				float xhat = (S::ld(x, o + j) - m) * rs;
+				float gw = S::ld(dout, o + j) * w[j];
+				s1 += gw;
+				s2 += gw * xhat;
+			}
 		}
 		s1 = fleet_warp_sum(s1) / (float)cols;
 		s2 = fleet_warp_sum(s2) / (float)cols;
-		for (int j = lane; j < cols; j += 32) {
-			float xhat = (S::ld(x, o + j) - m) * rs;
-			float v = rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2);
-			if (dres != 0) {
-				v += S::ld(dres, o + j);
+		if (vec) {
+			float xv[N], gv[N], wv[N], rv[N];
+			for (int j = N * lane; j < cols; j += 32 * N) {
+				fleet_ld16<S>(x, o + j, xv);
+				fleet_ld16<S>(dout, o + j, gv);
+#pragma unroll
+				for (int q = 0; q < N; q += 4) {
+					fleet_ld16<fleet_f32>(w, j + q, wv + q);
+				}
+				if (dres != 0) {
+					fleet_ld16<S>(dres, o + j, rv);
+				}
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					float xhat = (xv[k] - m) * rs;
+					float v = rs * (gv[k] * wv[k] - s1 - xhat * s2);
+					if (dres != 0) {
+						v += rv[k];
+					}
+					xv[k] = v;
+				}
+				fleet_st16<S>(dx, o + j, xv);
 			}
-			S::st(dx, o + j, v);
+		} else {
+			for (int j = lane; j < cols; j += 32) {
+				float xhat = (S::ld(x, o + j) - m) * rs;
+				float v = rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2);
+				if (dres != 0) {
+					v += S::ld(dres, o + j);
+				}
+				S::st(dx, o + j, v);
+			}
 		}
 		if (ddrop != 0) {
 			// The gradient as stored, as the CPU masks it, four

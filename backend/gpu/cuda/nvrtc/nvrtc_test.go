@@ -171,6 +171,11 @@ var (
 	ptxasRegsRE  = regexp.MustCompile(`Used (\d+) registers`)
 )
 
+// memoryBound are the kernel files whose kernels move memory more than they
+// compute: their PTX must have 128-bit global loads (ld.global.v4).
+var memoryBound = map[string]bool{"layernorm.cu": true, "crossentropy.cu": true, "embedding.cu": true, "adamw.cu": true,
+	"elementwise.cu": true, "gelu.cu": true}
+
 // TestKernelPTX compiles every kernel file to PTX and to a cubin with
 // ptxas's report, for sm_80 and sm_90, and logs what the code is made of:
 // one line per file and architecture,
@@ -178,8 +183,10 @@ var (
 //	PTX attention.cu sm_90: mma=N ldmatrix=N cp.async=N ld.global.v4=N ld.shared.v4=N
 //
 // (the counts of those instructions in the PTX NVRTC emits), then each
-// kernel's registers and spills. It fails only where a file does not
-// compile or ptxas does not report a kernel; the figures are for reading.
+// kernel's registers and spills. It fails where a file does not compile,
+// where ptxas does not report a kernel, where a tensor-core file has no
+// mma.sync and where a memory-bound file (memoryBound) has no 128-bit
+// global load; the other figures are for reading.
 func TestKernelPTX(t *testing.T) {
 	n := open(t)
 	res := make([]*regexp.Regexp, len(ptxOps))
@@ -200,6 +207,9 @@ func TestKernelPTX(t *testing.T) {
 				counts = append(counts, fmt.Sprintf("%s=%d", op.name, len(res[i].FindAllIndex(ptx, -1))))
 			}
 			t.Logf("PTX %s %s: %s", f.Name, arch, strings.Join(counts, " "))
+			if memoryBound[f.Name] && len(res[3].FindAllIndex(ptx, -1)) == 0 {
+				t.Errorf("%s %s: a memory-bound kernel file with no %s in its PTX", f.Name, arch, ptxOps[3].name)
+			}
 			// A file of tensor-core kernels must compile to tensor-core
 			// instructions (the simulated GPU prices those kernels at
 			// the tensor cores' rate on the strength of it).
