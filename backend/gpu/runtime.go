@@ -75,6 +75,11 @@ type Backend struct {
 
 	copied atomic.Int64
 	total  atomic.Int64 // the device's memory size, once read
+
+	// lnDone holds LayerNormBackward's counters, zero between launches
+	// (kernels.LayerNormBackwardCounters); lnMu guards it.
+	lnMu   sync.Mutex
+	lnDone backend.Storage
 }
 
 // New runs the device dev on driver g.
@@ -551,12 +556,30 @@ func (c *Backend) LayerNorm(out, mean, rstd, x, w, b backend.Ref, rows, cols int
 	c.check("layer_norm", kernels.LayerNorm(c, c.dt(x), c.ptr(out), c.ptr(mean), c.ptr(rstd), c.ptr(x), c.ptr(w), c.ptr(b), rows, cols, eps))
 }
 
-// LayerNormBackward implements backend.Backend.
+// LayerNormBackward implements backend.Backend: one launch, with the
+// device's counters (lnCounters).
 func (c *Backend) LayerNormBackward(dx, dres, dw, db, dout, x, mean, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
+	done := c.lnCounters(kernels.LayerNormBackwardCounters(cols))
 	c.check("layer_norm_backward", c.scratch(kernels.LayerNormBackwardScratch(rows, cols), func(s Ptr) error {
-		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, rows, cols,
+		return kernels.LayerNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(db), c.ptr(dout), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(w), s, done, rows, cols,
 			c.ptr(drop.Dst), drop.Mask, c.ptr(drop.Mask.Base))
 	}))
+}
+
+// lnCounters returns at least n of LayerNormBackward's counters, zero:
+// made (zeroed by a fill) the first time, and again, larger, for wider
+// rows; every launch leaves them zero for the next.
+func (c *Backend) lnCounters(n int) Ptr {
+	c.lnMu.Lock()
+	defer c.lnMu.Unlock()
+	if c.lnDone == nil || c.lnDone.Len() < n {
+		if c.lnDone != nil {
+			c.Free(c.lnDone)
+		}
+		c.lnDone = c.Alloc(backend.I32, n)
+		c.Fill(backend.Ref{S: c.lnDone}, 0, n)
+	}
+	return c.ptr(backend.Ref{S: c.lnDone})
 }
 
 // DropoutAdd implements backend.Backend: the mask is drawn on the device.

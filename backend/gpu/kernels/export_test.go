@@ -1,10 +1,10 @@
 package kernels
 
 // SetChunkRows sets the rows per partial sum of SumRows and
-// LayerNormBackward, so that tests reach several chunks with few rows, and
+// LayerNormBackward (chunkRows and lnChunkRows), so that tests reach several chunks with few rows, and
 // returns a function that restores it.
 func SetChunkRows(n int) (restore func()) {
-	old := chunkRows
-	chunkRows = n
-	return func() { chunkRows = old }
+	old, oldLN := chunkRows, lnChunkRows
+	chunkRows, lnChunkRows = n, n
+	return func() { chunkRows, lnChunkRows = old, oldLN }
 }

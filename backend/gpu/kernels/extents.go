@@ -49,7 +49,7 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 		return a("n"), 1, true
 	case "axpy.dst": // dst += alpha*x
 		return a("n"), 2, true
-	case "dropout_add.seedBase", "add_layernorm.seedBase", "layernorm_backward_dx.seedBase":
+	case "dropout_add.seedBase", "add_layernorm.seedBase", "layernorm_backward.seedBase":
 		return 2, 1, true // the step's dropout key, two words
 	case "bias_gelu.pre": // read, then the biased value written back
 		return rc(), 2, true
@@ -74,22 +74,20 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	// layernorm.cu
 	case "layernorm.out", "layernorm.x",
 		"add_layernorm.sum", "add_layernorm.out", "add_layernorm.x", "add_layernorm.y",
-		"layernorm_backward_dx.dx", "layernorm_backward_dx.dres", "layernorm_backward_dx.dout",
-		"layernorm_backward_dx.x", "layernorm_backward_dx.ddrop",
-		"layernorm_backward_dwdb.dout", "layernorm_backward_dwdb.x":
+		"layernorm_backward.dx", "layernorm_backward.dres", "layernorm_backward.dout",
+		"layernorm_backward.x", "layernorm_backward.ddrop":
 		return rc(), 1, true
 	case "layernorm.mean", "layernorm.rstd", "add_layernorm.mean", "add_layernorm.rstd",
-		"layernorm_backward_dx.mean", "layernorm_backward_dx.rstd",
-		"layernorm_backward_dwdb.mean", "layernorm_backward_dwdb.rstd":
+		"layernorm_backward.mean", "layernorm_backward.rstd":
 		return a("rows"), 1, true
-	case "layernorm.w", "layernorm.b", "add_layernorm.w", "add_layernorm.b", "layernorm_backward_dx.w":
+	case "layernorm.w", "layernorm.b", "add_layernorm.w", "add_layernorm.b", "layernorm_backward.w":
 		return a("cols"), 1, true
-	case "layernorm_backward_dx.part": // it zeroes the next launch's chunk counters
-		return math.Ceil(a("cols") / 32), 1, true
-	case "layernorm_backward_dwdb.dw", "layernorm_backward_dwdb.db": // accumulated: read and written
+	case "layernorm_backward.dw", "layernorm_backward.db": // accumulated: read and written
 		return a("cols"), 2, true
-	case "layernorm_backward_dwdb.part": // dw and db partials written and read, and the counters
-		return 2*chunks()*a("cols") + math.Ceil(a("cols")/32), 2, true
+	case "layernorm_backward.part": // dw and db partials written and read
+		return 2 * chunks() * a("cols"), 2, true
+	case "layernorm_backward.done": // a counter per 32 columns, counted up and set back to 0
+		return math.Ceil(a("cols") / 32), 2, true
 
 	// reduce.cu
 	case "sumrows_partial.part":

@@ -64,10 +64,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 8 * arg("rows") * arg("cols")
 	case "add_layernorm": // the add (and mask) then the LayerNorm
 		return 10 * arg("rows") * arg("cols")
-	case "layernorm_backward_dx": // the masked copy, where asked for, is one more multiply
-		return 10 * arg("rows") * arg("cols")
-	case "layernorm_backward_dwdb": // the partials, then their sums
-		return 4*arg("rows")*arg("cols") + 2*math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
+	case "layernorm_backward": // dx (the masked copy, where asked for, one more multiply), the partials, their sums
+		return 14*arg("rows")*arg("cols") + 2*math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
 	case "sumrows_partial", "sumcols", "bias_rows":
 		return arg("rows") * arg("cols")
 	case "colsum":

@@ -158,7 +158,8 @@ func TestEveryPointerHasAnExtent(t *testing.T) {
 		{"fleet_adamw_f32", "grad", 16384, 1},
 		{"fleet_colsum_f32", "dst", 768, 2}, // beta 1: read and written
 		{"fleet_crossentropy_backward_bf16", "dlogits", 16384 * 50304, 1},
-		{"fleet_layernorm_backward_dwdb_bf16", "part", 2*16*768 + 24, 2},
+		{"fleet_layernorm_backward_bf16", "part", 2 * 16 * 768, 2}, // 16 chunks of 1024 rows, as the test's args say
+		{"fleet_layernorm_backward_bf16", "done", 24, 2},
 		{"fleet_cast_bf16_f32", "src", 16384, 1},
 		{"fleet_fill_i32", "dst", 16384, 1},
 	} {

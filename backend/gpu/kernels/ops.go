@@ -546,39 +546,54 @@ func AddLayerNorm[B comparable](l Launcher[B], dt backend.DType, sum, out, mean,
 		Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base))
 }
 
+// LNChunkRows is the rows each block of LayerNormBackward owns: its dx,
+// and one partial sum of dw and db. 64 rows a block gives GPT-2's 16,384
+// rows 256 blocks.
+const LNChunkRows = 64
+
+// lnChunkRows is LNChunkRows; tests lower it to reach several chunks
+// with few rows.
+var lnChunkRows = LNChunkRows
+
+// lnChunks is the number of blocks, and partial sums, of LayerNormBackward
+// over rows rows.
+func lnChunks(rows int) int { return (rows + lnChunkRows - 1) / lnChunkRows }
+
 // LayerNormBackwardScratch is the number of F32 elements of scratch
-// LayerNormBackward needs: the partial sums, then a counter per 32 columns.
-func LayerNormBackwardScratch(rows, cols int) int { return 2*chunks(rows)*cols + (cols+31)/32 }
+// LayerNormBackward needs: the partial sums of dw and db, a row of each per
+// chunk of rows.
+func LayerNormBackwardScratch(rows, cols int) int { return 2 * lnChunks(rows) * cols }
+
+// LayerNormBackwardCounters is the number of 32-bit counters
+// LayerNormBackward needs for cols columns (one per 32): they must be zero
+// before the first launch, and every launch leaves them zero, so the
+// caller keeps them for the device's life.
+func LayerNormBackwardCounters(cols int) int { return (cols + 31) / 32 }
 
 // LayerNormBackward writes dx (plus dres, unless dres is nil; it must not
 // overlap dx) and accumulates into dw and db (db may be nil) for a
-// LayerNorm over rows×cols, in two launches: dx, dres, dout and x have
-// storage dt (F32 or BF16); mean, rstd, w, dw and db are F32. Unless ddrop
-// is nil, it also gets dx masked by m (storage dt), in the dx launch. scratch holds
-// LayerNormBackwardScratch(rows, cols) F32 elements. dw and db are summed
-// over fixed chunks of ChunkRows rows, then the chunks are added in order:
-// deterministic, the only atomic an integer count of the chunks done.
-func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
-	kdx, err := kernel("layernorm_backward_dx", dt, floatTypes...)
+// LayerNorm over rows×cols, in one launch of fleet_layernorm_backward_<dt>:
+// dx, dres, dout and x have storage dt (F32 or BF16); mean, rstd, w, dw
+// and db are F32. Unless ddrop is nil, it also gets dx masked by m
+// (storage dt). scratch holds LayerNormBackwardScratch(rows, cols) F32
+// elements, done LayerNormBackwardCounters(cols) counters, zero. dw and db
+// are summed over fixed chunks of LNChunkRows rows, then the chunks are
+// added in order: deterministic, the only atomic an integer count of the
+// chunks done.
+func LayerNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, db, dout, x, mean, rstd, w, scratch, done B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
+	k, err := kernel("layernorm_backward", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	kdw, _ := kernel("layernorm_backward_dwdb", dt, floatTypes...)
 	if err := checkInt("layernorm backward", rows, cols); err != nil {
 		return err
 	}
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	nc := chunks(rows)
-	if nc > maxGridY {
-		return fmt.Errorf("kernels: layernorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
-	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, mean, rstd, w).Int(int32(rows), int32(cols)).Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base)); err != nil {
-		return err
-	}
-	grid := [3]int{(cols + 31) / 32, nc, 1}
-	return l.Launch(kdw, grid, block1D, 0, *new(Args[B]).Buf(dw, db, scratch, dout, x, mean, rstd).Int(int32(rows), int32(cols), int32(chunkRows)))
+	grid := [3]int{lnChunks(rows), 1, 1}
+	return l.Launch(k, grid, block1D, 0, *new(Args[B]).Buf(dx, dres, dw, db, scratch, done, dout, x, mean, rstd, w).
+		Int(int32(rows), int32(cols), int32(lnChunkRows)).Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base))
 }
 
 // CrossEntropy writes losses[r] = lse[r] - logits[r, targets[r]] and the

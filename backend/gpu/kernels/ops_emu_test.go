@@ -271,25 +271,24 @@ func randF32(rng *rand.Rand, n int, s float32) []float32 {
 func init() {
 	for _, dt := range floatDTs {
 		opCases.Add(map[string]emu.Case{
-			"fleet_binary_" + sfx(dt):                  binaryCase(dt),
-			"fleet_dropout_add_" + sfx(dt):             dropoutAddCase(dt),
-			"fleet_axpy_" + sfx(dt):                    axpyCase(dt),
-			"fleet_scale_" + sfx(dt):                   scaleCase(dt),
-			"fleet_unary_" + sfx(dt):                   unaryCase(dt),
-			"fleet_gelu_" + sfx(dt):                    geluCase(dt),
-			"fleet_gelu_backward_" + sfx(dt):           geluBackwardCase(dt),
-			"fleet_bias_gelu_" + sfx(dt):               biasGELUCase(dt),
-			"fleet_sumrows_partial_" + sfx(dt):         sumRowsCase(dt),
-			"fleet_softmax_" + sfx(dt):                 softmaxCase(dt),
-			"fleet_softmax_backward_" + sfx(dt):        softmaxBackwardCase(dt),
-			"fleet_layernorm_" + sfx(dt):               layerNormCase(dt),
-			"fleet_add_layernorm_" + sfx(dt):           addLayerNormCase(dt),
-			"fleet_layernorm_backward_dx_" + sfx(dt):   layerNormBackwardCase(dt, lnDxShapes),
-			"fleet_layernorm_backward_dwdb_" + sfx(dt): layerNormBackwardCase(dt, lnDwShapes),
-			"fleet_crossentropy_" + sfx(dt):            crossEntropyCase(dt),
-			"fleet_crossentropy_backward_" + sfx(dt):   crossEntropyBackwardCase(dt),
-			"fleet_embedding_" + sfx(dt):               embeddingCase(dt),
-			"fleet_embedding_backward_" + sfx(dt):      embeddingBackwardCase(dt),
+			"fleet_binary_" + sfx(dt):                binaryCase(dt),
+			"fleet_dropout_add_" + sfx(dt):           dropoutAddCase(dt),
+			"fleet_axpy_" + sfx(dt):                  axpyCase(dt),
+			"fleet_scale_" + sfx(dt):                 scaleCase(dt),
+			"fleet_unary_" + sfx(dt):                 unaryCase(dt),
+			"fleet_gelu_" + sfx(dt):                  geluCase(dt),
+			"fleet_gelu_backward_" + sfx(dt):         geluBackwardCase(dt),
+			"fleet_bias_gelu_" + sfx(dt):             biasGELUCase(dt),
+			"fleet_sumrows_partial_" + sfx(dt):       sumRowsCase(dt),
+			"fleet_softmax_" + sfx(dt):               softmaxCase(dt),
+			"fleet_softmax_backward_" + sfx(dt):      softmaxBackwardCase(dt),
+			"fleet_layernorm_" + sfx(dt):             layerNormCase(dt),
+			"fleet_add_layernorm_" + sfx(dt):         addLayerNormCase(dt),
+			"fleet_layernorm_backward_" + sfx(dt):    layerNormBackwardCase(dt, lnBwdShapes),
+			"fleet_crossentropy_" + sfx(dt):          crossEntropyCase(dt),
+			"fleet_crossentropy_backward_" + sfx(dt): crossEntropyBackwardCase(dt),
+			"fleet_embedding_" + sfx(dt):             embeddingCase(dt),
+			"fleet_embedding_backward_" + sfx(dt):    embeddingBackwardCase(dt),
 		})
 	}
 	for _, dt := range []backend.DType{backend.F32, backend.BF16, backend.F16, backend.I32} {
@@ -1081,9 +1080,10 @@ type lnShape struct {
 
 var (
 	lnFwdShapes = []lnShape{{1, 1, true}, {5, 7, true}, {40, 64, true}, {13, 100, false}, {0, 8, true}}
-	lnDxShapes  = []lnShape{{1, 1, true}, {5, 7, true}, {20, 100, true}, {3, 40, false}}
-	// With chunks of 16 rows, 40, 35 and 17 rows span three, three and two chunks.
-	lnDwShapes = []lnShape{{40, 33, true}, {35, 5, true}, {17, 64, false}, {1, 40, true}, {0, 6, true}}
+	// With chunks of 16 rows, 40, 35, 20 and 17 rows span three, three,
+	// two and two chunks (blocks); 64 and 40 columns (and 100 in F32) are
+	// whole 16-byte pieces.
+	lnBwdShapes = []lnShape{{1, 1, true}, {5, 7, true}, {20, 100, true}, {3, 40, false}, {40, 33, true}, {35, 5, true}, {17, 64, false}, {1, 40, true}, {0, 6, true}}
 )
 
 // lnInput returns x with a row-dependent offset (so the mean matters), w
@@ -1246,6 +1246,9 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 			if withRes {
 				want[3] = cpuGet(cdrop, rows*cols)
 			}
+			// The counters start at zero, and every launch leaves them so:
+			// the runs share them, and they are checked after.
+			done := emu.NewU32(make([]uint32, kernels.LayerNormBackwardCounters(cols)))
 			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dx, dw, db := devOut(dt, rows*cols), emu.NewF32(dw0), emu.NewF32(db0)
 				var dbArg *emu.Buffer
@@ -1256,9 +1259,9 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				if withRes {
 					resArg, dropArg, baseArg = devIn(dt, res), devOut(dt, rows*cols), emu.NewI32(base)
 				}
-				scratch := emu.Poison(emu.F32, kernels.LayerNormBackwardScratch(rows, cols)) // counters too: the dx kernel zeroes them
+				scratch := emu.Poison(emu.F32, kernels.LayerNormBackwardScratch(rows, cols))
 				must(t, kernels.LayerNormBackward(l, dt, dx, resArg, dw, dbArg, devIn(dt, dout), devIn(dt, x),
-					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, rows, cols, dropArg, mask, baseArg))
+					emu.NewF32(mean), emu.NewF32(rstd), emu.NewF32(w), scratch, done, rows, cols, dropArg, mask, baseArg))
 				o := [][]float32{devGet(dx), dw.F32(), db.F32(), nil}
 				if withRes {
 					o[3] = devGet(dropArg)
@@ -1266,6 +1269,11 @@ func layerNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				return o
 			})
 			what := fmt.Sprintf("layernorm backward %v %dx%d bias=%v dres=%v", dt, rows, cols, sh.bias, withRes)
+			for i, v := range done.U32() {
+				if v != 0 {
+					t.Errorf("%s: counter %d is %d after the launches, want 0", what, i, v)
+				}
+			}
 			checkClose(t, what+" dx", got[0], want[0], tol(dt))
 			checkClose(t, what+" dw", got[1], want[1], 1e-5)
 			checkClose(t, what+" db", got[2], want[2], 1e-5)

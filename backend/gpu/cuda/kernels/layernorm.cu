@@ -155,200 +155,195 @@ extern "C" __global__ void fleet_add_layernorm_bf16(unsigned short *__restrict__
 	fleet_add_layernorm_impl<fleet_bf16>(sum, out, mean, rstd, x, y, w, b, rows, cols, eps, seed, offset, site, threshold, scale, seedBase);
 }
 
-// fleet_layernorm_backward_dx_<t>: with xhat = (x - mean)*rstd and g = dout,
-// dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row, plus
-// dres[same element] unless dres is null (the gradient x gathered from its
-// other uses; it must not overlap dx). Where ddrop is not null it also
-// gets dx times fleet_dropout_factor(fleet_dropout_seed(seed, seedBase),
-// offset, site, threshold, scale, element) (a
-// dropout's backward pass, for the dropout whose output x is). One warp per
-// row, grid-stride over rows. It also zeroes the chunk counters of the fleet_layernorm_backward_dwdb_<t>
-// launch that follows on the stream (part and nparts are that launch's
-// scratch and chunk count). Traffic: x and dout read twice (second time from
-// cache), dres read once, dx written once. Launch: as fleet_layernorm_<t>.
+// fleet_layernorm_backward_<t>: the whole LayerNorm backward in one
+// launch. With xhat = (x - mean)*rstd and g = dout, for each row
+// dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)), plus dres[same
+// element] unless dres is null (the gradient x gathered from its other
+// uses; it must not overlap dx); where ddrop is not null it also gets dx as
+// stored times fleet_dropout_factor(fleet_dropout_seed(seed, seedBase),
+// offset, site, threshold, scale, element) (a dropout's backward pass, for
+// the dropout whose output x is). And dw[j] += sum_r g*xhat, and unless db
+// is null db[j] += sum_r g, deterministically.
+//
+// Block c owns the chunk of rows [c*chunkRows, (c+1)*chunkRows) (grid:
+// one block per chunk, 256 threads). First its warps take the chunk's
+// rows, one warp a row (128-bit loads and stores where the rows are whole
+// 16-byte pieces, as fleet_layernorm_row), and write dx. Then, for each
+// strip of 32 columns in turn, warp w adds rows w, w+W, ... of the chunk
+// with its lanes on adjacent columns (coalesced; x and dout again, from
+// cache), the warps' sums are added in warp order, and the chunk's
+// partials go to part[c*cols + j] (dw) and part[(C + c)*cols + j] (db), C
+// = gridDim.x chunks; the last block to finish a strip (counted in
+// done[strip], an integer per strip, the only atomic) adds the strip's C
+// partials in chunk order into dw and db, and sets done[strip] back to 0.
+// So every sum has a fixed order, whichever block finishes last, and done,
+// zero before the first launch, is zero after every launch. Traffic: x
+// and dout read twice (the second time from cache), dres read once, dx
+// written once, partials written and read once, dw and db read and written
+// once.
 template <class S>
-__device__ __forceinline__ void fleet_layernorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ part, int nparts,
-	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	typename S::T *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
-	if (blockIdx.x == 0) {
-		unsigned int *done = (unsigned int *)(part + 2LL * nparts * cols);
-		for (int i = threadIdx.x; i < (cols + 31) / 32; i += blockDim.x) {
-			done[i] = 0;
-		}
-	}
-	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
-	// 128-bit loads and stores where the rows are whole 16-byte pieces, as
-	// fleet_layernorm_row takes them: the same arithmetic per element.
+__device__ __forceinline__ void fleet_layernorm_backward_dx_row(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres,
+	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd,
+	const float *__restrict__ w, long long r, int cols, bool vec, typename S::T *__restrict__ ddrop, long long seed, long long offset, int site,
+	unsigned int threshold, float scale, const int *__restrict__ seedBase, int lane) {
 	const int N = 16 / sizeof(typename S::T);
-	bool vec = cols % N == 0 && fleet_aligned16(dx, dres, dout, x, w);
-	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
-		long long o = r * cols;
-		float m = mean[r], rs = rstd[r];
-		float s1 = 0.0f, s2 = 0.0f;
-		if (vec) {
-			float xv[N], gv[N], wv[N];
-			for (int j = N * lane; j < cols; j += 32 * N) {
-				fleet_ld16<S>(x, o + j, xv);
-				fleet_ld16<S>(dout, o + j, gv);
+	long long o = r * cols;
+	float m = mean[r], rs = rstd[r];
+	float s1 = 0.0f, s2 = 0.0f;
+	if (vec) {
+		float xv[N], gv[N], wv[N];
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(x, o + j, xv);
+			fleet_ld16<S>(dout, o + j, gv);
 #pragma unroll
-				for (int q = 0; q < N; q += 4) {
-					fleet_ld16<fleet_f32>(w, j + q, wv + q);
-				}
-#pragma unroll
-				for (int k = 0; k < N; k++) {
-					float xhat = (xv[k] - m) * rs;
-					float gw = gv[k] * wv[k];
-					s1 += gw;
-					s2 += gw * xhat;
-				}
+			for (int q = 0; q < N; q += 4) {
+				fleet_ld16<fleet_f32>(w, j + q, wv + q);
 			}
-		} else {
-			for (int j = lane; j < cols; j += 32) {
-				float xhat = (S::ld(x, o + j) - m) * rs;
-				float gw = S::ld(dout, o + j) * w[j];
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				float xhat = (xv[k] - m) * rs;
+				float gw = gv[k] * wv[k];
 				s1 += gw;
 				s2 += gw * xhat;
 			}
 		}
-		s1 = fleet_warp_sum(s1) / (float)cols;
-		s2 = fleet_warp_sum(s2) / (float)cols;
-		if (vec) {
-			float xv[N], gv[N], wv[N], rv[N];
-			for (int j = N * lane; j < cols; j += 32 * N) {
-				fleet_ld16<S>(x, o + j, xv);
-				fleet_ld16<S>(dout, o + j, gv);
-#pragma unroll
-				for (int q = 0; q < N; q += 4) {
-					fleet_ld16<fleet_f32>(w, j + q, wv + q);
-				}
-				if (dres != 0) {
-					fleet_ld16<S>(dres, o + j, rv);
-				}
-#pragma unroll
-				for (int k = 0; k < N; k++) {
-					float xhat = (xv[k] - m) * rs;
-					float v = rs * (gv[k] * wv[k] - s1 - xhat * s2);
-					if (dres != 0) {
-						v += rv[k];
-					}
-					xv[k] = v;
-				}
-				fleet_st16<S>(dx, o + j, xv);
-			}
-		} else {
-			for (int j = lane; j < cols; j += 32) {
-				float xhat = (S::ld(x, o + j) - m) * rs;
-				float v = rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2);
-				if (dres != 0) {
-					v += S::ld(dres, o + j);
-				}
-				S::st(dx, o + j, v);
-			}
+	} else {
+		for (int j = lane; j < cols; j += 32) {
+			float xhat = (S::ld(x, o + j) - m) * rs;
+			float gw = S::ld(dout, o + j) * w[j];
+			s1 += gw;
+			s2 += gw * xhat;
 		}
-		if (ddrop != 0) {
-			// The gradient as stored, as the CPU masks it, four
-			// consecutive elements a lane (one Philox call).
-			__syncwarp();
-			unsigned long long sd = fleet_dropout_seed(seed, seedBase);
-			for (int j = 4 * lane; j < cols; j += 128) {
-				int m = cols - j < 4 ? cols - j : 4;
-				float f[4];
-				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
-				for (int k = 0; k < m; k++) {
-					S::st(ddrop, o + j + k, __fmul_rn(S::ld(dx, o + j + k), f[k]));
+	}
+	s1 = fleet_warp_sum(s1) / (float)cols;
+	s2 = fleet_warp_sum(s2) / (float)cols;
+	if (vec) {
+		float xv[N], gv[N], wv[N], rv[N];
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(x, o + j, xv);
+			fleet_ld16<S>(dout, o + j, gv);
+#pragma unroll
+			for (int q = 0; q < N; q += 4) {
+				fleet_ld16<fleet_f32>(w, j + q, wv + q);
+			}
+			if (dres != 0) {
+				fleet_ld16<S>(dres, o + j, rv);
+			}
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				float xhat = (xv[k] - m) * rs;
+				float v = rs * (gv[k] * wv[k] - s1 - xhat * s2);
+				if (dres != 0) {
+					v += rv[k];
 				}
+				xv[k] = v;
+			}
+			fleet_st16<S>(dx, o + j, xv);
+		}
+	} else {
+		for (int j = lane; j < cols; j += 32) {
+			float xhat = (S::ld(x, o + j) - m) * rs;
+			float v = rs * (S::ld(dout, o + j) * w[j] - s1 - xhat * s2);
+			if (dres != 0) {
+				v += S::ld(dres, o + j);
+			}
+			S::st(dx, o + j, v);
+		}
+	}
+	if (ddrop != 0) {
+		// The gradient as stored, as the CPU masks it, four
+		// consecutive elements a lane (one Philox call).
+		__syncwarp();
+		unsigned long long sd = fleet_dropout_seed(seed, seedBase);
+		for (int j = 4 * lane; j < cols; j += 128) {
+			int m = cols - j < 4 ? cols - j : 4;
+			float f[4];
+			fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
+			for (int k = 0; k < m; k++) {
+				S::st(ddrop, o + j + k, __fmul_rn(S::ld(dx, o + j + k), f[k]));
 			}
 		}
 	}
 }
 
-extern "C" __global__ void fleet_layernorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ part, int nparts,
-	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	float *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_layernorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
-}
-extern "C" __global__ void fleet_layernorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ part, int nparts,
-	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	unsigned short *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
-	fleet_layernorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, mean, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
-}
-
-// fleet_layernorm_backward_dwdb_<t>: dw[j] += sum_r g*xhat and, unless db
-// is null, db[j] += sum_r g, in one launch and deterministically. Partial
-// sums over one chunk of rows first, laid out as fleet_sumrows_partial_<t>:
-// blockIdx.y is the chunk (rows [y*chunkRows, (y+1)*chunkRows)), block x
-// covers 32 columns, warp w adds rows w, w+W, ... with its lanes on adjacent
-// columns (coalesced), and the warps' sums are added in warp order.
-// part[y*cols + j] gets the dw partial and part[(C + y)*cols + j] the db
-// partial, C = gridDim.y chunks. Then the last block of each column block
-// to finish (counted in done[blockIdx.x], done = part + 2*C*cols, zeroed by
-// fleet_layernorm_backward_dx_<t> just before) adds that column block's C
-// partials in chunk order into dw and db: the order of every sum is fixed,
-// whichever block finishes last. Traffic: x and dout read once, partials written and read
-// once, dw and db read and written once. Launch: blocks of 256 threads,
-// grid (ceil(cols/32), ceil(rows/chunkRows)).
 template <class S>
-__device__ __forceinline__ void fleet_layernorm_backward_dwdb_impl(float *__restrict__ dw, float *__restrict__ db, float *part,
-	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd,
-	int rows, int cols, int chunkRows) {
+__device__ __forceinline__ void fleet_layernorm_backward_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres,
+	float *__restrict__ dw, float *__restrict__ db, float *part, unsigned int *done, const typename S::T *__restrict__ dout,
+	const typename S::T *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows,
+	int cols, int chunkRows, typename S::T *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale,
+	const int *__restrict__ seedBase) {
 	__shared__ float accw[32][32];
 	__shared__ float accb[32][32];
 	__shared__ int last;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	int j = blockIdx.x * 32 + lane;
-	int r0 = blockIdx.y * chunkRows;
+	int nc = gridDim.x, cy = blockIdx.x;
+	int r0 = cy * chunkRows;
 	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
-	float sw = 0.0f, sb = 0.0f;
-	if (j < cols) {
-		for (int r = r0 + warp; r < r1; r += nw) {
-			long long o = (long long)r * cols + j;
-			float g = S::ld(dout, o);
-			sw += g * ((S::ld(x, o) - mean[r]) * rstd[r]);
-			sb += g;
-		}
+	const int N = 16 / sizeof(typename S::T);
+	bool vec = cols % N == 0 && fleet_aligned16(dx, dres, dout, x, w);
+	for (int r = r0 + warp; r < r1; r += nw) {
+		fleet_layernorm_backward_dx_row<S>(dx, dres, dout, x, mean, rstd, w, r, cols, vec, ddrop, seed, offset, site, threshold, scale, seedBase, lane);
 	}
-	accw[warp][lane] = sw;
-	accb[warp][lane] = sb;
-	__syncthreads();
-	if (warp == 0 && j < cols) {
-		float tw = 0.0f, tb = 0.0f;
-		for (int k = 0; k < nw; k++) {
-			tw += accw[k][lane];
-			tb += accb[k][lane];
+	for (int strip = 0; strip * 32 < cols; strip++) {
+		int j = strip * 32 + lane;
+		float sw = 0.0f, sb = 0.0f;
+		if (j < cols) {
+			for (int r = r0 + warp; r < r1; r += nw) {
+				long long o = (long long)r * cols + j;
+				float g = S::ld(dout, o);
+				sw += g * ((S::ld(x, o) - mean[r]) * rstd[r]);
+				sb += g;
+			}
 		}
-		part[(long long)blockIdx.y * cols + j] = tw;
-		part[(long long)(gridDim.y + blockIdx.y) * cols + j] = tb;
-	}
-	__threadfence(); // the partials are visible before the count says so
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		unsigned int *done = (unsigned int *)(part + 2LL * gridDim.y * cols);
-		last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
-	}
-	__syncthreads();
-	if (!last) {
-		return;
-	}
-	__threadfence();
-	if (warp == 0 && j < cols) {
-		const volatile float *vp = part; // written by other blocks: not from this block's cache
-		float tw = 0.0f, tb = 0.0f;
-		for (int p = 0; p < (int)gridDim.y; p++) {
-			tw += vp[(long long)p * cols + j];
-			tb += vp[(long long)(gridDim.y + p) * cols + j];
+		accw[warp][lane] = sw;
+		accb[warp][lane] = sb;
+		__syncthreads();
+		if (warp == 0 && j < cols) {
+			float tw = 0.0f, tb = 0.0f;
+			for (int k = 0; k < nw; k++) {
+				tw += accw[k][lane];
+				tb += accb[k][lane];
+			}
+			part[(long long)cy * cols + j] = tw;
+			part[(long long)(nc + cy) * cols + j] = tb;
 		}
-		dw[j] += tw;
-		if (db != 0) {
-			db[j] += tb;
+		__threadfence(); // the partials are visible before the count says so
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			last = atomicAdd(&done[strip], 1u) == (unsigned int)(nc - 1);
 		}
+		__syncthreads();
+		if (last) {
+			__threadfence();
+			if (warp == 0 && j < cols) {
+				const volatile float *vp = part; // written by other blocks: not from this block's cache
+				float tw = 0.0f, tb = 0.0f;
+				for (int p = 0; p < nc; p++) {
+					tw += vp[(long long)p * cols + j];
+					tb += vp[(long long)(nc + p) * cols + j];
+				}
+				dw[j] += tw;
+				if (db != 0) {
+					db[j] += tb;
+				}
+			}
+			if (threadIdx.x == 0) {
+				done[strip] = 0u; // every block has counted: ready for the next launch
+			}
+		}
+		__syncthreads(); // accw, accb and last are this strip's until here
 	}
 }
 
-extern "C" __global__ void fleet_layernorm_backward_dwdb_f32(float *__restrict__ dw, float *__restrict__ db, float *part,
-	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
-	fleet_layernorm_backward_dwdb_impl<fleet_f32>(dw, db, part, dout, x, mean, rstd, rows, cols, chunkRows);
+extern "C" __global__ void fleet_layernorm_backward_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ dw, float *__restrict__ db,
+	float *part, unsigned int *done, const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd,
+	const float *__restrict__ w, int rows, int cols, int chunkRows, float *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold,
+	float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_impl<fleet_f32>(dx, dres, dw, db, part, done, dout, x, mean, rstd, w, rows, cols, chunkRows, ddrop, seed, offset, site, threshold, scale, seedBase);
 }
-extern "C" __global__ void fleet_layernorm_backward_dwdb_bf16(float *__restrict__ dw, float *__restrict__ db, float *part,
-	const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ mean, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
-	fleet_layernorm_backward_dwdb_impl<fleet_bf16>(dw, db, part, dout, x, mean, rstd, rows, cols, chunkRows);
+extern "C" __global__ void fleet_layernorm_backward_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ dw,
+	float *__restrict__ db, float *part, unsigned int *done, const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x,
+	const float *__restrict__ mean, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols, int chunkRows,
+	unsigned short *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
+	fleet_layernorm_backward_impl<fleet_bf16>(dx, dres, dw, db, part, done, dout, x, mean, rstd, w, rows, cols, chunkRows, ddrop, seed, offset, site, threshold, scale, seedBase);
 }

@@ -3,15 +3,15 @@
 // rstd, dw, db and the scratch are always F32, and all arithmetic is in
 // float.
 //
-// The row kernels (fleet_layernorm_$S, fleet_add_layernorm_$S,
-// fleet_layernorm_backward_dx_$S) give each row to one "warp" of 32
+// The row kernels (fleet_layernorm_$S, fleet_add_layernorm_$S, and the
+// dx part of fleet_layernorm_backward_$S) give each row to one "warp" of 32
 // consecutive work-items, grid-stride over rows: launch 1-D work-groups of
 // 256 (8 rows at a time), any grid. The rows loop goes in rounds of one row
 // a warp, the same for the whole group, so every work-item meets every
 // barrier (a warp past the last row reduces zeros and touches no memory).
 // CUDA's warp shuffle sums become local-memory trees that add in the order
-// of its xor butterfly. fleet_layernorm_backward_dwdb_$S has a 2-D grid of
-// column blocks by row chunks, as fleet_sumrows_partial_$S (reduce.cl).
+// of its xor butterfly. fleet_layernorm_backward_$S's work-groups own
+// chunks of rows (see it).
 
 //@for S in f32 bf16
 // fleet_ln_row_$S normalises row r (xr, cols wide) into yr with the
@@ -133,22 +133,32 @@ __kernel void fleet_add_layernorm_$S(BUF(t_$S, sum), BUF(t_$S, out), BUF(float, 
 	}
 }
 
-// fleet_layernorm_backward_dx_$S: with xhat = (x - mean)*rstd and g = dout,
-// dx = rstd*(g*w - mean_j(g*w) - xhat*mean_j(g*w*xhat)) for each row, plus
-// dres[same element] unless dres is null (it must not overlap dx). Where
-// ddrop is not null it also gets dx as stored times
-// fleet_dropout_factor(fleet_dropout_seed(seed, seedBase), offset, site,
-// threshold, scale, element) (a dropout's backward pass), four
-// consecutive elements a lane after a barrier. Work-group 0 also zeroes
-// the chunk counters of the fleet_layernorm_backward_dwdb_$S launch that
-// follows (part and nparts are that launch's scratch and chunk count).
-// x and dout read twice, dres read once, dx written once.
-__kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(float, part), int nparts, BUF(t_$S, dout), BUF(t_$S, x),
-	BUF(float, mean), BUF(float, rstd), BUF(float, w), int rows, int cols, BUF(t_$S, ddrop), long seed, long offset, int site,
-	uint threshold, float scale, BUF(int, seedBase)) {
+// fleet_layernorm_backward_$S: the whole backward in one launch, as
+// layernorm.cu's fleet_layernorm_backward_<t>. With xhat = (x -
+// mean)*rstd and g = dout, for each row dx = rstd*(g*w - mean_j(g*w) -
+// xhat*mean_j(g*w*xhat)), plus dres[same element] unless dres is null (it
+// must not overlap dx); where ddrop is not null it also gets dx as stored
+// times the element's dropout factor, four consecutive elements a lane
+// after a barrier. And dw[j] += sum_r g*xhat, and unless db is null db[j]
+// += sum_r g, deterministically. Work-group c owns rows [c*chunkRows,
+// (c+1)*chunkRows): its warps first take the chunk's rows, one warp a row
+// in rounds the whole group meets (a warp past the chunk reduces zeros);
+// then, for each strip of 32 columns in turn, warp w adds rows w, w+W, ...
+// of the chunk with its lanes on adjacent columns, the warps' sums are
+// added in warp order into part[c*cols + j] (dw) and part[(C + c)*cols +
+// j] (db), C the number of groups, and the last group to finish a strip
+// (atomic_inc on done[strip], zero before the launch) adds the strip's C
+// partials in chunk order into dw and db and sets done[strip] back to 0.
+// Launch: work-groups of 256, one per chunk.
+__kernel void fleet_layernorm_backward_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(float, dw), BUF(float, db), BUF(float, part), BUF(uint, done),
+	BUF(t_$S, dout), BUF(t_$S, x), BUF(float, mean), BUF(float, rstd), BUF(float, w), int rows, int cols, int chunkRows, BUF(t_$S, ddrop),
+	long seed, long offset, int site, uint threshold, float scale, BUF(int, seedBase)) {
 	AT(t_$S, dx);
 	AT(t_$S, dres);
+	AT(float, dw);
+	AT(float, db);
 	AT(float, part);
+	AT(uint, done);
 	AT(t_$S, dout);
 	AT(t_$S, x);
 	AT(float, mean);
@@ -157,17 +167,16 @@ __kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF
 	AT(t_$S, ddrop);
 	AT(int, seedBase);
 	__local float red[1024];
-	if (get_group_id(0) == 0) {
-		__global uint *done = (__global uint *)(part + 2L * nparts * cols);
-		for (int i = get_local_id(0); i < (cols + 31) / 32; i += get_local_size(0)) {
-			done[i] = 0u;
-		}
-	}
-	int lane = get_local_id(0) & 31, wpb = get_local_size(0) >> 5;
-	long step = (long)get_num_groups(0) * wpb;
-	for (long base = (long)get_group_id(0) * wpb; base < rows; base += step) {
-		long r = base + (get_local_id(0) >> 5);
-		int act = r < rows;
+	__local float accw[32 * 32];
+	__local float accb[32 * 32];
+	__local int last[1]; // an array: clang warns of a __local scalar set by one work-item
+	int lane = get_local_id(0) & 31, warp = get_local_id(0) >> 5, nw = get_local_size(0) >> 5;
+	int nc = get_num_groups(0), cy = get_group_id(0);
+	int r0 = cy * chunkRows;
+	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
+	for (int base = r0; base < r1; base += nw) {
+		long r = base + warp;
+		int act = r < r1;
 		long o = r * cols;
 		float m = 0.0f, rs = 0.0f;
 		float s1 = 0.0f, s2 = 0.0f;
@@ -202,83 +211,54 @@ __kernel void fleet_layernorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF
 			fleet_ln_dropout_add_$S(ddrop, 0, dx, o, cols, fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale);
 		}
 	}
-}
-
-// fleet_layernorm_backward_dwdb_$S: dw[j] += sum_r g*xhat and, unless db
-// is null, db[j] += sum_r g, in one launch and deterministically. First
-// partial sums over one chunk of rows, laid out as
-// fleet_sumrows_partial_$S: get_group_id(1) = y is the chunk (rows
-// [y*chunkRows, (y+1)*chunkRows)), work-group x covers 32 columns, warp w
-// adds rows w, w+W, ... with its lanes on adjacent columns (coalesced), and
-// the warps' sums are added in warp order; part[y*cols + j] gets the dw
-// partial and part[(C + y)*cols + j] the db partial, C the number of
-// chunks (groups in dimension 1). Then the last work-group of each column
-// block to finish (counted by atomic_inc in done[x], done = part +
-// 2*C*cols as uints, zeroed by fleet_layernorm_backward_dx_$S just before)
-// adds that column block's C partials in chunk order into dw and db: the
-// order of every sum is fixed, whichever group finishes last. x and dout
-// read once, partials written and read once, dw and db read and written
-// once. Launch: work-groups of 256, grid (ceil(cols/32), C).
-__kernel void fleet_layernorm_backward_dwdb_$S(BUF(float, dw), BUF(float, db), BUF(float, part), BUF(t_$S, dout), BUF(t_$S, x),
-	BUF(float, mean), BUF(float, rstd), int rows, int cols, int chunkRows) {
-	AT(float, dw);
-	AT(float, db);
-	AT(float, part);
-	AT(t_$S, dout);
-	AT(t_$S, x);
-	AT(float, mean);
-	AT(float, rstd);
-	__local float accw[32 * 32];
-	__local float accb[32 * 32];
-	__local int last[1]; // an array: clang warns of a __local scalar set by one work-item
-	int lane = get_local_id(0) & 31, warp = get_local_id(0) >> 5, nw = get_local_size(0) >> 5;
-	int nc = get_num_groups(1), cy = get_group_id(1);
-	int j = get_group_id(0) * 32 + lane;
-	int r0 = cy * chunkRows;
-	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
-	float sw = 0.0f, sb = 0.0f;
-	if (j < cols) {
-		for (int r = r0 + warp; r < r1; r += nw) {
-			long o = (long)r * cols + j;
-			float g = ld_$S(dout, o);
-			sw += g * ((ld_$S(x, o) - mean[r]) * rstd[r]);
-			sb += g;
+	for (int strip = 0; strip * 32 < cols; strip++) {
+		int j = strip * 32 + lane;
+		float sw = 0.0f, sb = 0.0f;
+		if (j < cols) {
+			for (int r = r0 + warp; r < r1; r += nw) {
+				long o = (long)r * cols + j;
+				float g = ld_$S(dout, o);
+				sw += g * ((ld_$S(x, o) - mean[r]) * rstd[r]);
+				sb += g;
+			}
 		}
-	}
-	accw[warp * 32 + lane] = sw;
-	accb[warp * 32 + lane] = sb;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	if (warp == 0 && j < cols) {
-		float tw = 0.0f, tb = 0.0f;
-		for (int k = 0; k < nw; k++) {
-			tw += accw[k * 32 + lane];
-			tb += accb[k * 32 + lane];
+		accw[warp * 32 + lane] = sw;
+		accb[warp * 32 + lane] = sb;
+		barrier(CLK_LOCAL_MEM_FENCE);
+		if (warp == 0 && j < cols) {
+			float tw = 0.0f, tb = 0.0f;
+			for (int k = 0; k < nw; k++) {
+				tw += accw[k * 32 + lane];
+				tb += accb[k * 32 + lane];
+			}
+			part[(long)cy * cols + j] = tw;
+			part[(long)(nc + cy) * cols + j] = tb;
 		}
-		part[(long)cy * cols + j] = tw;
-		part[(long)(nc + cy) * cols + j] = tb;
-	}
-	mem_fence(CLK_GLOBAL_MEM_FENCE); // the partials are written before the count says so
-	barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-	if (get_local_id(0) == 0) {
-		volatile __global uint *done = (volatile __global uint *)(part + 2L * nc * cols);
-		last[0] = atomic_inc(&done[get_group_id(0)]) == (uint)(nc - 1);
-	}
-	barrier(CLK_LOCAL_MEM_FENCE);
-	if (!last[0]) {
-		return;
-	}
-	mem_fence(CLK_GLOBAL_MEM_FENCE);
-	if (warp == 0 && j < cols) {
-		volatile __global float *vp = part; // written by other work-groups: read from memory
-		float tw = 0.0f, tb = 0.0f;
-		for (int p = 0; p < nc; p++) {
-			tw += vp[(long)p * cols + j];
-			tb += vp[(long)(nc + p) * cols + j];
+		mem_fence(CLK_GLOBAL_MEM_FENCE); // the partials are written before the count says so
+		barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+		if (get_local_id(0) == 0) {
+			last[0] = atomic_inc((volatile __global uint *)&done[strip]) == (uint)(nc - 1);
 		}
-		dw[j] += tw;
-		if (db != 0) {
-			db[j] += tb;
+		barrier(CLK_LOCAL_MEM_FENCE);
+		if (last[0]) {
+			mem_fence(CLK_GLOBAL_MEM_FENCE);
+			if (warp == 0 && j < cols) {
+				volatile __global float *vp = part; // written by other work-groups: read from memory
+				float tw = 0.0f, tb = 0.0f;
+				for (int p = 0; p < nc; p++) {
+					tw += vp[(long)p * cols + j];
+					tb += vp[(long)(nc + p) * cols + j];
+				}
+				dw[j] += tw;
+				if (db != 0) {
+					db[j] += tb;
+				}
+			}
+			if (get_local_id(0) == 0) {
+				done[strip] = 0u; // every group has counted: ready for the next launch
+			}
 		}
+		barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE); // accw, accb and last are this strip's until here
 	}
 }
 //@end
