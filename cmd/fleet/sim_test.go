@@ -25,7 +25,7 @@ func TestBenchSimJSON(t *testing.T) {
 		}
 	}
 	// The batch goes up every step: 12 sequences of 64 inputs and targets, int32.
-	if r["h2d_bytes_per_step"].(float64) < 2*12*64*4 || r["launches_per_step"].(float64) < 100 {
+	if r["h2d_bytes_per_step"].(float64) < 2*12*64*4 || r["launches_per_step"].(float64) < 90 { // 98 launches since LayerNorm's backward is one
 		t.Errorf("h2d %v, launches %v", r["h2d_bytes_per_step"], r["launches_per_step"])
 	}
 	if m := r["predicted_mfu"].(float64); m <= 0 || m >= 1 {
