@@ -213,6 +213,7 @@ PY
 }
 
 checks() {
+  T0=$SECONDS # the budget is the stages' (a dry run's build comes before)
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
   # Caches and runs stay under OUT.
