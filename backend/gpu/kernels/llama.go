@@ -1,0 +1,271 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/fleetml/fleet/backend"
+)
+
+// The op functions of Llama-style blocks (backend.LlamaBlocks): RMSNorm,
+// its fused residual add and its backward pass, rotary position
+// embeddings with the optional QK-norm, and SwiGLU. The kernels are in
+// llama.cu (CUDA) and llama.cl (OpenCL); grouped-query attention is the
+// attention kernels' (attention.go).
+
+// RotaryMaxHD is the widest head Rotary and RotaryBackward take: a warp
+// owns a head, each lane RotaryMaxHD/64 of its pairs.
+const RotaryMaxHD = 256
+
+// rotaryChunkRows is how many rows each of RotaryBackward's partial sums
+// of the QK-norm weights' gradients covers (one block per chunk);
+// tests lower it to reach several chunks with few rows.
+var rotaryChunkRows = 64
+
+// RMSNorm normalises each row of a rows×cols x into out (both of storage
+// dt, F32 or BF16) by its root mean square, with F32 weight w, saving the
+// F32 rstd [rows] (backend.LlamaBlocks.RMSNorm). One launch of
+// fleet_rmsnorm_<dt>, a warp per row.
+func RMSNorm[B comparable](l Launcher[B], dt backend.DType, out, rstd, x, w B, rows, cols int, eps float32) error {
+	k, err := kernel("rmsnorm", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := checkInt("rmsnorm", rows, cols); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(out, rstd, x, w).Int(int32(rows), int32(cols)).Float(eps))
+}
+
+// AddRMSNorm is DropoutAdd (sum = x + y*m.Factor, x nil: y*m.Factor; base
+// m.Base) then RMSNorm of sum (out, rstd), in one launch with the same
+// bits (backend.LlamaBlocks.AddRMSNorm): fleet_add_rmsnorm_<dt>.
+func AddRMSNorm[B comparable](l Launcher[B], dt backend.DType, sum, out, rstd, x, y, w B, rows, cols int, eps float32, m backend.DropoutMask, base B) error {
+	k, err := kernel("add_rmsnorm", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := checkInt("add_rmsnorm", rows, cols); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	return l.Launch(k, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(sum, out, rstd, x, y, w).Int(int32(rows), int32(cols)).Float(eps).
+		Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base))
+}
+
+// RMSNormBackwardScratch is the number of F32 elements of scratch
+// RMSNormBackward needs: the partial sums of dw, then a counter per 32
+// columns.
+func RMSNormBackwardScratch(rows, cols int) int { return chunks(rows)*cols + (cols+31)/32 }
+
+// RMSNormBackward writes dx (plus dres, unless dres is nil; it must not
+// overlap dx) and accumulates into dw for an RMSNorm over rows×cols, in
+// two launches as LayerNormBackward: fleet_rmsnorm_backward_dx_<dt> (dx,
+// and, unless ddrop is nil, dx masked by m into ddrop) and
+// fleet_rmsnorm_backward_dw_<dt> (dw's partial sums over fixed chunks of
+// ChunkRows rows, added in chunk order by the last block of each column
+// strip: deterministic, the only atomic an integer count). dx, dres, dout,
+// x and ddrop have storage dt (F32 or BF16); rstd, w and dw are F32.
+// scratch holds RMSNormBackwardScratch(rows, cols) F32 elements.
+func RMSNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, dout, x, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
+	kdx, err := kernel("rmsnorm_backward_dx", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	kdw, _ := kernel("rmsnorm_backward_dw", dt, floatTypes...)
+	if err := checkInt("rmsnorm backward", rows, cols); err != nil {
+		return err
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	nc := chunks(rows)
+	if nc > maxGridY {
+		return fmt.Errorf("kernels: rmsnorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
+	}
+	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, rstd, w).Int(int32(rows), int32(cols)).
+		Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base)); err != nil {
+		return err
+	}
+	grid := [3]int{(cols + 31) / 32, nc, 1}
+	return l.Launch(kdw, grid, block1D, 0, *new(Args[B]).Buf(dw, scratch, dout, x, rstd).Int(int32(rows), int32(cols), int32(chunkRows)))
+}
+
+// rotaryCheck validates a Rotary call's shape.
+func rotaryCheck(op string, p backend.Rotary) error {
+	if p.B < 0 || p.T < 0 || p.H < 1 || p.KVH < 1 || p.HD < 2 || p.HD%2 != 0 || p.HD > RotaryMaxHD || p.Pos < 0 || p.Pos+p.T > p.MaxPos {
+		return fmt.Errorf("kernels: %s: bad shape %+v (want H, KVH >= 1, an even head of at most %d, positions inside the table)", op, p, RotaryMaxHD)
+	}
+	if int64(p.B)*int64(p.T)*int64(p.H+2*p.KVH) > math.MaxInt32 || int64(p.MaxPos)*int64(p.HD) > math.MaxInt32 {
+		return fmt.Errorf("kernels: %s: shape %+v too large", op, p)
+	}
+	return nil
+}
+
+// rotaryArgs are the shape arguments every rotary kernel ends with.
+func rotaryArgs[B comparable](a *Args[B], p backend.Rotary) *Args[B] {
+	return a.Int(int32(p.B), int32(p.T), int32(p.H), int32(p.KVH), int32(p.HD), int32(p.Pos), int32(p.MaxPos))
+}
+
+// Rotary applies rotary embeddings, after QK-norm where qw is not nil, to
+// the q and k heads of a packed qkv (p.Width() wide rows) into out, and
+// copies the v heads (backend.LlamaBlocks.Rotary): qkv and out have
+// storage dt (F32 or BF16); rstd ([B·T·(H+KVH)], written with QK-norm),
+// qw, kw ([HD]) and the table are F32. One launch of fleet_rotary_<dt>, a
+// warp per (row, head).
+func Rotary[B comparable](l Launcher[B], dt backend.DType, p backend.Rotary, out, rstd, qkv, qw, kw, table B) error {
+	k, err := kernel("rotary", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := rotaryCheck("rotary", p); err != nil {
+		return err
+	}
+	units := p.B * p.T * (p.H + 2*p.KVH)
+	if units == 0 {
+		return nil
+	}
+	a := *new(Args[B]).Buf(out, rstd, qkv, qw, kw, table)
+	return l.Launch(k, gridFor(l, int64(units), BlockSize/32), block1D, 0, *rotaryArgs(&a, p).Float(p.Eps))
+}
+
+// RotaryBackwardScratch is the number of F32 elements of scratch
+// RotaryBackward needs with QK-norm: per chunk of rows, the partial sums
+// of dqw and of dkw.
+func RotaryBackwardScratch(p backend.Rotary) int {
+	rows := p.B * p.T
+	return (rows + rotaryChunkRows - 1) / rotaryChunkRows * 2 * p.HD
+}
+
+// RotaryBackward writes dqkv from dout (backend.LlamaBlocks.RotaryBackward):
+// the rotation's transpose, then, where qw is not nil, QK-norm's backward
+// pass, accumulating into dqw and dkw. dqkv, dout and qkv have storage dt;
+// rstd, qw, kw, dqw, dkw, the table and scratch (RotaryBackwardScratch(p)
+// F32 elements; the zero buffer without QK-norm) are F32. One launch of
+// fleet_rotary_backward_<dt> (a block per chunk of rotaryChunkRows rows,
+// each warp a (row, head) at a time), which writes each chunk's partial
+// sums; with QK-norm, then fleet_rotary_backward_dw_f32, which adds them
+// into dqw and dkw in chunk order: deterministic, no atomics.
+func RotaryBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Rotary, dqkv, dqw, dkw, dout, qkv, rstd, qw, kw, table, scratch B) error {
+	k, err := kernel("rotary_backward", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := rotaryCheck("rotary backward", p); err != nil {
+		return err
+	}
+	rows := p.B * p.T
+	if rows == 0 {
+		return nil
+	}
+	nc := (rows + rotaryChunkRows - 1) / rotaryChunkRows
+	a := *new(Args[B]).Buf(dqkv, scratch, dout, qkv, rstd, qw, kw, table)
+	if err := l.Launch(k, [3]int{nc, 1, 1}, block1D, 0, *rotaryArgs(&a, p).Int(int32(rotaryChunkRows))); err != nil {
+		return err
+	}
+	var none B
+	if qw == none {
+		return nil
+	}
+	cols := 2 * p.HD // one warp per column of dqw, then of dkw
+	return l.Launch("fleet_rotary_backward_dw_f32", gridFor(l, int64(cols), BlockSize/32), block1D, 0,
+		*new(Args[B]).Buf(dqw, dkw, scratch).Int(int32(nc), int32(p.HD)))
+}
+
+// SwiGLU writes out[r, j] = silu(gu[r, j])·gu[r, hidden+j] for gu
+// [rows, 2·hidden] and out [rows, hidden], both of storage dt (F32 or
+// BF16) (backend.LlamaBlocks.SwiGLU): fleet_swiglu_<dt>, elementwise.
+func SwiGLU[B comparable](l Launcher[B], dt backend.DType, out, gu B, rows, hidden int) error {
+	k, err := kernel("swiglu", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := checkInt("swiglu", rows, 2*hidden); err != nil {
+		return err
+	}
+	return elementwise(l, k, rows*hidden, *new(Args[B]).Buf(out, gu).Int(int32(rows), int32(hidden)))
+}
+
+// SwiGLUBackward writes dgu [rows, 2·hidden] from dout [rows, hidden] and
+// the forward's gu (backend.LlamaBlocks.SwiGLUBackward), all of storage
+// dt: fleet_swiglu_backward_<dt>, elementwise.
+func SwiGLUBackward[B comparable](l Launcher[B], dt backend.DType, dgu, gu, dout B, rows, hidden int) error {
+	k, err := kernel("swiglu_backward", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	if err := checkInt("swiglu backward", rows, 2*hidden); err != nil {
+		return err
+	}
+	return elementwise(l, k, rows*hidden, *new(Args[B]).Buf(dgu, gu, dout).Int(int32(rows), int32(hidden)))
+}
+
+// llamaFLOPs is FLOPs for the kernels of llama.cu (name without fleet_
+// and the storage suffix), 0 for any other.
+func llamaFLOPs(name string, arg func(param string) float64) float64 {
+	qk := func() float64 { return arg("B") * arg("T") * (arg("H") + arg("KVH")) * arg("HD") }
+	norm := 0.0 // QK-norm's, where its weights are given
+	if arg("qw") != 0 {
+		norm = 1
+	}
+	switch name {
+	case "rmsnorm": // the square and its sum, then x·rstd·w
+		return 4 * arg("rows") * arg("cols")
+	case "add_rmsnorm": // the masked add, then the RMSNorm
+		return 6 * arg("rows") * arg("cols")
+	case "rmsnorm_backward_dx": // g·w·x̂ and its sum, rstd·(g·w − x̂·s), dres (the masked copy: one more)
+		return 9 * arg("rows") * arg("cols")
+	case "rmsnorm_backward_dw": // the partials, then their sums
+		return 3*arg("rows")*arg("cols") + math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
+	case "rotary": // QK-norm (4 an element), then the rotation (3)
+		return (3 + 4*norm) * qk()
+	case "rotary_backward": // the rotation's transpose (3), then QK-norm's backward pass and its weights' partials (9)
+		return (3 + 9*norm) * qk()
+	case "rotary_backward_dw":
+		return 2 * arg("nparts") * arg("HD")
+	case "swiglu": // the exp, 1 + e, the division, two products
+		return 5 * arg("rows") * arg("hidden")
+	case "swiglu_backward":
+		return 12 * arg("rows") * arg("hidden")
+	}
+	return 0
+}
+
+// llamaBytes is Bytes for the kernels of llama.cu (name without fleet_
+// and the storage suffix, es bytes an activation): each array read or
+// written once (the second reads of a row in the row kernels come from
+// cache), the weights and the rotary table's rows once a launch.
+func llamaBytes(name string, es float64, arg func(param string) float64) (float64, bool) {
+	rows, cols, hid := arg("rows"), arg("cols"), arg("hidden")
+	btr := arg("B") * arg("T")
+	W, qk := (arg("H")+2*arg("KVH"))*arg("HD"), (arg("H")+arg("KVH"))*arg("HD")
+	table := arg("T") * arg("HD") * 4 // the positions' cos and sin
+	switch name {
+	case "rmsnorm": // x, out; w, rstd
+		return es*2*rows*cols + 4*(cols+rows), true
+	case "add_rmsnorm": // y (and x), sum, out; w, rstd
+		return es*(3+arg("x"))*rows*cols + 4*(cols+rows), true
+	case "rmsnorm_backward_dx": // dout, x, dx (and dres, ddrop); w, rstd
+		return es*(3+arg("dres")+arg("ddrop"))*rows*cols + 4*(cols+rows), true
+	case "rmsnorm_backward_dw": // dout, x, rstd; the partials written and read, dw
+		nc := math.Ceil(rows / max(arg("chunkRows"), 1))
+		return es*2*rows*cols + 4*rows + 8*nc*cols + 8*cols, true
+	case "rotary": // qkv, out; with QK-norm, rstd and the weights
+		return es*2*btr*W + table + arg("qw")*(4*btr*(arg("H")+arg("KVH"))+8*arg("HD")), true
+	case "rotary_backward": // dout, dqkv; with QK-norm, the q and k heads of qkv, rstd, the weights and the partials
+		nc := math.Ceil(btr / max(arg("chunkRows"), 1))
+		return es*2*btr*W + table + arg("qw")*(es*btr*qk+4*btr*(arg("H")+arg("KVH"))+8*arg("HD")+8*nc*arg("HD")), true
+	case "rotary_backward_dw": // the partials; dqw and dkw read and written
+		return 8*arg("nparts")*arg("HD") + 16*arg("HD"), true
+	case "swiglu": // gu, out
+		return es * 3 * rows * hid, true
+	case "swiglu_backward": // gu, dout, dgu
+		return es * 5 * rows * hid, true
+	}
+	return 0, false
+}
