@@ -145,9 +145,11 @@ func mmaName(op string, dt backend.DType, p backend.Attention, hd int) string {
 	return mmaNames[op][0][i]
 }
 
-// mmaGrid is the grid of the tensor-core kernels: (b, h) pairs by row blocks.
-func mmaGrid(p backend.Attention) [3]int {
-	return [3]int{p.B * p.H, (p.T + mmaRows - 1) / mmaRows, 1}
+// mmaGrid is the grid of the tensor-core kernels: (b, h) pairs by row
+// blocks, h over the heads each block owns: the query heads, or the
+// key/value heads in the dk/dv kernel.
+func mmaGrid(p backend.Attention, heads int) [3]int {
+	return [3]int{p.B * heads, (p.T + mmaRows - 1) / mmaRows, 1}
 }
 
 // mmaAttention reports whether attention p of storage dt runs on the
@@ -168,10 +170,11 @@ func attnSuffix(op string, dt backend.DType) (string, error) {
 	return "", fmt.Errorf("%s: dtype %v not supported (want f32 or bf16)", op, dt)
 }
 
-// attnCheck validates a shape and returns the head size.
-func attnCheck(op string, B, T, C, H int) (int, error) {
-	if B < 1 || T < 1 || C < 1 || H < 1 || C%H != 0 {
-		return 0, fmt.Errorf("%s: bad shape B=%d T=%d C=%d H=%d (want positive sizes, C a multiple of H)", op, B, T, C, H)
+// attnCheck validates a shape with KVH key/value heads and returns the
+// head size.
+func attnCheck(op string, B, T, C, H, KVH int) (int, error) {
+	if B < 1 || T < 1 || C < 1 || H < 1 || C%H != 0 || KVH < 1 || H%KVH != 0 {
+		return 0, fmt.Errorf("%s: bad shape B=%d T=%d C=%d H=%d KVH=%d (want positive sizes, C a multiple of H, KVH dividing H)", op, B, T, C, H, KVH)
 	}
 	hd := C / H
 	if hd > attnHDMax {
@@ -197,8 +200,10 @@ func attnGrid(B, T, H, hd int) [3]int {
 }
 
 // Attention launches causal self-attention (backend.Backend.Attention) on
-// packed qkv [B, T, 3C]: out [B, T, C] and qkv are stored as dt (F32 or
-// BF16), lse [B, H, T] is F32. One launch: fleet_attention_fwd_<dt>, or,
+// packed qkv [B, T, 3C] (with p.KVH key/value heads, [B, T, C +
+// 2·KVH·C/H]: query head h reads key/value head h/(H/KVH) where it lies):
+// out [B, T, C] and qkv are stored as dt (F32 or BF16), lse [B, H, T] is
+// F32. One launch: fleet_attention_fwd_<dt>, or,
 // on a device with tensor cores, for BF16 or for F32 with p.Round BF16,
 // fleet_attention_fwd_mma<HDP>_<dt> (attention_mma.cu), and for F32 with
 // p.Round F16, fleet_attention_fwd_mma<HDP>f16_f32.
@@ -208,13 +213,13 @@ func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attentio
 	if err != nil {
 		return err
 	}
-	hd, err := attnCheck(op, p.B, p.T, p.C, p.H)
+	hd, err := attnCheck(op, p.B, p.T, p.C, p.H, p.KVHeads())
 	if err != nil {
 		return err
 	}
-	shape := *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H))
+	shape := *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.KVHeads()))
 	if mmaAttention(l, dt, p) {
-		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p), mmaBlock, 0, shape)
+		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p, p.H), mmaBlock, 0, shape)
 	}
 	return l.Launch(name("attention_fwd", dt, 0), attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0, shape)
 }
@@ -229,43 +234,48 @@ func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T 
 // and qkv are stored as dt; scratch holds AttentionBackwardScratch(p) F32
 // elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
 // (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
-// (reads them, writes dk and dv); where Attention runs on tensor cores,
-// their mma<HDP> variants. Every element of dqkv is written.
+// (reads them, writes dk and dv, each key/value head's summed over the
+// query heads of its group in a fixed order: the dkdv grid runs over the
+// key/value heads); where Attention runs on tensor cores, their mma<HDP>
+// variants. Every element of dqkv is written.
 func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch B) error {
 	const op = "attention backward"
 	_, err := attnSuffix(op, dt)
 	if err != nil {
 		return err
 	}
-	hd, err := attnCheck(op, p.B, p.T, p.C, p.H)
+	kvh := p.KVHeads()
+	hd, err := attnCheck(op, p.B, p.T, p.C, p.H, kvh)
 	if err != nil {
 		return err
 	}
-	grid, block := attnGrid(p.B, p.T, p.H, hd), attnBlock(hd)
+	grid, gridKV, block := attnGrid(p.B, p.T, p.H, hd), attnGrid(p.B, p.T, kvh, hd), attnBlock(hd)
 	dq, dkdv := name("attention_bwd_dq", dt, 0), name("attention_bwd_dkdv", dt, 0)
 	if mmaAttention(l, dt, p) {
-		grid, block = mmaGrid(p), mmaBlock
+		grid, gridKV, block = mmaGrid(p, p.H), mmaGrid(p, kvh), mmaBlock
 		dq, dkdv = mmaName("attention_bwd_dq", dt, p, hd), mmaName("attention_bwd_dkdv", dt, p, hd)
 	}
-	nb, nt, nc, nh := int32(p.B), int32(p.T), int32(p.C), int32(p.H)
-	if err := l.Launch(dq, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh)); err != nil {
+	nb, nt, nc, nh, nkv := int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(kvh)
+	if err := l.Launch(dq, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh, nkv)); err != nil {
 		return err
 	}
-	return l.Launch(dkdv, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh))
+	return l.Launch(dkdv, gridKV, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh, nkv))
 }
 
 // AttentionKV launches inference attention against a key/value cache
 // (backend.Backend.AttentionKV): k and v of qkv [B, T, 3C] go into kc and vc
 // [B, MaxT, C] at positions [Pos, Pos+T), and out [B, T, C] is attention of
-// each new position over positions [0, Pos+t]. All four buffers are stored
-// as dt. One launch of fleet_attention_kv_<dt>, one warp per (b, t, h).
+// each new position over positions [0, Pos+t]; with p.KVH key/value heads,
+// qkv is [B, T, C + 2·KVH·C/H] and the caches [B, MaxT, KVH·C/H]. All four
+// buffers are stored as dt. One launch of fleet_attention_kv_<dt>, one warp
+// per (b, t, h).
 func AttentionKV[B comparable](l Launcher[B], dt backend.DType, p backend.AttentionKV, out, qkv, kc, vc B) error {
 	const op = "attention with cache"
 	_, err := attnSuffix(op, dt)
 	if err != nil {
 		return err
 	}
-	if _, err := attnCheck(op, p.B, p.T, p.C, p.H); err != nil {
+	if _, err := attnCheck(op, p.B, p.T, p.C, p.H, p.KVHeads()); err != nil {
 		return err
 	}
 	if p.Pos < 0 || p.MaxT > math.MaxInt32 || int64(p.Pos)+int64(p.T) > int64(p.MaxT) {
@@ -273,5 +283,5 @@ func AttentionKV[B comparable](l Launcher[B], dt backend.DType, p backend.Attent
 	}
 	warps := p.B * p.T * p.H
 	grid := [3]int{(warps + attnKVWarps - 1) / attnKVWarps, 1, 1}
-	return l.Launch(name("attention_kv", dt, 0), grid, [3]int{attnKVThreads, 1, 1}, 0, *new(Args[B]).Buf(out, qkv, kc, vc).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.Pos), int32(p.MaxT)))
+	return l.Launch(name("attention_kv", dt, 0), grid, [3]int{attnKVThreads, 1, 1}, 0, *new(Args[B]).Buf(out, qkv, kc, vc).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.KVHeads()), int32(p.Pos), int32(p.MaxT)))
 }

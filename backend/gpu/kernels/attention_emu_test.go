@@ -189,7 +189,7 @@ func attnCPU(t *testing.T, p backend.Attention, v attnVariant, seed uint64) attn
 	dt := v.dt
 	c := attnCPUBackend(t)
 	rng := rand.New(rand.NewPCG(seed, uint64(p.B*1000003+p.T*1009+p.C*31+p.H)))
-	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*3*p.C), dout: emu.RandF32(rng, p.B*p.T*p.C)}
+	r := attnRef{qkv: emu.RandF32(rng, p.B*p.T*p.Width()), dout: emu.RandF32(rng, p.B*p.T*p.C)}
 	r.qkvIn, r.doutIn = r.qkv, r.dout
 	if rt := v.round; dt == backend.BF16 || rt != 0 {
 		// The reference takes the inputs as the kernels' products see
@@ -332,11 +332,12 @@ func testAttnDKDV(t *testing.T, m *emu.Module, v attnVariant) {
 // (bit for bit: they are copies) and that the rows past Pos+T stay poison.
 func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 	c := attnCPUBackend(t)
-	for _, p := range attnKVShapes {
-		t.Run(fmt.Sprintf("B%d_T%d_C%d_H%d_Pos%d_MaxT%d", p.B, p.T, p.C, p.H, p.Pos, p.MaxT), func(t *testing.T) {
+	for _, p := range slices.Concat(attnKVShapes, attnKVGroupedShapes) {
+		t.Run(fmt.Sprintf("B%d_T%d_C%d_H%d_KVH%d_Pos%d_MaxT%d", p.B, p.T, p.C, p.H, p.KVH, p.Pos, p.MaxT), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(4, uint64(p.B*1009+p.T*31+p.C+p.Pos*7)))
-			n := p.B * p.MaxT * p.C
-			qkv, kc, vc := emu.RandF32(rng, p.B*p.T*3*p.C), emu.RandF32(rng, n), emu.RandF32(rng, n)
+			kvc := p.C / p.H * p.KVHeads() // a cache row
+			n := p.B * p.MaxT * kvc
+			qkv, kc, vc := emu.RandF32(rng, p.B*p.T*(p.C+2*kvc)), emu.RandF32(rng, n), emu.RandF32(rng, n)
 			if dt == backend.BF16 {
 				qkv, kc, vc = round(backend.BF16, qkv), round(backend.BF16, kc), round(backend.BF16, vc)
 			}
@@ -345,7 +346,7 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			kdev, vdev := slices.Clone(kc), slices.Clone(vc)
 			nan := float32(math.NaN())
 			for b := 0; b < p.B; b++ {
-				for i := (b*p.MaxT + p.Pos) * p.C; i < (b+1)*p.MaxT*p.C; i++ {
+				for i := (b*p.MaxT + p.Pos) * kvc; i < (b+1)*p.MaxT*kvc; i++ {
 					kdev[i], vdev[i] = nan, nan
 				}
 			}
@@ -370,7 +371,7 @@ func testAttnKV(t *testing.T, m *emu.Module, dt backend.DType) {
 			attnCheckNorm(t, "out", devGet(out), want, tol)
 			gk, gv := devGet(kb), devGet(vb)
 			for b := 0; b < p.B; b++ {
-				lo, mid, hi := b*p.MaxT*p.C, (b*p.MaxT+p.Pos+p.T)*p.C, (b+1)*p.MaxT*p.C
+				lo, mid, hi := b*p.MaxT*kvc, (b*p.MaxT+p.Pos+p.T)*kvc, (b+1)*p.MaxT*kvc
 				if !testenv.SameBits(gk[lo:mid], wk[lo:mid]) || !testenv.SameBits(gv[lo:mid], wv[lo:mid]) {
 					t.Errorf("batch %d: cache positions [0, %d) differ from the CPU's", b, p.Pos+p.T)
 				}
@@ -412,16 +413,21 @@ func (l *attnLauncher) Launch(kernel string, grid, block [3]int, sharedBytes int
 }
 
 func attnName(p backend.Attention) string {
+	if p.KVH != 0 {
+		return fmt.Sprintf("B%d_T%d_C%d_H%d_KVH%d", p.B, p.T, p.C, p.H, p.KVH)
+	}
 	return fmt.Sprintf("B%d_T%d_C%d_H%d", p.B, p.T, p.C, p.H)
 }
 
-// attnThirds splits a [B, T, 3C] tensor into its q, k and v parts, each [B, T, C].
+// attnThirds splits a [B, T, 3C] tensor into its q, k and v parts, each
+// [B, T, C] (with grouped heads, q [B, T, C] and k and v [B, T, KVH·C/H]).
 func attnThirds(p backend.Attention, x []float32) (q, k, v []float32) {
+	w, kv := p.Width(), p.C/p.H*p.KVHeads()
 	for r := 0; r < p.B*p.T; r++ {
-		row := x[r*3*p.C : (r+1)*3*p.C]
+		row := x[r*w : (r+1)*w]
 		q = append(q, row[:p.C]...)
-		k = append(k, row[p.C:2*p.C]...)
-		v = append(v, row[2*p.C:]...)
+		k = append(k, row[p.C:p.C+kv]...)
+		v = append(v, row[p.C+kv:]...)
 	}
 	return q, k, v
 }
@@ -535,11 +541,11 @@ func TestAttentionLaunches(t *testing.T) {
 		pad          int    // the tensor-core kernels' head padding
 		mmaGrid      [3]int // and their grid
 	}{
-		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 7, 10, 32, [3]int{4, 2, 1}},          // hd 16
-		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 7, 10, 32, [3]int{3, 1, 1}},         // hd 32
-		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 7, 10, 64, [3]int{48, 16, 1}}, // hd 64
-		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10, 128, [3]int{2, 2, 1}},       // hd 128
-		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 7, 10, 128, [3]int{2, 2, 1}},       // hd 72
+		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 8, 11, 32, [3]int{4, 2, 1}},          // hd 16
+		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 8, 11, 32, [3]int{3, 1, 1}},         // hd 32
+		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 8, 11, 64, [3]int{48, 16, 1}}, // hd 64
+		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 128
+		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 72
 	} {
 		// BF16 on a device with tensor cores: the mma kernels.
 		m := &launchRecorder{cores: true}

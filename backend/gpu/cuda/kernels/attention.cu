@@ -1,6 +1,10 @@
 // Fused causal self-attention (FlashAttention style) over a packed
 // qkv [B, T, 3C]: q, k and v are each C wide, and head h is the contiguous
-// slice [h*hd, (h+1)*hd) of each, hd = C/H <= 128. Scores are
+// slice [h*hd, (h+1)*hd) of each, hd = C/H <= 128. With KVH < H key/value
+// heads (grouped-query attention; KVH = H is the plain case) the rows are
+// C + 2*KVH*hd wide, the keys' KVH*hd columns after the queries' C, then
+// the values', and query head h reads key/value head h/(H/KVH) where it
+// lies: nothing is repeated in memory. Scores are
 // q·k / sqrt(hd), masked so position i sees keys 0..i. The T×T matrix never
 // reaches global memory: the forward pass keeps a running maximum and sum
 // per query row (online softmax) and saves only each row's log-sum-exp,
@@ -163,18 +167,19 @@ __device__ __forceinline__ void attn_axpy(float *acc, float a, const float *tile
 // value row up to its diagonal once (so K and V are read about T/(2R) times
 // per head, mostly from L2); writes out once and lse once.
 template <int G, int NC, typename S>
-__device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H,
+__device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH,
 			 float *ks, float *vs) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
 	int hd = C / H;
 	int nqb = (T + R - 1) / R;
 	int q0 = (nqb - 1 - (int)blockIdx.y) * R;
-	int bh = blockIdx.x, b = bh / H, h = bh % H;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, kvh = h / (H / KVH);
 	int g = threadIdx.x % G, i = q0 + (int)threadIdx.x / G;
 	bool valid = i < T;
-	long long stride = 3LL * C;
+	long long stride = (long long)C + 2LL * KVH * hd;
 	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
 
 	float q[4 * NC], o[4 * NC];
 	attn_load_row<G, NC>(q, base + (long long)i * stride, g, hd, valid, attn_scale(hd) * ATTN_LOG2E);
@@ -188,8 +193,8 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 	for (int k0 = 0; k0 < kend; k0 += ATTN_BC) {
 		__syncthreads(); // the previous tile is no longer read
 		int nk = attn_imin(ATTN_BC, T - k0);
-		attn_load_tile<HDP>(ks, base + C + k0 * stride, stride, nk, hd);
-		attn_load_tile<HDP>(vs, base + 2 * C + k0 * stride, stride, nk, hd);
+		attn_load_tile<HDP>(ks, kbase + k0 * stride, stride, nk, hd);
+		attn_load_tile<HDP>(vs, vbase + k0 * stride, stride, nk, hd);
 		__syncthreads();
 
 		// Keys from kend on are masked for every row of the block (and
@@ -270,19 +275,19 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 // Launch: grid (B*H, ceil(T/R)), block R*G (see the top of the file); no
 // dynamic shared memory.
 extern "C" __global__ void fleet_attention_fwd_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
-						   int B, int T, int C, int H) {
+						   int B, int T, int C, int H, int KVH) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_fwd, float, out, lse, qkv, B, T, C, H, ks, vs);
+	ATTN_DISPATCH(attn_fwd, float, out, lse, qkv, B, T, C, H, KVH, ks, vs);
 }
 
 // fleet_attention_fwd_bf16: as fleet_attention_fwd_f32 with qkv and out
 // stored as BF16 (out rounded to nearest even); lse and all math F32.
 extern "C" __global__ void fleet_attention_fwd_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
-						    const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+						    const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_fwd, unsigned short, out, lse, qkv, B, T, C, H, ks, vs);
+	ATTN_DISPATCH(attn_fwd, unsigned short, out, lse, qkv, B, T, C, H, KVH, ks, vs);
 }
 
 // ---------------------------------------------------------------------------
@@ -311,18 +316,19 @@ extern "C" __global__ void fleet_attention_fwd_bf16(unsigned short *__restrict__
 // K, V rows up to the diagonal once; writes dq and D once.
 template <int G, int NC, typename S>
 __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
-			    const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, float *ks,
+			    const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, float *ks,
 			    float *vs) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
 	int hd = C / H;
 	int nqb = (T + R - 1) / R;
 	int q0 = (nqb - 1 - (int)blockIdx.y) * R;
-	int bh = blockIdx.x, b = bh / H, h = bh % H;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, kvh = h / (H / KVH);
 	int g = threadIdx.x % G, i = q0 + (int)threadIdx.x / G;
 	bool valid = i < T;
-	long long stride = 3LL * C;
+	long long stride = (long long)C + 2LL * KVH * hd;
 	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
 	long long orow = ((long long)b * T + i) * C + (long long)h * hd; // row i of out, dout (only read when valid)
 	float scale = attn_scale(hd);
 
@@ -347,8 +353,8 @@ __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S
 	for (int k0 = 0; k0 < kend; k0 += ATTN_BC) {
 		__syncthreads();
 		int nk = attn_imin(ATTN_BC, T - k0);
-		attn_load_tile<HDP>(ks, base + C + k0 * stride, stride, nk, hd);
-		attn_load_tile<HDP>(vs, base + 2 * C + k0 * stride, stride, nk, hd);
+		attn_load_tile<HDP>(ks, kbase + k0 * stride, stride, nk, hd);
+		attn_load_tile<HDP>(vs, vbase + k0 * stride, stride, nk, hd);
 		__syncthreads();
 		int jn = attn_imin(ATTN_BC, kend - k0); // keys past kend: masked for the whole block
 #pragma unroll 4
@@ -364,64 +370,71 @@ __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S
 	}
 }
 
-// attn_bwd_dkdv: block (bh, y) owns key rows [k0, k0+R) (smallest k0, the
-// most work, first); each group holds k (scaled), v and the dk, dv
-// accumulators in registers and walks the query tiles [i0, i0+ATTN_BC) for
-// i0 = k0, k0+ATTN_BC, ... < T (queries before k0 see none of these keys),
-// with Q and dO staged in shared memory and lse, D beside them. Traffic:
-// reads its k, v rows once and the q, dO, lse and D rows from its first key
-// on once; writes dk and dv once.
+// attn_bwd_dkdv: block (bk, y) owns key rows [k0, k0+R) (smallest k0, the
+// most work, first) of batch b = bk / KVH, key/value head bk % KVH; each
+// group holds k (scaled), v and the dk, dv accumulators in registers and,
+// for each query head of the head's group in order, walks the query tiles
+// [i0, i0+ATTN_BC) for i0 = k0, k0+ATTN_BC, ... < T (queries before k0 see
+// none of these keys), with Q and dO staged in shared memory and lse, D
+// beside them: dK and dV are summed over the group in a fixed order, no
+// atomics. Traffic: reads its k, v rows once and, per query head of the
+// group, the q, dO, lse and D rows from its first key on once; writes dk
+// and dv once.
 template <int G, int NC, typename S>
 __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout,
-			      const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, float *qs,
+			      const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, float *qs,
 			      float *dos, float *ls, float *Ds) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
-	int hd = C / H;
+	int hd = C / H, grp = H / KVH;
 	int k0 = (int)blockIdx.y * R;
-	int bh = blockIdx.x, b = bh / H, h = bh % H;
+	int bk = blockIdx.x, b = bk / KVH, kvh = bk % KVH;
 	int g = threadIdx.x % G, j = k0 + (int)threadIdx.x / G;
 	bool valid = j < T;
-	long long stride = 3LL * C;
-	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	const S *dbase = dout + (long long)b * T * C + (long long)h * hd;
+	long long stride = (long long)C + 2LL * KVH * hd;
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
 	float scale = attn_scale(hd);
 
 	float k[4 * NC], v[4 * NC], dk[4 * NC], dv[4 * NC];
-	attn_load_row<G, NC>(k, base + C + (long long)j * stride, g, hd, valid, scale * ATTN_LOG2E);
-	attn_load_row<G, NC>(v, base + 2 * C + (long long)j * stride, g, hd, valid, 1.0f);
+	attn_load_row<G, NC>(k, kbase + (long long)j * stride, g, hd, valid, scale * ATTN_LOG2E);
+	attn_load_row<G, NC>(v, vbase + (long long)j * stride, g, hd, valid, 1.0f);
 #pragma unroll
 	for (int x = 0; x < 4 * NC; x++) {
 		dk[x] = 0.0f;
 		dv[x] = 0.0f;
 	}
 
-	for (int i0 = k0; i0 < T; i0 += ATTN_BC) {
-		__syncthreads();
-		int ni = attn_imin(ATTN_BC, T - i0);
-		attn_load_tile<HDP>(qs, base + i0 * stride, stride, ni, hd);
-		attn_load_tile<HDP>(dos, dbase + (long long)i0 * C, C, ni, hd);
-		for (int r = threadIdx.x; r < ATTN_BC; r += blockDim.x) {
-			ls[r] = r < ni ? lse[(long long)bh * T + i0 + r] * ATTN_LOG2E : 0.0f;
-			Ds[r] = r < ni ? D[(long long)bh * T + i0 + r] : 0.0f;
-		}
-		__syncthreads();
-		// Not unrolled: k, v, dk and dv already hold 64 registers, and
-		// unrolling pushes the kernel past 128 (one block per SM).
+	for (int h = kvh * grp; h < (kvh + 1) * grp; h++) { // the group's query heads, in order
+		long long bh = (long long)b * H + h;
+		const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+		const S *dbase = dout + (long long)b * T * C + (long long)h * hd;
+		for (int i0 = k0; i0 < T; i0 += ATTN_BC) {
+			__syncthreads();
+			int ni = attn_imin(ATTN_BC, T - i0);
+			attn_load_tile<HDP>(qs, base + i0 * stride, stride, ni, hd);
+			attn_load_tile<HDP>(dos, dbase + (long long)i0 * C, C, ni, hd);
+			for (int r = threadIdx.x; r < ATTN_BC; r += blockDim.x) {
+				ls[r] = r < ni ? lse[(long long)bh * T + i0 + r] * ATTN_LOG2E : 0.0f;
+				Ds[r] = r < ni ? D[(long long)bh * T + i0 + r] : 0.0f;
+			}
+			__syncthreads();
+			// Not unrolled: k, v, dk and dv already hold 64 registers, and
+			// unrolling pushes the kernel past 128 (one block per SM).
 #pragma unroll 1
-		for (int x = 0; x < ni; x++) { // queries past T: none (ni is uniform over the block)
-			int i = i0 + x;
-			float s = attn_group_sum<G>(attn_dot<G, NC, HDP>(k, qs, x, g));
-			float dp = attn_group_sum<G>(attn_dot<G, NC, HDP>(v, dos, x, g));
-			float p = i >= j ? exp2f(s - ls[x]) : 0.0f;
-			attn_axpy<G, NC, HDP>(dv, p, dos, x, g);
-			attn_axpy<G, NC, HDP>(dk, p * (dp - Ds[x]), qs, x, g);
+			for (int x = 0; x < ni; x++) { // queries past T: none (ni is uniform over the block)
+				int i = i0 + x;
+				float s = attn_group_sum<G>(attn_dot<G, NC, HDP>(k, qs, x, g));
+				float dp = attn_group_sum<G>(attn_dot<G, NC, HDP>(v, dos, x, g));
+				float p = i >= j ? exp2f(s - ls[x]) : 0.0f;
+				attn_axpy<G, NC, HDP>(dv, p, dos, x, g);
+				attn_axpy<G, NC, HDP>(dk, p * (dp - Ds[x]), qs, x, g);
+			}
 		}
 	}
 	if (valid) {
-		S *row = dqkv + ((long long)b * T + j) * stride + (long long)h * hd;
-		attn_store_row<G, NC>(row + C, dk, g, hd, scale);
-		attn_store_row<G, NC>(row + 2 * C, dv, g, hd, 1.0f);
+		S *row = dqkv + ((long long)b * T + j) * stride + C + (long long)kvh * hd;
+		attn_store_row<G, NC>(row, dk, g, hd, scale);
+		attn_store_row<G, NC>(row + (long long)KVH * hd, dv, g, hd, 1.0f);
 	}
 }
 
@@ -431,23 +444,23 @@ __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D,
 // fleet_attention_bwd_dkdv_f32, which reads D.
 extern "C" __global__ void fleet_attention_bwd_dq_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
 						      const float *__restrict__ out, const float *__restrict__ lse,
-						      const float *__restrict__ qkv, int B, int T, int C, int H) {
+						      const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_bwd_dq, float, dqkv, D, dout, out, lse, qkv, B, T, C, H, ks, vs);
+	ATTN_DISPATCH(attn_bwd_dq, float, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs);
 }
 
 // fleet_attention_bwd_dkdv_f32: writes the k and v thirds of dqkv from
 // dout, lse, D (from fleet_attention_bwd_dq_f32) and qkv.
-// Launch: grid (B*H, ceil(T/R)), block R*G.
+// Launch: grid (B*KVH, ceil(T/R)), block R*G.
 extern "C" __global__ void fleet_attention_bwd_dkdv_f32(float *__restrict__ dqkv, const float *__restrict__ D,
 							const float *__restrict__ dout, const float *__restrict__ lse,
-							const float *__restrict__ qkv, int B, int T, int C, int H) {
+							const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	__shared__ float qs[ATTN_BC * ATTN_HDMAX];
 	__shared__ float dos[ATTN_BC * ATTN_HDMAX];
 	__shared__ float ls[ATTN_BC];
 	__shared__ float Ds[ATTN_BC];
-	ATTN_DISPATCH(attn_bwd_dkdv, float, dqkv, D, dout, lse, qkv, B, T, C, H, qs, dos, ls, Ds);
+	ATTN_DISPATCH(attn_bwd_dkdv, float, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds);
 }
 
 // fleet_attention_bwd_dq_bf16: fleet_attention_bwd_dq_f32 with dqkv, dout,
@@ -455,52 +468,56 @@ extern "C" __global__ void fleet_attention_bwd_dkdv_f32(float *__restrict__ dqkv
 extern "C" __global__ void fleet_attention_bwd_dq_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
 						       const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out,
 						       const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-						       int T, int C, int H) {
+						       int T, int C, int H, int KVH) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_bwd_dq, unsigned short, dqkv, D, dout, out, lse, qkv, B, T, C, H, ks, vs);
+	ATTN_DISPATCH(attn_bwd_dq, unsigned short, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs);
 }
 
 // fleet_attention_bwd_dkdv_bf16: fleet_attention_bwd_dkdv_f32 with dqkv,
 // dout and qkv stored as BF16; lse and D F32.
 extern "C" __global__ void fleet_attention_bwd_dkdv_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
 							 const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-							 const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+							 const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	__shared__ float qs[ATTN_BC * ATTN_HDMAX];
 	__shared__ float dos[ATTN_BC * ATTN_HDMAX];
 	__shared__ float ls[ATTN_BC];
 	__shared__ float Ds[ATTN_BC];
-	ATTN_DISPATCH(attn_bwd_dkdv, unsigned short, dqkv, D, dout, lse, qkv, B, T, C, H, qs, dos, ls, Ds);
+	ATTN_DISPATCH(attn_bwd_dkdv, unsigned short, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds);
 }
 
 // ---------------------------------------------------------------------------
 // Inference against a key/value cache.
 //
-// One warp per (b, t, h), warps numbered with h fastest. The warp copies
-// this call's k and v row slice for position Pos+t into kc and vc
-// [B, MaxT, C], then attends over positions 0..Pos+t one key at a time
-// (lane l owns dimensions l, l+32, ...; a warp sum per key; online
-// softmax). Positions >= Pos are read from qkv itself rather than from the
+// One warp per (b, t, h), warps numbered with h fastest. The warp of the
+// first query head of each key/value head's group copies this call's k
+// and v row slice for position Pos+t into kc and vc [B, MaxT, KVH*hd]
+// (C wide for KVH = H), then every warp attends over positions 0..Pos+t
+// one key at a time (lane l owns dimensions l, l+32, ...; a warp sum per
+// key; online softmax). Positions >= Pos are read from qkv itself rather than from the
 // cache, so no warp reads a cache row another warp of this launch writes:
 // one launch, no ordering between blocks needed. Traffic: each warp reads
 // its q row and Pos+t+1 key and value rows; writes one out row and one
 // k and v cache row. Launch: grid ceil(B*T*H/8), block 256.
 template <typename S>
 __device__ void attn_kv(S *__restrict__ out, const S *__restrict__ qkv, S *__restrict__ kc, S *__restrict__ vc, int B, int T, int C,
-			int H, int Pos, int MaxT) {
+			int H, int KVH, int Pos, int MaxT) {
 	long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
 	int lane = threadIdx.x % 32;
 	if (w >= (long long)B * T * H) {
 		return; // whole warps leave together: B*T*H warps exactly are live
 	}
 	int h = (int)(w % H), t = (int)((w / H) % T), b = (int)(w / ((long long)H * T));
-	int hd = C / H;
-	long long stride = 3LL * C;
+	int hd = C / H, grp = H / KVH, kvh = h / grp;
+	long long stride = (long long)C + 2LL * KVH * hd, KC = (long long)KVH * hd; // a row of qkv, of a cache
 	const S *row = qkv + ((long long)b * T + t) * stride + (long long)h * hd;
-	long long crow = ((long long)b * MaxT + Pos + t) * C + (long long)h * hd;
-	for (int d = lane; d < hd; d += 32) {
-		kc[crow + d] = row[C + d];
-		vc[crow + d] = row[2 * C + d];
+	const S *krow = qkv + ((long long)b * T + t) * stride + C + (long long)kvh * hd;
+	long long crow = ((long long)b * MaxT + Pos + t) * KC + (long long)kvh * hd;
+	if (h % grp == 0) {
+		for (int d = lane; d < hd; d += 32) {
+			kc[crow + d] = krow[d];
+			vc[crow + d] = krow[KC + d];
+		}
 	}
 
 	const int NQ = ATTN_HDMAX / 32;
@@ -516,11 +533,11 @@ __device__ void attn_kv(S *__restrict__ out, const S *__restrict__ qkv, S *__res
 	for (int s = 0; s <= Pos + t; s++) {
 		const S *kr, *vr;
 		if (s < Pos) {
-			kr = kc + ((long long)b * MaxT + s) * C + (long long)h * hd;
-			vr = vc + ((long long)b * MaxT + s) * C + (long long)h * hd;
+			kr = kc + ((long long)b * MaxT + s) * KC + (long long)kvh * hd;
+			vr = vc + ((long long)b * MaxT + s) * KC + (long long)kvh * hd;
 		} else {
-			kr = qkv + ((long long)b * T + (s - Pos)) * stride + C + (long long)h * hd;
-			vr = kr + C;
+			kr = qkv + ((long long)b * T + (s - Pos)) * stride + C + (long long)kvh * hd;
+			vr = kr + KC;
 		}
 		float dot = 0.0f;
 #pragma unroll
@@ -553,16 +570,17 @@ __device__ void attn_kv(S *__restrict__ out, const S *__restrict__ qkv, S *__res
 }
 
 // fleet_attention_kv_f32: AttentionKV with everything F32: out [B,T,C] from
-// qkv [B,T,3C], caches kc, vc [B,MaxT,C] updated at [Pos, Pos+T).
+// qkv [B,T,3C], caches kc, vc [B,MaxT,C] updated at [Pos, Pos+T) (with
+// KVH key/value heads, qkv [B,T,C+2*KVH*C/H] and caches [B,MaxT,KVH*C/H]).
 extern "C" __global__ void fleet_attention_kv_f32(float *__restrict__ out, const float *__restrict__ qkv, float *__restrict__ kc,
-						  float *__restrict__ vc, int B, int T, int C, int H, int Pos, int MaxT) {
-	attn_kv<float>(out, qkv, kc, vc, B, T, C, H, Pos, MaxT);
+						  float *__restrict__ vc, int B, int T, int C, int H, int KVH, int Pos, int MaxT) {
+	attn_kv<float>(out, qkv, kc, vc, B, T, C, H, KVH, Pos, MaxT);
 }
 
 // fleet_attention_kv_bf16: fleet_attention_kv_f32 with out, qkv and the
 // caches stored as BF16 (cache rows are copied bit for bit).
 extern "C" __global__ void fleet_attention_kv_bf16(unsigned short *__restrict__ out, const unsigned short *__restrict__ qkv,
 						   unsigned short *__restrict__ kc, unsigned short *__restrict__ vc, int B, int T,
-						   int C, int H, int Pos, int MaxT) {
-	attn_kv<unsigned short>(out, qkv, kc, vc, B, T, C, H, Pos, MaxT);
+						   int C, int H, int KVH, int Pos, int MaxT) {
+	attn_kv<unsigned short>(out, qkv, kc, vc, B, T, C, H, KVH, Pos, MaxT);
 }

@@ -1,7 +1,8 @@
 // Causal self-attention on tensor cores (FlashAttention-2 style): the same
 // operation, layout and saved log-sum-exp as attention.cu's kernels (qkv
-// [B, T, 3C], out and dout [B, T, C], lse [B, H, T] in natural log units,
-// F32), with every product on mma.sync m16n8k16 (bf16 operands, f32
+// [B, T, 3C], or [B, T, C + 2*KVH*hd] with KVH key/value heads, query
+// head h reading key/value head h/(H/KVH) where it lies; out and dout
+// [B, T, C], lse [B, H, T] in natural log units, F32), with every product on mma.sync m16n8k16 (bf16 operands, f32
 // accumulation). Storage is bf16 (the _bf16 kernels) or F32 (the _f32
 // kernels: autocast's bf16 products on F32 activations, which round q, k,
 // v and dout to bf16 as they load them and write f32 results; the
@@ -35,7 +36,8 @@
 // The backward pass is deterministic: fleet_attention_bwd_dq_mma<HDP>_<t>
 // writes dq and D (one block per query block, looping over keys), then
 // fleet_attention_bwd_dkdv_mma<HDP>_<t> writes dk and dv (one block per key
-// block, looping over queries); no float atomics, fixed orders.
+// block of a key/value head, looping over the queries of each query head
+// of its group in turn); no float atomics, fixed orders.
 
 #define FA_WARPS 4
 #define FA_ROWS 64 // rows a block owns: 16 per warp
@@ -240,16 +242,17 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 // Forward: out and lse for the 64 queries [q0, q0+64) of one (b, h), the
 // last query block first (blockIdx.y = 0 has the most keys).
 template <int HDP, int BC, class P, typename S>
-__device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H,
+__device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH,
 	unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
-	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H, kvh = h / (H / KVH);
 	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	long long stride = 3LL * C;
+	long long stride = (long long)C + 2LL * KVH * hd;
 	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	bool vec = fa_vec(base, stride, hd);
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
+	bool vec = fa_vec(base, stride, hd) && fa_vec(kbase, stride, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
 	fa_load<FA_ROWS, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
@@ -262,9 +265,9 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 	int kend = fa_imin(T, q0 + FA_ROWS);
 	for (int k0 = 0; k0 < kend; k0 += BC) {
 		__syncthreads(); // every warp is done with the previous tiles
-		fa_load<BC, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sK, kbase + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
-		fa_load<BC, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sV, vbase + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
 		fleet_cp_async_wait<1>(); // Q and K have landed; V may not have
 		__syncthreads();
@@ -340,16 +343,17 @@ __device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r
 // dS = P∘(dO·Vᵀ - D).
 template <int HDP, int BC, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
-	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
+	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
-	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H, kvh = h / (H / KVH);
 	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	long long stride = 3LL * C;
+	long long stride = (long long)C + 2LL * KVH * hd;
 	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
 	const S *dob = dout + (long long)b * T * C + (long long)h * hd, *ob = out + (long long)b * T * C + (long long)h * hd;
-	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
+	bool vec = fa_vec(base, stride, hd) && fa_vec(kbase, stride, hd) && fa_vec(dob, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
 	fa_load<FA_ROWS, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
@@ -382,8 +386,8 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	float lr[2], dr[2];
 	for (int k0 = 0; k0 < kend; k0 += BC) {
 		__syncthreads();
-		fa_load<BC, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
-		fa_load<BC, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sK, kbase + k0 * stride, stride, T - k0, hd, vec);
+		fa_load<BC, HDP, P>(sV, vbase + k0 * stride, stride, T - k0, hd, vec);
 		fleet_cp_async_commit();
 		fleet_cp_async_wait<0>();
 		__syncthreads();
@@ -414,67 +418,75 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	fa_store<HDP>(dqkv + (long long)b * T * stride + (long long)h * hd, stride, dq, wq, T, hd, sc, sc);
 }
 
-// Backward, dk and dv for the block's 64 keys [k0, k0+64), the first key
-// block first (blockIdx.y = 0 has the most queries), looping over the
-// query tiles that see them: dv = Σ_q Pᵀ·dO, dk = Σ_q dSᵀ·Q/sqrt(hd).
+// Backward, dk and dv for the block's 64 keys [k0, k0+64) of key/value
+// head kvh, the first key block first (blockIdx.y = 0 has the most
+// queries), looping over the query heads of kvh's group in order and, for
+// each, over the query tiles that see the keys: dv = Σ_q Pᵀ·dO,
+// dk = Σ_q dSᵀ·Q/sqrt(hd), the sums over the group's heads in the
+// accumulators (a fixed order, no atomics).
 template <int HDP, int BQ, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout, const float *__restrict__ lse,
-	const S *__restrict__ qkv, int B, int T, int C, int H, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
+	const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
 	float *sD) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
-	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int bk = blockIdx.x, b = bk / KVH, kvh = bk % KVH, hd = C / H, grp = H / KVH;
 	int k0 = (int)blockIdx.y * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	long long stride = 3LL * C;
-	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	const S *dob = dout + (long long)b * T * C + (long long)h * hd;
-	bool vec = fa_vec(base, stride, hd) && fa_vec(dob, C, hd);
+	long long stride = (long long)C + 2LL * KVH * hd;
+	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
+	const S *qb0 = qkv + (long long)b * T * stride + (long long)kvh * grp * hd, *db0 = dout + (long long)b * T * C + (long long)kvh * grp * hd;
+	bool vec = fa_vec(qb0, stride, hd) && fa_vec(kbase, stride, hd) && fa_vec(db0, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
-	fa_load<FA_ROWS, HDP, P>(sK, base + C + k0 * stride, stride, T - k0, hd, vec);
-	fa_load<FA_ROWS, HDP, P>(sV, base + 2 * C + k0 * stride, stride, T - k0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sK, kbase + k0 * stride, stride, T - k0, hd, vec);
+	fa_load<FA_ROWS, HDP, P>(sV, vbase + k0 * stride, stride, T - k0, hd, vec);
 	fleet_cp_async_commit();
 
 	float dk[HDP / 8][4], dv[HDP / 8][4];
 	fa_zero<HDP / 8>(dk);
 	fa_zero<HDP / 8>(dv);
 	int wk = k0 + 16 * warp; // the warp's first key
-	for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
-		__syncthreads();
-		fa_load<BQ, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-		fa_load<BQ, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
-		fleet_cp_async_commit();
-		fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
-		fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);
-		fleet_cp_async_wait<0>();
-		__syncthreads();
-		if (q0 + BQ - 1 < wk || wk >= T) {
-			continue; // every query of the tile is before every key of the warp
-		}
-		float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
-		fa_zero<BQ / 8>(s);
-		fa_zero<BQ / 8>(dp);
-		fa_mma_abt<LD, BQ, HDP, P>(s, sK, 16 * warp, sQ);
-		fa_mma_abt<LD, BQ, HDP, P>(dp, sV, 16 * warp, sdO);
-		float ds[BQ / 8][4];
-#pragma unroll
-		for (int j = 0; j < BQ / 8; j++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
-				float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
-				s[j][e] = p;
-				ds[j][e] = p * (dp[j][e] - sD[qc]);
+	for (int h = kvh * grp; h < (kvh + 1) * grp; h++) { // the group's query heads, in order
+		long long bh = (long long)b * H + h;
+		const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
+		const S *dob = dout + (long long)b * T * C + (long long)h * hd;
+		for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
+			__syncthreads();
+			fa_load<BQ, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
+			fa_load<BQ, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
+			fleet_cp_async_commit();
+			fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
+			fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);
+			fleet_cp_async_wait<0>();
+			__syncthreads();
+			if (q0 + BQ - 1 < wk || wk >= T) {
+				continue; // every query of the tile is before every key of the warp
 			}
+			float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
+			fa_zero<BQ / 8>(s);
+			fa_zero<BQ / 8>(dp);
+			fa_mma_abt<LD, BQ, HDP, P>(s, sK, 16 * warp, sQ);
+			fa_mma_abt<LD, BQ, HDP, P>(dp, sV, 16 * warp, sdO);
+			float ds[BQ / 8][4];
+#pragma unroll
+			for (int j = 0; j < BQ / 8; j++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
+					float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
+					s[j][e] = p;
+					ds[j][e] = p * (dp[j][e] - sD[qc]);
+				}
+			}
+			fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
+			fa_mma_pb<LD, BQ, HDP, P>(dk, ds, sQ);
 		}
-		fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
-		fa_mma_pb<LD, BQ, HDP, P>(dk, ds, sQ);
 	}
 	float sc = 1.0f / sqrtf((float)hd);
-	S *d = dqkv + (long long)b * T * stride + (long long)h * hd;
-	fa_store<HDP>(d + C, stride, dk, wk, T, hd, sc, sc);
-	fa_store<HDP>(d + 2 * C, stride, dv, wk, T, hd, 1.0f, 1.0f);
+	S *d = dqkv + (long long)b * T * stride + C + (long long)kvh * hd;
+	fa_store<HDP>(d, stride, dk, wk, T, hd, sc, sc);
+	fa_store<HDP>(d + (long long)KVH * hd, stride, dv, wk, T, hd, 1.0f, 1.0f);
 }
 
 // The kernels, one per head padding and storage type: HDP, then the
@@ -487,7 +499,7 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
-	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, sQ, sK, sV);
+	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, KVH, sQ, sK, sV);
 #define FA_DQ(HDP, BCB, P)                                                     \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)];  \
 	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
@@ -495,7 +507,7 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];      \
 	__shared__ float sL[FA_ROWS];                                          \
 	__shared__ float sD[FA_ROWS];                                          \
-	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, sQ, sdO, sK, sV, sL, sD);
+	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, sQ, sdO, sK, sV, sL, sD);
 #define FA_DKDV(HDP, BCB, P)                                                  \
 	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)]; \
@@ -503,122 +515,122 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sdO[BCB * (HDP + FA_PAD)];    \
 	__shared__ float sL[BCB];                                             \
 	__shared__ float sD[BCB];                                             \
-	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, sK, sV, sQ, sdO, sL, sD);
+	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, KVH, sK, sV, sQ, sdO, sL, sD);
 
 
 extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(32, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(32, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(32, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(64, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(64, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(64, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H) {
+	int T, int C, int H, int KVH) {
 	FA_FWD(128, 32, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DQ(128, 16, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
 	FA_DKDV(128, 16, fa_hf)
 }

@@ -3,7 +3,12 @@
 // device reports no tensor cores, so attention.go never launches them here.
 //
 // qkv [B, T, 3C] packs q, k and v, each C wide; head h is the slice
-// [h*hd, (h+1)*hd) of each, hd = C/H <= 128. Scores are q·k / sqrt(hd),
+// [h*hd, (h+1)*hd) of each, hd = C/H <= 128. With KVH < H key/value heads
+// (grouped-query attention) the rows are C + 2*KVH*hd wide, the keys'
+// KVH*hd columns, then the values', after the queries', and query head h
+// reads key/value head h/(H/KVH) where it lies; the dk/dv kernel's
+// work-groups run over the key/value heads and sum each one's gradient
+// over the query heads of its group, in order. Scores are q·k / sqrt(hd),
 // masked so that query i sees keys 0..i. No T×T matrix is ever stored: the
 // forward kernel runs an online softmax (running maximum and sum per query)
 // and saves each row's log-sum-exp lse [B, H, T] (natural log); the
@@ -148,18 +153,19 @@ inline void attn_store_row_$S(__global t_$S *row, const float *x, int g, int G, 
 // running max m, sum l and output o are rescaled by exp2(m - m') and the
 // chunk's probabilities added (in key order). Finally out = o/l and
 // lse = (m + log2 l)·ln 2.
-inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const t_$S *qkv, int T, int C, int H, int G0,
+inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
 	__local float *ks, __local float *vs, __local float *part) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
 	int hd = C / H;
 	int nqb = (T + R - 1) / R;
 	int q0 = (nqb - 1 - (int)get_group_id(1)) * R;
-	int bh = get_group_id(0), b = bh / H, h = bh % H;
+	int bh = get_group_id(0), b = bh / H, h = bh % H, kvh = h / (H / KVH);
 	int t = get_local_id(0), g = t % G, r = t / G, i = q0 + r;
 	bool valid = G0 != 0 && i < T;
-	long stride = 3L * C;
+	long stride = (long)C + 2L * KVH * hd;
 	__global const t_$S *base = qkv + (long)b * T * stride + (long)h * hd;
+	__global const t_$S *kbase = qkv + (long)b * T * stride + C + (long)kvh * hd, *vbase = kbase + (long)KVH * hd;
 
 	float q[16], o[16];
 	attn_load_row_$S(q, base + (long)i * stride, g, G, hd, valid, attn_scale(hd) * ATTN_LOG2E);
@@ -177,8 +183,8 @@ inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const 
 		// neither loaded nor visited. jn is uniform, so every work-item
 		// meets the barriers.
 		int jn = min(bc, kend - k0);
-		attn_load_tile_$S(ks, base + C + k0 * stride, stride, jn, hd, HDP);
-		attn_load_tile_$S(vs, base + 2 * C + k0 * stride, stride, jn, hd, HDP);
+		attn_load_tile_$S(ks, kbase + k0 * stride, stride, jn, hd, HDP);
+		attn_load_tile_$S(vs, vbase + k0 * stride, stride, jn, hd, HDP);
 		barrier(CLK_LOCAL_MEM_FENCE);
 
 		for (int j0 = 0; j0 < jn; j0 += ATTN_KC) {
@@ -234,14 +240,14 @@ inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const 
 
 // fleet_attention_fwd_$S: out [B,T,C] and lse [B,H,T] (F32) from qkv
 // [B,T,3C]; out rounded to nearest even for BF16.
-__kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, qkv), int B, int T, int C, int H) {
+__kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, qkv), int B, int T, int C, int H, int KVH) {
 	AT(t_$S, out);
 	AT(float, lse);
 	AT(t_$S, qkv);
 	__local float ks[ATTN_TILE];
 	__local float vs[ATTN_TILE];
 	__local float part[ATTN_PART];
-	attn_fwd_$S(out, lse, qkv, T, C, H, attn_launch_group(C / H), ks, vs, part);
+	attn_fwd_$S(out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part);
 }
 
 // Backward. With P = softmax(scale·QKᵀ) (masked) recomputed as
@@ -258,18 +264,19 @@ __kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, 
 // q0 first); each group holds q (scaled), dO and its dq accumulator and
 // walks the key tiles up to its diagonal, K and V staged in local memory.
 inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global const t_$S *dout, __global const t_$S *out,
-	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int G0,
+	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
 	__local float *ks, __local float *vs, __local float *part) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
 	int hd = C / H;
 	int nqb = (T + R - 1) / R;
 	int q0 = (nqb - 1 - (int)get_group_id(1)) * R;
-	int bh = get_group_id(0), b = bh / H, h = bh % H;
+	int bh = get_group_id(0), b = bh / H, h = bh % H, kvh = h / (H / KVH);
 	int t = get_local_id(0), g = t % G, r = t / G, i = q0 + r;
 	bool valid = G0 != 0 && i < T;
-	long stride = 3L * C;
+	long stride = (long)C + 2L * KVH * hd;
 	__global const t_$S *base = qkv + (long)b * T * stride + (long)h * hd;
+	__global const t_$S *kbase = qkv + (long)b * T * stride + C + (long)kvh * hd, *vbase = kbase + (long)KVH * hd;
 	long orow = ((long)b * T + i) * C + (long)h * hd; // row i of out, dout (only read when valid)
 	float scale = attn_scale(hd);
 
@@ -301,8 +308,8 @@ inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global cons
 	for (int k0 = 0; k0 < kend; k0 += bc) {
 		barrier(CLK_LOCAL_MEM_FENCE);
 		int jn = min(bc, kend - k0); // keys past kend: masked for the whole work-group
-		attn_load_tile_$S(ks, base + C + k0 * stride, stride, jn, hd, HDP);
-		attn_load_tile_$S(vs, base + 2 * C + k0 * stride, stride, jn, hd, HDP);
+		attn_load_tile_$S(ks, kbase + k0 * stride, stride, jn, hd, HDP);
+		attn_load_tile_$S(vs, vbase + k0 * stride, stride, jn, hd, HDP);
 		barrier(CLK_LOCAL_MEM_FENCE);
 		for (int j0 = 0; j0 < jn; j0 += ATTN_BKC) {
 			__local float *p = part + half_ * (2 * ATTN_BKC * n);
@@ -332,29 +339,29 @@ inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global cons
 	}
 }
 
-// attn_bwd_dkdv_$S: work-group (bh, y) owns key rows [k0, k0+R) (smallest
-// k0, the most work, first); each group holds k (scaled), v and the dk, dv
-// accumulators and walks the query tiles from k0 on (earlier queries see
-// none of these keys), with Q and dO staged in local memory and lse, D
-// beside them.
+// attn_bwd_dkdv_$S: work-group (bk, y) owns key rows [k0, k0+R) (smallest
+// k0, the most work, first) of batch bk / KVH, key/value head bk % KVH;
+// each group holds k (scaled), v and the dk, dv accumulators and, for each
+// query head of the head's group in order, walks the query tiles from k0
+// on (earlier queries see none of these keys), with Q and dO staged in
+// local memory and lse, D beside them.
 inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __global const t_$S *dout,
-	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int G0,
+	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
 	__local float *qs, __local float *dos, __local float *ls, __local float *Ds, __local float *part) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
-	int hd = C / H;
+	int hd = C / H, grp = H / KVH;
 	int k0 = (int)get_group_id(1) * R;
-	int bh = get_group_id(0), b = bh / H, h = bh % H;
+	int bk = get_group_id(0), b = bk / KVH, kvh = bk % KVH;
 	int t = get_local_id(0), g = t % G, r = t / G, j = k0 + r;
 	bool valid = G0 != 0 && j < T;
-	long stride = 3L * C;
-	__global const t_$S *base = qkv + (long)b * T * stride + (long)h * hd;
-	__global const t_$S *dbase = dout + (long)b * T * C + (long)h * hd;
+	long stride = (long)C + 2L * KVH * hd;
+	__global const t_$S *kbase = qkv + (long)b * T * stride + C + (long)kvh * hd, *vbase = kbase + (long)KVH * hd;
 	float scale = attn_scale(hd);
 
 	float k[16], v[16], dk[16], dv[16];
-	attn_load_row_$S(k, base + C + (long)j * stride, g, G, hd, valid, scale * ATTN_LOG2E);
-	attn_load_row_$S(v, base + 2 * C + (long)j * stride, g, G, hd, valid, 1.0f);
+	attn_load_row_$S(k, kbase + (long)j * stride, g, G, hd, valid, scale * ATTN_LOG2E);
+	attn_load_row_$S(v, vbase + (long)j * stride, g, G, hd, valid, 1.0f);
 #pragma unroll
 	for (int x = 0; x < 16; x++) {
 		dk[x] = 0.0f;
@@ -363,44 +370,49 @@ inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __glo
 	int half_ = 0;
 
 	int iend = G0 != 0 ? T : 0;
-	for (int i0 = k0; i0 < iend; i0 += bc) {
-		barrier(CLK_LOCAL_MEM_FENCE);
-		int ni = min(bc, T - i0);
-		attn_load_tile_$S(qs, base + i0 * stride, stride, ni, hd, HDP);
-		attn_load_tile_$S(dos, dbase + (long)i0 * C, C, ni, hd, HDP);
-		for (int x = t; x < bc; x += n) {
-			ls[x] = x < ni ? lse[(long)bh * T + i0 + x] * ATTN_LOG2E : 0.0f;
-			Ds[x] = x < ni ? D[(long)bh * T + i0 + x] : 0.0f;
-		}
-		barrier(CLK_LOCAL_MEM_FENCE);
-		for (int x0 = 0; x0 < ni; x0 += ATTN_BKC) { // ni is uniform over the work-group
-			__local float *p = part + half_ * (2 * ATTN_BKC * n);
-			half_ ^= 1;
-#pragma unroll
-			for (int xx = 0; xx < ATTN_BKC; xx++) {
-				if (x0 + xx < ni) {
-					p[(2 * xx) * n + t] = attn_dot(k, qs, x0 + xx, g, G);
-					p[(2 * xx + 1) * n + t] = attn_dot(v, dos, x0 + xx, g, G);
-				}
+	for (int h = kvh * grp; h < (kvh + 1) * grp; h++) { // the group's query heads, in order
+		long bh = (long)b * H + h;
+		__global const t_$S *base = qkv + (long)b * T * stride + (long)h * hd;
+		__global const t_$S *dbase = dout + (long)b * T * C + (long)h * hd;
+		for (int i0 = k0; i0 < iend; i0 += bc) {
+			barrier(CLK_LOCAL_MEM_FENCE);
+			int ni = min(bc, T - i0);
+			attn_load_tile_$S(qs, base + i0 * stride, stride, ni, hd, HDP);
+			attn_load_tile_$S(dos, dbase + (long)i0 * C, C, ni, hd, HDP);
+			for (int x = t; x < bc; x += n) {
+				ls[x] = x < ni ? lse[(long)bh * T + i0 + x] * ATTN_LOG2E : 0.0f;
+				Ds[x] = x < ni ? D[(long)bh * T + i0 + x] : 0.0f;
 			}
 			barrier(CLK_LOCAL_MEM_FENCE);
+			for (int x0 = 0; x0 < ni; x0 += ATTN_BKC) { // ni is uniform over the work-group
+				__local float *p = part + half_ * (2 * ATTN_BKC * n);
+				half_ ^= 1;
 #pragma unroll
-			for (int xx = 0; xx < ATTN_BKC; xx++) {
-				int x = x0 + xx;
-				if (x < ni) {
-					float s = attn_gsum(p + (2 * xx) * n, r, G);
-					float dp = attn_gsum(p + (2 * xx + 1) * n, r, G);
-					float pr = i0 + x >= j ? exp2(s - ls[x]) : 0.0f;
-					attn_axpy(dv, pr, dos, x, g, G);
-					attn_axpy(dk, pr * (dp - Ds[x]), qs, x, g, G);
+				for (int xx = 0; xx < ATTN_BKC; xx++) {
+					if (x0 + xx < ni) {
+						p[(2 * xx) * n + t] = attn_dot(k, qs, x0 + xx, g, G);
+						p[(2 * xx + 1) * n + t] = attn_dot(v, dos, x0 + xx, g, G);
+					}
+				}
+				barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+				for (int xx = 0; xx < ATTN_BKC; xx++) {
+					int x = x0 + xx;
+					if (x < ni) {
+						float s = attn_gsum(p + (2 * xx) * n, r, G);
+						float dp = attn_gsum(p + (2 * xx + 1) * n, r, G);
+						float pr = i0 + x >= j ? exp2(s - ls[x]) : 0.0f;
+						attn_axpy(dv, pr, dos, x, g, G);
+						attn_axpy(dk, pr * (dp - Ds[x]), qs, x, g, G);
+					}
 				}
 			}
 		}
 	}
 	if (valid) {
-		__global t_$S *row = dqkv + ((long)b * T + j) * stride + (long)h * hd;
-		attn_store_row_$S(row + C, dk, g, G, hd, scale);
-		attn_store_row_$S(row + 2 * C, dv, g, G, hd, 1.0f);
+		__global t_$S *row = dqkv + ((long)b * T + j) * stride + C + (long)kvh * hd;
+		attn_store_row_$S(row, dk, g, G, hd, scale);
+		attn_store_row_$S(row + (long)KVH * hd, dv, g, G, hd, 1.0f);
 	}
 }
 
@@ -408,7 +420,7 @@ inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __glo
 // [B,H,T] (F32 scratch) from dout, out [B,T,C], lse [B,H,T] and qkv. Run
 // before fleet_attention_bwd_dkdv_$S, which reads D.
 __kernel void fleet_attention_bwd_dq_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S, dout), BUF(t_$S, out), BUF(float, lse),
-	BUF(t_$S, qkv), int B, int T, int C, int H) {
+	BUF(t_$S, qkv), int B, int T, int C, int H, int KVH) {
 	AT(t_$S, dqkv);
 	AT(float, D);
 	AT(t_$S, dout);
@@ -418,13 +430,13 @@ __kernel void fleet_attention_bwd_dq_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S
 	__local float ks[ATTN_TILE];
 	__local float vs[ATTN_TILE];
 	__local float part[ATTN_PART];
-	attn_bwd_dq_$S(dqkv, D, dout, out, lse, qkv, T, C, H, attn_launch_group(C / H), ks, vs, part);
+	attn_bwd_dq_$S(dqkv, D, dout, out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part);
 }
 
 // fleet_attention_bwd_dkdv_$S: writes the k and v thirds of dqkv from dout,
 // lse, D (from fleet_attention_bwd_dq_$S) and qkv.
 __kernel void fleet_attention_bwd_dkdv_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S, dout), BUF(float, lse), BUF(t_$S, qkv),
-	int B, int T, int C, int H) {
+	int B, int T, int C, int H, int KVH) {
 	AT(t_$S, dqkv);
 	AT(float, D);
 	AT(t_$S, dout);
@@ -435,13 +447,15 @@ __kernel void fleet_attention_bwd_dkdv_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_
 	__local float ls[ATTN_TILE / 16];
 	__local float Ds[ATTN_TILE / 16];
 	__local float part[ATTN_PART];
-	attn_bwd_dkdv_$S(dqkv, D, dout, lse, qkv, T, C, H, attn_launch_group(C / H), qs, dos, ls, Ds, part);
+	attn_bwd_dkdv_$S(dqkv, D, dout, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), qs, dos, ls, Ds, part);
 }
 
 // fleet_attention_kv_$S: inference against a key/value cache (AttentionKV):
 // out [B,T,C] from qkv [B,T,3C]; the caches kc, vc [B,MaxT,C] get this
 // call's k and v rows at positions [Pos, Pos+T), copied element for element
-// (bit for bit). Each run of 32 work-items (a warp) owns one (b, t, h), h
+// (bit for bit); with KVH key/value heads, qkv is [B,T,C+2*KVH*C/H], the
+// caches [B,MaxT,KVH*C/H], and the warp of each group's first query head
+// copies the group's key and value. Each run of 32 work-items (a warp) owns one (b, t, h), h
 // fastest, and attends over positions 0..Pos+t; positions >= Pos are read
 // from qkv itself rather than the cache, so no warp reads a cache row
 // another writes in this launch. Keys go 32 at a time: lane l computes
@@ -452,7 +466,7 @@ __kernel void fleet_attention_bwd_dkdv_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_
 // (any multiple of 32 up to 256 works; other shapes write nothing, where
 // CUDA would misbehave).
 __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc), BUF(t_$S, vc), int B, int T, int C, int H,
-	int Pos, int MaxT) {
+	int KVH, int Pos, int MaxT) {
 	AT(t_$S, out);
 	AT(t_$S, qkv);
 	AT(t_$S, kc);
@@ -469,8 +483,8 @@ __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc
 	long nwarps = ok ? (long)B * T * H : 0;
 	long w0 = (long)get_group_id(0) * nw, w = w0 + wl;
 	bool valid = w < nwarps;
-	int hd = C / H;
-	long stride = 3L * C;
+	int hd = C / H, grp = H / KVH;
+	long stride = (long)C + 2L * KVH * hd, KC = (long)KVH * hd; // a row of qkv, of a cache
 	// The most keys any warp of the work-group visits: every work-item
 	// loops that often, so all meet the same barriers.
 	int nmax = 0;
@@ -481,16 +495,19 @@ __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc
 		}
 	}
 	long wv = valid ? w : 0; // an idle warp computes on warp 0's indices (and writes nothing)
-	int h = (int)(wv % H), t = (int)((wv / H) % T), b = (int)(wv / ((long)H * T));
+	int h = (int)(wv % H), t = (int)((wv / H) % T), b = (int)(wv / ((long)H * T)), kvh = h / grp;
 	int nkeys = valid ? Pos + t + 1 : 0;
 	__global const t_$S *row = qkv + ((long)b * T + t) * stride + (long)h * hd;
 	__local float *qw = qsh + wl * ATTN_HDMAX;
 	float sc = attn_scale(hd) * ATTN_LOG2E;
 	if (valid) {
-		long crow = ((long)b * MaxT + Pos + t) * C + (long)h * hd;
+		__global const t_$S *krow = qkv + ((long)b * T + t) * stride + C + (long)kvh * hd;
+		long crow = ((long)b * MaxT + Pos + t) * KC + (long)kvh * hd;
 		for (int d = lane; d < hd; d += 32) {
-			kc[crow + d] = row[C + d];
-			vc[crow + d] = row[2 * C + d];
+			if (h % grp == 0) {
+				kc[crow + d] = krow[d];
+				vc[crow + d] = krow[KC + d];
+			}
 			qw[d] = ld_$S(row, d) * sc;
 		}
 	}
@@ -510,9 +527,9 @@ __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc
 		if (s < nkeys) {
 			__global const t_$S *kr;
 			if (s < Pos) {
-				kr = kc + ((long)b * MaxT + s) * C + (long)h * hd;
+				kr = kc + ((long)b * MaxT + s) * KC + (long)kvh * hd;
 			} else {
-				kr = qkv + ((long)b * T + (s - Pos)) * stride + C + (long)h * hd;
+				kr = qkv + ((long)b * T + (s - Pos)) * stride + C + (long)kvh * hd;
 			}
 			float dot = 0.0f;
 			for (int d = 0; d < hd; d++) {
@@ -539,9 +556,9 @@ __kernel void fleet_attention_kv_$S(BUF(t_$S, out), BUF(t_$S, qkv), BUF(t_$S, kc
 				int sj = s0 + jj;
 				__global const t_$S *vr;
 				if (sj < Pos) {
-					vr = vc + ((long)b * MaxT + sj) * C + (long)h * hd;
+					vr = vc + ((long)b * MaxT + sj) * KC + (long)kvh * hd;
 				} else {
-					vr = qkv + ((long)b * T + (sj - Pos)) * stride + 2 * C + (long)h * hd;
+					vr = qkv + ((long)b * T + (sj - Pos)) * stride + C + KC + (long)kvh * hd;
 				}
 				float pr = exp2(sw[jj] - mn);
 				l += pr;
