@@ -57,7 +57,7 @@ func TestGPTOnEmulatedDevice(t *testing.T) {
 func TestGPTOnEmulatedDeviceWithoutTensorCores(t *testing.T) {
 	f := newFakeGPU(256 << 20).withEmulator(t)
 	f.noTensorCores = true
-	checkGPTTraining(t, fakeDevice(t, 22, f), gptCase{true, tensor.BF16, 0})
+	checkGPTTraining(t, fakeDevice(t, 22, f), gptCase{bias: true, prec: tensor.BF16})
 	if i := slices.IndexFunc(f.launches, kernels.TensorCoreKernel); i >= 0 {
 		t.Errorf("%s ran on a device without tensor cores", f.launches[i])
 	}
@@ -86,13 +86,17 @@ type gptCase struct {
 	bias bool
 	prec tensor.DType
 	drop float32 // the device draws the masks: they must be the CPU's
+	// arch, where not nil, changes the model's configuration (a
+	// Llama-style model: llama_emu_test.go), named by name.
+	arch func(*model.Config)
+	name string
 }
 
 // checkGPTTraining trains the cases (all of gptCases where none are given)
 // on dev and on the CPU, side by side.
 func checkGPTTraining(t *testing.T, dev tensor.Device, cases ...gptCase) {
 	if len(cases) == 0 {
-		cases = []gptCase{{false, tensor.F32, 0}, {true, tensor.F32, 0}, {true, tensor.BF16, 0}, {false, tensor.F32, 0.25}}
+		cases = []gptCase{{prec: tensor.F32}, {bias: true, prec: tensor.F32}, {bias: true, prec: tensor.BF16}, {prec: tensor.F32, drop: 0.25}}
 	}
 	for _, tc := range cases {
 		bias, prec := tc.bias, tc.prec
@@ -113,8 +117,11 @@ func checkGPTTraining(t *testing.T, dev tensor.Device, cases ...gptCase) {
 		if prec == tensor.BF16 {
 			lossTol, gradTol, checkWeights = 2e-3, 2e-2, false
 		}
-		t.Run(fmt.Sprintf("bias=%v,products=%v,dropout=%v", bias, prec, tc.drop), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%sbias=%v,products=%v,dropout=%v", tc.name, bias, prec, tc.drop), func(t *testing.T) {
 			cfg := model.Config{VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 2, NEmbd: 16, Bias: bias, Dropout: tc.drop}
+			if tc.arch != nil {
+				tc.arch(&cfg)
+			}
 			B, T := 2, 7 // T below the block size and not a multiple of anything
 			cpuM, err := model.New(cfg, tensor.CPU, 5)
 			if err != nil {

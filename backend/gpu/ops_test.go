@@ -343,10 +343,14 @@ func backendOpCases(seed uint64) []opCase {
 
 // checkBackendOps runs every case on be and on the CPU backend and
 // compares the outputs.
-func checkBackendOps(t *testing.T, be backend.Backend) {
+func checkBackendOps(t *testing.T, be backend.Backend) { checkOpCases(t, be, backendOpCases(1)) }
+
+// checkOpCases runs cases on be and on the CPU backend and compares the
+// outputs.
+func checkOpCases(t *testing.T, be backend.Backend, cases []opCase) {
 	ref := host{be: cpu.New(backend.CPU)}
 	dev := host{be: be}
-	for _, c := range backendOpCases(1) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want := c.run(host{be: ref.be, asF32: c.bf16})
 			var got [][]float32
