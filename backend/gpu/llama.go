@@ -23,11 +23,13 @@ func (c *Backend) AddRMSNorm(sum, out, rstd, x, y, w backend.Ref, rows, cols int
 		rows, cols, eps, m, c.ptr(m.Base)))
 }
 
-// RMSNormBackward implements backend.LlamaBlocks: dx (and the dropout's
-// masked gradient) in one launch, dw in a second, as LayerNormBackward.
+// RMSNormBackward implements backend.LlamaBlocks: one launch (dx, the
+// dropout's masked gradient and dw), as LayerNormBackward, with the same
+// counters (lnCounters).
 func (c *Backend) RMSNormBackward(dx, dres, dw, dout, x, rstd, w backend.Ref, rows, cols int, drop backend.DropoutOut) {
+	done := c.lnCounters(kernels.LayerNormBackwardCounters(cols))
 	c.check("rms_norm_backward", c.scratch(kernels.RMSNormBackwardScratch(rows, cols), func(s Ptr) error {
-		return kernels.RMSNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(dout), c.ptr(x), c.ptr(rstd), c.ptr(w), s, rows, cols,
+		return kernels.RMSNormBackward(c, c.dt(x), c.ptr(dx), c.ptr(dres), c.ptr(dw), c.ptr(dout), c.ptr(x), c.ptr(rstd), c.ptr(w), s, done, rows, cols,
 			c.ptr(drop.Dst), drop.Mask, c.ptr(drop.Mask.Base))
 	}))
 }

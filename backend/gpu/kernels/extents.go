@@ -38,6 +38,8 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	}
 	chunks := func() float64 { return math.Ceil(a("rows") / max(a("chunkRows"), 1)) }
 	btc := func() float64 { return a("B") * a("T") * a("C") }
+	// btkv is B·T·KVH·C/H: the keys (or the values) of qkv, KVH heads.
+	btkv := func() float64 { return a("B") * a("T") * a("KVH") * a("C") / max(a("H"), 1) }
 	bht := func() float64 { return a("B") * a("H") * a("T") }
 	switch name + "." + param {
 	// elementwise.cu, gelu.cu, cast.cu: every element once.
@@ -131,25 +133,26 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	case "embedding_backward.dtable":
 		return a("n") * a("dim"), 2, true
 
-	// attention.cu and attention_mma.cu: qkv [B, T, 3C], out and dout
-	// [B, T, C], lse and D [B, H, T]. The dq kernel writes q's third of
-	// dqkv, the dk/dv kernel the other two.
+	// attention.cu and attention_mma.cu: qkv [B, T, 3C] ([B, T, C +
+	// 2·KVH·C/H] with KVH key/value heads), out and dout [B, T, C], lse and
+	// D [B, H, T]. The dq kernel writes q's third of dqkv, the dk/dv kernel
+	// the other two.
 	case "attention_fwd.out", "attention_bwd_dq.dout", "attention_bwd_dq.out", "attention_bwd_dkdv.dout",
 		"attention_bwd_dq.dqkv":
 		return btc(), 1, true
 	case "attention_bwd_dkdv.dqkv":
-		return 2 * btc(), 1, true
+		return 2 * btkv(), 1, true
 	case "attention_fwd.qkv", "attention_bwd_dq.qkv", "attention_bwd_dkdv.qkv":
-		return 3 * btc(), 1, true
+		return btc() + 2*btkv(), 1, true
 	case "attention_fwd.lse", "attention_bwd_dq.lse", "attention_bwd_dkdv.lse",
 		"attention_bwd_dq.D", "attention_bwd_dkdv.D":
 		return bht(), 1, true
 	case "attention_kv.out":
 		return btc(), 1, true
 	case "attention_kv.qkv":
-		return 3 * btc(), 1, true
+		return btc() + 2*btkv(), 1, true
 	case "attention_kv.kc", "attention_kv.vc": // positions [0, Pos+T) read, [Pos, Pos+T) written
-		return a("B") * (a("Pos") + 2*a("T")) * a("C"), 1, true
+		return a("B") * (a("Pos") + 2*a("T")) * a("KVH") * a("C") / max(a("H"), 1), 1, true
 
 	// step.cu: a few words of bookkeeping.
 	case "track_loss.stats", "clip_coef.stats", "scaler_coef.stats", "step_clock.stats", "step_dropout_key.stats":
@@ -164,5 +167,5 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	case "step_dropout_key.key":
 		return 2, 1, true
 	}
-	return 0, 0, false
+	return llamaExtent(name, param, arg)
 }

@@ -26,7 +26,8 @@ func MovesData(kernel string) bool {
 func TensorCoreKernel(kernel string) bool { return strings.Contains(kernel, "_mma") }
 
 // FLOPs is the floating-point work of one launch of kernel, from its
-// scalar arguments by parameter name (arg("n")), counted as the kernel's
+// scalar arguments by parameter name (arg("n"); a pointer's is 1 where
+// given, 0 where null), counted as the kernel's
 // source does it: a multiply-add is 2, an exp, tanh or sqrt 1. Kernels that
 // only move or gather data (casts, fills, embeddings) do none. The
 // simulated GPU prices each launch with it; 0 for a kernel it does not
@@ -101,7 +102,7 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		t, pos := arg("T"), arg("Pos")
 		return arg("B") * arg("H") * t * (pos + (t+1)/2) * (4*hd() + 5)
 	}
-	return 0
+	return llamaFLOPs(name, arg)
 }
 
 // baseName is kernel without its fleet_ prefix and its storage suffix

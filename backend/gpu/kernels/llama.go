@@ -59,41 +59,33 @@ func AddRMSNorm[B comparable](l Launcher[B], dt backend.DType, sum, out, rstd, x
 }
 
 // RMSNormBackwardScratch is the number of F32 elements of scratch
-// RMSNormBackward needs: the partial sums of dw, then a counter per 32
-// columns.
-func RMSNormBackwardScratch(rows, cols int) int { return chunks(rows)*cols + (cols+31)/32 }
+// RMSNormBackward needs: a row of dw's partial sums per chunk of
+// LNChunkRows rows. Its counters are LayerNormBackward's
+// (LayerNormBackwardCounters), which every launch of either leaves zero.
+func RMSNormBackwardScratch(rows, cols int) int { return lnChunks(rows) * cols }
 
 // RMSNormBackward writes dx (plus dres, unless dres is nil; it must not
 // overlap dx) and accumulates into dw for an RMSNorm over rows×cols, in
-// two launches as LayerNormBackward: fleet_rmsnorm_backward_dx_<dt> (dx,
-// and, unless ddrop is nil, dx masked by m into ddrop) and
-// fleet_rmsnorm_backward_dw_<dt> (dw's partial sums over fixed chunks of
-// ChunkRows rows, added in chunk order by the last block of each column
-// strip: deterministic, the only atomic an integer count). dx, dres, dout,
-// x and ddrop have storage dt (F32 or BF16); rstd, w and dw are F32.
-// scratch holds RMSNormBackwardScratch(rows, cols) F32 elements.
-func RMSNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, dout, x, rstd, w, scratch B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
-	kdx, err := kernel("rmsnorm_backward_dx", dt, floatTypes...)
+// one launch of fleet_rmsnorm_backward_<dt>, as LayerNormBackward: dx,
+// dres, dout, x and ddrop have storage dt (F32 or BF16); rstd, w and dw
+// are F32. Unless ddrop is nil, it also gets dx masked by m. scratch holds
+// RMSNormBackwardScratch(rows, cols) F32 elements, done
+// LayerNormBackwardCounters(cols) counters, zero. dw is summed over fixed
+// chunks of LNChunkRows rows, then the chunks are added in order:
+// deterministic, the only atomic an integer count of the chunks done.
+func RMSNormBackward[B comparable](l Launcher[B], dt backend.DType, dx, dres, dw, dout, x, rstd, w, scratch, done B, rows, cols int, ddrop B, m backend.DropoutMask, base B) error {
+	k, err := kernel("rmsnorm_backward", dt, floatTypes...)
 	if err != nil {
 		return err
 	}
-	kdw, _ := kernel("rmsnorm_backward_dw", dt, floatTypes...)
 	if err := checkInt("rmsnorm backward", rows, cols); err != nil {
 		return err
 	}
 	if rows == 0 || cols == 0 {
 		return nil
 	}
-	nc := chunks(rows)
-	if nc > maxGridY {
-		return fmt.Errorf("kernels: rmsnorm backward: %d rows is over %d chunks of %d", rows, maxGridY, chunkRows)
-	}
-	if err := l.Launch(kdx, rowsGrid(l, rows), block1D, 0, *new(Args[B]).Buf(dx, dres, scratch).Int(int32(nc)).Buf(dout, x, rstd, w).Int(int32(rows), int32(cols)).
-		Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base)); err != nil {
-		return err
-	}
-	grid := [3]int{(cols + 31) / 32, nc, 1}
-	return l.Launch(kdw, grid, block1D, 0, *new(Args[B]).Buf(dw, scratch, dout, x, rstd).Int(int32(rows), int32(cols), int32(chunkRows)))
+	return l.Launch(k, [3]int{lnChunks(rows), 1, 1}, block1D, 0, *new(Args[B]).Buf(dx, dres, dw, scratch, done, dout, x, rstd, w).
+		Int(int32(rows), int32(cols), int32(lnChunkRows)).Buf(ddrop).Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base))
 }
 
 // rotaryCheck validates a Rotary call's shape.
@@ -218,10 +210,8 @@ func llamaFLOPs(name string, arg func(param string) float64) float64 {
 		return 4 * arg("rows") * arg("cols")
 	case "add_rmsnorm": // the masked add, then the RMSNorm
 		return 6 * arg("rows") * arg("cols")
-	case "rmsnorm_backward_dx": // g·w·x̂ and its sum, rstd·(g·w − x̂·s), dres (the masked copy: one more)
-		return 9 * arg("rows") * arg("cols")
-	case "rmsnorm_backward_dw": // the partials, then their sums
-		return 3*arg("rows")*arg("cols") + math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
+	case "rmsnorm_backward": // dx: g·w·x̂ and its sum, rstd·(g·w − x̂·s), dres (the masked copy: one more); dw's partials; their sums
+		return 12*arg("rows")*arg("cols") + math.Ceil(arg("rows")/max(arg("chunkRows"), 1))*arg("cols")
 	case "rotary": // QK-norm (4 an element), then the rotation (3)
 		return (3 + 4*norm) * qk()
 	case "rotary_backward": // the rotation's transpose (3), then QK-norm's backward pass and its weights' partials (9)
@@ -236,36 +226,53 @@ func llamaFLOPs(name string, arg func(param string) float64) float64 {
 	return 0
 }
 
-// llamaBytes is Bytes for the kernels of llama.cu (name without fleet_
-// and the storage suffix, es bytes an activation): each array read or
-// written once (the second reads of a row in the row kernels come from
-// cache), the weights and the rotary table's rows once a launch.
-func llamaBytes(name string, es float64, arg func(param string) float64) (float64, bool) {
-	rows, cols, hid := arg("rows"), arg("cols"), arg("hidden")
-	btr := arg("B") * arg("T")
-	W, qk := (arg("H")+2*arg("KVH"))*arg("HD"), (arg("H")+arg("KVH"))*arg("HD")
-	table := arg("T") * arg("HD") * 4 // the positions' cos and sin
-	switch name {
-	case "rmsnorm": // x, out; w, rstd
-		return es*2*rows*cols + 4*(cols+rows), true
-	case "add_rmsnorm": // y (and x), sum, out; w, rstd
-		return es*(3+arg("x"))*rows*cols + 4*(cols+rows), true
-	case "rmsnorm_backward_dx": // dout, x, dx (and dres, ddrop); w, rstd
-		return es*(3+arg("dres")+arg("ddrop"))*rows*cols + 4*(cols+rows), true
-	case "rmsnorm_backward_dw": // dout, x, rstd; the partials written and read, dw
-		nc := math.Ceil(rows / max(arg("chunkRows"), 1))
-		return es*2*rows*cols + 4*rows + 8*nc*cols + 8*cols, true
-	case "rotary": // qkv, out; with QK-norm, rstd and the weights
-		return es*2*btr*W + table + arg("qw")*(4*btr*(arg("H")+arg("KVH"))+8*arg("HD")), true
-	case "rotary_backward": // dout, dqkv; with QK-norm, the q and k heads of qkv, rstd, the weights and the partials
-		nc := math.Ceil(btr / max(arg("chunkRows"), 1))
-		return es*2*btr*W + table + arg("qw")*(es*btr*qk+4*btr*(arg("H")+arg("KVH"))+8*arg("HD")+8*nc*arg("HD")), true
-	case "rotary_backward_dw": // the partials; dqw and dkw read and written
-		return 8*arg("nparts")*arg("HD") + 16*arg("HD"), true
-	case "swiglu": // gu, out
-		return es * 3 * rows * hid, true
-	case "swiglu_backward": // gu, dout, dgu
-		return es * 5 * rows * hid, true
+// llamaExtent is Extent for the kernels of llama.cu (name without fleet_
+// and the storage suffix), as their comments' Traffic lines say: each
+// activation read or written once (a row's second read comes from
+// cache), the weights and the rotary table's rows of the positions once a
+// launch. A null pointer (an absent operand) costs nothing.
+func llamaExtent(name, param string, arg func(param string) float64) (elems, passes float64, ok bool) {
+	a := arg
+	rc := func() float64 { return a("rows") * a("cols") }
+	btw := func() float64 { return a("B") * a("T") * (a("H") + 2*a("KVH")) * a("HD") } // a packed qkv
+	bth := func() float64 { return a("B") * a("T") * (a("H") + a("KVH")) }             // its q and k heads
+	switch name + "." + param {
+	case "rmsnorm.out", "rmsnorm.x",
+		"add_rmsnorm.sum", "add_rmsnorm.out", "add_rmsnorm.x", "add_rmsnorm.y",
+		"rmsnorm_backward.dx", "rmsnorm_backward.dres", "rmsnorm_backward.dout", "rmsnorm_backward.x", "rmsnorm_backward.ddrop":
+		return rc(), 1, true
+	case "rmsnorm.rstd", "add_rmsnorm.rstd", "rmsnorm_backward.rstd":
+		return a("rows"), 1, true
+	case "rmsnorm.w", "add_rmsnorm.w", "rmsnorm_backward.w":
+		return a("cols"), 1, true
+	case "add_rmsnorm.seedBase", "rmsnorm_backward.seedBase":
+		return 2, 1, true
+	case "rmsnorm_backward.dw": // accumulated: read and written
+		return a("cols"), 2, true
+	case "rmsnorm_backward.part": // the partials written and read
+		return math.Ceil(a("rows")/max(a("chunkRows"), 1)) * a("cols"), 2, true
+	case "rmsnorm_backward.done": // a counter per 32 columns, counted up and set back to 0
+		return math.Ceil(a("cols") / 32), 2, true
+	case "rotary.out", "rotary.qkv", "rotary_backward.dqkv", "rotary_backward.dout":
+		return btw(), 1, true
+	case "rotary_backward.qkv": // QK-norm's backward reads the q and k heads
+		return bth() * a("HD"), 1, true
+	case "rotary.rstd", "rotary_backward.rstd":
+		return bth(), 1, true
+	case "rotary.qw", "rotary.kw", "rotary_backward.qw", "rotary_backward.kw":
+		return a("HD"), 1, true
+	case "rotary.table", "rotary_backward.table": // the cos and sin of T positions
+		return a("T") * a("HD"), 1, true
+	case "rotary_backward.part": // written here, read by the dw kernel
+		return math.Ceil(a("B")*a("T")/max(a("chunkRows"), 1)) * 2 * a("HD"), 1, true
+	case "rotary_backward_dw.part":
+		return a("nparts") * 2 * a("HD"), 1, true
+	case "rotary_backward_dw.dqw", "rotary_backward_dw.dkw":
+		return a("HD"), 2, true
+	case "swiglu.gu", "swiglu_backward.gu", "swiglu_backward.dgu":
+		return 2 * a("rows") * a("hidden"), 1, true
+	case "swiglu.out", "swiglu_backward.dout":
+		return a("rows") * a("hidden"), 1, true
 	}
-	return 0, false
+	return 0, 0, false
 }

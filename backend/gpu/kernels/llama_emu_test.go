@@ -23,14 +23,13 @@ import (
 func init() {
 	for _, dt := range floatDTs {
 		opCases.Add(map[string]emu.Case{
-			"fleet_rmsnorm_" + sfx(dt):             rmsNormCase(dt),
-			"fleet_add_rmsnorm_" + sfx(dt):         addRMSNormCase(dt),
-			"fleet_rmsnorm_backward_dx_" + sfx(dt): rmsNormBackwardCase(dt, lnDxShapes),
-			"fleet_rmsnorm_backward_dw_" + sfx(dt): rmsNormBackwardCase(dt, lnDwShapes),
-			"fleet_rotary_" + sfx(dt):              rotaryCase(dt),
-			"fleet_rotary_backward_" + sfx(dt):     rotaryBackwardCase(dt),
-			"fleet_swiglu_" + sfx(dt):              swigluCase(dt),
-			"fleet_swiglu_backward_" + sfx(dt):     swigluBackwardCase(dt),
+			"fleet_rmsnorm_" + sfx(dt):          rmsNormCase(dt),
+			"fleet_add_rmsnorm_" + sfx(dt):      addRMSNormCase(dt),
+			"fleet_rmsnorm_backward_" + sfx(dt): rmsNormBackwardCase(dt, lnBwdShapes),
+			"fleet_rotary_" + sfx(dt):           rotaryCase(dt),
+			"fleet_rotary_backward_" + sfx(dt):  rotaryBackwardCase(dt),
+			"fleet_swiglu_" + sfx(dt):           swigluCase(dt),
+			"fleet_swiglu_backward_" + sfx(dt):  swigluBackwardCase(dt),
 		})
 	}
 	opCases.Add(map[string]emu.Case{"fleet_rotary_backward_dw_f32": rotaryBackwardCase(backend.F32)})
@@ -138,10 +137,10 @@ func addRMSNormCase(dt backend.DType) emu.Case {
 	}
 }
 
-// rmsNormBackwardCase runs the two-launch backward pass (dx, then dw over
-// chunks of 16 rows) with dw accumulating onto random values, and, in
-// every other shape, a gathered gradient (dres) and a dropout's masked
-// gradient.
+// rmsNormBackwardCase runs the one-launch backward pass (dw over chunks
+// of 16 rows) with dw accumulating onto random values, and, in every
+// other shape, a gathered gradient (dres) and a dropout's masked
+// gradient; the counters, shared by the runs, must be zero after each.
 func rmsNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 	return func(t *testing.T, m *emu.Module) {
 		rng := newRNG(43)
@@ -173,14 +172,15 @@ func rmsNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 			if withRes {
 				want[2] = cpuGet(cdrop, rows*cols)
 			}
+			done := emu.NewU32(make([]uint32, kernels.LayerNormBackwardCounters(cols)))
 			got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
 				dx, dw := devOut(dt, rows*cols), emu.NewF32(dw0)
 				var resArg, dropArg, baseArg *emu.Buffer
 				if withRes {
 					resArg, dropArg, baseArg = devIn(dt, res), devOut(dt, rows*cols), emu.NewI32(base)
 				}
-				scratch := emu.Poison(emu.F32, kernels.RMSNormBackwardScratch(rows, cols)) // counters too: the dx kernel zeroes them
-				must(t, kernels.RMSNormBackward(l, dt, dx, resArg, dw, devIn(dt, dout), devIn(dt, x), emu.NewF32(rstd), emu.NewF32(w), scratch,
+				scratch := emu.Poison(emu.F32, kernels.RMSNormBackwardScratch(rows, cols))
+				must(t, kernels.RMSNormBackward(l, dt, dx, resArg, dw, devIn(dt, dout), devIn(dt, x), emu.NewF32(rstd), emu.NewF32(w), scratch, done,
 					rows, cols, dropArg, mask, baseArg))
 				o := [][]float32{devGet(dx), dw.F32(), nil}
 				if withRes {
@@ -189,6 +189,11 @@ func rmsNormBackwardCase(dt backend.DType, shapes []lnShape) emu.Case {
 				return o
 			})
 			what := fmt.Sprintf("rmsnorm backward %v %dx%d dres=%v", dt, rows, cols, withRes)
+			for i, v := range done.U32() {
+				if v != 0 {
+					t.Errorf("%s: counter %d is %d after the launches, want 0", what, i, v)
+				}
+			}
 			checkClose(t, what+" dx", got[0], want[0], tol(dt))
 			checkClose(t, what+" dw", got[1], want[1], 1e-5)
 			if withRes {
@@ -383,11 +388,11 @@ func TestLlamaLaunches(t *testing.T) {
 		t.Errorf("rotary scratch %d", n)
 	}
 	r = &launchRecorder{}
-	must(t, kernels.RMSNormBackward(r, backend.F32, nil, nil, nil, nil, nil, nil, nil, nil, 600, 768, nil, backend.DropoutMask{}, nil))
-	if fmt.Sprint(r.names) != "[fleet_rmsnorm_backward_dx_f32 fleet_rmsnorm_backward_dw_f32]" || r.grids[1] != [3]int{24, 3, 1} {
+	must(t, kernels.RMSNormBackward(r, backend.F32, nil, nil, nil, nil, nil, nil, nil, nil, nil, 600, 768, nil, backend.DropoutMask{}, nil))
+	if fmt.Sprint(r.names) != "[fleet_rmsnorm_backward_f32]" || r.grids[0] != [3]int{10, 1, 1} { // a block per 64 rows
 		t.Errorf("rmsnorm backward launches %v grids %v", r.names, r.grids)
 	}
-	if n := kernels.RMSNormBackwardScratch(600, 768); n != 3*768+24 {
+	if n := kernels.RMSNormBackwardScratch(600, 768); n != 10*768 {
 		t.Errorf("rmsnorm backward scratch %d", n)
 	}
 	r = &launchRecorder{}

@@ -103,38 +103,80 @@ extern "C" __global__ void fleet_add_rmsnorm_bf16(unsigned short *__restrict__ s
 	llama_add_rmsnorm_impl<fleet_bf16>(sum, out, rstd, x, y, w, rows, cols, eps, seed, offset, site, threshold, scale, seedBase);
 }
 
-// fleet_rmsnorm_backward_dx_<t>: with xhat = x*rstd and g = dout,
-// dx = rstd*(g*w - xhat*mean_j(g*w*xhat)) for each row, plus dres[same
-// element] unless dres is null (the gradient x gathered from its other
-// uses; it must not overlap dx). Where ddrop is not null it also gets dx
-// as stored times each element's dropout factor (the backward pass of the
-// dropout whose output x is), as fleet_layernorm_backward_dx_<t> does.
-// Block 0 also zeroes the column strips' counters of the
-// fleet_rmsnorm_backward_dw_<t> launch that follows on the stream (part
-// and nparts are that launch's scratch and chunk count). One warp per
-// row, grid-stride over rows. Traffic: x and dout read twice (the second
-// time from cache), dres read once, dx (and ddrop) written once. Launch:
-// as fleet_rmsnorm_<t>.
+// fleet_rmsnorm_backward_<t>: the whole RMSNorm backward in one launch,
+// as fleet_layernorm_backward_<t> (layernorm.cu) is LayerNorm's. With
+// xhat = x*rstd and g = dout, for each row dx = rstd*(g*w -
+// xhat*mean_j(g*w*xhat)), plus dres[same element] unless dres is null
+// (the gradient x gathered from its other uses; it must not overlap dx);
+// where ddrop is not null it also gets dx as stored times each element's
+// dropout factor (the backward pass of the dropout whose output x is). And
+// dw[j] += sum_r g*xhat, deterministically.
+//
+// Block c owns the chunk of rows [c*chunkRows, (c+1)*chunkRows) (grid:
+// one block per chunk, 256 threads). First its warps take the chunk's
+// rows, one warp a row (128-bit loads and stores where the rows are whole
+// 16-byte pieces), and write dx. Then, for each strip of 32 columns in
+// turn, warp w adds rows w, w+W, ... of the chunk with its lanes on
+// adjacent columns (x and dout again, from cache), the warps' sums are
+// added in warp order, and the chunk's partial goes to part[c*cols + j];
+// the last block to finish a strip (counted in done[strip], the only
+// atomic) adds the strip's C = gridDim.x partials in chunk order into dw
+// and sets done[strip] back to 0: every sum has a fixed order, and done,
+// zero before the first launch, is zero after every launch. Traffic: x
+// and dout read twice (the second time from cache), dres read once, dx
+// written once, partials written and read once, dw read and written once.
 template <class S>
-__device__ __forceinline__ void llama_rmsnorm_backward_dx_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ part,
-	int nparts, const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ rstd, const float *__restrict__ w,
-	int rows, int cols, typename S::T *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale,
-	const int *__restrict__ seedBase) {
-	if (blockIdx.x == 0) {
-		unsigned int *done = (unsigned int *)(part + (long long)nparts * cols);
-		for (int i = threadIdx.x; i < (cols + 31) / 32; i += blockDim.x) {
-			done[i] = 0;
+__device__ __forceinline__ void llama_rmsnorm_backward_row(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres,
+	const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ rstd, const float *__restrict__ w,
+	long long r, int cols, bool vec, typename S::T *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold,
+	float scale, const int *__restrict__ seedBase, int lane) {
+	const int N = 16 / sizeof(typename S::T);
+	long long o = r * cols;
+	float rs = rstd[r];
+	float s = 0.0f;
+	if (vec) {
+		float xv[N], gv[N], wv[N];
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(x, o + j, xv);
+			fleet_ld16<S>(dout, o + j, gv);
+#pragma unroll
+			for (int q = 0; q < N; q += 4) {
+				fleet_ld16<fleet_f32>(w, j + q, wv + q);
+			}
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				s += gv[k] * wv[k] * (xv[k] * rs);
+			}
 		}
-	}
-	int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
-	for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (long long)gridDim.x * wpb) {
-		long long o = r * cols;
-		float rs = rstd[r];
-		float s = 0.0f;
+	} else {
 		for (int j = lane; j < cols; j += 32) {
 			s += S::ld(dout, o + j) * w[j] * (S::ld(x, o + j) * rs);
 		}
-		s = fleet_warp_sum(s) / (float)cols;
+	}
+	s = fleet_warp_sum(s) / (float)cols;
+	if (vec) {
+		float xv[N], gv[N], wv[N], rv[N];
+		for (int j = N * lane; j < cols; j += 32 * N) {
+			fleet_ld16<S>(x, o + j, xv);
+			fleet_ld16<S>(dout, o + j, gv);
+#pragma unroll
+			for (int q = 0; q < N; q += 4) {
+				fleet_ld16<fleet_f32>(w, j + q, wv + q);
+			}
+			if (dres != 0) {
+				fleet_ld16<S>(dres, o + j, rv);
+			}
+#pragma unroll
+			for (int k = 0; k < N; k++) {
+				float v = rs * (gv[k] * wv[k] - xv[k] * rs * s);
+				if (dres != 0) {
+					v += rv[k];
+				}
+				xv[k] = v;
+			}
+			fleet_st16<S>(dx, o + j, xv);
+		}
+	} else {
 		for (int j = lane; j < cols; j += 32) {
 			float v = rs * (S::ld(dout, o + j) * w[j] - S::ld(x, o + j) * rs * s);
 			if (dres != 0) {
@@ -142,101 +184,94 @@ __device__ __forceinline__ void llama_rmsnorm_backward_dx_impl(typename S::T *__
 			}
 			S::st(dx, o + j, v);
 		}
-		if (ddrop != 0) {
-			__syncwarp(); // the row's dx, written by other lanes, is read next
-			unsigned long long sd = fleet_dropout_seed(seed, seedBase);
-			for (int j = 4 * lane; j < cols; j += 128) {
-				int m = cols - j < 4 ? cols - j : 4;
-				float f[4];
-				fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
-				for (int k = 0; k < m; k++) {
-					S::st(ddrop, o + j + k, __fmul_rn(S::ld(dx, o + j + k), f[k]));
-				}
+	}
+	if (ddrop != 0) {
+		__syncwarp(); // the row's dx, written by other lanes, is read next
+		unsigned long long sd = fleet_dropout_seed(seed, seedBase);
+		for (int j = 4 * lane; j < cols; j += 128) {
+			int m = cols - j < 4 ? cols - j : 4;
+			float f[4];
+			fleet_dropout_factors(sd, offset, site, threshold, scale, o + j, m, f);
+			for (int k = 0; k < m; k++) {
+				S::st(ddrop, o + j + k, __fmul_rn(S::ld(dx, o + j + k), f[k]));
 			}
 		}
 	}
 }
 
-extern "C" __global__ void fleet_rmsnorm_backward_dx_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ part, int nparts,
-	const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ rstd, const float *__restrict__ w, int rows, int cols,
-	float *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale, const int *__restrict__ seedBase) {
-	llama_rmsnorm_backward_dx_impl<fleet_f32>(dx, dres, part, nparts, dout, x, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
-}
-extern "C" __global__ void fleet_rmsnorm_backward_dx_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ part,
-	int nparts, const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ rstd, const float *__restrict__ w,
-	int rows, int cols, unsigned short *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale,
-	const int *__restrict__ seedBase) {
-	llama_rmsnorm_backward_dx_impl<fleet_bf16>(dx, dres, part, nparts, dout, x, rstd, w, rows, cols, ddrop, seed, offset, site, threshold, scale, seedBase);
-}
-
-// fleet_rmsnorm_backward_dw_<t>: dw[j] += sum_r g*xhat, in one launch and
-// deterministically, as fleet_layernorm_backward_dwdb_<t> sums dw. Partial
-// sums over one chunk of rows first: blockIdx.y is the chunk (rows
-// [y*chunkRows, (y+1)*chunkRows)), block x covers 32 columns, warp w adds
-// rows w, w+W, ... with its lanes on adjacent columns (coalesced), and the
-// warps' sums are added in warp order into part[y*cols + j]. Then the last
-// block of each column strip to finish (counted in done[blockIdx.x], done
-// = part + C*cols for C = gridDim.y chunks, zeroed by
-// fleet_rmsnorm_backward_dx_<t> just before) adds the strip's C partials
-// in chunk order into dw: the order of every sum is fixed, whichever
-// block finishes last. Traffic: x and dout read once, partials written
-// and read once, dw read and written once. Launch: blocks of 256 threads,
-// grid (ceil(cols/32), ceil(rows/chunkRows)).
 template <class S>
-__device__ __forceinline__ void llama_rmsnorm_backward_dw_impl(float *__restrict__ dw, float *part, const typename S::T *__restrict__ dout,
-	const typename S::T *__restrict__ x, const float *__restrict__ rstd, int rows, int cols, int chunkRows, float (*acc)[32], int *last) {
+__device__ __forceinline__ void llama_rmsnorm_backward_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ dres, float *__restrict__ dw,
+	float *part, unsigned int *done, const typename S::T *__restrict__ dout, const typename S::T *__restrict__ x, const float *__restrict__ rstd,
+	const float *__restrict__ w, int rows, int cols, int chunkRows, typename S::T *__restrict__ ddrop, long long seed, long long offset, int site,
+	unsigned int threshold, float scale, const int *__restrict__ seedBase, float (*acc)[32], int *last) {
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	int j = blockIdx.x * 32 + lane;
-	int r0 = blockIdx.y * chunkRows;
+	int nc = gridDim.x, cy = blockIdx.x;
+	int r0 = cy * chunkRows;
 	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
-	float sw = 0.0f;
-	if (j < cols) {
-		for (int r = r0 + warp; r < r1; r += nw) {
-			long long o = (long long)r * cols + j;
-			sw += S::ld(dout, o) * (S::ld(x, o) * rstd[r]);
+	const int N = 16 / sizeof(typename S::T);
+	bool vec = cols % N == 0 && fleet_aligned16(dx, dres, dout, x, w);
+	for (int r = r0 + warp; r < r1; r += nw) {
+		llama_rmsnorm_backward_row<S>(dx, dres, dout, x, rstd, w, r, cols, vec, ddrop, seed, offset, site, threshold, scale, seedBase, lane);
+	}
+	for (int strip = 0; strip * 32 < cols; strip++) {
+		int j = strip * 32 + lane;
+		float sw = 0.0f;
+		if (j < cols) {
+			for (int r = r0 + warp; r < r1; r += nw) {
+				long long o = (long long)r * cols + j;
+				sw += S::ld(dout, o) * (S::ld(x, o) * rstd[r]);
+			}
 		}
-	}
-	acc[warp][lane] = sw;
-	__syncthreads();
-	if (warp == 0 && j < cols) {
-		float t = 0.0f;
-		for (int k = 0; k < nw; k++) {
-			t += acc[k][lane];
+		acc[warp][lane] = sw;
+		__syncthreads();
+		if (warp == 0 && j < cols) {
+			float t = 0.0f;
+			for (int k = 0; k < nw; k++) {
+				t += acc[k][lane];
+			}
+			part[(long long)cy * cols + j] = t;
 		}
-		part[(long long)blockIdx.y * cols + j] = t;
-	}
-	__threadfence(); // the partials are visible before the count says so
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		unsigned int *done = (unsigned int *)(part + (long long)gridDim.y * cols);
-		*last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
-	}
-	__syncthreads();
-	if (!*last) {
-		return;
-	}
-	__threadfence();
-	if (warp == 0 && j < cols) {
-		const volatile float *vp = part; // written by other blocks: not from this block's cache
-		float t = 0.0f;
-		for (int p = 0; p < (int)gridDim.y; p++) {
-			t += vp[(long long)p * cols + j];
+		__threadfence(); // the partials are visible before the count says so
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			*last = atomicAdd(&done[strip], 1u) == (unsigned int)(nc - 1);
 		}
-		dw[j] += t;
+		__syncthreads();
+		if (*last) {
+			__threadfence();
+			if (warp == 0 && j < cols) {
+				const volatile float *vp = part; // written by other blocks: not from this block's cache
+				float t = 0.0f;
+				for (int p = 0; p < nc; p++) {
+					t += vp[(long long)p * cols + j];
+				}
+				dw[j] += t;
+			}
+			if (threadIdx.x == 0) {
+				done[strip] = 0u; // every block has counted: ready for the next launch
+			}
+		}
+		__syncthreads(); // acc and last are this strip's until here
 	}
 }
 
-extern "C" __global__ void fleet_rmsnorm_backward_dw_f32(float *__restrict__ dw, float *part, const float *__restrict__ dout, const float *__restrict__ x,
-	const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
+extern "C" __global__ void fleet_rmsnorm_backward_f32(float *__restrict__ dx, const float *__restrict__ dres, float *__restrict__ dw, float *part,
+	unsigned int *done, const float *__restrict__ dout, const float *__restrict__ x, const float *__restrict__ rstd, const float *__restrict__ w, int rows,
+	int cols, int chunkRows, float *__restrict__ ddrop, long long seed, long long offset, int site, unsigned int threshold, float scale,
+	const int *__restrict__ seedBase) {
 	__shared__ float acc[32][32];
 	__shared__ int last;
-	llama_rmsnorm_backward_dw_impl<fleet_f32>(dw, part, dout, x, rstd, rows, cols, chunkRows, acc, &last);
+	llama_rmsnorm_backward_impl<fleet_f32>(dx, dres, dw, part, done, dout, x, rstd, w, rows, cols, chunkRows, ddrop, seed, offset, site, threshold, scale,
+		seedBase, acc, &last);
 }
-extern "C" __global__ void fleet_rmsnorm_backward_dw_bf16(float *__restrict__ dw, float *part, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ x, const float *__restrict__ rstd, int rows, int cols, int chunkRows) {
+extern "C" __global__ void fleet_rmsnorm_backward_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ dres, float *__restrict__ dw,
+	float *part, unsigned int *done, const unsigned short *__restrict__ dout, const unsigned short *__restrict__ x, const float *__restrict__ rstd,
+	const float *__restrict__ w, int rows, int cols, int chunkRows, unsigned short *__restrict__ ddrop, long long seed, long long offset, int site,
+	unsigned int threshold, float scale, const int *__restrict__ seedBase) {
 	__shared__ float acc[32][32];
 	__shared__ int last;
-	llama_rmsnorm_backward_dw_impl<fleet_bf16>(dw, part, dout, x, rstd, rows, cols, chunkRows, acc, &last);
+	llama_rmsnorm_backward_impl<fleet_bf16>(dx, dres, dw, part, done, dout, x, rstd, w, rows, cols, chunkRows, ddrop, seed, offset, site, threshold,
+		scale, seedBase, acc, &last);
 }
 
 // ---------------------------------------------------------------------------

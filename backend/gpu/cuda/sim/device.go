@@ -421,6 +421,9 @@ func (d *Device) launch(f *function, gridX uint32, params uintptr) {
 			return float64(gridX)
 		}
 		if i, ok := f.index[name]; ok && i < len(vals) {
+			if f.params[i].Elem != "" && ptrs[i] != 0 {
+				return 1 // a pointer: 1 where given, 0 where null
+			}
 			return vals[i]
 		}
 		return 0

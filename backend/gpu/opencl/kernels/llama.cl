@@ -113,18 +113,28 @@ __kernel void fleet_add_rmsnorm_$S(BUF(t_$S, sum), BUF(t_$S, out), BUF(float, rs
 	}
 }
 
-// fleet_rmsnorm_backward_dx_$S: with xhat = x*rstd and g = dout,
-// dx = rstd*(g*w - xhat*mean_j(g*w*xhat)), plus dres unless it is null;
-// where ddrop is not null it also gets dx as stored times each element's
-// dropout factor, after a barrier. Work-group 0 zeroes the counters of the
-// fleet_rmsnorm_backward_dw_$S launch that follows (part and nparts are
-// its scratch and chunk count). x and dout read twice, dx written once.
-__kernel void fleet_rmsnorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(float, part), int nparts, BUF(t_$S, dout), BUF(t_$S, x),
-	BUF(float, rstd), BUF(float, w), int rows, int cols, BUF(t_$S, ddrop), long seed, long offset, int site, uint threshold, float scale,
-	BUF(int, seedBase)) {
+// fleet_rmsnorm_backward_$S: the whole backward in one launch, as llama.cu's
+// fleet_rmsnorm_backward_<t> (and layernorm.cl's
+// fleet_layernorm_backward_$S). With xhat = x*rstd and g = dout, for each
+// row dx = rstd*(g*w - xhat*mean_j(g*w*xhat)), plus dres unless it is
+// null; where ddrop is not null it also gets dx as stored times each
+// element's dropout factor, after a barrier. And dw[j] += sum_r g*xhat,
+// deterministically: work-group c owns rows [c*chunkRows, (c+1)*chunkRows);
+// its warps first take the chunk's rows, one warp a row in rounds the
+// whole group meets; then, for each strip of 32 columns, warp w adds rows
+// w, w+W, ... of the chunk, the warps' sums are added in warp order into
+// part[c*cols + j], and the last group to finish a strip (atomic_inc on
+// done[strip], zero before the launch) adds the strip's partials in chunk
+// order into dw and sets done[strip] back to 0. Launch: work-groups of
+// 256, one per chunk.
+__kernel void fleet_rmsnorm_backward_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(float, dw), BUF(float, part), BUF(uint, done), BUF(t_$S, dout),
+	BUF(t_$S, x), BUF(float, rstd), BUF(float, w), int rows, int cols, int chunkRows, BUF(t_$S, ddrop), long seed, long offset, int site,
+	uint threshold, float scale, BUF(int, seedBase)) {
 	AT(t_$S, dx);
 	AT(t_$S, dres);
+	AT(float, dw);
 	AT(float, part);
+	AT(uint, done);
 	AT(t_$S, dout);
 	AT(t_$S, x);
 	AT(float, rstd);
@@ -132,17 +142,15 @@ __kernel void fleet_rmsnorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(f
 	AT(t_$S, ddrop);
 	AT(int, seedBase);
 	__local float red[1024];
-	if (get_group_id(0) == 0) {
-		__global uint *done = (__global uint *)(part + (long)nparts * cols);
-		for (int i = get_local_id(0); i < (cols + 31) / 32; i += get_local_size(0)) {
-			done[i] = 0u;
-		}
-	}
-	int lane = get_local_id(0) & 31, wpb = get_local_size(0) >> 5;
-	long step = (long)get_num_groups(0) * wpb;
-	for (long base = (long)get_group_id(0) * wpb; base < rows; base += step) {
-		long r = base + (get_local_id(0) >> 5);
-		int act = r < rows;
+	__local float acc[32 * 32];
+	__local int last[1]; // an array: clang warns of a __local scalar set by one work-item
+	int lane = get_local_id(0) & 31, warp = get_local_id(0) >> 5, nw = get_local_size(0) >> 5;
+	int nc = get_num_groups(0), cy = get_group_id(0);
+	int r0 = cy * chunkRows;
+	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
+	for (int base = r0; base < r1; base += nw) {
+		long r = base + warp;
+		int act = r < r1;
 		long o = r * cols;
 		float rs = act ? rstd[r] : 0.0f;
 		float s = 0.0f;
@@ -166,64 +174,45 @@ __kernel void fleet_rmsnorm_backward_dx_$S(BUF(t_$S, dx), BUF(t_$S, dres), BUF(f
 			llama_dropout_add_$S(ddrop, 0, dx, o, cols, fleet_dropout_seed(seed, seedBase), offset, site, threshold, scale);
 		}
 	}
-}
-
-// fleet_rmsnorm_backward_dw_$S: dw[j] += sum_r g*xhat, deterministically,
-// as fleet_layernorm_backward_dwdb_$S sums dw: partial sums over chunk
-// get_group_id(1) of chunkRows rows for the work-group's 32 columns
-// (warps on rows w, w+W, ..., their sums added in warp order) into
-// part[y*cols + j]; then the last work-group of each column block to
-// finish (counted by atomic_inc in done = part + C*cols, zeroed by
-// fleet_rmsnorm_backward_dx_$S) adds the block's C partials in chunk order
-// into dw. Launch: work-groups of 256, grid (ceil(cols/32), C).
-__kernel void fleet_rmsnorm_backward_dw_$S(BUF(float, dw), BUF(float, part), BUF(t_$S, dout), BUF(t_$S, x), BUF(float, rstd), int rows,
-	int cols, int chunkRows) {
-	AT(float, dw);
-	AT(float, part);
-	AT(t_$S, dout);
-	AT(t_$S, x);
-	AT(float, rstd);
-	__local float acc[32 * 32];
-	__local int last[1];
-	int lane = get_local_id(0) & 31, warp = get_local_id(0) >> 5, nw = get_local_size(0) >> 5;
-	int nc = get_num_groups(1), cy = get_group_id(1);
-	int j = get_group_id(0) * 32 + lane;
-	int r0 = cy * chunkRows;
-	int r1 = rows - r0 < chunkRows ? rows : r0 + chunkRows;
-	float sw = 0.0f;
-	if (j < cols) {
-		for (int r = r0 + warp; r < r1; r += nw) {
-			long o = (long)r * cols + j;
-			sw += ld_$S(dout, o) * (ld_$S(x, o) * rstd[r]);
+	for (int strip = 0; strip * 32 < cols; strip++) {
+		int j = strip * 32 + lane;
+		float sw = 0.0f;
+		if (j < cols) {
+			for (int r = r0 + warp; r < r1; r += nw) {
+				long o = (long)r * cols + j;
+				sw += ld_$S(dout, o) * (ld_$S(x, o) * rstd[r]);
+			}
 		}
-	}
-	acc[warp * 32 + lane] = sw;
-	barrier(CLK_LOCAL_MEM_FENCE);
-	if (warp == 0 && j < cols) {
-		float t = 0.0f;
-		for (int k = 0; k < nw; k++) {
-			t += acc[k * 32 + lane];
+		acc[warp * 32 + lane] = sw;
+		barrier(CLK_LOCAL_MEM_FENCE);
+		if (warp == 0 && j < cols) {
+			float t = 0.0f;
+			for (int k = 0; k < nw; k++) {
+				t += acc[k * 32 + lane];
+			}
+			part[(long)cy * cols + j] = t;
 		}
-		part[(long)cy * cols + j] = t;
-	}
-	mem_fence(CLK_GLOBAL_MEM_FENCE); // the partials are written before the count says so
-	barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-	if (get_local_id(0) == 0) {
-		volatile __global uint *done = (volatile __global uint *)(part + (long)nc * cols);
-		last[0] = atomic_inc(&done[get_group_id(0)]) == (uint)(nc - 1);
-	}
-	barrier(CLK_LOCAL_MEM_FENCE);
-	if (!last[0]) {
-		return;
-	}
-	mem_fence(CLK_GLOBAL_MEM_FENCE);
-	if (warp == 0 && j < cols) {
-		volatile __global float *vp = part; // written by other work-groups: read from memory
-		float t = 0.0f;
-		for (int p = 0; p < nc; p++) {
-			t += vp[(long)p * cols + j];
+		mem_fence(CLK_GLOBAL_MEM_FENCE); // the partials are written before the count says so
+		barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+		if (get_local_id(0) == 0) {
+			last[0] = atomic_inc((volatile __global uint *)&done[strip]) == (uint)(nc - 1);
 		}
-		dw[j] += t;
+		barrier(CLK_LOCAL_MEM_FENCE);
+		if (last[0]) {
+			mem_fence(CLK_GLOBAL_MEM_FENCE);
+			if (warp == 0 && j < cols) {
+				volatile __global float *vp = part; // written by other work-groups: read from memory
+				float t = 0.0f;
+				for (int p = 0; p < nc; p++) {
+					t += vp[(long)p * cols + j];
+				}
+				dw[j] += t;
+			}
+			if (get_local_id(0) == 0) {
+				done[strip] = 0u; // every group has counted: ready for the next launch
+			}
+		}
+		barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE); // acc and last are this strip's until here
 	}
 }
 

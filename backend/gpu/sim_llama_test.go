@@ -1,0 +1,83 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
+	"github.com/fleetml/fleet/tensor"
+)
+
+// TestSimCountsLlama is TestSimCountsEveryLaunch for a Llama-style model
+// (grouped attention, QK-norm, SwiGLU): the simulated H200 counts exactly
+// the kernels the backend hands the test's fake device, and prices each
+// kernel of Llama-style blocks by its own FLOPs and bytes.
+func TestSimCountsLlama(t *testing.T) {
+	f := newFakeGPU(256 << 20)
+	f.launchFn = func(string, [3]int, [3]int, int, []any) error { return nil } // count only
+	fake, simulated := fakeDevice(t, 43, f), backend.Device{Kind: "sim"}
+	be, err := backend.Get(simulated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := model.Config{Arch: model.ArchLlama, VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 4, NKVHead: 2, NEmbd: 32, MLPHidden: 40, QKNorm: true}
+	for _, prec := range []tensor.DType{tensor.F32, tensor.BF16} {
+		step := func(dev tensor.Device) {
+			m, err := model.New(cfg, dev, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+			r := rand.New(rand.NewPCG(1, 2))
+			x, y := make([]int32, 2*7), make([]int32, 2*7)
+			for i := range x {
+				x[i], y[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
+			}
+			if err := tensor.Catch(func() {
+				tensor.Step(func() {
+					var l *tensor.Tensor
+					tensor.Autocast(prec, func() { l = m.Loss(tensor.FromInt32s(dev, x, 2, 7), tensor.FromInt32s(dev, y, 2, 7)) })
+					l.Backward()
+				})
+				optim.ClipGradNorm(o.Params, 1)
+				o.Step()
+				o.ZeroGrad()
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.launches, f.gemms = nil, 0
+		w := SimWindow(be, func() {
+			step(fake)
+			step(simulated)
+		})
+		want := map[string]int64{}
+		for _, k := range f.launches {
+			want[k]++
+		}
+		got := map[string]int64{}
+		for k, v := range w.ByKernel {
+			if strings.HasPrefix(k, "fleet_") {
+				got[k] = v
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%v: the simulator counted kernels\n%v\nthe backend launched\n%v", prec, got, want)
+		}
+		for _, k := range []string{"rmsnorm_backward", "add_rmsnorm", "rotary", "rotary_backward", "swiglu", "swiglu_backward"} {
+			if got["fleet_"+k+"_"+prec.String()] == 0 {
+				t.Errorf("%v: no fleet_%s_%v counted", prec, k, prec)
+			}
+		}
+		if got["fleet_rotary_backward_dw_f32"] == 0 {
+			t.Errorf("%v: QK-norm's weight gradients were not summed", prec)
+		}
+		if w.BytesTouched <= 0 || w.FLOPs <= 0 || w.DeviceSeconds <= 0 {
+			t.Errorf("%v: nothing priced: %+v", prec, w)
+		}
+	}
+}
