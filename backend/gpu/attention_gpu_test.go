@@ -56,9 +56,9 @@ func checkAttentionTensorCores(t *testing.T, dev tensor.Device, shapes []backend
 			off int
 		}{{backend.BF16, 0}, {backend.F32, 0}, {backend.BF16, 1}} {
 			dt, off := c.dt, c.off
-			t.Run(fmt.Sprintf("%v/off%d/B%d_T%d_C%d_H%d", dt, off, p.B, p.T, p.C, p.H), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/off%d/B%d_T%d_C%d_H%d_KVH%d", dt, off, p.B, p.T, p.C, p.H, p.KVH), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(p.T), uint64(p.C)))
-				qkv, dout := randF32(r, p.B*p.T*3*p.C), randF32(r, p.B*p.T*p.C)
+				qkv, dout := randF32(r, p.B*p.T*p.Width()), randF32(r, p.B*p.T*p.C)
 				want := attnRun(host{be: cpu, asF32: true}, backend.BF16, p, qkv, dout, 0)
 				q := p
 				if dt == backend.F32 {

@@ -221,3 +221,22 @@ func TestLlamaOpsOnGPU(t *testing.T) {
 }
 
 func TestLlamaOnGPU(t *testing.T) { checkGPTTraining(t, realDevice(t), llamaCases()...) }
+
+// TestGPUGroupedAttentionTensorCores is TestGPUAttentionTensorCores for
+// grouped-query attention on cuda:0, at a Llama-style model's sizes (4
+// key/value heads of 12, and heads of 128 in groups of 6) and multi-query.
+func TestGPUGroupedAttentionTensorCores(t *testing.T) {
+	checkAttentionTensorCores(t, realDevice(t), []backend.Attention{
+		{B: 4, T: 1024, C: 768, H: 12, KVH: 4}, {B: 2, T: 1024, C: 1536, H: 12, KVH: 2}, {B: 1, T: 257, C: 256, H: 4, KVH: 1},
+	})
+}
+
+// TestGroupedAttentionTensorCoresOnEmulatedDevice is the same check
+// through the backend on the emulated device.
+func TestGroupedAttentionTensorCoresOnEmulatedDevice(t *testing.T) {
+	f := newFakeGPU(64 << 20).withEmulator(t)
+	checkAttentionTensorCores(t, fakeDevice(t, 44, f), []backend.Attention{{B: 2, T: 17, C: 128, H: 4, KVH: 2}})
+	if !slices.ContainsFunc(f.launches, kernels.TensorCoreKernel) {
+		t.Error("no tensor-core kernel ran")
+	}
+}
