@@ -174,7 +174,7 @@ var (
 // memoryBound are the kernel files whose kernels move memory more than they
 // compute: their PTX must have 128-bit global loads (ld.global.v4).
 var memoryBound = map[string]bool{"layernorm.cu": true, "crossentropy.cu": true, "embedding.cu": true, "adamw.cu": true,
-	"elementwise.cu": true, "gelu.cu": true}
+	"elementwise.cu": true, "gelu.cu": true, "llama.cu": true}
 
 // TestKernelPTX compiles every kernel file to PTX and to a cubin with
 // ptxas's report, for sm_80 and sm_90, and logs what the code is made of:
