@@ -37,19 +37,22 @@ func TestLlamaPipeline(t *testing.T) {
 	}
 }
 
-// TestLlamaDDP: 2 ranks of 6 windows end where one process of 12 does.
+// TestLlamaDDP: 2 ranks of 6 windows end where one process of 12 does,
+// with the optimizer whole on every rank and sharded (ZeRO-1).
 func TestLlamaDDP(t *testing.T) {
 	base := llamaOf(ddpConfig(t, 2026))
 	ref := runSingle(t, base)
-	cfg := base
-	cfg.Out = filepath.Join(t.TempDir(), "out")
-	cfg.BatchSize = 6
-	ranks, _ := runGroupOut(t, cfg, 2)
-	if name := sameBits(ranks[0], ranks[1]); name != "" {
-		t.Errorf("rank 1's %s differs from rank 0's", name)
-	}
-	if d := maxDiff(t, ranks[0], ref); d > 1e-5 {
-		t.Errorf("2 ranks × 6 end %.3g from 1 process × 12 (want ≤ 1e-5)", d)
+	for _, zero := range []int{0, 1} {
+		cfg := base
+		cfg.Out = filepath.Join(t.TempDir(), "out")
+		cfg.BatchSize, cfg.Zero = 6, zero
+		ranks, _ := runGroupOut(t, cfg, 2)
+		if name := sameBits(ranks[0], ranks[1]); name != "" {
+			t.Errorf("zero %d: rank 1's %s differs from rank 0's", zero, name)
+		}
+		if d := maxDiff(t, ranks[0], ref); d > 1e-5 {
+			t.Errorf("zero %d: 2 ranks × 6 end %.3g from 1 process × 12 (want ≤ 1e-5)", zero, d)
+		}
 	}
 }
 
