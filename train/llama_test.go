@@ -40,6 +40,9 @@ func TestLlamaPipeline(t *testing.T) {
 // TestLlamaDDP: 2 ranks of 6 windows end where one process of 12 does,
 // with the optimizer whole on every rank and sharded (ZeRO-1).
 func TestLlamaDDP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 2 groups")
+	}
 	base := llamaOf(ddpConfig(t, 2026))
 	ref := runSingle(t, base)
 	for _, zero := range []int{0, 1} {

@@ -36,6 +36,9 @@ func TestReplicasEqualOneProcess(t *testing.T) {
 		{"2 bf16", "cpu:0,cpu:1", func(c *Config) { c.Precision = "bf16" }, 2e-3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if testing.Short() && tc.name != "2" && tc.name != "3 llama" {
+				t.Skip("the short run keeps two of the cases")
+			}
 			c := base
 			tc.set(&c)
 			ref := runSingle(t, c)

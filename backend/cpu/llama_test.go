@@ -105,11 +105,15 @@ func rotaryTable(maxPos, hd int, theta float64) (tab []float32, cos, sin []float
 
 func TestRotary(t *testing.T) {
 	c := newCPU(3)
+	ps := []backend.Rotary{
+		{B: 2, T: 70, H: 4, KVH: 2, HD: 8, MaxPos: 80, Eps: 1e-6},        // rows across lnChunk chunks
+		{B: 1, T: 5, H: 2, KVH: 1, HD: 6, Pos: 9, MaxPos: 16, Eps: 1e-5}, // an inference call past position 0
+	}
+	if testing.Short() { // the finite differences cost the square of the size
+		ps[0].T = 33
+	}
 	for _, qkNorm := range []bool{false, true} {
-		for _, p := range []backend.Rotary{
-			{B: 2, T: 70, H: 4, KVH: 2, HD: 8, MaxPos: 80, Eps: 1e-6},
-			{B: 1, T: 5, H: 2, KVH: 1, HD: 6, Pos: 9, MaxPos: 16, Eps: 1e-5}, // an inference call past position 0
-		} {
+		for _, p := range ps {
 			t.Run(fmt.Sprintf("qknorm=%v,H=%d", qkNorm, p.H), func(t *testing.T) {
 				testRotary(t, c, p, qkNorm)
 			})
@@ -166,7 +170,11 @@ func testRotary(t *testing.T, c *CPU, p backend.Rotary, qkNorm bool) {
 func TestGroupedAttention(t *testing.T) {
 	c := newCPU(3)
 	r := rng.New(25)
-	for _, p := range []backend.Attention{{B: 2, T: 17, C: 32, H: 4, KVH: 2}, {B: 1, T: 70, C: 24, H: 3, KVH: 1}} {
+	ps := []backend.Attention{{B: 2, T: 17, C: 32, H: 4, KVH: 2}, {B: 1, T: 70, C: 24, H: 3, KVH: 1}} // the second crosses a query block
+	if testing.Short() {
+		ps = ps[:1]
+	}
+	for _, p := range ps {
 		n := p.B * p.T * p.Width()
 		xv := randF32(r, n, 1)
 		x, out, saved := put(c, xv, 1), put(c, make([]float32, p.B*p.T*p.C), 2), put(c, make([]float32, p.SavedLen()), 3)

@@ -44,6 +44,9 @@ func TestEvalHFLlama(t *testing.T) {
 // and evaluates the folder: the loss of the run's own weights, to bf16's
 // rounding of them.
 func TestExportHFLlama(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a run")
+	}
 	dir := t.TempDir()
 	data := writeFile(t, dir, "input.txt", corpus())
 	run := filepath.Join(dir, "run")
@@ -92,6 +95,9 @@ func TestExportHFLlama(t *testing.T) {
 // weights (its first evaluation is the folder's loss, not a fresh
 // model's), and fleet sample continues a prompt with the tokenizer.
 func TestFineTuneHFFolder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains two runs")
+	}
 	dir := t.TempDir()
 	data := writeFile(t, dir, "input.txt", corpus())
 	tokDir := "../../testdata/hf/gpt2"
