@@ -257,11 +257,16 @@ func TestKillZeroGroup(t *testing.T) {
 	outB := filepath.Join(dir, "killed")
 	prev, kills := -1, 0
 	for n := 0; ; n++ {
-		d := time.Duration(float64(full) * (0.1 + 0.3*r.Float64()))
+		// A kill moment inside what is left of the job (its steps from
+		// the newest checkpoint on), counted from the resumed job's
+		// first checkpoint write, so that neither the remaining steps
+		// nor a slow start on a loaded machine let it finish first.
+		left := float64(300-max(prev, 0)) / 300
+		d := time.Duration(float64(full) * left * (0.1 + 0.3*r.Float64()))
 		if n >= 4 {
 			d = time.Hour // let it finish
 		}
-		if !startKill(t, bin, append(job(outB, "--ckpt-interval", "1", "--keep", "2"), "--resume"), d) {
+		if !startKillAfter(t, bin, append(job(outB, "--ckpt-interval", "1", "--keep", "2"), "--resume"), "checkpoint step", d) {
 			break
 		}
 		kills++
