@@ -216,6 +216,28 @@ func (c *component) integer(key string, def int) (int, error) {
 }
 
 // list reads a field that holds an array of components.
+// each runs visit on c, or, where c is a Sequence, on each of the parts
+// it lists under key (Sequences nested in turn), in order.
+func (c *component) each(key string, visit func(typ string, c *component) error) error {
+	typ, err := c.typ()
+	if err != nil {
+		return err
+	}
+	if typ != "Sequence" {
+		return visit(typ, c)
+	}
+	subs, err := c.list(key)
+	if err != nil {
+		return err
+	}
+	for _, s := range subs {
+		if err := s.each(key, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *component) list(key string) ([]*component, error) {
 	var raws []json.RawMessage
 	if err := json.Unmarshal(c.m[key], &raws); err != nil {
@@ -300,23 +322,8 @@ func parseNormalizer(raw json.RawMessage) ([]hfNorm, error) {
 		return nil, err
 	}
 	var out []hfNorm
-	var walk func(c *component) error
-	walk = func(c *component) error {
-		typ, err := c.typ()
-		if err != nil {
-			return err
-		}
+	visit := func(typ string, c *component) (err error) {
 		switch typ {
-		case "Sequence":
-			subs, err := c.list("normalizers")
-			if err != nil {
-				return err
-			}
-			for _, s := range subs {
-				if err := walk(s); err != nil {
-					return err
-				}
-			}
 		case "NFC", "NFD", "NFKC", "NFKD":
 			form := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}[typ]
 			out = append(out, hfNorm{kind: typ, form: form})
@@ -344,7 +351,7 @@ func parseNormalizer(raw json.RawMessage) ([]hfNorm, error) {
 		}
 		return nil
 	}
-	return out, walk(c)
+	return out, c.each("normalizers", visit)
 }
 
 func parsePreTokenizer(raw json.RawMessage) ([]hfPre, error) {
@@ -353,26 +360,11 @@ func parsePreTokenizer(raw json.RawMessage) ([]hfPre, error) {
 		return nil, err
 	}
 	var out []hfPre
-	var walk func(c *component) error
-	walk = func(c *component) error {
-		typ, err := c.typ()
-		if err != nil {
-			return err
-		}
+	visit := func(typ string, c *component) (err error) {
 		if n := len(out); n > 0 && out[n-1].kind == "bytelevel" {
 			return c.errorf("%s after ByteLevel is not supported (ByteLevel must be the last pre-tokenizer)", typ)
 		}
 		switch typ {
-		case "Sequence":
-			subs, err := c.list("pretokenizers")
-			if err != nil {
-				return err
-			}
-			for _, s := range subs {
-				if err := walk(s); err != nil {
-					return err
-				}
-			}
 		case "Split":
 			s, regex, err := c.pattern()
 			if err != nil {
@@ -433,7 +425,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]hfPre, error) {
 		}
 		return nil
 	}
-	return out, walk(c)
+	return out, c.each("pretokenizers", visit)
 }
 
 // metaspaceScheme reads prepend_scheme, or the older add_prefix_space.
@@ -656,25 +648,9 @@ func parseDecoder(raw json.RawMessage) ([]hfDec, error) {
 		return nil, err
 	}
 	var out []hfDec
-	var walk func(c *component) error
-	walk = func(c *component) error {
-		typ, err := c.typ()
-		if err != nil {
-			return err
-		}
+	visit := func(typ string, c *component) (err error) {
 		d := hfDec{kind: typ}
 		switch typ {
-		case "Sequence":
-			subs, err := c.list("decoders")
-			if err != nil {
-				return err
-			}
-			for _, s := range subs {
-				if err := walk(s); err != nil {
-					return err
-				}
-			}
-			return nil
 		case "ByteLevel", "ByteFallback", "Fuse":
 		case "Replace":
 			s, regex, err := c.pattern()
@@ -716,7 +692,7 @@ func parseDecoder(raw json.RawMessage) ([]hfDec, error) {
 		out = append(out, d)
 		return nil
 	}
-	return out, walk(c)
+	return out, c.each("decoders", visit)
 }
 
 // parsePostProcessor reads the post-processor only for the BOS that its
@@ -726,23 +702,8 @@ func (t *HF) parsePostProcessor(raw json.RawMessage) error {
 	if err != nil || c == nil {
 		return err
 	}
-	var walk func(c *component) error
-	walk = func(c *component) error {
-		typ, err := c.typ()
-		if err != nil {
-			return err
-		}
+	visit := func(typ string, c *component) (err error) {
 		switch typ {
-		case "Sequence":
-			subs, err := c.list("processors")
-			if err != nil {
-				return err
-			}
-			for _, s := range subs {
-				if err := walk(s); err != nil {
-					return err
-				}
-			}
 		case "ByteLevel":
 		case "TemplateProcessing":
 			var single []struct {
@@ -763,7 +724,7 @@ func (t *HF) parsePostProcessor(raw json.RawMessage) error {
 		}
 		return nil
 	}
-	return walk(c)
+	return c.each("processors", visit)
 }
 
 // id returns the id of the token written s in the file.
