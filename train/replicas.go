@@ -28,9 +28,10 @@ import (
 // step's global batch, so the replicas draw a one-device run's masks.
 type replicaRun struct {
 	r      *run
-	devs   []tensor.Device // devs[0] is the run's
-	models []*model.GPT    // models[0] is the run's
-	progs  programs        // each device's program
+	devs   []tensor.Device   // devs[0] is the run's
+	models []*model.GPT      // models[0] is the run's
+	params [][]*nn.Parameter // each model's, listed once (packing replaces their tensors, not them)
+	progs  programs          // each device's program
 	owned  []*tensor.Program
 	scopes []tensor.Scope // each replica's micro-step tensors
 	losses []*tensor.Tensor
@@ -69,6 +70,9 @@ func newReplicaRun(r *run, devs []tensor.Device) (*replicaRun, error) {
 		})
 		p.models = append(p.models, m)
 	}
+	for _, m := range p.models {
+		p.params = append(p.params, m.Parameters())
+	}
 	p.scopes = make([]tensor.Scope, len(devs))
 	p.losses = make([]*tensor.Tensor, len(devs))
 	fmt.Fprintf(r.log, "replicas: %d devices (%v), one process: the parameters broadcast from %v each step, every micro-batch's rows scattered, the gradients summed back onto %v, the optimizer there\n",
@@ -92,11 +96,11 @@ func (p *replicaRun) rows(i, b int) (lo, hi int) {
 // begin broadcasts the first device's parameters to the replicas.
 func (p *replicaRun) begin() {
 	p.steps++
-	master := p.models[0].Parameters()
-	for i, m := range p.models[1:] {
+	master := p.params[0]
+	for i, ps := range p.params[1:] {
 		prog := p.progs[i+1]
 		prog.Step(func() {
-			for k, q := range m.Parameters() {
+			for k, q := range ps {
 				q.T.CopyFrom(master[k].T.To(q.T.Device()))
 				p.moved += int64(q.T.Numel()) * 4
 			}
@@ -178,9 +182,9 @@ func (p *replicaRun) freeScopes() {
 func (p *replicaRun) end() { tensor.Step(p.gather) }
 
 func (p *replicaRun) gather() {
-	master := p.models[0].Parameters()
-	for _, m := range p.models[1:] {
-		for k, q := range m.Parameters() {
+	master := p.params[0]
+	for _, ps := range p.params[1:] {
+		for k, q := range ps {
 			g := q.T.Grad
 			if g == nil {
 				continue
@@ -222,12 +226,12 @@ func (p *replicaRun) finish() error {
 // close frees the replicas and gives their devices back to the default
 // program.
 func (p *replicaRun) close() {
-	for _, m := range p.models[1:] {
+	for _, m := range p.models[min(len(p.models), 1):] {
 		for _, q := range m.Parameters() {
 			freeParam(q)
 		}
 	}
-	p.models = p.models[:min(len(p.models), 1)]
+	p.models, p.params = p.models[:min(len(p.models), 1)], nil
 	for _, prog := range p.owned {
 		prog.Close()
 	}
