@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"math"
 	"testing"
 
 	"github.com/fleetml/fleet/backend/ref"
@@ -46,48 +45,7 @@ func TestLlamaGradients(t *testing.T) {
 }
 
 func TestAddRMSNorm(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		p     float32
-		withX bool
-	}{{"add", 0, true}, {"dropout add", 0.3, true}, {"dropout", 0.25, false}} {
-		run := func(fused bool) (vals [][]float32) {
-			Step(func() {
-				x := Randn(CPU, NewRNG(4), 1, 3, 16).SetRequiresGrad(true)
-				y := Randn(CPU, NewRNG(5), 1, 3, 16).SetRequiresGrad(true)
-				w := Randn(CPU, NewRNG(6), 1, 16).SetRequiresGrad(true)
-				var xx *Tensor
-				if c.withX {
-					xx = x
-				}
-				var sum, out *Tensor
-				s := &DropoutStream{Key: 9, Site: 2, Row0: 5}
-				if fused {
-					sum, out = AddRMSNorm(xx, y, c.p, s, nil, w, 1e-5)
-				} else {
-					if c.withX {
-						sum = AddDropout(x, y, c.p, s)
-					} else {
-						sum = Dropout(y, c.p, s)
-					}
-					out = RMSNorm(sum, w, 1e-5)
-				}
-				loss := Sum(Add(Mul(out, out), sum))
-				loss.Backward()
-				vals = [][]float32{sum.Float32s(), out.Float32s(), y.Grad.Float32s(), w.Grad.Float32s()}
-				if c.withX {
-					vals = append(vals, x.Grad.Float32s())
-				}
-			})
-			return vals
-		}
-		want, got := run(false), run(true)
-		for k := range want {
-			for i := range want[k] {
-				if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
-					t.Fatalf("%s: output %d[%d] = %v fused, %v apart", c.name, k, i, got[k][i], want[k][i])
-				}
-			}
-		}
-	}
+	testAddNorm(t, func(x, y *Tensor, p float32, s *DropoutStream, w, _ *Tensor) (*Tensor, *Tensor) {
+		return AddRMSNorm(x, y, p, s, nil, w, 1e-5)
+	}, func(sum, w, _ *Tensor) *Tensor { return RMSNorm(sum, w, 1e-5) })
 }
