@@ -104,6 +104,49 @@ func BenchmarkLayerNorm(b *testing.B) {
 	}
 }
 
+// BenchmarkLlamaRows runs RMSNorm's and the rotation's forward and backward
+// at the reference config's sizes (768 rows of 128; 4 heads of 32 for q
+// and for k, with QK-norm) with the SIMD rows and with the portable ones,
+// for a ratio within one run.
+func BenchmarkLlamaRows(b *testing.B) {
+	const rows, cols = 768, 128
+	p := backend.Rotary{B: 12, T: 64, H: 4, KVH: 4, HD: 32, MaxPos: 64, Eps: 1e-6}
+	for _, portable := range []bool{false, true} {
+		name := "simd"
+		if portable {
+			name = "portable"
+			saved := []any{rmsForwardRow, rmsBackwardRow, rotate}
+			rmsForwardRow, rmsBackwardRow, rotate = rmsForwardRowGo, rmsBackwardRowGo, rotateGo
+			defer func() {
+				rmsForwardRow = saved[0].(func([]float32, []float32, []float32, float32) float32)
+				rmsBackwardRow = saved[1].(func([]float32, []float32, []float32, []float32, []float32, float32))
+				rotate = saved[2].(func([]float32, []float32, []float32, []float32, float32))
+			}()
+		}
+		c := benchCPU()
+		r := rng.New(3)
+		x, w, g := benchRand(c, r, rows*cols), benchRand(c, r, cols), benchRand(c, r, rows*cols)
+		out, rstd, dx, dw := benchRand(c, r, rows*cols), benchRand(c, r, rows), benchRand(c, r, rows*cols), benchRand(c, r, cols)
+		b.Run("rmsnorm_fwd_bwd_"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				c.RMSNorm(out, rstd, x, w, rows, cols, 1e-6)
+				c.RMSNormBackward(dx, backend.Ref{}, dw, g, x, rstd, w, rows, cols, backend.DropoutOut{})
+			}
+		})
+		n := p.B * p.T * p.Width()
+		tab, _, _ := rotaryTable(p.MaxPos, p.HD, 10000)
+		qkv, ro, rg, rd := benchRand(c, r, n), benchRand(c, r, n), benchRand(c, r, n), benchRand(c, r, n)
+		qw, kw, dqw, dkw := benchRand(c, r, p.HD), benchRand(c, r, p.HD), benchRand(c, r, p.HD), benchRand(c, r, p.HD)
+		rrs, tb := benchRand(c, r, p.B*p.T*(p.H+p.KVH)), put(c, tab, 0)
+		b.Run("rotary_qknorm_fwd_bwd_"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				c.Rotary(p, ro, rrs, qkv, qw, kw, tb)
+				c.RotaryBackward(p, rd, dqw, dkw, rg, qkv, rrs, qw, kw, tb)
+			}
+		})
+	}
+}
+
 // The remaining kernels at the reference config's sizes: 768 rows of 128
 // (LayerNorm), 768×512 activations (GELU), 768×65 logits, 0.8M parameters.
 func BenchmarkKernels(b *testing.B) {

@@ -45,8 +45,16 @@ func (t *rmsNormTask) do(lo, hi int) {
 	}
 }
 
-// rmsForwardRow normalises one row, out = x·rstd·w, and returns rstd.
-func rmsForwardRow(or, xr, ws []float32, eps float32) float32 {
+// The row kernels, portable here; llama_amd64.go swaps in AVX2 ones
+// where the row's width allows.
+var (
+	rmsForwardRow  = rmsForwardRowGo
+	rmsBackwardRow = rmsBackwardRowGo
+	rotate         = rotateGo
+)
+
+// rmsForwardRowGo normalises one row, out = x·rstd·w, and returns rstd.
+func rmsForwardRowGo(or, xr, ws []float32, eps float32) float32 {
 	var ss float32
 	for _, v := range xr {
 		ss += v * v
@@ -58,9 +66,9 @@ func rmsForwardRow(or, xr, ws []float32, eps float32) float32 {
 	return rsd
 }
 
-// rmsBackwardRow writes one row of dx and adds the row's share of dw into
-// the partial sum pw: dx = rstd·(g·w − x̂·mean(g·w·x̂)), x̂ = x·rstd.
-func rmsBackwardRow(dr, xr, gr, ws, pw []float32, rsd float32) {
+// rmsBackwardRowGo writes one row of dx and adds the row's share of dw
+// into the partial sum pw: dx = rstd·(g·w − x̂·mean(g·w·x̂)), x̂ = x·rstd.
+func rmsBackwardRowGo(dr, xr, gr, ws, pw []float32, rsd float32) {
 	var s float32
 	for j, v := range xr {
 		xhat := v * rsd
@@ -174,7 +182,6 @@ func (t *rotaryTask) angles(r int) (cos, sin []float32) {
 
 func (t *rotaryTask) do(lo, hi int) {
 	p, w, hd := t.p, t.p.Width(), t.p.HD
-	half := hd / 2
 	for r := lo; r < hi; r++ {
 		cos, sin := t.angles(r)
 		or, xr := t.o[r*w:(r+1)*w], t.xs[r*w:(r+1)*w]
@@ -190,11 +197,19 @@ func (t *rotaryTask) do(lo, hi int) {
 				t.rs[r*(p.H+p.KVH)+head] = rmsForwardRow(o, x, nw, p.Eps)
 				x = o
 			}
-			for j := 0; j < half; j++ {
-				a, b := x[j], x[j+half]
-				o[j], o[j+half] = a*cos[j]-b*sin[j], b*cos[j]+a*sin[j]
-			}
+			rotate(o, x, cos, sin, 1)
 		}
+	}
+}
+
+// rotateGo turns one head's pairs (x[j], x[j+half]) by the angles whose
+// cosines and sines are cos and sin, times sign: +1 is the forward
+// rotation, −1 its transpose (the backward). o may be x.
+func rotateGo(o, x, cos, sin []float32, sign float32) {
+	half := len(cos)
+	for j := 0; j < half; j++ {
+		a, b, s := x[j], x[j+half], sign*sin[j]
+		o[j], o[j+half] = a*cos[j]-b*s, b*cos[j]+a*s
 	}
 }
 
@@ -230,56 +245,49 @@ func (c *CPU) RotaryBackward(p backend.Rotary, dqkv, dqw, dkw, dout, qkv, rstd, 
 	}
 }
 
+var rotaryScratch scratch[float32] // one head's rotated gradient per goroutine
+
 func (bt *rotaryBackwardTask) do(lo, hi int) {
 	t := (*rotaryTask)(bt)
 	if t.qw == nil {
 		for r := lo; r < hi; r++ {
-			t.backwardRow(r, nil, nil)
+			t.backwardRow(r, nil, nil, nil)
 		}
 		return
 	}
 	hd := t.p.HD
+	buf := rotaryScratch.get(hd)
+	defer rotaryScratch.put(buf)
 	for ch := lo; ch < hi; ch++ {
 		pq, pk := t.part[2*ch*hd:(2*ch+1)*hd], t.part[(2*ch+1)*hd:(2*ch+2)*hd]
 		for r := ch * lnChunk; r < min(t.p.B*t.p.T, (ch+1)*lnChunk); r++ {
-			t.backwardRow(r, pq, pk)
+			t.backwardRow(r, pq, pk, (*buf)[:hd])
 		}
 	}
 }
 
 // backwardRow writes row r of dqkv: each q and k head's gradient turned
 // back through the rotation (its transpose), then, with QK-norm, through
-// the norm, adding the weights' shares into pq and pk.
-func (t *rotaryTask) backwardRow(r int, pq, pk []float32) {
+// the norm, adding the weights' shares into pq and pk. With QK-norm the
+// rotated gradient goes to gn, a head's width of scratch, since the norm's
+// backward reads it whole before it writes dx.
+func (t *rotaryTask) backwardRow(r int, pq, pk, gn []float32) {
 	p, w, hd := t.p, t.p.Width(), t.p.HD
-	half := hd / 2
 	cos, sin := t.angles(r)
 	dr, gr := t.o[r*w:(r+1)*w], t.xs[r*w:(r+1)*w]
 	qk := (p.H + p.KVH) * hd
 	copy(dr[qk:], gr[qk:]) // v
 	for head := 0; head < p.H+p.KVH; head++ {
 		d, g := dr[head*hd:(head+1)*hd], gr[head*hd:(head+1)*hd]
-		for j := 0; j < half; j++ {
-			a, b := g[j], g[j+half]
-			d[j], d[j+half] = a*cos[j]+b*sin[j], b*cos[j]-a*sin[j]
-		}
 		if t.qw == nil {
+			rotate(d, g, cos, sin, -1)
 			continue
 		}
+		rotate(gn, g, cos, sin, -1)
 		nw, pw := t.qw, pq
 		if head >= p.H {
 			nw, pw = t.kw, pk
 		}
-		// d holds the norm's output gradient; the norm's backward reads
-		// it whole before it writes dx, so it goes through a copy.
-		var gbuf [256]float32
-		gn := gbuf[:0]
-		if hd <= len(gbuf) {
-			gn = gbuf[:hd]
-		} else {
-			gn = make([]float32, hd)
-		}
-		copy(gn, d)
 		rmsBackwardRow(d, t.ys[r*w+head*hd:r*w+(head+1)*hd], gn, nw, pw, t.rs[r*(p.H+p.KVH)+head])
 	}
 }

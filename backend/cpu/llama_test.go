@@ -108,13 +108,14 @@ func TestRotary(t *testing.T) {
 	ps := []backend.Rotary{
 		{B: 2, T: 70, H: 4, KVH: 2, HD: 8, MaxPos: 80, Eps: 1e-6},        // rows across lnChunk chunks
 		{B: 1, T: 5, H: 2, KVH: 1, HD: 6, Pos: 9, MaxPos: 16, Eps: 1e-5}, // an inference call past position 0
+		{B: 1, T: 4, H: 2, KVH: 1, HD: 16, Pos: 3, MaxPos: 8, Eps: 1e-6}, // eight pairs a head: the SIMD rows
 	}
 	if testing.Short() { // the finite differences cost the square of the size
 		ps[0].T = 33
 	}
 	for _, qkNorm := range []bool{false, true} {
 		for _, p := range ps {
-			t.Run(fmt.Sprintf("qknorm=%v,H=%d", qkNorm, p.H), func(t *testing.T) {
+			t.Run(fmt.Sprintf("qknorm=%v,H=%d,HD=%d", qkNorm, p.H, p.HD), func(t *testing.T) {
 				testRotary(t, c, p, qkNorm)
 			})
 		}

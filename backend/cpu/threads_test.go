@@ -390,13 +390,15 @@ func kernelSets() []kernelSet {
 func useKernels(ks kernelSet) (restore func()) {
 	saved := []any{gemm, bf16Dot, binaryChunk, axpyChunk, scaleChunk, geluChunk, geluBackwardChunk, expChunk,
 		adamwChunk, lnForwardRow, lnBackwardRow, f32ToBF16Block, bf16ToF32Block, bf16Kernel,
-		interleaveRows32, interleaveRows8, transposePairs8, expAffineChunk, transpose8}
+		interleaveRows32, interleaveRows8, transposePairs8, expAffineChunk, transpose8,
+		rmsForwardRow, rmsBackwardRow, rotate}
 	gemm, bf16Dot = ks.gemm, ks.bf16Dot
 	if ks.portable {
 		binaryChunk, axpyChunk, scaleChunk = binaryGo, axpyGo, scaleGo
 		geluChunk, geluBackwardChunk, expChunk, expAffineChunk = geluGo, geluBackwardGo, expGo, expAffineGo
 		transpose8 = nil
 		adamwChunk, lnForwardRow, lnBackwardRow = adamwGo, lnForwardRowGo, lnBackwardRowGo
+		rmsForwardRow, rmsBackwardRow, rotate = rmsForwardRowGo, rmsBackwardRowGo, rotateGo
 		f32ToBF16Block = func([]uint16, []float32) int { return 0 }
 		bf16ToF32Block = func([]float32, []uint16) int { return 0 }
 		bf16Kernel, interleaveRows32, interleaveRows8 = bf16KernelGo, noPairs, noPairs
@@ -421,6 +423,9 @@ func useKernels(ks kernelSet) (restore func()) {
 		transposePairs8 = saved[16].(func([]uint32, int, []uint16, int, int) int)
 		expAffineChunk = saved[17].(func([]float32, []float32, float32, float32) float32)
 		transpose8 = saved[18].(func([]float32, int, []float32, int, int) int)
+		rmsForwardRow = saved[19].(func([]float32, []float32, []float32, float32) float32)
+		rmsBackwardRow = saved[20].(func([]float32, []float32, []float32, []float32, []float32, float32))
+		rotate = saved[21].(func([]float32, []float32, []float32, []float32, float32))
 	}
 }
 

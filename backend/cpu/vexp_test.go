@@ -188,3 +188,53 @@ func TestElementwiseChunksMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaRows holds the SIMD RMSNorm and rotation rows to the portable
+// ones, on widths that are and are not multiples of eight, the rotation
+// both ways and in place.
+func TestLlamaRows(t *testing.T) {
+	near := func(name string, n, j int, got, want float32) {
+		t.Helper()
+		if math.Abs(float64(got-want)) > 1e-5*(1+math.Abs(float64(want))) {
+			t.Fatalf("%s n=%d: element %d = %v, portable %v", name, n, j, got, want)
+		}
+	}
+	for _, n := range []int{8, 64, 384, 67} {
+		x, w, g := vecInputs(2)[:n], vecInputs(1)[1:n+1], vecInputs(1)[3:n+3]
+		o1, o2 := make([]float32, n), make([]float32, n)
+		r1, r2 := rmsForwardRow(o1, x, w, 1e-6), rmsForwardRowGo(o2, x, w, 1e-6)
+		near("rmsnorm rstd", n, 0, r1, r2)
+		for j := range o1 {
+			near("rmsnorm", n, j, o1[j], o2[j])
+		}
+		d1, d2, pw1, pw2 := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		for j := range pw1 {
+			pw1[j], pw2[j] = 0.5, 0.5
+		}
+		rmsBackwardRow(d1, x, g, w, pw1, r2)
+		rmsBackwardRowGo(d2, x, g, w, pw2, r2)
+		for j := range d1 {
+			near("rmsnorm dx", n, j, d1[j], d2[j])
+			near("rmsnorm dw", n, j, pw1[j], pw2[j])
+		}
+		// A head of width 2n: cos and sin of random angles.
+		half := n
+		ang := vecInputs(3)[5 : 5+half]
+		cos, sin := make([]float32, half), make([]float32, half)
+		for j, a := range ang {
+			cos[j], sin[j] = float32(math.Cos(float64(a))), float32(math.Sin(float64(a)))
+		}
+		h := vecInputs(1)[7 : 7+2*half]
+		for _, sign := range []float32{1, -1} {
+			o1, o2 := make([]float32, 2*half), make([]float32, 2*half)
+			rotate(o1, h, cos, sin, sign)
+			rotateGo(o2, h, cos, sin, sign)
+			inPlace := append([]float32(nil), h...)
+			rotate(inPlace, inPlace, cos, sin, sign)
+			for j := range o1 {
+				near("rotate", n, j, o1[j], o2[j])
+				near("rotate in place", n, j, inPlace[j], o2[j])
+			}
+		}
+	}
+}
