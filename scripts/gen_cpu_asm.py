@@ -10,7 +10,7 @@ Writes, in backend/cpu:
 
 Run it with go generate ./backend/cpu (see backend/cpu/generate.go), or from the repository root:
 python3 scripts/gen_cpu_asm.py. The hand-written kernels (gemm_amd64.s, adamw_amd64.s,
-layernorm_amd64.s, elementwise_amd64.s, cast_amd64.s, bf16pack_amd64.s, peak_amd64.s) are not
+layernorm_amd64.s, llama_amd64.s, elementwise_amd64.s, cast_amd64.s, bf16pack_amd64.s, peak_amd64.s) are not
 touched. Check an edited encoding with objdump -d on a test binary.
 """
 import os
