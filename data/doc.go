@@ -18,7 +18,9 @@
 // Token files, in llm.c's format:
 //
 //   - A shard is a header of 256 little-endian int32 (magic 20240520,
-//     version 1, the token count) and then the tokens as uint16.
+//     version 1, the token count) and then the tokens as uint16; for a
+//     vocabulary of more than 65,535 ids, llm.c's Llama 3 layout (magic
+//     20240801, version 7) with uint32 tokens.
 //     CreateShard and WriteShard write one atomically; OpenShard maps one
 //     into memory and checks it; OpenTokenFile also reads nanoGPT's raw
 //     uint16 files, which have no header.
@@ -32,7 +34,7 @@
 // Windows:
 //
 //   - Tokens is a read-only token sequence: ids in memory (Int32s), a
-//     memory-mapped shard (Uint16s), or several read as one (Concat).
+//     memory-mapped shard (Uint16s or Uint32s), or several read as one (Concat).
 //   - Sampler draws random block-size windows. Each window's position is a
 //     pure function of the seed, a stream number, the optimizer step and
 //     the window's index within the global batch, so a run sees the same

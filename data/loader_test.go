@@ -203,7 +203,7 @@ func BenchmarkLoader(b *testing.B) {
 	var parts []Tokens
 	for i := range 4 {
 		p := fmt.Sprintf("%s/train_%06d.bin", dir, i)
-		if _, err := WriteShard(p, ids[i*1_000_000:(i+1)*1_000_000]); err != nil {
+		if _, err := WriteShard(p, 50257, ids[i*1_000_000:(i+1)*1_000_000]); err != nil {
 			b.Fatal(err)
 		}
 		s, err := OpenShard(p)

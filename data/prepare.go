@@ -138,9 +138,8 @@ func Prepare(cfg PrepareConfig) (man *Manifest, err error) {
 	if cfg.Tokenizer == nil {
 		return nil, errors.New("prepare: no tokenizer")
 	}
-	if v := cfg.Tokenizer.Size(); v > MaxVocab16 {
-		return nil, fmt.Errorf("prepare: tokenizer %s has a vocabulary of %d, more than the %d that uint16 shards hold",
-			cfg.Tokenizer.Spec(), v, MaxVocab16)
+	if v := cfg.Tokenizer.Size(); v <= 0 || v > MaxVocab {
+		return nil, fmt.Errorf("prepare: tokenizer %s has a vocabulary of %d, not in [1, %d]", cfg.Tokenizer.Spec(), v, MaxVocab)
 	}
 	if cfg.ValFraction < 0 || cfg.ValFraction >= 1 || math.IsNaN(cfg.ValFraction) {
 		return nil, fmt.Errorf("prepare: val fraction %v is not in [0, 1)", cfg.ValFraction)
@@ -489,7 +488,7 @@ func (p *preparer) write(j *job) error {
 			files := p.splitFiles(split)
 			name := fmt.Sprintf("%s_%06d.bin", [2]string{"train", "val"}[split], len(files.Shards))
 			var err error
-			if w, err = CreateShard(filepath.Join(p.cfg.Out, name)); err != nil {
+			if w, err = CreateShard(filepath.Join(p.cfg.Out, name), p.cfg.Tokenizer.Size()); err != nil {
 				return err
 			}
 			p.writers[split] = w

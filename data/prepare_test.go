@@ -1,6 +1,7 @@
 package data
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -206,6 +207,21 @@ func TestPrepareDocuments(t *testing.T) {
 		ids, _ := pairTok{}.Encode(docs[name])
 		want = append(want, ids...)
 	}
+	// A vocabulary beyond 16 bits (ids as before): uint32 shards, the same
+	// tokens read back.
+	wideOut := t.TempDir()
+	if _, err := Prepare(PrepareConfig{Tokenizer: pairTok{vocab: 128256}, Boundary: pairBoundary, Inputs: []string{in}, Out: wideOut,
+		ValFraction: 0.3, ShardTokens: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	wide := openPrepared(t, wideOut)
+	if got := append(readAll(wide.Train), readAll(wide.Val)...); !slices.Equal(got, want) {
+		t.Fatalf("uint32 shards: %d tokens differ from the documents encoded whole (%d)", len(got), len(want))
+	}
+	if b, _ := os.ReadFile(filepath.Join(wideOut, "train_000000.bin")); len(b) != ShardHeaderBytes+4*1000 ||
+		binary.LittleEndian.Uint32(b) != ShardMagic32 {
+		t.Errorf("a 128,256-id vocabulary's shard is %d bytes, magic %d: want uint32 tokens", len(b), binary.LittleEndian.Uint32(b))
+	}
 	var first *Manifest
 	for _, tc := range []struct{ chunk, workers int }{{1 << 20, 1}, {64, 1}, {7, 4}, {1, 2}} {
 		for _, f := range []float64{0, 0.3} {
@@ -256,7 +272,7 @@ func TestPrepareBadInput(t *testing.T) {
 		{"folder of empty files", PrepareConfig{Tokenizer: enc, Inputs: []string{filepath.Join(dir, "emptydir")}, Out: out}, "emptydir: the folder holds no files with any bytes"},
 		{"folder with no files", PrepareConfig{Tokenizer: enc, Inputs: []string{filepath.Join(dir, "nofiles")}, Out: out}, "nofiles: folder has no files"},
 		{"no inputs", PrepareConfig{Tokenizer: enc, Out: out}, "no input files"},
-		{"vocabulary too large", PrepareConfig{Tokenizer: pairTok{vocab: 70000}, Inputs: []string{good}, Out: out}, "pair:test has a vocabulary of 70000, more than the 65535"},
+		{"no vocabulary", PrepareConfig{Tokenizer: pairTok{vocab: -1}, Inputs: []string{good}, Out: out}, "pair:test has a vocabulary of -1, not in [1, 2147483647]"},
 		{"unwritable out", PrepareConfig{Tokenizer: enc, Inputs: []string{good}, Out: filepath.Join(dir, "plain", "out")}, "plain/out"},
 		{"character outside the vocabulary", PrepareConfig{Tokenizer: enc, Inputs: []string{good, filepath.Join(dir, "ω.txt")}, Out: out}, "ω.txt: tokenizer char:v cannot encode it"},
 		{"val fraction", PrepareConfig{Tokenizer: enc, Inputs: []string{good}, Out: out, ValFraction: 1}, "val fraction 1 is not in [0, 1)"},
@@ -333,7 +349,8 @@ func TestOpenPreparedErrors(t *testing.T) {
 		{"missing shard", func(d string) { os.Remove(filepath.Join(d, "val_000000.bin")) }, "val_000000.bin: no such file"},
 		{"count mismatch", func(d string) { edit(d, func(m *Manifest) { m.Train.Shards[0].Tokens++ }) }, "but manifest"},
 		{"bad format", func(d string) { edit(d, func(m *Manifest) { m.Format = "other" }) }, `format "other"`},
-		{"bad vocabulary", func(d string) { edit(d, func(m *Manifest) { m.VocabSize = 70000 }) }, "vocabulary size 70000"},
+		{"bad vocabulary", func(d string) { edit(d, func(m *Manifest) { m.VocabSize = -3 }) }, "vocabulary size -3"},
+		{"vocabulary of another width", func(d string) { edit(d, func(m *Manifest) { m.VocabSize = 70000 }) }, "holds uint16 tokens, but manifest"},
 		{"escaping name", func(d string) { edit(d, func(m *Manifest) { m.Val.Shards[0].File = "../x.bin" }) }, "is not a file in the folder"},
 		{"not json", func(d string) { os.WriteFile(filepath.Join(d, ManifestFile), []byte("{"), 0o644) }, "manifest"},
 	} {
@@ -391,9 +408,9 @@ func TestTokenFiles(t *testing.T) {
 	}
 	// llm.c names, several shards, headers.
 	d2 := t.TempDir()
-	WriteShard(filepath.Join(d2, "tiny_train_000002.bin"), trainIDs[1000:])
-	WriteShard(filepath.Join(d2, "tiny_train_000001.bin"), trainIDs[:1000])
-	WriteShard(filepath.Join(d2, "tiny_val_000000.bin"), valIDs)
+	WriteShard(filepath.Join(d2, "tiny_train_000002.bin"), MaxVocab16, trainIDs[1000:])
+	WriteShard(filepath.Join(d2, "tiny_train_000001.bin"), MaxVocab16, trainIDs[:1000])
+	WriteShard(filepath.Join(d2, "tiny_val_000000.bin"), MaxVocab16, valIDs)
 	train, val, files, err = TokenFiles(d2)
 	if err != nil || !slices.Equal(readAll(train), trainIDs) || !slices.Equal(readAll(val), valIDs) {
 		t.Errorf("llm.c folder: %v", err)

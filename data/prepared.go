@@ -47,8 +47,8 @@ func OpenPrepared(dir string) (*Prepared, error) {
 		return nil, fmt.Errorf("manifest %s: format %q, want %q", path, m.Format, ManifestFormat)
 	case m.Version != ManifestVersion:
 		return nil, fmt.Errorf("manifest %s: version %d, want %d", path, m.Version, ManifestVersion)
-	case m.VocabSize <= 0 || m.VocabSize > MaxVocab16:
-		return nil, fmt.Errorf("manifest %s: vocabulary size %d is not in [1, %d]", path, m.VocabSize, MaxVocab16)
+	case m.VocabSize <= 0 || m.VocabSize > MaxVocab:
+		return nil, fmt.Errorf("manifest %s: vocabulary size %d is not in [1, %d]", path, m.VocabSize, MaxVocab)
 	}
 	open := func(name string, s *SplitFiles) (Tokens, error) {
 		var parts []Tokens
@@ -62,6 +62,10 @@ func OpenPrepared(dir string) (*Prepared, error) {
 				return nil, err
 			}
 			p.shards = append(p.shards, sh)
+			if _, wide := sh.Tokens.(Uint32s); wide != (m.VocabSize > MaxVocab16) {
+				return nil, fmt.Errorf("shard %s holds %s tokens, but manifest %s's vocabulary size %d calls for %s ones",
+					sh.Path, widthName(wide), path, m.VocabSize, widthName(m.VocabSize > MaxVocab16))
+			}
 			if int64(sh.Tokens.Len()) != f.Tokens {
 				return nil, fmt.Errorf("shard %s holds %d tokens, but manifest %s says %d",
 					sh.Path, sh.Tokens.Len(), path, f.Tokens)
@@ -193,4 +197,11 @@ func tokenFileNames(dir string) (map[string][]string, error) {
 		return names, fmt.Errorf("data %s: a folder of token files needs .bin files named *train* and *val*", dir)
 	}
 	return names, nil
+}
+
+func widthName(wide bool) string {
+	if wide {
+		return "uint32"
+	}
+	return "uint16"
 }

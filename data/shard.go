@@ -13,29 +13,56 @@ import (
 	"unsafe"
 )
 
-// The llm.c token shard format: a header of ShardHeaderInts little-endian
-// int32 (ShardMagic, ShardVersion, the token count, then zeros), followed by
-// the tokens as little-endian uint16.
+// The llm.c token shard formats: a header of ShardHeaderInts little-endian
+// int32 (the magic number, the version, the token count, then zeros),
+// followed by the tokens, little-endian: uint16 in GPT-2's format
+// (ShardMagic, ShardVersion), uint32 in Llama 3's (ShardMagic32,
+// ShardVersion32), for vocabularies of more than MaxVocab16 ids.
 const (
 	ShardMagic       = 20240520
 	ShardVersion     = 1
+	ShardMagic32     = 20240801
+	ShardVersion32   = 7
 	ShardHeaderInts  = 256
 	ShardHeaderBytes = 4 * ShardHeaderInts
 	// MaxShardTokens is the most tokens one shard holds: the count is an
 	// int32.
 	MaxShardTokens = math.MaxInt32
-	// MaxVocab16 is the largest vocabulary uint16 shards can hold.
+	// MaxVocab16 is the largest vocabulary uint16 shards can hold; larger
+	// ones are written as uint32 shards.
 	MaxVocab16 = 65535
+	// MaxVocab is the largest vocabulary a shard can hold: ids are int32
+	// once read.
+	MaxVocab = math.MaxInt32
 )
 
+// shardFormat is one of the two shard layouts.
+type shardFormat struct {
+	magic, version int64
+	width          int // bytes per token
+}
+
+var (
+	format16 = shardFormat{ShardMagic, ShardVersion, 2}
+	format32 = shardFormat{ShardMagic32, ShardVersion32, 4}
+)
+
+// formatFor returns the layout for a vocabulary of vocab ids.
+func formatFor(vocab int) shardFormat {
+	if vocab > MaxVocab16 {
+		return format32
+	}
+	return format16
+}
+
 // Shard is a token file opened for reading, memory-mapped where the system
-// allows (else read into memory): an llm.c shard, or a raw nanoGPT file of
-// uint16 ids with no header.
+// allows (else read into memory): an llm.c shard of either width, or a raw
+// nanoGPT file of uint16 ids with no header.
 type Shard struct {
 	Path   string
-	Tokens Uint16s // the ids, read in place from the mapping
-	Header bool    // whether the file has an llm.c header
-	mem    []byte  // the whole file
+	Tokens Tokens // the ids (Uint16s or Uint32s), read in place from the mapping
+	Header bool   // whether the file has an llm.c header
+	mem    []byte // the whole file
 	unmap  func() error
 }
 
@@ -43,7 +70,7 @@ type Shard struct {
 func OpenShard(path string) (*Shard, error) { return openShard(path, false) }
 
 // OpenTokenFile opens an llm.c shard or, when the file does not start with
-// the llm.c magic number, a raw nanoGPT file of uint16 ids.
+// an llm.c magic number, a raw nanoGPT file of uint16 ids.
 func OpenTokenFile(path string) (*Shard, error) { return openShard(path, true) }
 
 func openShard(path string, raw bool) (*Shard, error) {
@@ -76,12 +103,13 @@ func (s *Shard) SHA256() string {
 }
 
 // ParseShard reads the tokens of a token file's contents b; name is used in
-// errors. With raw false the llm.c header is required; with raw true a file
-// that does not start with the magic number is read as raw uint16 ids. The
-// tokens share b's memory where b is suitably aligned and the machine is
-// little-endian. It never panics; errors name the file and the problem.
-func ParseShard(name string, b []byte, raw bool) (tokens Uint16s, header bool, err error) {
-	fail := func(format string, args ...any) (Uint16s, bool, error) {
+// errors. With raw false an llm.c header is required; with raw true a file
+// that does not start with either magic number is read as raw uint16 ids.
+// The tokens (Uint16s or Uint32s) share b's memory where b is suitably
+// aligned and the machine is little-endian. It never panics; errors name
+// the file and the problem.
+func ParseShard(name string, b []byte, raw bool) (tokens Tokens, header bool, err error) {
+	fail := func(format string, args ...any) (Tokens, bool, error) {
 		return nil, false, fmt.Errorf("token file %s: "+format, append([]any{name}, args...)...)
 	}
 	if len(b) == 0 {
@@ -89,45 +117,49 @@ func ParseShard(name string, b []byte, raw bool) (tokens Uint16s, header bool, e
 	}
 	le := binary.LittleEndian
 	word := func(i int) int64 { return int64(int32(le.Uint32(b[4*i:]))) }
-	hasMagic := len(b) >= 4 && word(0) == ShardMagic
-	if !hasMagic && raw {
+	var f shardFormat
+	switch {
+	case len(b) >= 4 && word(0) == ShardMagic:
+		f = format16
+	case len(b) >= 4 && word(0) == ShardMagic32:
+		f = format32
+	case raw:
 		// A file laid out as an llm.c shard whose magic number is wrong is
 		// a damaged shard, not raw ids.
-		if len(b) >= ShardHeaderBytes && word(1) == ShardVersion && word(2) >= 0 &&
-			int64(len(b)) == ShardHeaderBytes+2*word(2) && allZero(b[12:ShardHeaderBytes]) {
-			return fail("bad magic number %d (want %d) in an llm.c shard header", word(0), ShardMagic)
+		for _, g := range []shardFormat{format16, format32} {
+			if len(b) >= ShardHeaderBytes && word(1) == g.version && word(2) >= 0 &&
+				int64(len(b)) == ShardHeaderBytes+int64(g.width)*word(2) && allZero(b[12:ShardHeaderBytes]) {
+				return fail("bad magic number %d (want %d) in an llm.c shard header", word(0), g.magic)
+			}
 		}
 		if len(b)%2 != 0 {
 			return fail("%d bytes, an odd size: raw token files hold 2-byte (uint16) ids", len(b))
 		}
 		return view16(b), false, nil
-	}
-	if !hasMagic {
-		if len(b) < 4 {
-			return fail("%d bytes, too short for an llm.c shard header (%d bytes)", len(b), ShardHeaderBytes)
-		}
-		return fail("bad magic number %d (want %d): not an llm.c token shard", word(0), ShardMagic)
+	case len(b) < 4:
+		return fail("%d bytes, too short for an llm.c shard header (%d bytes)", len(b), ShardHeaderBytes)
+	default:
+		return fail("bad magic number %d (want %d, or %d for uint32 tokens): not an llm.c token shard", word(0), ShardMagic, ShardMagic32)
 	}
 	if len(b) < ShardHeaderBytes {
 		return fail("truncated header: %d bytes, want %d", len(b), ShardHeaderBytes)
 	}
-	switch v := word(1); v {
-	case ShardVersion:
-	case 2:
-		return fail("llm.c shard version 2 (uint32 tokens) is not supported; version 1 (uint16) is")
-	default:
-		return fail("shard version %d, want %d", v, ShardVersion)
+	if v := word(1); v != f.version {
+		return fail("shard version %d with magic number %d, want %d", v, f.magic, f.version)
 	}
 	n := word(2)
 	if n < 0 {
 		return fail("header has a negative token count %d", n)
 	}
-	body := int64(len(b) - ShardHeaderBytes)
+	body, size := int64(len(b)-ShardHeaderBytes), int64(f.width)*n
 	switch {
-	case body < 2*n:
-		return fail("truncated body: the header counts %d tokens (%d bytes) but the file holds %d bytes of tokens", n, 2*n, body)
-	case body > 2*n:
-		return fail("%d bytes after the %d tokens the header counts", body-2*n, n)
+	case body < size:
+		return fail("truncated body: the header counts %d tokens (%d bytes) but the file holds %d bytes of tokens", n, size, body)
+	case body > size:
+		return fail("%d bytes after the %d tokens the header counts", body-size, n)
+	}
+	if f.width == 4 {
+		return view32(b[ShardHeaderBytes:]), true, nil
 	}
 	return view16(b[ShardHeaderBytes:]), true, nil
 }
@@ -160,6 +192,22 @@ func view16(b []byte) Uint16s {
 	return t
 }
 
+// view32 is view16 for uint32 values.
+func view32(b []byte) Uint32s {
+	n := len(b) / 4
+	if n == 0 {
+		return Uint32s{}
+	}
+	if littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 == 0 {
+		return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), n)
+	}
+	t := make(Uint32s, n)
+	for i := range t {
+		t[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return t
+}
+
 // ShardWriter writes an llm.c shard atomically: tokens stream into a
 // temporary file in the destination folder, and Close writes the header,
 // fsyncs and renames it to its final name.
@@ -169,15 +217,22 @@ type ShardWriter struct {
 	w         *bufio.Writer
 	n         int64
 	buf       []byte
+	format    shardFormat
+	vocab     int
 }
 
-// CreateShard starts a shard that Close will leave at path.
-func CreateShard(path string) (*ShardWriter, error) {
+// CreateShard starts a shard that Close will leave at path, for ids below
+// vocab: uint16 tokens when vocab is at most MaxVocab16, else uint32.
+func CreateShard(path string, vocab int) (*ShardWriter, error) {
+	if vocab <= 0 || vocab > MaxVocab {
+		return nil, fmt.Errorf("write shard %s: vocabulary size %d is not in [1, %d]", path, vocab, MaxVocab)
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("write shard %s: %w", path, err)
 	}
-	w := &ShardWriter{path: path, tmp: f.Name(), f: f, w: bufio.NewWriterSize(f, 1<<20), buf: make([]byte, 0, 1<<16)}
+	w := &ShardWriter{path: path, tmp: f.Name(), f: f, w: bufio.NewWriterSize(f, 1<<20), buf: make([]byte, 0, 1<<16),
+		format: formatFor(vocab), vocab: vocab}
 	if _, err := w.w.Write(make([]byte, ShardHeaderBytes)); err != nil { // the header goes in at Close
 		w.Abort()
 		return nil, fmt.Errorf("write shard %s: %w", path, err)
@@ -188,19 +243,24 @@ func CreateShard(path string) (*ShardWriter, error) {
 // Len returns the number of tokens written so far.
 func (w *ShardWriter) Len() int { return int(w.n) }
 
-// Write appends ids. Every id must be in [0, MaxVocab16).
+// Write appends ids. Every id must be in [0, vocab).
 func (w *ShardWriter) Write(ids []int32) error {
 	if w.n+int64(len(ids)) > MaxShardTokens {
 		return fmt.Errorf("write shard %s: more than %d tokens", w.path, MaxShardTokens)
 	}
+	width := w.format.width
 	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), cap(w.buf)/2)]
-		b := w.buf[:2*len(chunk)]
+		chunk := ids[:min(len(ids), cap(w.buf)/width)]
+		b := w.buf[:width*len(chunk)]
 		for i, id := range chunk {
-			if id < 0 || id >= MaxVocab16 {
-				return fmt.Errorf("write shard %s: token id %d does not fit a uint16 shard (ids must be below %d)", w.path, id, MaxVocab16)
+			if id < 0 || int(id) >= w.vocab {
+				return fmt.Errorf("write shard %s: token id %d is not below the vocabulary size %d", w.path, id, w.vocab)
 			}
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(id))
+			if width == 2 {
+				binary.LittleEndian.PutUint16(b[2*i:], uint16(id))
+			} else {
+				binary.LittleEndian.PutUint32(b[4*i:], uint32(id))
+			}
 		}
 		if _, err := w.w.Write(b); err != nil {
 			return fmt.Errorf("write shard %s: %w", w.path, err)
@@ -225,8 +285,8 @@ func (w *ShardWriter) Close() (sha string, err error) {
 		return "", err
 	}
 	var hdr [ShardHeaderBytes]byte
-	binary.LittleEndian.PutUint32(hdr[0:], ShardMagic)
-	binary.LittleEndian.PutUint32(hdr[4:], ShardVersion)
+	binary.LittleEndian.PutUint32(hdr[0:], uint32(w.format.magic))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(w.format.version))
 	binary.LittleEndian.PutUint32(hdr[8:], uint32(w.n))
 	if _, err := w.f.WriteAt(hdr[:], 0); err != nil {
 		return "", err
@@ -235,7 +295,7 @@ func (w *ShardWriter) Close() (sha string, err error) {
 		return "", fmt.Errorf("sync: %w", err)
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(w.f, 0, ShardHeaderBytes+2*w.n)); err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(w.f, 0, ShardHeaderBytes+int64(w.format.width)*w.n)); err != nil {
 		return "", fmt.Errorf("checksum: %w", err)
 	}
 	if err := w.f.Close(); err != nil {
@@ -261,10 +321,10 @@ func (w *ShardWriter) Abort() {
 	os.Remove(w.tmp)
 }
 
-// WriteShard writes ids as an llm.c shard at path, atomically, and returns
-// the file's SHA-256 in hex.
-func WriteShard(path string, ids []int32) (string, error) {
-	w, err := CreateShard(path)
+// WriteShard writes ids, each below vocab, as an llm.c shard at path,
+// atomically, and returns the file's SHA-256 in hex.
+func WriteShard(path string, vocab int, ids []int32) (string, error) {
+	w, err := CreateShard(path, vocab)
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +25,7 @@ func randomIDs(n, vocab int, seed uint64) []int32 {
 	return ids
 }
 
-func widen(t Uint16s) []int32 {
+func widen(t Tokens) []int32 {
 	out := make([]int32, t.Len())
 	t.Read(out, 0)
 	return out
@@ -41,42 +43,65 @@ func shardBytes(magic, version, count int32, toks []uint16) []byte {
 	return b
 }
 
+// shardBytes32 is shardBytes with uint32 tokens.
+func shardBytes32(magic, version, count int32, toks []uint32) []byte {
+	b := make([]byte, ShardHeaderBytes+4*len(toks))
+	copy(b, shardBytes(magic, version, count, nil))
+	for i, v := range toks {
+		binary.LittleEndian.PutUint32(b[ShardHeaderBytes+4*i:], v)
+	}
+	return b
+}
+
 func TestShardRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	for _, n := range []int{0, 1, 1000, 100_000} {
-		ids := randomIDs(n, 50257, uint64(n))
-		p := filepath.Join(dir, "s.bin")
-		sha, err := WriteShard(p, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(p)
-		if len(b) != ShardHeaderBytes+2*n {
-			t.Fatalf("n=%d: file is %d bytes", n, len(b))
-		}
-		// Byte-exact llm.c layout.
-		want := make([]uint16, n)
-		for i, id := range ids {
-			want[i] = uint16(id)
-		}
-		if !bytes.Equal(b, shardBytes(ShardMagic, ShardVersion, int32(n), want)) {
-			t.Fatalf("n=%d: file is not the llm.c layout", n)
-		}
-		if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != sha {
-			t.Errorf("n=%d: returned SHA-256 %s is not the file's", n, sha)
-		}
-		s, err := OpenShard(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !s.Header || !slices.Equal(widen(s.Tokens), ids) {
-			t.Errorf("n=%d: read back %d tokens, header %v", n, s.Tokens.Len(), s.Header)
-		}
-		if s.SHA256() != sha {
-			t.Errorf("n=%d: Shard.SHA256 differs", n)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
+	// GPT-2's vocabulary takes uint16 shards; Llama 3's, uint32 ones.
+	for _, vocab := range []int{50257, 128256} {
+		for _, n := range []int{0, 1, 1000, 100_000} {
+			ids := randomIDs(n, vocab, uint64(n))
+			p := filepath.Join(dir, "s.bin")
+			sha, err := WriteShard(p, vocab, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(p)
+			// Byte-exact llm.c layout.
+			var want []byte
+			if vocab <= MaxVocab16 {
+				w := make([]uint16, n)
+				for i, id := range ids {
+					w[i] = uint16(id)
+				}
+				want = shardBytes(ShardMagic, ShardVersion, int32(n), w)
+			} else {
+				w := make([]uint32, n)
+				for i, id := range ids {
+					w[i] = uint32(id)
+				}
+				want = shardBytes32(ShardMagic32, ShardVersion32, int32(n), w)
+			}
+			if !bytes.Equal(b, want) {
+				t.Fatalf("vocab %d, n=%d: the %d-byte file is not the llm.c layout", vocab, n, len(b))
+			}
+			if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != sha {
+				t.Errorf("vocab %d, n=%d: returned SHA-256 %s is not the file's", vocab, n, sha)
+			}
+			s, err := OpenShard(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Header || !slices.Equal(widen(s.Tokens), ids) {
+				t.Errorf("vocab %d, n=%d: read back %d tokens, header %v", vocab, n, s.Tokens.Len(), s.Header)
+			}
+			if m := MaxID(s.Tokens); n > 0 && m != slices.Max(ids) {
+				t.Errorf("vocab %d, n=%d: MaxID %d, want %d", vocab, n, m, slices.Max(ids))
+			}
+			if s.SHA256() != sha {
+				t.Errorf("vocab %d, n=%d: Shard.SHA256 differs", vocab, n)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	entries, _ := os.ReadDir(dir)
@@ -85,13 +110,28 @@ func TestShardRoundTrip(t *testing.T) {
 	}
 }
 
+// TestMaxIDBeyondInt32: a uint32 id above MaxInt32 reads as MaxInt32, so
+// the trainer's vocabulary check refuses it.
+func TestMaxIDBeyondInt32(t *testing.T) {
+	if m := MaxID(Uint32s{3, 1 << 31, 5}); m != math.MaxInt32 {
+		t.Errorf("MaxID = %d, want %d", m, math.MaxInt32)
+	}
+}
+
 func TestShardWriterRejectsIDs(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "s.bin")
-	for _, id := range []int32{-1, 65535, 70000} {
-		if _, err := WriteShard(p, []int32{1, id}); err == nil || !strings.Contains(err.Error(), p) ||
-			!strings.Contains(err.Error(), "does not fit a uint16 shard") {
-			t.Errorf("id %d: err = %v", id, err)
+	for _, vocab := range []int{50257, 128256} {
+		for _, id := range []int32{-1, int32(vocab), 1 << 30} {
+			if _, err := WriteShard(p, vocab, []int32{1, id}); err == nil || !strings.Contains(err.Error(), p) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("token id %d is not below the vocabulary size %d", id, vocab)) {
+				t.Errorf("vocab %d, id %d: err = %v", vocab, id, err)
+			}
+		}
+	}
+	for _, vocab := range []int{0, -5} {
+		if _, err := CreateShard(p, vocab); err == nil || !strings.Contains(err.Error(), "vocabulary size") {
+			t.Errorf("vocab %d: err = %v", vocab, err)
 		}
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
@@ -117,8 +157,11 @@ func TestShardErrors(t *testing.T) {
 		{"truncated body", good[:len(good)-3], false, "truncated body: the header counts 4 tokens"},
 		{"truncated body raw", good[:len(good)-2], true, "truncated body"},
 		{"extra bytes", append(slices.Clone(good), 0, 0), false, "2 bytes after the 4 tokens"},
-		{"version 2", shardBytes(ShardMagic, 2, 4, toks), false, "version 2 (uint32 tokens)"},
-		{"version 7", shardBytes(ShardMagic, 7, 4, toks), false, "version 7"},
+		{"version 2", shardBytes(ShardMagic, 2, 4, toks), false, "version 2 with magic number 20240520, want 1"},
+		{"version 7", shardBytes(ShardMagic, 7, 4, toks), false, "version 7 with magic number 20240520, want 1"},
+		{"uint32 version 1", shardBytes32(ShardMagic32, 1, 2, []uint32{1, 2}), false, "version 1 with magic number 20240801, want 7"},
+		{"uint32 truncated body", shardBytes32(ShardMagic32, 7, 3, []uint32{1, 2}), false, "the header counts 3 tokens (12 bytes)"},
+		{"uint32 bad magic, header shaped", shardBytes32(12345, 7, 2, []uint32{1, 2}), true, "bad magic number 12345 (want 20240801)"},
 		{"negative count", shardBytes(ShardMagic, 1, -4, toks), false, "negative token count"},
 		{"odd raw", []byte{1, 2, 3}, true, "odd size"},
 	} {
@@ -165,7 +208,7 @@ func TestRawTokenFile(t *testing.T) {
 	}
 	// An llm.c shard through OpenTokenFile keeps its header.
 	q := filepath.Join(dir, "shard.bin")
-	WriteShard(q, ids)
+	WriteShard(q, 65, ids)
 	s2, err := OpenTokenFile(q)
 	if err != nil || !s2.Header || !slices.Equal(widen(s2.Tokens), ids) {
 		t.Errorf("shard through OpenTokenFile: %v", err)
@@ -181,6 +224,7 @@ func FuzzParseShard(f *testing.F) {
 	f.Add(shardBytes(ShardMagic, 1, 3, []uint16{7, 9}), true)
 	f.Add(shardBytes(ShardMagic, 2, 2, []uint16{7, 9}), false)
 	f.Add(shardBytes(1, 1, 2, []uint16{7, 9}), true)
+	f.Add(shardBytes32(ShardMagic32, 7, 2, []uint32{7, 1 << 20}), false)
 	f.Add([]byte{1, 0, 2, 0}, true)
 	f.Add([]byte{1}, false)
 	f.Add([]byte{}, true)
@@ -193,7 +237,7 @@ func FuzzParseShard(f *testing.F) {
 			return
 		}
 		switch {
-		case header && ShardHeaderBytes+2*toks.Len() != len(b):
+		case header && ShardHeaderBytes+2*toks.Len() != len(b) && ShardHeaderBytes+4*toks.Len() != len(b):
 			t.Fatalf("%d tokens with a header from %d bytes", toks.Len(), len(b))
 		case !header && (!raw || 2*toks.Len() != len(b)):
 			t.Fatalf("%d raw tokens from %d bytes (raw %v)", toks.Len(), len(b), raw)
@@ -205,7 +249,12 @@ func FuzzParseShard(f *testing.F) {
 			if header {
 				off = ShardHeaderBytes
 			}
-			if last := binary.LittleEndian.Uint16(b[off+2*(toks.Len()-1):]); dst[len(dst)-1] != int32(last) {
+			width := len(b[off:]) / toks.Len()
+			last := int32(binary.LittleEndian.Uint16(b[off+2*(toks.Len()-1):]))
+			if width == 4 {
+				last = int32(binary.LittleEndian.Uint32(b[off+4*(toks.Len()-1):]))
+			}
+			if dst[len(dst)-1] != last {
 				t.Fatalf("last token %d, bytes say %d", dst[len(dst)-1], last)
 			}
 		}

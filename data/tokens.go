@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -32,6 +33,23 @@ func (t Uint16s) Len() int { return len(t) }
 
 // Read widens t[off:off+len(dst)] into dst.
 func (t Uint16s) Read(dst []int32, off int) {
+	src := t[off : off+len(dst)]
+	for i, v := range src {
+		dst[i] = int32(v)
+	}
+}
+
+// Uint32s is a token sequence of 32-bit ids, such as the body of a shard
+// of a vocabulary too large for 16 bits (Llama 3's, Qwen2's).
+type Uint32s []uint32
+
+// Len returns len(t).
+func (t Uint32s) Len() int { return len(t) }
+
+// Read converts t[off:off+len(dst)] into dst. An id above MaxInt32 reads
+// as negative; MaxID reports it as MaxInt32, above any vocabulary, so such
+// a file is refused before training reads it.
+func (t Uint32s) Read(dst []int32, off int) {
 	src := t[off : off+len(dst)]
 	for i, v := range src {
 		dst[i] = int32(v)
@@ -114,6 +132,13 @@ func MaxID(t Tokens) int32 {
 			m = max(m, int32(v))
 		}
 		return m
+	}
+	if u, ok := t.(Uint32s); ok {
+		m := int64(-1)
+		for _, v := range u {
+			m = max(m, int64(v))
+		}
+		return int32(min(m, math.MaxInt32))
 	}
 	buf := make([]int32, 1<<16)
 	m := int32(-1)

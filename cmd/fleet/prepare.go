@@ -87,9 +87,6 @@ func prepareTokenizer(spec string, inputs []string, bar *progress) (tok data.Tok
 	if !ok {
 		return tok, tokenizer.SplitPointOf(tok), nil, nil
 	}
-	if c.Size() > data.MaxVocab16 {
-		return nil, nil, nil, fmt.Errorf("the inputs hold %d distinct characters, more than the %d that uint16 shards hold", c.Size(), data.MaxVocab16)
-	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return nil, nil, nil, err
