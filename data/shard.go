@@ -135,7 +135,7 @@ func ParseShard(name string, b []byte, raw bool) (tokens Tokens, header bool, er
 		if len(b)%2 != 0 {
 			return fail("%d bytes, an odd size: raw token files hold 2-byte (uint16) ids", len(b))
 		}
-		return view16(b), false, nil
+		return view[uint16](b), false, nil
 	case len(b) < 4:
 		return fail("%d bytes, too short for an llm.c shard header (%d bytes)", len(b), ShardHeaderBytes)
 	default:
@@ -159,9 +159,9 @@ func ParseShard(name string, b []byte, raw bool) (tokens Tokens, header bool, er
 		return fail("%d bytes after the %d tokens the header counts", body-size, n)
 	}
 	if f.width == 4 {
-		return view32(b[ShardHeaderBytes:]), true, nil
+		return view[uint32](b[ShardHeaderBytes:]), true, nil
 	}
-	return view16(b[ShardHeaderBytes:]), true, nil
+	return view[uint16](b[ShardHeaderBytes:]), true, nil
 }
 
 func allZero(b []byte) bool {
@@ -175,35 +175,24 @@ func allZero(b []byte) bool {
 
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// view16 returns b's little-endian uint16 values, in place when b is
-// aligned and the machine little-endian, else as a copy.
-func view16(b []byte) Uint16s {
-	n := len(b) / 2
+// view returns b's little-endian values of T, in place when b is aligned
+// and the machine little-endian, else as a copy.
+func view[T uint16 | uint32](b []byte) Uints[T] {
+	size := int(unsafe.Sizeof(T(0)))
+	n := len(b) / size
 	if n == 0 {
-		return Uint16s{}
+		return Uints[T]{}
 	}
-	if littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%2 == 0 {
-		return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), n)
+	if littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(size) == 0 {
+		return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
 	}
-	t := make(Uint16s, n)
+	t := make(Uints[T], n)
 	for i := range t {
-		t[i] = binary.LittleEndian.Uint16(b[2*i:])
-	}
-	return t
-}
-
-// view32 is view16 for uint32 values.
-func view32(b []byte) Uint32s {
-	n := len(b) / 4
-	if n == 0 {
-		return Uint32s{}
-	}
-	if littleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 == 0 {
-		return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), n)
-	}
-	t := make(Uint32s, n)
-	for i := range t {
-		t[i] = binary.LittleEndian.Uint32(b[4*i:])
+		if size == 2 {
+			t[i] = T(binary.LittleEndian.Uint16(b[2*i:]))
+		} else {
+			t[i] = T(binary.LittleEndian.Uint32(b[4*i:]))
+		}
 	}
 	return t
 }

@@ -25,35 +25,37 @@ func (t Int32s) Len() int { return len(t) }
 // Read copies t[off:off+len(dst)] into dst.
 func (t Int32s) Read(dst []int32, off int) { copy(dst, t[off:off+len(dst)]) }
 
-// Uint16s is a token sequence of 16-bit ids, such as one shard's body.
-type Uint16s []uint16
+// Uints is a token sequence of unsigned ids of one width, such as one
+// shard's body: Uint16s in GPT-2's shards, Uint32s in those of larger
+// vocabularies (Llama 3's, Qwen2's).
+type Uints[T uint16 | uint32] []T
+
+// Uint16s and Uint32s are the two widths of shard tokens.
+type (
+	Uint16s = Uints[uint16]
+	Uint32s = Uints[uint32]
+)
 
 // Len returns len(t).
-func (t Uint16s) Len() int { return len(t) }
+func (t Uints[T]) Len() int { return len(t) }
 
-// Read widens t[off:off+len(dst)] into dst.
-func (t Uint16s) Read(dst []int32, off int) {
+// Read converts t[off:off+len(dst)] into dst. A uint32 id above MaxInt32
+// reads as negative; MaxID reports it as MaxInt32, above any vocabulary,
+// so such a file is refused before training reads it.
+func (t Uints[T]) Read(dst []int32, off int) {
 	src := t[off : off+len(dst)]
 	for i, v := range src {
 		dst[i] = int32(v)
 	}
 }
 
-// Uint32s is a token sequence of 32-bit ids, such as the body of a shard
-// of a vocabulary too large for 16 bits (Llama 3's, Qwen2's).
-type Uint32s []uint32
-
-// Len returns len(t).
-func (t Uint32s) Len() int { return len(t) }
-
-// Read converts t[off:off+len(dst)] into dst. An id above MaxInt32 reads
-// as negative; MaxID reports it as MaxInt32, above any vocabulary, so such
-// a file is refused before training reads it.
-func (t Uint32s) Read(dst []int32, off int) {
-	src := t[off : off+len(dst)]
-	for i, v := range src {
-		dst[i] = int32(v)
+// maxID is MaxID for t, clamped to MaxInt32.
+func (t Uints[T]) maxID() int32 {
+	m := int64(-1)
+	for _, v := range t {
+		m = max(m, int64(v))
 	}
+	return int32(min(m, math.MaxInt32))
 }
 
 // Concat is the concatenation of token sequences, read as one: a window
@@ -126,19 +128,11 @@ func MaxID(t Tokens) int32 {
 		}
 		return m
 	}
-	if u, ok := t.(Uint16s); ok {
-		m := int32(-1)
-		for _, v := range u {
-			m = max(m, int32(v))
-		}
-		return m
-	}
-	if u, ok := t.(Uint32s); ok {
-		m := int64(-1)
-		for _, v := range u {
-			m = max(m, int64(v))
-		}
-		return int32(min(m, math.MaxInt32))
+	switch u := t.(type) {
+	case Uint16s:
+		return u.maxID()
+	case Uint32s:
+		return u.maxID()
 	}
 	buf := make([]int32, 1<<16)
 	m := int32(-1)
