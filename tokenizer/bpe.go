@@ -26,16 +26,14 @@ type BPE struct {
 	spec   string   // how to open it again; "" until saved, for a trained one
 	tokens [][]byte // the bytes of each id; the end-of-text token's is EndOfText
 	byteID [256]int32
-	merges []Merge           // in rank order
-	pairs  map[uint32]uint32 // pairKey(a, b) -> rank<<16 | merged id
-	eot    int32             // -1: none
-	caches sync.Pool         // *wordCache
+	merges []Merge // in rank order
+	pairs  pairRanks
+	eot    int32     // -1: none
+	caches sync.Pool // *wordCache
 }
 
 // Merge is one BPE merge: tokens A and B, adjacent, become token ID.
 type Merge struct{ A, B, ID int32 }
-
-func pairKey(a, b int32) uint32 { return uint32(a)<<16 | uint32(b) }
 
 const noRank = math.MaxUint32
 
@@ -59,7 +57,7 @@ func newBPE(kind string, tokens [][]byte, byteID [256]int32, merges []Merge, eot
 		made[id] = true
 	}
 	t := &BPE{kind: kind, tokens: tokens, byteID: byteID, merges: merges, eot: eot,
-		pairs: make(map[uint32]uint32, len(merges))}
+		pairs: make(pairRanks, len(merges))}
 	for rank, m := range merges {
 		for _, id := range [...]int32{m.A, m.B, m.ID} {
 			if id < 0 || int(id) >= n || id == eot {
@@ -75,11 +73,10 @@ func newBPE(kind string, tokens [][]byte, byteID [256]int32, merges []Merge, eot
 		if string(tokens[m.ID]) != string(tokens[m.A])+string(tokens[m.B]) {
 			return nil, fmt.Errorf("merge %d (%q %q): makes token %d, which is %q", rank, tokens[m.A], tokens[m.B], m.ID, tokens[m.ID])
 		}
-		k := pairKey(m.A, m.B)
-		if _, dup := t.pairs[k]; dup {
+		if _, dup := t.pairs[pairKey(m.A, m.B)]; dup {
 			return nil, fmt.Errorf("merge %d (%q %q): the pair is merged twice", rank, tokens[m.A], tokens[m.B])
 		}
-		t.pairs[k] = uint32(rank)<<16 | uint32(m.ID)
+		t.pairs.set(m.A, m.B, rank, m.ID)
 		made[m.ID] = true
 	}
 	for id, ok := range made {
@@ -195,107 +192,25 @@ func (t *BPE) encodeWord(c *wordCache, out []int32, w []byte) []int32 {
 	return out
 }
 
-// rankOf returns the merge of the pair (a, b): its rank and the id it
-// makes, or noRank.
-func (t *BPE) rankOf(a, b int32) (rank uint32, id int32) {
-	v, ok := t.pairs[pairKey(a, b)]
-	if !ok {
-		return noRank, -1
-	}
-	return v >> 16, int32(v & 0xffff)
-}
-
-// mergeSmall merges w by scanning for the lowest-ranked pair each time:
-// quadratic, and the fastest for the short pre-tokens of ordinary text.
+// mergeSmall merges w's bytes with the quadratic scan (merge.go).
 func (t *BPE) mergeSmall(c *wordCache, out []int32, w []byte) []int32 {
-	syms, ranks := c.syms[:0], c.rank[:0]
+	syms := c.syms[:0]
 	for _, b := range w {
 		syms = append(syms, t.byteID[b])
 	}
-	for i := 0; i+1 < len(syms); i++ {
-		r, _ := t.rankOf(syms[i], syms[i+1])
-		ranks = append(ranks, r)
-	}
-	for len(syms) > 1 {
-		best, bi := uint32(noRank), -1
-		for i, r := range ranks {
-			if r < best {
-				best, bi = r, i
-			}
-		}
-		if bi < 0 {
-			break
-		}
-		_, id := t.rankOf(syms[bi], syms[bi+1])
-		syms[bi] = id
-		syms = append(syms[:bi+1], syms[bi+2:]...)
-		ranks = append(ranks[:bi], ranks[bi+1:]...)
-		if bi > 0 {
-			ranks[bi-1], _ = t.rankOf(syms[bi-1], id)
-		}
-		if bi < len(ranks) {
-			ranks[bi], _ = t.rankOf(id, syms[bi+1])
-		}
-	}
-	c.syms, c.rank = syms, ranks
+	syms, c.rank = mergeSmall(t.pairs, syms, c.rank)
+	c.syms = syms
 	return append(out, syms...)
 }
 
-// mergeHeap merges w with the same result as mergeSmall, in O(n log n):
-// the symbols form a linked list and the candidate pairs a heap ordered by
-// rank, then position.
+// mergeHeap merges w's bytes with the heap (merge.go), the same result as
+// mergeSmall in O(n log n).
 func (t *BPE) mergeHeap(out []int32, w []byte) []int32 {
-	n := len(w)
-	syms := make([]int32, n)
-	next := make([]int32, n)  // -1: last
-	prev := make([]int32, n)  // -1: first
-	rank := make([]uint32, n) // rank of the pair starting at i
+	syms := make([]int32, len(w))
 	for i, b := range w {
 		syms[i] = t.byteID[b]
-		next[i], prev[i] = int32(i+1), int32(i-1)
 	}
-	next[n-1] = -1
-	h := make(pairHeap, 0, n)
-	for i := 0; i+1 < n; i++ {
-		rank[i], _ = t.rankOf(syms[i], syms[i+1])
-		if rank[i] != noRank {
-			h = append(h, uint64(rank[i])<<32|uint64(i))
-		}
-	}
-	rank[n-1] = noRank
-	h.init()
-	for len(h) > 0 {
-		it := h.pop()
-		i := int32(it)
-		if rank[i] != uint32(it>>32) || syms[i] < 0 {
-			continue // stale
-		}
-		j := next[i]
-		_, id := t.rankOf(syms[i], syms[j])
-		syms[i] = id
-		syms[j] = -1
-		next[i] = next[j]
-		if next[j] >= 0 {
-			prev[next[j]] = int32(i)
-		}
-		rank[i] = noRank
-		if k := next[i]; k >= 0 {
-			rank[i], _ = t.rankOf(id, syms[k])
-			if rank[i] != noRank {
-				h.push(uint64(rank[i])<<32 | uint64(i))
-			}
-		}
-		if p := prev[i]; p >= 0 {
-			rank[p], _ = t.rankOf(syms[p], id)
-			if rank[p] != noRank {
-				h.push(uint64(rank[p])<<32 | uint64(p))
-			}
-		}
-	}
-	for i := int32(0); i >= 0; i = next[i] {
-		out = append(out, syms[i])
-	}
-	return out
+	return mergeHeap(t.pairs, out, syms)
 }
 
 // pairHeap is a binary min-heap of candidate merges, each rank<<32 |

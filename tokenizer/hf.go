@@ -551,7 +551,7 @@ func (t *HF) parseModel(c *component, byteLevel bool) (map[string]int64, error) 
 	if err := json.Unmarshal(c.m["merges"], &merges); err != nil {
 		return nil, c.errorf("merges is not an array")
 	}
-	m.pairs = make(map[uint64]uint64, len(merges))
+	m.pairs = make(pairRanks, len(merges))
 	for i, raw := range merges {
 		var a, b string
 		var s string
@@ -583,7 +583,7 @@ func (t *HF) parseModel(c *component, byteLevel bool) (map[string]int64, error) 
 		}
 		// A pair listed twice takes its later rank, as in the reference
 		// implementations.
-		m.pairs[uint64(uint32(ia))<<32|uint64(uint32(ib))] = uint64(i)<<32 | uint64(uint32(im))
+		m.pairs.set(ia, ib, i, im)
 	}
 	t.model = m
 	return vocab, nil

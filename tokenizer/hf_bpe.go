@@ -19,9 +19,9 @@ import (
 // else the unknown token (one for a run of them with fuse_unk).
 type hfBPE struct {
 	byteLevel    bool
-	vocab        map[string]int32  // unit bytes -> id
-	pairs        map[uint64]uint64 // a<<32|b -> rank<<32|id
-	byteUnit     [256]int32        // byte-level: the id of each byte
+	vocab        map[string]int32 // unit bytes -> id
+	pairs        pairRanks
+	byteUnit     [256]int32 // byte-level: the id of each byte
 	byteFallback bool
 	fallback     [256]int32 // the <0xNN> ids; -1: missing
 	unk          int32      // -1: none
@@ -43,14 +43,6 @@ type hfCache struct {
 
 func (m *hfBPE) init() {
 	m.caches.New = func() any { return &hfCache{m: make(map[string][]int32)} }
-}
-
-func (m *hfBPE) rankOf(a, b int32) (uint32, int32) {
-	v, ok := m.pairs[uint64(uint32(a))<<32|uint64(uint32(b))]
-	if !ok {
-		return noRank, -1
-	}
-	return uint32(v >> 32), int32(uint32(v))
 }
 
 // unitKey is a character's key in junction: its code point, or 0x110000
@@ -157,9 +149,9 @@ func (m *hfBPE) encodeWord(c *hfCache, out []int32, w []byte) ([]int32, error) {
 	}
 	start := len(out)
 	if len(syms) > heapMergeAbove {
-		out = m.mergeHeap(out, syms)
+		out = mergeHeap(m.pairs, out, syms) // syms is scratch: the heap may overwrite it
 	} else {
-		syms = m.mergeSmall(c, syms)
+		syms, c.rank = mergeSmall(m.pairs, syms, c.rank)
 		out = append(out, syms...)
 	}
 	c.syms = syms
@@ -170,88 +162,4 @@ func (m *hfBPE) encodeWord(c *hfCache, out []int32, w []byte) ([]int32, error) {
 		c.m[string(w)] = append([]int32(nil), out[start:]...)
 	}
 	return out, nil
-}
-
-// mergeSmall merges syms in place by scanning for the lowest-ranked pair.
-func (m *hfBPE) mergeSmall(c *hfCache, syms []int32) []int32 {
-	ranks := c.rank[:0]
-	for i := 0; i+1 < len(syms); i++ {
-		r, _ := m.rankOf(syms[i], syms[i+1])
-		ranks = append(ranks, r)
-	}
-	for len(syms) > 1 {
-		best, bi := uint32(noRank), -1
-		for i, r := range ranks {
-			if r < best {
-				best, bi = r, i
-			}
-		}
-		if bi < 0 {
-			break
-		}
-		_, id := m.rankOf(syms[bi], syms[bi+1])
-		syms[bi] = id
-		syms = append(syms[:bi+1], syms[bi+2:]...)
-		ranks = append(ranks[:bi], ranks[bi+1:]...)
-		if bi > 0 {
-			ranks[bi-1], _ = m.rankOf(syms[bi-1], id)
-		}
-		if bi < len(ranks) {
-			ranks[bi], _ = m.rankOf(id, syms[bi+1])
-		}
-	}
-	c.rank = ranks
-	return syms
-}
-
-// mergeHeap merges syms as mergeSmall does, in O(n log n).
-func (m *hfBPE) mergeHeap(out []int32, in []int32) []int32 {
-	n := len(in)
-	syms := append([]int32(nil), in...)
-	next := make([]int32, n)
-	prev := make([]int32, n)
-	rank := make([]uint32, n)
-	for i := range syms {
-		next[i], prev[i] = int32(i+1), int32(i-1)
-	}
-	next[n-1] = -1
-	h := make(pairHeap, 0, n)
-	for i := 0; i+1 < n; i++ {
-		rank[i], _ = m.rankOf(syms[i], syms[i+1])
-		if rank[i] != noRank {
-			h = append(h, uint64(rank[i])<<32|uint64(i))
-		}
-	}
-	rank[n-1] = noRank
-	h.init()
-	for len(h) > 0 {
-		it := h.pop()
-		i := int32(uint32(it))
-		if rank[i] != uint32(it>>32) || syms[i] < 0 {
-			continue // stale
-		}
-		j := next[i]
-		_, id := m.rankOf(syms[i], syms[j])
-		syms[i] = id
-		syms[j] = -1
-		next[i] = next[j]
-		if next[j] >= 0 {
-			prev[next[j]] = i
-		}
-		rank[i] = noRank
-		if k := next[i]; k >= 0 {
-			if rank[i], _ = m.rankOf(id, syms[k]); rank[i] != noRank {
-				h.push(uint64(rank[i])<<32 | uint64(i))
-			}
-		}
-		if p := prev[i]; p >= 0 {
-			if rank[p], _ = m.rankOf(syms[p], id); rank[p] != noRank {
-				h.push(uint64(rank[p])<<32 | uint64(p))
-			}
-		}
-	}
-	for i := int32(0); i >= 0; i = next[i] {
-		out = append(out, syms[i])
-	}
-	return out
 }

@@ -101,6 +101,10 @@ func (c *wordCounter) add(text []byte) {
 // the smaller first id, then the smaller second id. Pair counts are kept
 // up to date incrementally: a merge only revisits the words that hold the
 // merged pair, found through an index from each pair to its words.
+// trainKey is a pair's key while training: a<<16 | b (ids fit 16 bits,
+// MaxVocab), half the size of the encoder's pairKey.
+func trainKey(a, b int32) uint32 { return uint32(a)<<16 | uint32(b) }
+
 func (c *wordCounter) train(vocabSize int) (*BPE, error) {
 	nMerges := vocabSize - 257
 	type word struct {
@@ -117,7 +121,7 @@ func (c *wordCounter) train(vocabSize int) (*BPE, error) {
 		}
 		words[i] = word{syms, c.count[i]}
 		for j := 0; j+1 < len(syms); j++ {
-			k := pairKey(syms[j], syms[j+1])
+			k := trainKey(syms[j], syms[j+1])
 			pairCount[k] += c.count[i]
 			if l := where[k]; len(l) == 0 || l[len(l)-1] != int32(i) {
 				where[k] = append(l, int32(i))
@@ -167,7 +171,7 @@ func (c *wordCounter) train(vocabSize int) (*BPE, error) {
 				continue
 			}
 			for j := 0; j+1 < len(s); j++ {
-				k := pairKey(s[j], s[j+1])
+				k := trainKey(s[j], s[j+1])
 				if pairCount[k] -= w.n; pairCount[k] == 0 {
 					delete(pairCount, k)
 				}
@@ -183,7 +187,7 @@ func (c *wordCounter) train(vocabSize int) (*BPE, error) {
 			}
 			w.syms = out
 			for j := 0; j+1 < len(out); j++ {
-				k := pairKey(out[j], out[j+1])
+				k := trainKey(out[j], out[j+1])
 				pairCount[k] += w.n
 				if out[j] == id || out[j+1] == id {
 					changed[k] = true
