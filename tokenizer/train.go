@@ -95,16 +95,16 @@ func (c *wordCounter) add(text []byte) {
 	})
 }
 
+// trainKey is a pair's key while training: a<<16 | b (ids fit 16 bits,
+// MaxVocab), half the size of the encoder's pairKey.
+func trainKey(a, b int32) uint32 { return uint32(a)<<16 | uint32(b) }
+
 // train runs BPE training: repeatedly merge the adjacent pair of tokens
 // that occurs most often in the words (weighted by their counts; a pair
 // that overlaps itself, as in "aaa", counts each time), breaking ties by
 // the smaller first id, then the smaller second id. Pair counts are kept
 // up to date incrementally: a merge only revisits the words that hold the
 // merged pair, found through an index from each pair to its words.
-// trainKey is a pair's key while training: a<<16 | b (ids fit 16 bits,
-// MaxVocab), half the size of the encoder's pairKey.
-func trainKey(a, b int32) uint32 { return uint32(a)<<16 | uint32(b) }
-
 func (c *wordCounter) train(vocabSize int) (*BPE, error) {
 	nMerges := vocabSize - 257
 	type word struct {
