@@ -2,9 +2,11 @@ package model
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -85,5 +87,76 @@ func TestLSTMModel(t *testing.T) {
 	// n_embd need not divide into heads.
 	if _, err := New(Config{Arch: ArchLSTM, VocabSize: 11, BlockSize: 8, NLayer: 1, NHead: 4, NEmbd: 7}, tensor.CPU, 1); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLSTMMatchesPyTorch holds the LSTM to torch.nn.LSTM
+// (scripts/make_lstm_fixture.py: its gate order i, f, g, o, its two
+// biases as one): logits and every gradient within 1e-5, in F32 against
+// PyTorch's float64.
+func TestLSTMMatchesPyTorch(t *testing.T) {
+	for _, name := range []string{"lstm_tied", "lstm_untied"} {
+		t.Run(name, func(t *testing.T) {
+			f, err := checkpoint.Load("../testdata/" + name + ".safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta := func(k string) int {
+				v, err := strconv.Atoi(f.Metadata[k])
+				if err != nil {
+					t.Fatalf("metadata %s: %v", k, err)
+				}
+				return v
+			}
+			B, T := meta("batch_size"), meta("block_size")
+			m, err := New(Config{Arch: ArchLSTM, VocabSize: meta("vocab_size"), BlockSize: T, NLayer: meta("n_layer"),
+				NHead: 1, NEmbd: meta("n_embd"), Bias: f.Metadata["bias"] == "true", UntiedHead: f.Metadata["tied"] == "false"}, tensor.CPU, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetWeights(f); err != nil {
+				t.Fatal(err)
+			}
+			x, _ := f.Tensors["x"].Int32s()
+			y, _ := f.Tensors["y"].Int32s()
+			want, _ := f.Tensors["loss"].Float64s()
+			wantLogits, _ := f.Tensors["logits"].Float32s()
+			tensor.Step(func() {
+				logits := m.Forward(tensor.FromInt32s(tensor.CPU, x, B, T))
+				within(t, "logits", logits.Float32s(), wantLogits)
+				loss := tensor.CrossEntropy(logits, tensor.FromInt32s(tensor.CPU, y, B, T))
+				if got := float64(loss.Item()); math.Abs(got-want[0]) > 1e-5*math.Abs(want[0]) {
+					t.Errorf("loss %.8f, PyTorch %.8f", got, want[0])
+				}
+				loss.Backward()
+			})
+			for _, p := range m.Parameters() {
+				g, err := f.Tensors["grad."+p.Name].Float32s()
+				if err != nil {
+					t.Fatalf("%s: %v", p.Name, err)
+				}
+				within(t, "gradient of "+p.Name, p.Grad().Float32s(), g)
+			}
+		})
+	}
+}
+
+// within fails unless |got − want| ≤ 1e-5·max|want| everywhere: within
+// 1e-5 of the tensor's scale (the gradients of a mean loss are small).
+func within(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, PyTorch %d", what, len(got), len(want))
+	}
+	scale, worst := 0.0, 0.0
+	for i := range got {
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+		worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
+	}
+	if scale == 0 {
+		t.Fatalf("%s: PyTorch's values are all zero", what)
+	}
+	if worst > 1e-5*scale {
+		t.Errorf("%s differs from PyTorch by %.3g, %.3g of its largest value", what, worst, worst/scale)
 	}
 }
