@@ -13,9 +13,26 @@ import (
 // operands alone (the bits do not depend on the thread count). σ and
 // tanh come from the vectorised exp: σ(a) = 1/(1 + e^−a) and
 // tanh(a) = 2/(1 + e^−2a) − 1, which saturate to 0, 1 and ±1 without a
-// NaN where e^−a overflows. The products around them are MatMul's.
+// NaN where e^−a overflows; near 0, where that difference would lose
+// tanh's relative precision (its absolute error is an ulp of 1), tanh is
+// its series (tanhNear0). The products around them are MatMul's.
 
 var _ backend.LSTMCells = (*CPU)(nil)
+
+// tanhSeriesBound is where tanhOf switches from the series to the exp:
+// below it the series' first left-out term, 1382/155925·a^11, is under
+// 1e-8 of tanh(a); above it 2/(1 + e) − 1 is within a few ulps.
+const tanhSeriesBound = 0.25
+
+// tanhOf is tanh(a) given e = e^−2a: the odd series to a^9 near 0, else
+// 2/(1 + e) − 1.
+func tanhOf(a, e float32) float32 {
+	if a > -tanhSeriesBound && a < tanhSeriesBound {
+		x2 := a * a
+		return a * (1 + x2*(-1.0/3+x2*(2.0/15+x2*(-17.0/315+x2*(62.0/2835)))))
+	}
+	return 2/(1+e) - 1
+}
 
 // lstmTask is one LSTMCell call or, as lstmBackwardTask, one
 // LSTMCellBackward call; a range is a range of the batch's rows. Optional
@@ -83,7 +100,7 @@ func (t *lstmTask) do(lo, hi int) {
 		act := t.act[r*4*H:][:4*H]
 		for k := range act {
 			if k >= 2*H && k < 3*H {
-				act[k] = 2/(1+e[k]) - 1
+				act[k] = tanhOf(a[k], e[k])
 			} else {
 				act[k] = 1 / (1 + e[k])
 			}
@@ -98,7 +115,7 @@ func (t *lstmTask) do(lo, hi int) {
 		}
 		expAffineChunk(e[:H], cell, -2, 0)
 		for j := range h {
-			h[j] = act[3*H+j] * (2/(1+e[j]) - 1)
+			h[j] = act[3*H+j] * tanhOf(cell[j], e[j])
 			out[j] = h[j]
 		}
 	}
@@ -122,12 +139,13 @@ func (t *lstmBackwardTask) do(lo, hi int) {
 	e := (*buf)[:H]
 	for r := lo; r < hi; r++ {
 		act := t.act[r*4*H:][:4*H]
-		expAffineChunk(e, t.c[r*H:][:H], -2, 0)
+		cell := t.c[r*H:][:H]
+		expAffineChunk(e, cell, -2, 0)
 		dout := t.dout[(r*t.T+t.step)*H:][:H]
 		dg, dx := t.dgate[r*4*H:][:4*H], t.dxg[(r*t.T+t.step)*4*H:][:4*H]
 		for j := range e {
 			i, f, g, o := act[j], act[H+j], act[2*H+j], act[3*H+j]
-			tc := 2/(1+e[j]) - 1
+			tc := tanhOf(cell[j], e[j])
 			d := dout[j]
 			if t.dh != nil {
 				d += t.dh[r*H+j]
