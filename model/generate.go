@@ -9,16 +9,22 @@ import (
 )
 
 // KVCache holds each layer's keys and values for inference,
-// [1, BlockSize, key/value heads × head width] (C in a GPT-2).
+// [1, BlockSize, key/value heads × head width] (C in a GPT-2), or an
+// LSTM's state of each layer.
 type KVCache struct {
-	K, V []*tensor.Tensor
-	Pos  int // positions filled
+	K, V  []*tensor.Tensor
+	State []*tensor.LSTMState
+	Pos   int // positions filled
 }
 
 // NewKVCache allocates a cache for one sequence.
 func (m *GPT) NewKVCache() *KVCache {
 	c := &KVCache{}
 	tensor.ProgramOf(m.Device()).Persist(func() {
+		if m.RNN != nil {
+			m.newLSTMState(c)
+			return
+		}
 		w := m.Config.kvHeads() * m.Config.headDim()
 		for range m.Blocks {
 			c.K = append(c.K, tensor.Zeros(m.Device(), 1, m.Config.BlockSize, w))
@@ -34,12 +40,17 @@ func (c *KVCache) Free() {
 		c.K[i].Free()
 		c.V[i].Free()
 	}
+	for _, s := range c.State {
+		s.H.Free()
+		s.C.Free()
+	}
 }
 
 // ForwardKV runs ids [1, T] at positions [cache.Pos, cache.Pos+T) and
 // returns the logits of the last position, [vocab], as host floats. Each
 // call costs only the new positions. It is inference: no gradients, no
-// dropout.
+// dropout. An LSTM continues from the cache's state, and starts from zero
+// where cache.Pos is 0.
 func (m *GPT) ForwardKV(ids []int32, cache *KVCache) []float32 {
 	T := len(ids)
 	p := &Pass{Cache: cache}
@@ -47,6 +58,13 @@ func (m *GPT) ForwardKV(ids []int32, cache *KVCache) []float32 {
 	var logits []float32
 	prog.NoGrad(func() {
 		prog.Step(func() {
+			if m.RNN != nil {
+				if cache.Pos == 0 {
+					cache.resetLSTMState()
+				}
+				logits = m.forwardLSTM(tensor.FromInt32s(m.Device(), ids, 1, T), p).Reshape(T, m.Config.VocabSize).Rows(T-1, T).Float32s()
+				return
+			}
 			x := m.embed(tensor.FromInt32s(m.Device(), ids, 1, T), p)
 			x = m.blocks(x, 0, len(m.Blocks), p)
 			last := x.Reshape(T, m.Config.NEmbd).Rows(T-1, T)
@@ -64,10 +82,10 @@ type Sampling struct {
 	RNG         *tensor.RNG
 }
 
-// Generate extends prompt by n tokens. A key/value cache makes each new
-// token cost one position. When the context reaches the block size, the
-// cache is rebuilt from the most recent half block, so the model always
-// sees at most BlockSize tokens, as it was trained.
+// Generate extends prompt by n tokens. A key/value cache (an LSTM's
+// state) makes each new token cost one position. When the context reaches
+// the block size, the cache is rebuilt from the most recent half block,
+// so the model always sees at most BlockSize tokens, as it was trained.
 func (m *GPT) Generate(prompt []int32, n int, s Sampling) ([]int32, error) {
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")

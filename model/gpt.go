@@ -37,7 +37,7 @@ type Config struct {
 	// attention_bias).
 	Bias bool `json:"bias"`
 
-	// Arch is the family: "gpt2" (or empty) or "llama".
+	// Arch is the family: "gpt2" (or empty), "llama" or "lstm".
 	Arch string `json:"arch,omitempty"`
 	// NKVHead is the number of key/value heads (0: NHead), HeadDim the
 	// width of a head (0: NEmbd/NHead), MLPHidden the feed-forward's
@@ -53,7 +53,7 @@ type Config struct {
 	NormEps float64 `json:"norm_eps,omitempty"`
 	// QKNorm normalises each head of q and k (Qwen3); QKVBias gives q, k
 	// and v biases without the output projection's (Qwen2); UntiedHead
-	// gives the head a weight of its own.
+	// gives the head a weight of its own (llama, lstm).
 	QKNorm     bool `json:"qk_norm,omitempty"`
 	QKVBias    bool `json:"qkv_bias,omitempty"`
 	UntiedHead bool `json:"untied_head,omitempty"`
@@ -74,11 +74,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("block size must be positive, got %d", c.BlockSize)
 	case c.NLayer <= 0:
 		return fmt.Errorf("n_layer must be positive, got %d", c.NLayer)
-	case c.NHead <= 0:
+	case c.NHead <= 0 && !c.IsLSTM(): // an LSTM has no heads
 		return fmt.Errorf("n_head must be positive, got %d", c.NHead)
 	case c.NEmbd <= 0:
 		return fmt.Errorf("n_embd must be positive, got %d", c.NEmbd)
-	case c.HeadDim == 0 && c.NEmbd%c.NHead != 0:
+	case !c.IsLSTM() && c.HeadDim == 0 && c.NEmbd%c.NHead != 0:
 		return fmt.Errorf("n_embd %d is not divisible by n_head %d", c.NEmbd, c.NHead)
 	case c.Dropout < 0 || c.Dropout >= 1:
 		return fmt.Errorf("dropout must be in [0, 1), got %v", c.Dropout)
@@ -136,6 +136,10 @@ type GPT struct {
 	// Head is the head's weight [vocab, C]: WTE.W where tied.
 	Head *nn.Parameter
 	Rope *nn.Rope // the rotary embeddings' table; nil in a GPT-2
+	// RNN are an LSTM's layers (lstm.go), each followed by its dropout
+	// RNNDrop; nil in a Transformer, which has Blocks and LNF instead.
+	RNN     []*nn.LSTM
+	RNNDrop []*nn.Dropout
 
 	dropouts  []*nn.Dropout
 	recompute bool // blocks run under tensor.RecomputeRNG
@@ -244,11 +248,15 @@ func (m *GPT) SetRecompute(on bool) { m.recompute = on }
 func (m *GPT) Recompute() bool { return m.recompute }
 
 // Parameters lists every parameter once, in checkpoint order: the
-// embeddings, the blocks, the final norm, and an untied head.
+// embeddings, the blocks (an LSTM's layers), the final norm, and an
+// untied head.
 func (m *GPT) Parameters() []*nn.Parameter {
 	ps := m.EmbedParams()
 	for _, b := range m.Blocks {
 		ps = append(ps, b.Parameters()...)
+	}
+	for _, l := range m.RNN {
+		ps = append(ps, l.Parameters()...)
 	}
 	return append(ps, m.HeadParams()...)
 }
@@ -264,7 +272,10 @@ func (m *GPT) EmbedParams() []*nn.Parameter {
 // HeadParams are the final norm's parameters and an untied head's weight
 // (the last stage's).
 func (m *GPT) HeadParams() []*nn.Parameter {
-	ps := m.LNF.Parameters()
+	var ps []*nn.Parameter
+	if m.LNF != nil { // an LSTM has none
+		ps = m.LNF.Parameters()
+	}
 	if m.Tied() {
 		return ps
 	}
@@ -294,9 +305,14 @@ func (m *GPT) NumParams() int {
 // gpt2_estimate_mfu): 6 per parameter plus attention's
 // 6·n_layer·(heads × head width)·T, the causal half of the score and value
 // products (the width is n_embd in a GPT-2). MFU is quoted in these units;
-// FLOPsPerTokenPaLM gives the other common figure.
+// FLOPsPerTokenPaLM gives the other common figure. An LSTM has no
+// attention: 6 per parameter (each of its weights is read by one product
+// per token).
 func (m *GPT) FLOPsPerToken(T int) float64 {
 	c := m.Config
+	if m.RNN != nil {
+		return 6 * float64(m.NumParams())
+	}
 	return 6*float64(m.NumParams()) + 6*float64(c.NLayer*c.NHead*c.headDim()*T)
 }
 
@@ -305,6 +321,9 @@ func (m *GPT) FLOPsPerToken(T int) float64 {
 // every (query, key) pair, as if it were not causal.
 func (m *GPT) FLOPsPerTokenPaLM(T int) float64 {
 	c := m.Config
+	if m.RNN != nil {
+		return 6 * float64(m.NumParams())
+	}
 	return 6*float64(m.NumParams()) + 12*float64(c.NLayer*c.NHead*c.headDim()*T)
 }
 
@@ -330,6 +349,9 @@ func (m *GPT) Device() tensor.Device { return m.WTE.W.T.Device() }
 // final LayerNorm). The values are those of the ops one after the other.
 func (m *GPT) Forward(idx *tensor.Tensor) *tensor.Tensor {
 	p := &m.pass
+	if m.RNN != nil {
+		return m.forwardLSTM(idx, p)
+	}
 	if !m.recompute {
 		return m.forwardFused(idx, p)
 	}

@@ -10,8 +10,10 @@ import (
 )
 
 // The model families (Config.Arch). A family builds its modules and
-// checks the settings that are its own; everything that runs the model
-// (Forward, the stages, generation) is the same for both.
+// checks the settings that are its own; everything that runs a
+// Transformer (Forward, the stages, generation) is the same for both of
+// its families. The recurrent family (lstm.go) has its own forward pass
+// and generation, and no pipeline stages.
 const (
 	ArchGPT2  = "gpt2"
 	ArchLlama = "llama"
@@ -35,8 +37,10 @@ func (c Config) family() (family, error) {
 		return gpt2Family{}, nil
 	case ArchLlama:
 		return llamaFamily{}, nil
+	case ArchLSTM:
+		return lstmFamily{}, nil
 	}
-	return nil, fmt.Errorf("arch must be %s or %s, got %q", ArchGPT2, ArchLlama, c.Arch)
+	return nil, fmt.Errorf("arch must be %s, %s or %s, got %q", ArchGPT2, ArchLlama, ArchLSTM, c.Arch)
 }
 
 // Family is c's Arch by name: gpt2 where it is empty.

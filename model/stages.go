@@ -43,6 +43,9 @@ type Staged struct {
 // Place moves m's parameters onto devs, counts[i] blocks on stage i (they
 // must add up to the model's layers), and returns the staged model.
 func (m *GPT) Place(devs []tensor.Device, counts []int) (*Staged, error) {
+	if m.RNN != nil {
+		return nil, fmt.Errorf("model: an %s model has no blocks to place in pipeline stages", ArchLSTM)
+	}
 	if len(devs) == 0 || len(counts) != len(devs) {
 		return nil, fmt.Errorf("model: %d devices for %d stage sizes", len(devs), len(counts))
 	}

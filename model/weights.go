@@ -41,9 +41,9 @@ func (m *GPT) LoadWeights(path string) error {
 // SetWeights copies the tensors of f into the parameters. A GPT-2's names
 // may be fleet's (Hugging Face's prefixed ones) or the hub's unprefixed
 // ones; non-weight buffers are ignored, and an lm_head.weight must equal
-// wte. A Llama's are fleet's own.
+// wte. A Llama's and an LSTM's are fleet's own.
 func (m *GPT) SetWeights(f *checkpoint.File) error {
-	if m.Config.IsLlama() {
+	if m.Config.Family() != ArchGPT2 {
 		return m.setWeights(f.Tensors)
 	}
 	byName, head := hfWeights(f)
@@ -83,6 +83,9 @@ func (c Config) short() string {
 	if c.IsLlama() {
 		s = fmt.Sprintf("arch %s, %s, %d heads of %d, %d key/value heads, mlp_hidden %d, qk_norm=%v, qkv_bias=%v, untied_head=%v",
 			c.Arch, s, c.NHead, c.headDim(), c.kvHeads(), c.mlpHidden(), c.QKNorm, c.QKVBias, c.UntiedHead)
+	}
+	if c.IsLSTM() {
+		s = fmt.Sprintf("arch %s, %s, untied_head=%v", c.Arch, s, c.UntiedHead)
 	}
 	return s
 }

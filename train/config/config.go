@@ -319,8 +319,12 @@ func (c Config) validate() ([]tensor.Device, error) {
 	case c.CUDAGraphs && (c.WorldSize > 1 || c.Pipeline != ""):
 		return nil, setting.Errorf("{CUDAGraphs} is not supported yet with data parallelism or {Pipeline}")
 	}
-	if _, err := ParsePrecision(c.Precision); err != nil {
+	prec, err := ParsePrecision(c.Precision)
+	if err != nil {
 		return nil, err
+	}
+	if mc.IsLSTM() && (prec != FP32 || c.Recompute || c.Pipeline != "") {
+		return nil, setting.Errorf("{Arch} %s trains with {Precision} fp32 only, and without {Recompute} or {Pipeline} (its kernels are F32 and it has no blocks to recompute or place in stages)", model.ArchLSTM)
 	}
 	if c.BatchAuto {
 		if _, err := c.MaxMicro(); err != nil {

@@ -167,5 +167,8 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	case "step_dropout_key.key":
 		return 2, 1, true
 	}
+	if e, p, ok := lstmExtent(name, param, arg); ok {
+		return e, p, true
+	}
 	return llamaExtent(name, param, arg)
 }

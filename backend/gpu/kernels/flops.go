@@ -102,6 +102,9 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		t, pos := arg("T"), arg("Pos")
 		return arg("B") * arg("H") * t * (pos + (t+1)/2) * (4*hd() + 5)
 	}
+	if f := lstmFLOPs(name, arg); f != 0 {
+		return f
+	}
 	return llamaFLOPs(name, arg)
 }
 

@@ -1,0 +1,95 @@
+package train
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/checkpoint"
+)
+
+// lstmOf sets c's model to an LSTM with gate biases and an untied head.
+func lstmOf(c Config) Config {
+	c.Arch, c.Bias, c.UntiedHead = "lstm", true, true
+	return c
+}
+
+// TestLSTMDDP: 2 ranks of 6 windows end where one process of 12 does
+// (the gradient buckets and the hooks see an LSTM's parameters as any
+// model's).
+func TestLSTMDDP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a group")
+	}
+	base := lstmOf(ddpConfig(t, 2026))
+	ref := runSingle(t, base)
+	cfg := base
+	cfg.Out = filepath.Join(t.TempDir(), "out")
+	cfg.BatchSize = 6
+	ranks, _ := runGroupOut(t, cfg, 2)
+	if name := sameBits(ranks[0], ranks[1]); name != "" {
+		t.Errorf("rank 1's %s differs from rank 0's", name)
+	}
+	if d := maxDiff(t, ranks[0], ref); d > 1e-5 {
+		t.Errorf("2 ranks × 6 end %.3g from 1 process × 12 (want ≤ 1e-5)", d)
+	}
+}
+
+// TestLSTMResumeIsExact: an LSTM run with dropout resumed from a
+// checkpoint ends with the uninterrupted run's weights, bit for bit; a
+// resume that asks for another family is refused.
+func TestLSTMResumeIsExact(t *testing.T) {
+	c := lstmOf(resumeConfig(t))
+	c.Dropout = 0.1
+	var log bytes.Buffer
+	if _, err := Run(c, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	want := mustRead(t, filepath.Join(c.Out, ModelFile))
+	root := filepath.Join(c.Out, CheckpointDir)
+	rc := c
+	rc.Out = filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
+	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
+		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
+	}
+	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(15)), os.DirFS(filepath.Join(root, checkpoint.DirName(15)))); err != nil {
+		t.Fatal(err)
+	}
+	rc.Resume = true
+	log.Reset()
+	if _, err := Run(rc, &log); err != nil {
+		t.Fatalf("resume: %v\n%s", err, log.String())
+	}
+	if got := mustRead(t, filepath.Join(rc.Out, ModelFile)); !bytes.Equal(got, want) {
+		t.Error("the resumed run's weights differ from the uninterrupted run's")
+	}
+	bad := rc
+	bad.Arch = "gpt2"
+	bad.UntiedHead = false
+	if _, err := Run(bad, &log); err == nil || !strings.Contains(err.Error(), "Arch") {
+		t.Errorf("a resume as gpt2: %v, want a refusal naming the arch", err)
+	}
+}
+
+// What an LSTM does not run is refused before anything starts, naming
+// the setting.
+func TestLSTMRefusals(t *testing.T) {
+	for _, set := range []struct {
+		name string
+		f    func(*Config)
+	}{
+		{"Precision", func(c *Config) { c.Precision = "bf16" }},
+		{"Recompute", func(c *Config) { c.Recompute = true }},
+		{"Pipeline", func(c *Config) { c.Pipeline = "cpu:1,cpu:2" }},
+	} {
+		c := lstmOf(Default())
+		set.f(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), set.name) {
+			t.Errorf("%s: %v, want a refusal naming it", set.name, err)
+		}
+	}
+}
