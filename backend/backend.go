@@ -145,6 +145,12 @@ type Backend interface {
 	// (1/N for a mean). Rows with an out-of-range target get zero gradient.
 	// dlogits may be logits (the gradient written over them).
 	CrossEntropyBackward(dlogits, logits, lse, targets, dloss Ref, scale float32, n, v int)
+	// CrossEntropyFused is CrossEntropy's losses and
+	// CrossEntropyBackward's dlogits in one pass over the logits (a
+	// training step's classifier), the same values as the two calls
+	// (without lse): dloss must hold, when the call runs, the gradient the
+	// loss will be differentiated with. dlogits may be logits.
+	CrossEntropyFused(losses, dlogits, logits, targets, dloss Ref, scale float32, n, v int)
 
 	// Embedding gathers rows: out[i] = table[ids[i]], each row dim wide.
 	Embedding(out, table, ids Ref, n, dim int)

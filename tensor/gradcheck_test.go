@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/backend/ref"
@@ -471,6 +472,57 @@ func TestCrossEntropyInPlace(t *testing.T) {
 	if a0[0] == a1[0] {
 		t.Error("the plain loss's logits changed too, or the in-place one's did not")
 	}
+}
+
+// TestWithLossGrad: under WithLossGrad the in-place loss forms the
+// logits' gradient in its forward pass, with the values of the two passes
+// bit for bit (a seed of 0.75 as accumulation's would be), and a backward
+// pass seeded with another tensor panics.
+func TestWithLossGrad(t *testing.T) {
+	targets := []int32{1, 4, 0, 2, -1, 3}
+	run := func(fused bool) (loss float32, grad []float32) {
+		Step(func() {
+			w := Randn(CPU, NewRNG(3), 1, 6, 5).SetRequiresGrad(true)
+			logits := Scale(w, 2)
+			tg := FromInt32s(CPU, targets, 6)
+			g := Full(CPU, 0.75)
+			var l *Tensor
+			if fused {
+				WithLossGrad(g, func() { l = CrossEntropyInPlace(logits, tg) })
+				if a := logits.Float32s(); a[0] == 2*w.Float32s()[0] {
+					t.Error("the logits are unchanged after the fused forward pass")
+				}
+			} else {
+				l = CrossEntropyInPlace(logits, tg)
+			}
+			loss = l.Item()
+			l.BackwardWith(g)
+			grad = w.Grad.Float32s()
+		})
+		return
+	}
+	l0, g0 := run(false)
+	l1, g1 := run(true)
+	if l0 != l1 {
+		t.Fatalf("loss %v fused, %v not", l1, l0)
+	}
+	for i := range g0 {
+		if g0[i] != g1[i] {
+			t.Fatalf("gradient[%d] %v fused, %v not", i, g1[i], g0[i])
+		}
+	}
+	Step(func() {
+		w := Randn(CPU, NewRNG(3), 1, 6, 5).SetRequiresGrad(true)
+		tg := FromInt32s(CPU, targets, 6)
+		var l *Tensor
+		WithLossGrad(Full(CPU, 1), func() { l = CrossEntropyInPlace(Scale(w, 2), tg) })
+		defer func() {
+			if e, ok := recover().(*Error); !ok || !strings.Contains(e.Msg, "WithLossGrad") {
+				t.Errorf("a backward pass with another gradient: %v, want a panic naming WithLossGrad", e)
+			}
+		}()
+		l.Backward()
+	})
 }
 
 // TestAddLayerNorm: the fused add and LayerNorm give the two ops' values

@@ -655,7 +655,9 @@ func CrossEntropy(logits, targets *Tensor) *Tensor { return crossEntropy(logits,
 // logits' gradient over the logits themselves (as llm.c's fused
 // classifier does): for logits that nothing else reads after the loss (a
 // model's head), it saves an array of their size, the largest of a GPT's
-// step. The logits must not be read after Backward.
+// step. The logits must not be read after Backward (under WithLossGrad,
+// after CrossEntropyInPlace: its gradient is then written in the forward
+// pass).
 func CrossEntropyInPlace(logits, targets *Tensor) *Tensor { return crossEntropy(logits, targets, true) }
 
 func crossEntropy(logits, targets *Tensor, inPlace bool) *Tensor {
@@ -668,6 +670,9 @@ func crossEntropy(logits, targets *Tensor, inPlace bool) *Tensor {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d rows of logits, %d targets", n, targets.Numel()), Operands: []*Tensor{logits, targets}})
 	}
 	losses := alloc(op, logits.dev, F32, Shape{n})
+	if p := ProgramOf(logits.dev); inPlace && p.lossGrad != nil && p.gradEnabled && logits.requiresGrad {
+		return crossEntropyFused(p.lossGrad, logits, targets, losses, n, v)
+	}
 	lse := alloc(op, logits.dev, F32, Shape{n})
 	logits.be.CrossEntropy(losses.ref(), lse.ref(), logits.ref(), targets.ref(), n, v)
 	out := alloc(op, logits.dev, F32, Shape{})
@@ -692,6 +697,50 @@ func crossEntropyBackward(nd *node, g *Tensor) {
 	}
 	logits.be.CrossEntropyBackward(d.ref(), logits.ref(), lse.ref(), targets.ref(), g.ref(), 1/float32(n), n, v)
 	nd.gin[0] = d
+}
+
+// WithLossGrad runs fn with the default program announcing the gradient
+// of its loss: see Program.WithLossGrad.
+func WithLossGrad(g *Tensor, fn func()) { defaultProgram.WithLossGrad(g, fn) }
+
+// WithLossGrad runs fn announcing that the loss it makes will be
+// differentiated with BackwardWith(g): g, a one-element F32 tensor on p's
+// device, holds that gradient from now on. A CrossEntropyInPlace of fn
+// that records a gradient then forms the logits' gradient in the same
+// pass over the logits as the loss (backend's CrossEntropyFused, the same
+// values as the two passes), over the logits, and its backward pass hands
+// it on; a backward pass that brings it another gradient tensor panics.
+func (p *Program) WithLossGrad(g *Tensor, fn func()) {
+	if g == nil || g.dtype != F32 || g.Numel() != 1 {
+		panic(&Error{Op: "with_loss_grad", Msg: "the loss's gradient must be a one-element F32 tensor", Operands: []*Tensor{g}})
+	}
+	prev := p.lossGrad
+	p.lossGrad = g
+	defer func() { p.lossGrad = prev }()
+	fn()
+}
+
+// crossEntropyFused is CrossEntropyInPlace under WithLossGrad(g): the
+// logits' gradient, for the loss's gradient g, written over the logits in
+// the forward pass.
+func crossEntropyFused(g, logits, targets, losses *Tensor, n, v int) *Tensor {
+	const op = "cross_entropy"
+	check(op, logits, g)
+	logits.be.CrossEntropyFused(losses.ref(), logits.ref(), logits.ref(), targets.ref(), g.ref(), 1/float32(n), n, v)
+	out := alloc(op, logits.dev, F32, Shape{})
+	logits.be.SumCols(out.ref(), losses.ref(), 1, n, 1/float32(n)) // the mean
+	if nd := record(out, op, crossEntropyFusedBackward, logits); nd != nil {
+		nd.saved[0] = g
+	}
+	return out
+}
+
+func crossEntropyFusedBackward(nd *node, g *Tensor) {
+	if g != nd.saved[0] {
+		panic(&Error{Op: "cross_entropy", Msg: "the loss is differentiated with another gradient than the one WithLossGrad announced, which its forward pass used", Operands: []*Tensor{g, nd.saved[0]}})
+	}
+	logits := nd.in[0]
+	nd.gin[0] = logits.Reshape(logits.shape...)
 }
 
 // Embedding gathers rows of table [V, C] for I32 ids [...], giving [..., C].

@@ -141,22 +141,23 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 		r.model.SetDropout(r.dropoutKey(step), r.dropoutRow0(micro))
 	}
 	tensor.Step(func() {
-		var loss *tensor.Tensor
-		tensor.Autocast(r.prec.DType(), func() { loss = r.model.Loss(x, y) })
-		tensor.TrackLoss(r.stats.buf, loss, 1/float32(cfg.GradAccum), step+1)
+		// The loss's gradient, known before the forward pass, so that the
+		// classifier forms the logits' gradient in the pass that forms the
+		// loss (tensor.WithLossGrad).
 		seed := r.upd.seed() // fp16's scale and accumulation's, on the device
-		if f := r.upd.lossScale() / float32(cfg.GradAccum); seed == nil && f != 1 {
-			loss = tensor.Scale(loss, f)
+		if seed == nil {
+			seed = tensor.Full(x.Device(), r.upd.lossScale()/float32(cfg.GradAccum))
 		}
+		var loss *tensor.Tensor
+		tensor.Autocast(r.prec.DType(), func() {
+			tensor.WithLossGrad(seed, func() { loss = r.model.Loss(x, y) })
+		})
+		tensor.TrackLoss(r.stats.buf, loss, 1/float32(cfg.GradAccum), step+1)
 		tel.to(phBackward)
 		if h := r.group().Hook(); h != nil && micro == cfg.GradAccum-1 {
 			prev := tensor.SetGradReadyHook(h)
 			defer tensor.SetGradReadyHook(prev)
 		}
-		if seed != nil {
-			loss.BackwardWith(seed)
-		} else {
-			loss.Backward()
-		}
+		loss.BackwardWith(seed)
 	})
 }

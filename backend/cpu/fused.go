@@ -393,6 +393,42 @@ func (ct *crossEntropyBackwardTask) do(lo, hi int) {
 	}
 }
 
+// CrossEntropyFused implements backend.Backend: each row's loss, then its
+// gradient while the row is in cache, with CrossEntropy's and
+// CrossEntropyBackward's arithmetic (so their values, bit for bit).
+func (c *CPU) CrossEntropyFused(losses, dlogits, logits, targets, dloss backend.Ref, scale float32, n, v int) {
+	if anyBF16(dlogits, logits) {
+		w := widening{c: c}
+		l := w.in(logits, n*v)
+		c.CrossEntropyFused(losses, w.out(dlogits, n*v), l, targets, dloss, scale, n, v)
+		w.done()
+		return
+	}
+	runTask(c, &crossEntropyFusedTasks, n, rowGrain(v), crossEntropyFusedTask{
+		crossEntropyTask{f32(losses)[:n], nil, f32(logits)[:n*v], i32(targets)[:n], v}, f32(dlogits)[:n*v], f32(dloss)[0] * scale,
+	})
+}
+
+// crossEntropyFusedTask is one CrossEntropyFused call; a range is a range
+// of rows.
+type crossEntropyFusedTask struct {
+	crossEntropyTask // lz nil: each row's log-sum-exp is passed on, not stored
+	d                []float32
+	s                float32
+}
+
+var crossEntropyFusedTasks taskPool[crossEntropyFusedTask]
+
+func (ct *crossEntropyFusedTask) do(lo, hi int) {
+	var z [1]float32
+	for r := lo; r < hi; r++ {
+		f := crossEntropyTask{ct.ls[r : r+1], z[:], ct.xs[r*ct.v : (r+1)*ct.v], ct.ts[r : r+1], ct.v}
+		f.do(0, 1)
+		b := crossEntropyBackwardTask{ct.d[r*ct.v : (r+1)*ct.v], f.xs, z[:], f.ts, ct.s, ct.v}
+		b.do(0, 1)
+	}
+}
+
 // Embedding implements backend.Backend.
 func (c *CPU) Embedding(out, table, ids backend.Ref, n, dim int) {
 	if anyBF16(out, table) {

@@ -576,6 +576,55 @@ func TestCrossEntropy(t *testing.T) {
 	checkGrad(t, "dlogits", got, num, 1e-5)
 }
 
+// TestCrossEntropyFused holds the one-pass loss and gradient to
+// CrossEntropy and CrossEntropyBackward bit for bit (the training step's
+// numerics do not change with the fusion), F32 and BF16, the gradient
+// written apart and over the logits.
+func TestCrossEntropyFused(t *testing.T) {
+	c := newCPU(2)
+	r := rng.New(12)
+	n, v := 19, 40
+	xv := randF32(r, n*v, 3)
+	tv := make([]int32, n)
+	for i := range tv {
+		tv[i] = int32(r.Intn(v))
+	}
+	tv[3], tv[8] = -1, int32(v)
+	tg, dl := putI32(c, tv, 1), put(c, []float32{0.625}, 2)
+	const scale = float32(1.0 / 19)
+	for _, bf := range []bool{false, true} {
+		in := func() backend.Ref {
+			if bf {
+				return bfIn(c, xv, 1)
+			}
+			return put(c, xv, 1)
+		}
+		out := func(b backend.Ref, n int) []float32 {
+			if bf {
+				return bfGet(c, b, n)
+			}
+			return get(c, b, n)
+		}
+		losses, lse, x := put(c, make([]float32, n), 0), put(c, make([]float32, n), 0), in()
+		c.CrossEntropy(losses, lse, x, tg, n, v)
+		c.CrossEntropyBackward(x, x, lse, tg, dl, scale, n, v)
+		wantL, wantD := fmt.Sprint(out(losses, n)), fmt.Sprint(out(x, n*v))
+		for _, inPlace := range []bool{false, true} {
+			l2, x2, d2 := put(c, randF32(r, n, 1), 0), in(), in()
+			if inPlace {
+				d2 = x2
+			}
+			c.CrossEntropyFused(l2, d2, x2, tg, dl, scale, n, v)
+			if fmt.Sprint(out(l2, n)) != wantL {
+				t.Errorf("bf16 %v, in place %v: the losses differ from CrossEntropy's", bf, inPlace)
+			}
+			if fmt.Sprint(out(d2, n*v)) != wantD {
+				t.Errorf("bf16 %v, in place %v: the gradient differs from CrossEntropyBackward's", bf, inPlace)
+			}
+		}
+	}
+}
+
 func TestEmbedding(t *testing.T) {
 	c := newCPU(2)
 	r := rng.New(11)

@@ -249,6 +249,18 @@ func backendOpCases(seed uint64) []opCase {
 			h.be.CrossEntropyBackward(d, logits, lse, t, h.up(backend.F32, []float32{0.7}), 1/float32(rows), rows, cols)
 			return [][]float32{h.down(losses, rows), h.down(lse, rows), h.down(d, rows*cols)}
 		})
+		for _, dt := range []backend.DType{backend.F32, backend.BF16} {
+			tol := 1e-5
+			if dt == backend.BF16 {
+				tol = 1e-2
+			}
+			add(fmt.Sprintf("cross entropy fused %v %dx%d", dt, rows, cols), tol, func(h host) [][]float32 {
+				logits, t := h.up(dt, x), h.up(backend.I32, tg) // the gradient over the logits
+				losses := h.up(backend.F32, x[:rows])
+				h.be.CrossEntropyFused(losses, logits, logits, t, h.up(backend.F32, []float32{0.7}), 1/float32(rows), rows, cols)
+				return [][]float32{h.down(losses, rows), h.down(logits, rows*cols)}
+			})
+		}
 		vocab := cols
 		emb, tv, ov, dtv, gv := ids(rows, vocab), rnd(vocab*24), rnd(rows*24), rnd(vocab*24), rnd(rows*24)
 		add(fmt.Sprintf("embedding %d ids into %dx%d", rows, vocab, 24), 1e-6, func(h host) [][]float32 {

@@ -636,6 +636,11 @@ func (c *Backend) CrossEntropy(losses, lse, logits, targets backend.Ref, n, v in
 	c.check("cross_entropy", kernels.CrossEntropy(c, c.dt(logits), c.ptr(losses), c.ptr(lse), c.ptr(logits), c.ptr(targets), n, v))
 }
 
+// CrossEntropyFused implements backend.Backend.
+func (c *Backend) CrossEntropyFused(losses, dlogits, logits, targets, dloss backend.Ref, scale float32, n, v int) {
+	c.check("cross_entropy_fused", kernels.CrossEntropyFused(c, c.dt(logits), c.ptr(losses), c.ptr(dlogits), c.ptr(logits), c.ptr(targets), c.ptr(dloss), scale, n, v))
+}
+
 // CrossEntropyBackward implements backend.Backend.
 func (c *Backend) CrossEntropyBackward(dlogits, logits, lse, targets, dloss backend.Ref, scale float32, n, v int) {
 	c.check("cross_entropy_backward", kernels.CrossEntropyBackward(c, c.dt(logits), c.ptr(dlogits), c.ptr(logits), c.ptr(lse), c.ptr(targets), c.ptr(dloss), scale, n, v))

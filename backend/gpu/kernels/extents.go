@@ -121,8 +121,14 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	case "crossentropy.losses", "crossentropy.lse", "crossentropy.targets",
 		"crossentropy_backward.lse", "crossentropy_backward.targets":
 		return a("n"), 1, true
-	case "crossentropy_backward.dloss":
+	case "crossentropy_backward.dloss", "crossentropy_fused.dloss":
 		return 1, 1, true
+	// The fused kernel's second sweep over a row comes from L2 (its grid
+	// bounds the rows in flight): logits count once.
+	case "crossentropy_fused.logits", "crossentropy_fused.dlogits":
+		return a("n") * a("V"), 1, true
+	case "crossentropy_fused.losses", "crossentropy_fused.targets":
+		return a("n"), 1, true
 
 	// embedding.cu: a table row read (or, backward, read and written)
 	// per token.

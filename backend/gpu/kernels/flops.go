@@ -75,6 +75,8 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return arg("nparts")
 	case "crossentropy", "crossentropy_backward":
 		return 4 * arg("n") * arg("V") // max, exp, sum; or softmax minus one-hot, scaled
+	case "crossentropy_fused": // the two above, in one launch
+		return 8 * arg("n") * arg("V")
 	case "embedding_backward":
 		return arg("n") * arg("dim") // one add per token and column
 	case "track_loss":

@@ -287,6 +287,7 @@ func init() {
 			"fleet_layernorm_backward_" + sfx(dt):    layerNormBackwardCase(dt, lnBwdShapes),
 			"fleet_crossentropy_" + sfx(dt):          crossEntropyCase(dt),
 			"fleet_crossentropy_backward_" + sfx(dt): crossEntropyBackwardCase(dt),
+			"fleet_crossentropy_fused_" + sfx(dt):    crossEntropyFusedCase(dt),
 			"fleet_embedding_" + sfx(dt):             embeddingCase(dt),
 			"fleet_embedding_backward_" + sfx(dt):    embeddingBackwardCase(dt),
 		})
@@ -1353,6 +1354,41 @@ func crossEntropyBackwardCase(dt backend.DType) emu.Case {
 					return [][]float32{devGet(d)}
 				})
 				checkClose(t, fmt.Sprintf("crossentropy backward %v %dx%d in place %v", dt, n, v, inPlace), got[0], want, tol(dt))
+			}
+		}
+	}
+}
+
+// crossEntropyFusedCase holds the loss and the gradient of one pass over
+// the logits to the CPU's two passes (CrossEntropy, CrossEntropyBackward),
+// the gradient written apart and over the logits.
+func crossEntropyFusedCase(dt backend.DType) emu.Case {
+	return func(t *testing.T, m *emu.Module) {
+		rng := newRNG(21)
+		for _, sh := range ceShapes {
+			n, v := sh[0], sh[1]
+			x, tg := ceInput(rng, n, v)
+			x = round(dt, x)
+			cl, cz := cpuF32(make([]float32, n)), cpuF32(make([]float32, n))
+			cpuB.CrossEntropy(cl, cz, cpuF32(x), cpuI32(tg), n, v)
+			scale := 1 / float32(max(n, 1))
+			dloss := []float32{0.8}
+			cd := cpuF32(make([]float32, n*v))
+			cpuB.CrossEntropyBackward(cd, cpuF32(x), cz, cpuI32(tg), cpuF32(dloss), scale, n, v)
+			wantL, wantD := cpuGet(cl, n), cpuGet(cd, n*v)
+			for _, inPlace := range []bool{false, true} {
+				got := twice(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+					logits, losses := devIn(dt, x), emu.Poison(emu.F32, n)
+					d := devOut(dt, n*v)
+					if inPlace {
+						d = logits
+					}
+					must(t, kernels.CrossEntropyFused(l, dt, losses, d, logits, emu.NewI32(tg), emu.NewF32(dloss), scale, n, v))
+					return [][]float32{losses.F32(), devGet(d)}
+				})
+				what := fmt.Sprintf("crossentropy fused %v %dx%d in place %v", dt, n, v, inPlace)
+				checkClose(t, what+" losses", got[0], wantL, 1e-5)
+				checkClose(t, what+" dlogits", got[1], wantD, tol(dt))
 			}
 		}
 	}

@@ -106,3 +106,90 @@ extern "C" __global__ void fleet_crossentropy_backward_bf16(unsigned short *dlog
 	const float *__restrict__ lse, const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
 	fleet_crossentropy_backward_impl<fleet_bf16>(dlogits, logits, lse, targets, dloss, scale, n, V);
 }
+
+// fleet_crossentropy_fused_<t>: the loss and its gradient in one launch
+// (the classifier of a training step, whose logits nothing else reads):
+// losses[r] as fleet_crossentropy writes it, then, with g = dloss[0]*scale,
+// dlogits[r,j] as fleet_crossentropy_backward writes it from that row's
+// log-sum-exp (the same float arithmetic, so the same values as the two
+// kernels). dloss must hold the gradient the loss will be differentiated
+// with when the kernel runs. dlogits may be logits: the target's logit is
+// read by thread 0 before the block's reduction, and every other element
+// is read, then written, by one thread. A block owns a row: it sweeps it
+// once for the statistics and once more for the gradient, which finds the
+// row in L2, since the grid keeps the rows in flight under
+// kernels.CrossEntropyFusedCache bytes (the Go side sizes it), well inside
+// an H100's 50 MB L2. Traffic: logits read once from memory, dlogits
+// written once, losses once per row. Launch: 1-D blocks of 256 threads.
+template <class S>
+__device__ __forceinline__ void fleet_crossentropy_fused_impl(float *__restrict__ losses, typename S::T *dlogits, const typename S::T *logits,
+	const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	__shared__ float redm[32], reds[32];
+	float g = dloss[0] * scale;
+	const int N = 16 / sizeof(typename S::T);
+	for (long long r = blockIdx.x; r < n; r += gridDim.x) {
+		const typename S::T *x = logits + r * V;
+		typename S::T *d = dlogits + r * V;
+		int t = targets[r];
+		bool keep = t >= 0 && t < V;
+		float xt = (threadIdx.x == 0 && keep) ? S::ld(x, t) : 0.0f;
+		float m = FLEET_NEG_INF, s = 0.0f;
+		bool vec = V % N == 0 && fleet_aligned16(x, d);
+		if (vec) {
+			float v[N];
+			for (int j = N * threadIdx.x; j < V; j += N * blockDim.x) {
+				fleet_ld16<S>(x, j, v);
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					fleet_maxsum_add(m, s, v[k]);
+				}
+			}
+		} else {
+			for (int j = threadIdx.x; j < V; j += blockDim.x) {
+				fleet_maxsum_add(m, s, S::ld(x, j));
+			}
+		}
+		fleet_block_maxsum(m, s, redm, reds); // every thread has passed its reads of the row
+		float z = m + logf(s);
+		if (threadIdx.x == 0) {
+			losses[r] = keep ? z - xt : 0.0f;
+		}
+		if (!keep) {
+			for (int j = threadIdx.x; j < V; j += blockDim.x) {
+				S::st(d, j, 0.0f);
+			}
+			continue;
+		}
+		if (vec) {
+			float v[N];
+			for (int j = N * threadIdx.x; j < V; j += N * blockDim.x) {
+				fleet_ld16<S>(x, j, v);
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					v[k] = expf(v[k] - z) * g;
+					if (j + k == t) {
+						v[k] -= g;
+					}
+				}
+				fleet_st16<S>(d, j, v);
+			}
+			continue;
+		}
+		for (int j = threadIdx.x; j < V; j += blockDim.x) {
+			float v = expf(S::ld(x, j) - z) * g;
+			if (j == t) {
+				v -= g;
+			}
+			S::st(d, j, v);
+		}
+	}
+}
+
+extern "C" __global__ void fleet_crossentropy_fused_f32(float *__restrict__ losses, float *dlogits, const float *logits,
+	const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	fleet_crossentropy_fused_impl<fleet_f32>(losses, dlogits, logits, targets, dloss, scale, n, V);
+}
+extern "C" __global__ void fleet_crossentropy_fused_bf16(float *__restrict__ losses, unsigned short *dlogits, const unsigned short *logits,
+	const int *__restrict__ targets, const float *__restrict__ dloss, float scale, int n, int V) {
+	fleet_crossentropy_fused_impl<fleet_bf16>(losses, dlogits, logits, targets, dloss, scale, n, V);
+}

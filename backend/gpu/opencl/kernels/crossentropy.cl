@@ -93,4 +93,52 @@ __kernel void fleet_crossentropy_backward_$S(BUF(t_$S, dlogits), BUF(t_$S, logit
 		}
 	}
 }
+// fleet_crossentropy_fused_$S: the loss and its gradient in one launch,
+// as crossentropy.cu's fleet_crossentropy_fused: losses[r] as
+// fleet_crossentropy_$S writes it, then dlogits[r,j] as
+// fleet_crossentropy_backward_$S writes it from that row's log-sum-exp,
+// g = dloss[0]*scale. dlogits may be logits: the target's logit is read
+// by work-item 0 before the group's reduction. A group sweeps its row
+// once for the statistics and once for the gradient (the second from
+// cache): logits read once, dlogits written once, losses once per row.
+__kernel void fleet_crossentropy_fused_$S(BUF(float, losses), BUF(t_$S, dlogits), BUF(t_$S, logits), BUF(int, targets), BUF(float, dloss),
+	float scale, int n, int V) {
+	AT(float, losses);
+	AT(t_$S, dlogits);
+	AT(t_$S, logits);
+	AT(int, targets);
+	AT(float, dloss);
+	__local float redm[1024], reds[1024];
+	int lid = get_local_id(0), ls = get_local_size(0);
+	float g = dloss[0] * scale;
+	for (long r = get_group_id(0); r < n; r += get_num_groups(0)) {
+		__global t_$S *x = logits + r * V;
+		__global t_$S *d = dlogits + r * V;
+		int t = targets[r];
+		int keep = t >= 0 && t < V;
+		float xt = (lid == 0 && keep) ? ld_$S(x, t) : 0.0f;
+		float m = FLEET_NEG_INF, s = 0.0f;
+		for (int j = lid; j < V; j += ls) {
+			fleet_maxsum_add(&m, &s, ld_$S(x, j));
+		}
+		fleet_ce_block_maxsum(&m, &s, redm, reds); // every work-item has passed its reads of the row
+		float z = m + log(s);
+		if (lid == 0) {
+			losses[r] = keep ? z - xt : 0.0f;
+		}
+		if (!keep) {
+			for (int j = lid; j < V; j += ls) {
+				st_$S(d, j, 0.0f);
+			}
+			continue;
+		}
+		for (int j = lid; j < V; j += ls) {
+			float v = exp(ld_$S(x, j) - z) * g;
+			if (j == t) {
+				v -= g;
+			}
+			st_$S(d, j, v);
+		}
+	}
+}
 //@end
