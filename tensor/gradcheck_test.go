@@ -474,7 +474,7 @@ func TestCrossEntropyInPlace(t *testing.T) {
 	}
 }
 
-// TestWithLossGrad: under WithLossGrad the in-place loss forms the
+// TestWithLossGrad: under SetLossGrad the in-place loss forms the
 // logits' gradient in its forward pass, with the values of the two passes
 // bit for bit (a seed of 0.75 as accumulation's would be), and a backward
 // pass seeded with another tensor panics.
@@ -488,7 +488,9 @@ func TestWithLossGrad(t *testing.T) {
 			g := Full(CPU, 0.75)
 			var l *Tensor
 			if fused {
-				WithLossGrad(g, func() { l = CrossEntropyInPlace(logits, tg) })
+				prev := SetLossGrad(g)
+				l = CrossEntropyInPlace(logits, tg)
+				SetLossGrad(prev)
 				if a := logits.Float32s(); a[0] == 2*w.Float32s()[0] {
 					t.Error("the logits are unchanged after the fused forward pass")
 				}
@@ -515,10 +517,12 @@ func TestWithLossGrad(t *testing.T) {
 		w := Randn(CPU, NewRNG(3), 1, 6, 5).SetRequiresGrad(true)
 		tg := FromInt32s(CPU, targets, 6)
 		var l *Tensor
-		WithLossGrad(Full(CPU, 1), func() { l = CrossEntropyInPlace(Scale(w, 2), tg) })
+		prev := SetLossGrad(Full(CPU, 1))
+		l = CrossEntropyInPlace(Scale(w, 2), tg)
+		SetLossGrad(prev)
 		defer func() {
-			if e, ok := recover().(*Error); !ok || !strings.Contains(e.Msg, "WithLossGrad") {
-				t.Errorf("a backward pass with another gradient: %v, want a panic naming WithLossGrad", e)
+			if e, ok := recover().(*Error); !ok || !strings.Contains(e.Msg, "SetLossGrad") {
+				t.Errorf("a backward pass with another gradient: %v, want a panic naming SetLossGrad", e)
 			}
 		}()
 		l.Backward()

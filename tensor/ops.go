@@ -655,7 +655,7 @@ func CrossEntropy(logits, targets *Tensor) *Tensor { return crossEntropy(logits,
 // logits' gradient over the logits themselves (as llm.c's fused
 // classifier does): for logits that nothing else reads after the loss (a
 // model's head), it saves an array of their size, the largest of a GPT's
-// step. The logits must not be read after Backward (under WithLossGrad,
+// step. The logits must not be read after Backward (under SetLossGrad,
 // after CrossEntropyInPlace: its gradient is then written in the forward
 // pass).
 func CrossEntropyInPlace(logits, targets *Tensor) *Tensor { return crossEntropy(logits, targets, true) }
@@ -699,28 +699,29 @@ func crossEntropyBackward(nd *node, g *Tensor) {
 	nd.gin[0] = d
 }
 
-// WithLossGrad runs fn with the default program announcing the gradient
-// of its loss: see Program.WithLossGrad.
-func WithLossGrad(g *Tensor, fn func()) { defaultProgram.WithLossGrad(g, fn) }
+// SetLossGrad sets the default program's loss gradient: see
+// Program.SetLossGrad.
+func SetLossGrad(g *Tensor) (prev *Tensor) { return defaultProgram.SetLossGrad(g) }
 
-// WithLossGrad runs fn announcing that the loss it makes will be
-// differentiated with BackwardWith(g): g, a one-element F32 tensor on p's
-// device, holds that gradient from now on. A CrossEntropyInPlace of fn
-// that records a gradient then forms the logits' gradient in the same
-// pass over the logits as the loss (backend's CrossEntropyFused, the same
-// values as the two passes), over the logits, and its backward pass hands
-// it on; a backward pass that brings it another gradient tensor panics.
-func (p *Program) WithLossGrad(g *Tensor, fn func()) {
-	if g == nil || g.dtype != F32 || g.Numel() != 1 {
-		panic(&Error{Op: "with_loss_grad", Msg: "the loss's gradient must be a one-element F32 tensor", Operands: []*Tensor{g}})
+// SetLossGrad announces that the loss made next (until it is set again;
+// nil ends it) will be differentiated with BackwardWith(g): g, a
+// one-element F32 tensor on p's device, holds that gradient from now on.
+// A CrossEntropyInPlace that records a gradient then forms the logits'
+// gradient in the same pass over the logits as the loss (backend's
+// CrossEntropyFused, the same values as the two passes), over the logits,
+// and its backward pass hands it on; a backward pass that brings it
+// another gradient tensor panics. It returns the gradient it replaces.
+// (A setter, not a function taking a closure: a training step calls it
+// without allocating.)
+func (p *Program) SetLossGrad(g *Tensor) (prev *Tensor) {
+	if g != nil && (g.dtype != F32 || g.Numel() != 1) {
+		panic(&Error{Op: "set_loss_grad", Msg: "the loss's gradient must be a one-element F32 tensor", Operands: []*Tensor{g}})
 	}
-	prev := p.lossGrad
-	p.lossGrad = g
-	defer func() { p.lossGrad = prev }()
-	fn()
+	prev, p.lossGrad = p.lossGrad, g
+	return prev
 }
 
-// crossEntropyFused is CrossEntropyInPlace under WithLossGrad(g): the
+// crossEntropyFused is CrossEntropyInPlace under SetLossGrad(g): the
 // logits' gradient, for the loss's gradient g, written over the logits in
 // the forward pass.
 func crossEntropyFused(g, logits, targets, losses *Tensor, n, v int) *Tensor {
@@ -737,7 +738,7 @@ func crossEntropyFused(g, logits, targets, losses *Tensor, n, v int) *Tensor {
 
 func crossEntropyFusedBackward(nd *node, g *Tensor) {
 	if g != nd.saved[0] {
-		panic(&Error{Op: "cross_entropy", Msg: "the loss is differentiated with another gradient than the one WithLossGrad announced, which its forward pass used", Operands: []*Tensor{g, nd.saved[0]}})
+		panic(&Error{Op: "cross_entropy", Msg: "the loss is differentiated with another gradient than the one SetLossGrad announced, which its forward pass used", Operands: []*Tensor{g, nd.saved[0]}})
 	}
 	logits := nd.in[0]
 	nd.gin[0] = logits.Reshape(logits.shape...)
@@ -792,7 +793,25 @@ func Attention(qkv *Tensor, nHead int) *Tensor { return GroupedAttention(qkv, nH
 // output is [B, T, C]. Grouped heads (nKVHead < nHead) need a backend
 // with backend.LlamaBlocks.
 func GroupedAttention(qkv *Tensor, nHead, nKVHead int) *Tensor {
+	return DroppedAttention(qkv, nHead, nKVHead, 0, DropoutStream{}, nil)
+}
+
+// DroppedAttention is GroupedAttention with dropout of probability drop on
+// the attention probabilities, as nanoGPT's attn_dropout (the kept ones
+// scaled by 1/(1-drop)); the softmax's log-sum-exp is unchanged. Its mask
+// (backend.Attention.Drop) is r's site r.Site for the windows from r.Row0
+// on, an element per (window, head, query, key); unlike Dropout it does
+// not move r on, so the caller names the site. base is DropoutAt's. With
+// drop 0 it is GroupedAttention.
+func DroppedAttention(qkv *Tensor, nHead, nKVHead int, drop float32, r DropoutStream, base *Tensor) *Tensor {
 	const op = "attention"
+	if drop < 0 || drop >= 1 {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("dropout probability %v outside [0, 1)", drop), Operands: []*Tensor{qkv}})
+	}
+	if base != nil {
+		check(op, qkv, base)
+		wantDType(op, I32, base)
+	}
 	wantFloat(op, qkv)
 	if nHead <= 0 || nKVHead <= 0 || nHead%nKVHead != 0 {
 		panic(&Error{Op: op, Msg: fmt.Sprintf("%d key/value heads do not divide %d heads", nKVHead, nHead), Operands: []*Tensor{qkv}})
@@ -814,19 +833,38 @@ func GroupedAttention(qkv *Tensor, nHead, nKVHead int) *Tensor {
 			p.Round = dt
 		}
 	}
+	if drop != 0 {
+		p.Drop = attnMask(p, drop, r, base)
+	}
 	out := like(op, qkv, Shape{p.B, p.T, C})
 	saved := alloc(op, qkv.dev, F32, Shape{p.SavedLen()}) // the log-sum-exps
 	qkv.be.Attention(p, out.ref(), saved.ref(), qkv.ref())
 	if n := record(out, op, attentionBackward, qkv); n != nil {
 		n.saved[0], n.saved[1] = out, saved
-		n.i[0], n.i[1], n.u = nHead, int(p.Round), uint64(p.KVH)
+		// The mask is made again from p, the key, the site and the first
+		// window: i[0] holds the heads and the site, i[1] Round, KVH and
+		// the first window, saved[2] the base.
+		n.i[0], n.i[1], n.u = nHead|int(r.Site)<<32, int(p.Round)|p.KVH<<8|int(r.Row0)<<32, r.Key
+		n.f, n.saved[2] = drop, base
 	}
 	return out
 }
 
+// attnMask is the mask of DroppedAttention's probabilities for p.
+func attnMask(p backend.Attention, drop float32, r DropoutStream, base *Tensor) backend.DropoutMask {
+	m := backend.NewDropoutMask(r.Key, r.Site, r.Row0*int64(p.H)*int64(p.T)*int64(p.T), drop)
+	if base != nil {
+		m.Base = base.ref()
+	}
+	return m
+}
+
 func attentionBackward(n *node, g *Tensor) {
 	qkv, out, saved := n.in[0], n.saved[0], n.saved[1]
-	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: out.shape[2], H: n.i[0], KVH: int(n.u), Round: DType(n.i[1])}
+	p := backend.Attention{B: qkv.shape[0], T: qkv.shape[1], C: out.shape[2], H: n.i[0] & (1<<32 - 1), KVH: n.i[1] >> 8 & (1<<24 - 1), Round: DType(n.i[1] & 0xff)}
+	if n.f != 0 {
+		p.Drop = attnMask(p, n.f, DropoutStream{Key: n.u, Site: uint32(n.i[0] >> 32), Row0: int64(n.i[1] >> 32)}, n.saved[2])
+	}
 	d := like("attention", qkv, qkv.shape)
 	qkv.be.AttentionBackward(p, d.ref(), g.ref(), out.ref(), saved.ref(), qkv.ref())
 	n.gin[0] = d

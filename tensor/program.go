@@ -49,8 +49,8 @@ type Program struct {
 	// autocast is the storage dtype Linear, LinearT and MLP compute their
 	// products in; F32 means as given. See Autocast.
 	autocast DType
-	// lossGrad is the gradient the loss made inside WithLossGrad will be
-	// differentiated with; nil outside it.
+	// lossGrad is the gradient the next loss will be differentiated with
+	// (SetLossGrad); nil: not announced.
 	lossGrad *Tensor
 	// gradReadyHook is called by Backward for each leaf whose gradient is
 	// complete; see SetGradReadyHook.

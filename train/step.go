@@ -143,15 +143,15 @@ func (r *run) microStep(step, micro int, x, y *tensor.Tensor) {
 	tensor.Step(func() {
 		// The loss's gradient, known before the forward pass, so that the
 		// classifier forms the logits' gradient in the pass that forms the
-		// loss (tensor.WithLossGrad).
+		// loss (tensor.SetLossGrad).
 		seed := r.upd.seed() // fp16's scale and accumulation's, on the device
 		if seed == nil {
 			seed = tensor.Full(x.Device(), r.upd.lossScale()/float32(cfg.GradAccum))
 		}
 		var loss *tensor.Tensor
-		tensor.Autocast(r.prec.DType(), func() {
-			tensor.WithLossGrad(seed, func() { loss = r.model.Loss(x, y) })
-		})
+		prev := tensor.SetLossGrad(seed)
+		tensor.Autocast(r.prec.DType(), func() { loss = r.model.Loss(x, y) })
+		tensor.SetLossGrad(prev)
 		tensor.TrackLoss(r.stats.buf, loss, 1/float32(cfg.GradAccum), step+1)
 		tel.to(phBackward)
 		if h := r.group().Hook(); h != nil && micro == cfg.GradAccum-1 {

@@ -420,11 +420,13 @@ type crossEntropyFusedTask struct {
 var crossEntropyFusedTasks taskPool[crossEntropyFusedTask]
 
 func (ct *crossEntropyFusedTask) do(lo, hi int) {
-	var z [1]float32
+	zb := ceScratch.get(1) // the row's log-sum-exp (pooled: a local array would escape)
+	defer ceScratch.put(zb)
+	z := (*zb)[:1]
 	for r := lo; r < hi; r++ {
-		f := crossEntropyTask{ct.ls[r : r+1], z[:], ct.xs[r*ct.v : (r+1)*ct.v], ct.ts[r : r+1], ct.v}
+		f := crossEntropyTask{ct.ls[r : r+1], z, ct.xs[r*ct.v : (r+1)*ct.v], ct.ts[r : r+1], ct.v}
 		f.do(0, 1)
-		b := crossEntropyBackwardTask{ct.d[r*ct.v : (r+1)*ct.v], f.xs, z[:], f.ts, ct.s, ct.v}
+		b := crossEntropyBackwardTask{ct.d[r*ct.v : (r+1)*ct.v], f.xs, z, f.ts, ct.s, ct.v}
 		b.do(0, 1)
 	}
 }
