@@ -351,7 +351,18 @@ type Attention struct {
 	// type, as autocast's attention has them (CUDA: on tensor cores).
 	// Others, and Round 0, compute as stored.
 	Round DType
+	// Drop, where its Threshold is not 0, is dropout on the attention
+	// probabilities (training only, as nanoGPT's attn_dropout): the
+	// softmax's probability of query i and key j in window b, head h is
+	// multiplied by Drop's factor of element ((b·H + h)·T + i)·T + j
+	// (Offset, the batch's first window times H·T·T, added), in the
+	// product with V and in the backward pass, while the log-sum-exp
+	// saved is the softmax's. Both passes must get the same Drop.
+	Drop DropoutMask
 }
+
+// Dropped reports whether a drops attention probabilities.
+func (a Attention) Dropped() bool { return a.Drop.Threshold != 0 }
 
 // SavedLen is the number of elements Attention saves for its backward pass:
 // one log-sum-exp per score row, B·H·T.

@@ -197,6 +197,8 @@ func buildGPT2(m *GPT, in nn.Init) {
 				CProj:     nn.NewLinear(p+"attn.c_proj", in, C, C, cfg.Bias, residStd),
 				NHead:     cfg.NHead,
 				ResidDrop: m.newDrop(),
+				AttnDrop:  m.newDrop(),
+				Layer:     i,
 			},
 			LN2: nn.NewLayerNorm(p+"ln_2", in, C, cfg.Bias, lnEps),
 			MLP: &nn.MLP{

@@ -197,6 +197,8 @@ func buildLlama(m *GPT, in nn.Init) {
 			NHead:     H,
 			NKVHead:   KVH,
 			ResidDrop: m.newDrop(),
+			AttnDrop:  m.newDrop(),
+			Layer:     i,
 			Rope:      m.Rope,
 		}
 		if cfg.QKNorm {

@@ -17,6 +17,11 @@ type CausalSelfAttention struct {
 	NHead        int
 	NKVHead      int // 0: NHead
 	ResidDrop    *Dropout
+	// AttnDrop, where not nil, is dropout on the attention probabilities
+	// (nanoGPT's attn_dropout), its masks drawn at site AttnSite(Layer)
+	// of the forward pass's Masks.
+	AttnDrop *Dropout
+	Layer    int
 	// Rope, where not nil, rotates q and k by their positions (rotary
 	// embeddings); QNorm and KNorm, where not nil, normalise each head of
 	// q and of k before it.
@@ -37,19 +42,19 @@ type KV struct {
 // positions [kv.Pos, kv.Pos+T): their keys and values are written into
 // the cache, and each attends to every cached position up to itself.
 func (a *CausalSelfAttention) Forward(x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
-	return a.ResidDrop.Forward(a.project(x, kv), masks)
+	return a.ResidDrop.Forward(a.project(x, kv, masks), masks)
 }
 
 // Residual returns res + Forward(x, kv, masks), the add fused with the
 // dropout (Dropout.Residual).
 func (a *CausalSelfAttention) Residual(res, x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
-	return a.ResidDrop.Residual(res, a.project(x, kv), masks)
+	return a.ResidDrop.Residual(res, a.project(x, kv, masks), masks)
 }
 
 // ResidualLN is Residual fused with the norm n after it
 // (Dropout.ResidualLN): res + Forward(x, kv, masks), and n of that.
 func (a *CausalSelfAttention) ResidualLN(res, x *tensor.Tensor, kv *KV, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
-	return a.ResidDrop.ResidualLN(res, a.project(x, kv), masks, n)
+	return a.ResidDrop.ResidualLN(res, a.project(x, kv, masks), masks, n)
 }
 
 // KVHeads is the number of key/value heads.
@@ -60,8 +65,14 @@ func (a *CausalSelfAttention) KVHeads() int {
 	return a.NKVHead
 }
 
+// AttnSite is the mask site of layer's attention-probability dropout:
+// apart from the sites the other dropouts take in turn (from 0), so that
+// adding it moves none of theirs, and fixed by the layer, so that a
+// pipeline stage or a recomputation draws its masks alike.
+func AttnSite(layer int) uint32 { return 1<<31 | uint32(layer) }
+
 // project is Forward before the dropout.
-func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV) *tensor.Tensor {
+func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV, masks *Masks) *tensor.Tensor {
 	qkv := a.CAttn.Forward(x)
 	kvh := a.KVHeads()
 	if a.Rope != nil {
@@ -78,7 +89,13 @@ func (a *CausalSelfAttention) project(x *tensor.Tensor, kv *KV) *tensor.Tensor {
 	}
 	var y *tensor.Tensor
 	if kv == nil {
-		y = tensor.GroupedAttention(qkv, a.NHead, kvh)
+		if d := a.AttnDrop; d != nil && masks != nil && d.Training && d.P > 0 {
+			r := masks.Stream
+			r.Site = AttnSite(a.Layer)
+			y = tensor.DroppedAttention(qkv, a.NHead, kvh, d.P, r, masks.Base)
+		} else {
+			y = tensor.GroupedAttention(qkv, a.NHead, kvh)
+		}
 	} else {
 		y = tensor.GroupedAttentionKV(qkv, kv.K, kv.V, a.NHead, kvh, kv.Pos)
 	}

@@ -14,6 +14,7 @@ const attnQB = 64
 type attnWork struct {
 	gemmWork
 	buf []float32
+	fac []float32 // a row's dropout factors
 }
 
 var attnPool pool[attnWork]
@@ -80,6 +81,7 @@ func (c *CPU) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
 		return
 	}
 	B, T, C := p.B, p.T, p.C
+	p.Drop = resolveAttnDrop(p)
 	runTask(c, &attentionTasks, B*p.H, 1, attentionTask{
 		p: p, o: f32(out)[:B*T*C], lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:B*T*p.Width()],
 	})
@@ -122,9 +124,33 @@ func (at *attentionTask) do(lo, hi int) {
 			s := S[:qb*kn]
 			w.gemmSerial(mat{x[qb0+q0*W:], W, false}, K, s, kn, qb, kn, hd, 1, 0)
 			causalSoftmaxBlock(s, qb, kn, q0, lse[bh*T+q0:], scale)
+			if at.p.Dropped() { // the probabilities dropped for the product with V
+				for i := 0; i < qb; i++ {
+					dropRow(s[i*kn:i*kn+q0+i+1], at.p.Drop, int64(bh*T+q0+i)*int64(T), w)
+				}
+			}
 			// out[b, q0+i, h*hd:] = P @ V, written in place with row stride C.
 			w.gemmSerial(mat{s, kn, false}, V, o[(b*T+q0)*C+h*hd:], C, qb, hd, kn, 1, 0)
 		}
+	}
+}
+
+// resolveAttnDrop is p's dropout mask with its device-held key read.
+func resolveAttnDrop(p backend.Attention) backend.DropoutMask {
+	if !p.Dropped() || p.Drop.Base.Nil() {
+		return p.Drop
+	}
+	return p.Drop.Resolved(i32(p.Drop.Base)[:2])
+}
+
+// dropRow multiplies row, the probabilities of one query from key 0 on,
+// by m's factors from element g0 on (w's scratch holds them).
+func dropRow(row []float32, m backend.DropoutMask, g0 int64, w *attnWork) {
+	w.fac = grow(w.fac, len(row))
+	f := w.fac[:len(row)]
+	m.FactorsAt(f, g0)
+	for j, v := range f {
+		row[j] *= v
 	}
 }
 
@@ -146,6 +172,7 @@ func (c *CPU) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv
 		return
 	}
 	B, T, C := p.B, p.T, p.C
+	p.Drop = resolveAttnDrop(p)
 	runTask(c, &attentionBackwardTasks, B*p.KVHeads(), 1, attentionBackwardTask{
 		p: p, d: f32(dqkv)[:nq], g: f32(dout)[:B*T*C], o: f32(out)[:B*T*C],
 		lse: f32(saved)[:p.SavedLen()], x: f32(qkv)[:nq],
@@ -174,8 +201,17 @@ func (at *attentionBackwardTask) head(b, h, kg int, first bool) {
 	d, g, o, lse, x := at.d, at.g, at.o, at.lse, at.x
 	w := getAttnWork()
 	defer attnPool.put(w)
-	buf := w.grow(2*attnQB*T + T)
-	P, dP, D := buf[:attnQB*T], buf[attnQB*T:2*attnQB*T], buf[2*attnQB*T:]
+	drop := at.p.Dropped()
+	nbuf := 2*attnQB*T + T
+	if drop {
+		nbuf += attnQB * T
+	}
+	buf := w.grow(nbuf)
+	P, dP, D := buf[:attnQB*T], buf[attnQB*T:2*attnQB*T], buf[2*attnQB*T:2*attnQB*T+T]
+	var PF []float32 // with dropout, the dropped probabilities, for dV
+	if drop {
+		PF = buf[2*attnQB*T+T:]
+	}
 	// Every operand is read, and dq, dk and dv written, where it lies:
 	// q, k, v and their gradients rows W apart in the packed qkv
 	// and dqkv (3C for multi-head attention), dout and out rows C
@@ -208,12 +244,26 @@ func (at *attentionBackwardTask) head(b, h, kg int, first bool) {
 			expAffineChunk(row[:n], row[:n], scale, lse[bh*T+q0+i]) // exp(x·scale - lse)
 			clear(row[n:])
 		}
-		w.gemmSerial(mat{pm, kn, true}, dO, d[vb0:], W, kn, hd, qb, 1, 1)
+		if !drop {
+			w.gemmSerial(mat{pm, kn, true}, dO, d[vb0:], W, kn, hd, qb, 1, 1)
+		} else {
+			// dV += (P⊙F)ᵀ dO; below, dS = P ⊙ (F ⊙ dO Vᵀ − D), the
+			// dropped probabilities' gradient carried through the mask.
+			pf := PF[:qb*kn]
+			copy(pf, pm)
+			for i := 0; i < qb; i++ {
+				dropRow(pf[i*kn:i*kn+q0+i+1], at.p.Drop, int64(bh*T+q0+i)*int64(T), w)
+			}
+			w.gemmSerial(mat{pf, kn, true}, dO, d[vb0:], W, kn, hd, qb, 1, 1)
+		}
 		w.gemmSerial(dO, Vt, dpm, kn, qb, kn, hd, 1, 0)
 		for i := 0; i < qb; i++ {
 			n := q0 + i + 1 // P is 0 past the diagonal, and so is dS
 			pr, dr := pm[i*kn:i*kn+n], dpm[i*kn:(i+1)*kn]
 			di := D[q0+i]
+			if drop {
+				dropRow(dr[:n], at.p.Drop, int64(bh*T+q0+i)*int64(T), w)
+			}
 			for s, p := range pr {
 				dr[s] = scale * p * (dr[s] - di)
 			}

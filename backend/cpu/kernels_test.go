@@ -501,6 +501,49 @@ func TestAttentionBackward(t *testing.T) {
 	}
 }
 
+// TestAttentionDropout: attention with dropout on its probabilities
+// (p 0.3, a mask offset into the batch) is the float64 reference's with
+// the same mask, and its gradient is the reference's by finite
+// differences, the mask held fixed; multi-head and grouped heads, query
+// blocks crossed.
+func TestAttentionDropout(t *testing.T) {
+	c := newCPU(3)
+	r := rng.New(13)
+	ps := []backend.Attention{{B: 2, T: 9, C: 16, H: 2}, {B: 1, T: 70, C: 16, H: 4, KVH: 2}}
+	if testing.Short() {
+		ps = ps[:1]
+	}
+	for _, p := range ps {
+		p.Drop = backend.NewDropoutMask(0x1234, 7, 3*int64(p.H*p.T*p.T), 0.3)
+		kvh := p.KVHeads()
+		n, no := p.B*p.T*p.Width(), p.B*p.T*p.C
+		xv, R := randF32(r, n, 1), randF32(r, no, 1)
+		x, out, saved := put(c, xv, 0), put(c, make([]float32, no), 0), put(c, make([]float32, p.SavedLen()), 0)
+		dout, dx := put(c, R, 2), put(c, randF32(r, n, 5), 1)
+		c.Attention(p, out, saved, x)
+		c.AttentionBackward(p, dx, dout, out, saved, x)
+		x64, R64 := widen(xv), widen(R)
+		factor := func(i int64) float64 { return float64(p.Drop.Factor(i)) }
+		want := ref.DroppedAttention(x64, p.B, p.T, p.C, p.H, kvh, factor)
+		checkClose(t, "dropped attention out", get(c, out, no), want, 1e-5, 1e-5)
+		if plain := ref.GroupedAttention(x64, p.B, p.T, p.C, p.H, kvh); closeEnough(get(c, out, no), plain, 1e-3) {
+			t.Fatalf("%+v: the output is the undropped attention's", p)
+		}
+		num := fdGrad(x64, func() float64 { return dot(R64, ref.DroppedAttention(x64, p.B, p.T, p.C, p.H, kvh, factor)) })
+		checkGrad(t, "dropped attention dqkv", get(c, dx, n), num, 1e-5)
+	}
+}
+
+// closeEnough reports whether got is within tol of want everywhere.
+func closeEnough(got []float32, want []float64, tol float64) bool {
+	for i := range got {
+		if math.Abs(float64(got[i])-want[i]) > tol {
+			return false
+		}
+	}
+	return true
+}
+
 func testAttentionBackward(t *testing.T, c *CPU, r *rng.RNG, p backend.Attention) {
 	n, no := p.B*p.T*3*p.C, p.B*p.T*p.C
 	xv, R := randF32(r, n, 1), randF32(r, no, 1)

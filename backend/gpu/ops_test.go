@@ -272,7 +272,8 @@ func backendOpCases(seed uint64) []opCase {
 			return [][]float32{h.down(out, rows*24), h.down(dt, vocab*24)}
 		})
 	}
-	for _, p := range []backend.Attention{{B: 1, T: 1, C: 8, H: 1}, {B: 2, T: 19, C: 24, H: 3}, {B: 1, T: 70, C: 32, H: 2}} {
+	dropped := backend.Attention{B: 2, T: 19, C: 24, H: 3, Drop: backend.NewDropoutMask(0xabc, 9, 4*3*19*19, 0.25)} // the masks the CPU draws
+	for _, p := range []backend.Attention{{B: 1, T: 1, C: 8, H: 1}, {B: 2, T: 19, C: 24, H: 3}, {B: 1, T: 70, C: 32, H: 2}, dropped} {
 		qkv, dout, sv := rnd(p.B*p.T*3*p.C), rnd(p.B*p.T*p.C), rnd(p.SavedLen())
 		for _, dt := range []backend.DType{backend.F32, backend.BF16} {
 			tol := 1e-5

@@ -616,13 +616,13 @@ func (c *Backend) GELUBackward(dx, x, dy backend.Ref, n int) {
 
 // Attention implements backend.Backend.
 func (c *Backend) Attention(p backend.Attention, out, saved, qkv backend.Ref) {
-	c.check("attention", kernels.Attention(c, c.dt(qkv), p, c.ptr(out), c.ptr(saved), c.ptr(qkv)))
+	c.check("attention", kernels.AttentionAt(c, c.dt(qkv), p, c.ptr(out), c.ptr(saved), c.ptr(qkv), c.ptr(p.Drop.Base)))
 }
 
 // AttentionBackward implements backend.Backend.
 func (c *Backend) AttentionBackward(p backend.Attention, dqkv, dout, out, saved, qkv backend.Ref) {
 	c.check("attention_backward", c.scratch(kernels.AttentionBackwardScratch(p), func(s Ptr) error {
-		return kernels.AttentionBackward(c, c.dt(qkv), p, c.ptr(dqkv), c.ptr(dout), c.ptr(out), c.ptr(saved), c.ptr(qkv), s)
+		return kernels.AttentionBackwardAt(c, c.dt(qkv), p, c.ptr(dqkv), c.ptr(dout), c.ptr(out), c.ptr(saved), c.ptr(qkv), s, c.ptr(p.Drop.Base))
 	}))
 }
 

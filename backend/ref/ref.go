@@ -97,6 +97,13 @@ func Attention(qkv []float64, bsz, t, c, h int) []float64 {
 // value heads; query head hh reads key/value head hh/(h/kvh). The output
 // is [B, T, C].
 func GroupedAttention(qkv []float64, bsz, t, c, h, kvh int) []float64 {
+	return DroppedAttention(qkv, bsz, t, c, h, kvh, nil)
+}
+
+// DroppedAttention is GroupedAttention with dropout on the probabilities:
+// the probability of query i and key j in window b, head hh is multiplied
+// by factor(((b·h + hh)·t + i)·t + j) in the product with V (nil: 1).
+func DroppedAttention(qkv []float64, bsz, t, c, h, kvh int, factor func(i int64) float64) []float64 {
 	hd := c / h
 	w := c + 2*kvh*hd
 	out := make([]float64, bsz*t*c)
@@ -123,8 +130,12 @@ func GroupedAttention(qkv []float64, bsz, t, c, h, kvh int) []float64 {
 				}
 				for j := 0; j <= i; j++ {
 					v := qkv[(b*t+j)*w+c+kvh*hd+g*hd:]
+					p := scores[j] / sum
+					if factor != nil {
+						p *= factor((int64(b*h+hh)*int64(t)+int64(i))*int64(t) + int64(j))
+					}
 					for d := 0; d < hd; d++ {
-						out[(b*t+i)*c+hh*hd+d] += scores[j] / sum * v[d]
+						out[(b*t+i)*c+hh*hd+d] += p * v[d]
 					}
 				}
 			}

@@ -208,6 +208,25 @@ func attnGrid(B, T, H, hd int) [3]int {
 // fleet_attention_fwd_mma<HDP>_<dt> (attention_mma.cu), and for F32 with
 // p.Round F16, fleet_attention_fwd_mma<HDP>f16_f32.
 func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, out, lse, qkv B) error {
+	var base B
+	return AttentionAt(l, dt, p, out, lse, qkv, base)
+}
+
+// attnDropArgs appends p.Drop's mask to a launch's arguments, as the
+// other dropout kernels take it (seed, offset, site, threshold, scale,
+// then seedBase, base: the device-held key of p.Drop.Base, or B's zero
+// value); a threshold of 0 turns the kernels' dropout off.
+func attnDropArgs[B comparable](a *Args[B], p backend.Attention, base B) *Args[B] {
+	m := p.Drop
+	if !p.Dropped() {
+		m = backend.DropoutMask{Scale: 1}
+	}
+	return a.Long(int64(m.Seed)).Long(m.Offset).Int(int32(m.Site)).Uint(m.Threshold).Float(m.Scale).Buf(base)
+}
+
+// AttentionAt is Attention where p.Drop's key is offset by the one base
+// holds on the device (backend.DropoutMask.Base).
+func AttentionAt[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, out, lse, qkv, base B) error {
 	const op = "attention"
 	_, err := attnSuffix(op, dt)
 	if err != nil {
@@ -217,7 +236,7 @@ func Attention[B comparable](l Launcher[B], dt backend.DType, p backend.Attentio
 	if err != nil {
 		return err
 	}
-	shape := *new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.KVHeads()))
+	shape := *attnDropArgs(new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.KVHeads())), p, base)
 	if mmaAttention(l, dt, p) {
 		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p, p.H), mmaBlock, 0, shape)
 	}
@@ -239,6 +258,12 @@ func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T 
 // key/value heads); where Attention runs on tensor cores, their mma<HDP>
 // variants. Every element of dqkv is written.
 func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch B) error {
+	var base B
+	return AttentionBackwardAt(l, dt, p, dqkv, dout, out, lse, qkv, scratch, base)
+}
+
+// AttentionBackwardAt is AttentionBackward with AttentionAt's base.
+func AttentionBackwardAt[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch, base B) error {
 	const op = "attention backward"
 	_, err := attnSuffix(op, dt)
 	if err != nil {
@@ -256,10 +281,10 @@ func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.
 		dq, dkdv = mmaName("attention_bwd_dq", dt, p, hd), mmaName("attention_bwd_dkdv", dt, p, hd)
 	}
 	nb, nt, nc, nh, nkv := int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(kvh)
-	if err := l.Launch(dq, grid, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh, nkv)); err != nil {
+	if err := l.Launch(dq, grid, block, 0, *attnDropArgs(new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh, nkv), p, base)); err != nil {
 		return err
 	}
-	return l.Launch(dkdv, gridKV, block, 0, *new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh, nkv))
+	return l.Launch(dkdv, gridKV, block, 0, *attnDropArgs(new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh, nkv), p, base))
 }
 
 // AttentionKV launches inference attention against a key/value cache

@@ -51,7 +51,8 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 		return a("n"), 1, true
 	case "axpy.dst": // dst += alpha*x
 		return a("n"), 2, true
-	case "dropout_add.seedBase", "add_layernorm.seedBase", "layernorm_backward.seedBase":
+	case "dropout_add.seedBase", "add_layernorm.seedBase", "layernorm_backward.seedBase",
+		"attention_fwd.seedBase", "attention_bwd_dq.seedBase", "attention_bwd_dkdv.seedBase":
 		return 2, 1, true // the step's dropout key, two words
 	case "bias_gelu.pre": // read, then the biased value written back
 		return rc(), 2, true

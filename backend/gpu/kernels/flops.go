@@ -91,14 +91,17 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return 15 * arg("n")
 	case "attention_fwd":
 		// Per pair: a head-wide dot product for the score, an online
-		// softmax update, and a head-wide multiply-add into the output.
-		return causal() * (4*hd() + 5)
+		// softmax update, and a head-wide multiply-add into the output;
+		// with dropout on the probabilities (a threshold given), their
+		// multiply (the draws are integer work).
+		return causal() * (4*hd() + 5 + attnDrop(arg))
 	case "attention_bwd_dq":
-		// The score again, dP = dO·V, and dQ += dS·K.
-		return causal() * (6*hd() + 5)
+		// The score again, dP = dO·V, and dQ += dS·K; dropout's multiply.
+		return causal() * (6*hd() + 5 + attnDrop(arg))
 	case "attention_bwd_dkdv":
-		// The score again, dP, dV += P·dO and dK += dS·Q.
-		return causal() * (8*hd() + 5)
+		// The score again, dP, dV += P·dO and dK += dS·Q; dropout's two
+		// multiplies.
+		return causal() * (8*hd() + 5 + 2*attnDrop(arg))
 	case "attention_kv":
 		// T new positions against Pos+T cached ones (causally).
 		t, pos := arg("T"), arg("Pos")
@@ -108,6 +111,15 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		return f
 	}
 	return llamaFLOPs(name, arg)
+}
+
+// attnDrop is 1 for an attention launch that drops probabilities (its
+// dropThreshold not 0), else 0.
+func attnDrop(arg func(param string) float64) float64 {
+	if arg("dropThreshold") != 0 {
+		return 1
+	}
+	return 0
 }
 
 // baseName is kernel without its fleet_ prefix and its storage suffix

@@ -168,7 +168,7 @@ __device__ __forceinline__ void attn_axpy(float *acc, float a, const float *tile
 // per head, mostly from L2); writes out once and lse once.
 template <int G, int NC, typename S>
 __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH,
-			 float *ks, float *vs) {
+			 float *ks, float *vs, fleet_attn_drop dr) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
 	int hd = C / H;
@@ -232,6 +232,9 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 				if (j < jn) {
 					float p = exp2f(s[jj] - mn);
 					l += p;
+					if (dr.on && k0 + j <= i) { // the probability dropped for the product with V
+						p *= dr.factor(bh, T, i, k0 + j);
+					}
 					attn_axpy<G, NC, HDP>(o, p, vs, j, g);
 				}
 			}
@@ -275,19 +278,19 @@ __device__ void attn_fwd(S *__restrict__ out, float *__restrict__ lse, const S *
 // Launch: grid (B*H, ceil(T/R)), block R*G (see the top of the file); no
 // dynamic shared memory.
 extern "C" __global__ void fleet_attention_fwd_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv,
-						   int B, int T, int C, int H, int KVH) {
+						   int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_fwd, float, out, lse, qkv, B, T, C, H, KVH, ks, vs);
+	ATTN_DISPATCH(attn_fwd, float, out, lse, qkv, B, T, C, H, KVH, ks, vs, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_fwd_bf16: as fleet_attention_fwd_f32 with qkv and out
 // stored as BF16 (out rounded to nearest even); lse and all math F32.
 extern "C" __global__ void fleet_attention_fwd_bf16(unsigned short *__restrict__ out, float *__restrict__ lse,
-						    const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+						    const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_fwd, unsigned short, out, lse, qkv, B, T, C, H, KVH, ks, vs);
+	ATTN_DISPATCH(attn_fwd, unsigned short, out, lse, qkv, B, T, C, H, KVH, ks, vs, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // ---------------------------------------------------------------------------
@@ -317,7 +320,7 @@ extern "C" __global__ void fleet_attention_fwd_bf16(unsigned short *__restrict__
 template <int G, int NC, typename S>
 __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
 			    const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, float *ks,
-			    float *vs) {
+			    float *vs, fleet_attn_drop dr) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
 	int hd = C / H;
@@ -362,6 +365,9 @@ __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S
 			float s = attn_group_sum<G>(attn_dot<G, NC, HDP>(q, ks, j, g));
 			float dp = attn_group_sum<G>(attn_dot<G, NC, HDP>(dO, vs, j, g));
 			float p = (k0 + j <= i) ? exp2f(s - lse2) : 0.0f;
+			if (dr.on && k0 + j <= i) { // dS = P ⊙ (F ⊙ dO·Vᵀ − D)
+				dp *= dr.factor(bh, T, i, k0 + j);
+			}
 			attn_axpy<G, NC, HDP>(dq, p * (dp - Di), ks, j, g);
 		}
 	}
@@ -383,7 +389,7 @@ __device__ void attn_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S
 template <int G, int NC, typename S>
 __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout,
 			      const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, float *qs,
-			      float *dos, float *ls, float *Ds) {
+			      float *dos, float *ls, float *Ds, fleet_attn_drop dr) {
 	const int HDP = 4 * G * NC;
 	const int R = attn_rows<G>();
 	int hd = C / H, grp = H / KVH;
@@ -426,8 +432,9 @@ __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D,
 				float s = attn_group_sum<G>(attn_dot<G, NC, HDP>(k, qs, x, g));
 				float dp = attn_group_sum<G>(attn_dot<G, NC, HDP>(v, dos, x, g));
 				float p = i >= j ? exp2f(s - ls[x]) : 0.0f;
-				attn_axpy<G, NC, HDP>(dv, p, dos, x, g);
-				attn_axpy<G, NC, HDP>(dk, p * (dp - Ds[x]), qs, x, g);
+				float f = (dr.on && i >= j) ? dr.factor(bh, T, i, j) : 1.0f;
+				attn_axpy<G, NC, HDP>(dv, dr.on ? p * f : p, dos, x, g);
+				attn_axpy<G, NC, HDP>(dk, p * (dr.on ? dp * f - Ds[x] : dp - Ds[x]), qs, x, g);
 			}
 		}
 	}
@@ -444,10 +451,10 @@ __device__ void attn_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D,
 // fleet_attention_bwd_dkdv_f32, which reads D.
 extern "C" __global__ void fleet_attention_bwd_dq_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
 						      const float *__restrict__ out, const float *__restrict__ lse,
-						      const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+						      const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_bwd_dq, float, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs);
+	ATTN_DISPATCH(attn_bwd_dq, float, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_bwd_dkdv_f32: writes the k and v thirds of dqkv from
@@ -455,12 +462,12 @@ extern "C" __global__ void fleet_attention_bwd_dq_f32(float *__restrict__ dqkv, 
 // Launch: grid (B*KVH, ceil(T/R)), block R*G.
 extern "C" __global__ void fleet_attention_bwd_dkdv_f32(float *__restrict__ dqkv, const float *__restrict__ D,
 							const float *__restrict__ dout, const float *__restrict__ lse,
-							const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+							const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float qs[ATTN_BC * ATTN_HDMAX];
 	__shared__ float dos[ATTN_BC * ATTN_HDMAX];
 	__shared__ float ls[ATTN_BC];
 	__shared__ float Ds[ATTN_BC];
-	ATTN_DISPATCH(attn_bwd_dkdv, float, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds);
+	ATTN_DISPATCH(attn_bwd_dkdv, float, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_bwd_dq_bf16: fleet_attention_bwd_dq_f32 with dqkv, dout,
@@ -468,22 +475,22 @@ extern "C" __global__ void fleet_attention_bwd_dkdv_f32(float *__restrict__ dqkv
 extern "C" __global__ void fleet_attention_bwd_dq_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D,
 						       const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out,
 						       const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-						       int T, int C, int H, int KVH) {
+						       int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float ks[ATTN_BC * ATTN_HDMAX];
 	__shared__ float vs[ATTN_BC * ATTN_HDMAX];
-	ATTN_DISPATCH(attn_bwd_dq, unsigned short, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs);
+	ATTN_DISPATCH(attn_bwd_dq, unsigned short, dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, ks, vs, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_bwd_dkdv_bf16: fleet_attention_bwd_dkdv_f32 with dqkv,
 // dout and qkv stored as BF16; lse and D F32.
 extern "C" __global__ void fleet_attention_bwd_dkdv_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D,
 							 const unsigned short *__restrict__ dout, const float *__restrict__ lse,
-							 const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+							 const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	__shared__ float qs[ATTN_BC * ATTN_HDMAX];
 	__shared__ float dos[ATTN_BC * ATTN_HDMAX];
 	__shared__ float ls[ATTN_BC];
 	__shared__ float Ds[ATTN_BC];
-	ATTN_DISPATCH(attn_bwd_dkdv, unsigned short, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds);
+	ATTN_DISPATCH(attn_bwd_dkdv, unsigned short, dqkv, D, dout, lse, qkv, B, T, C, H, KVH, qs, dos, ls, Ds, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // ---------------------------------------------------------------------------

@@ -243,7 +243,7 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 // last query block first (blockIdx.y = 0 has the most keys).
 template <int HDP, int BC, class P, typename S>
 __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH,
-	unsigned short *sQ, unsigned short *sK, unsigned short *sV) {
+	unsigned short *sQ, unsigned short *sK, unsigned short *sV, fleet_attn_drop dr) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H, kvh = h / (H / KVH);
@@ -297,8 +297,12 @@ __device__ __forceinline__ void fa_fwd(S *__restrict__ out, float *__restrict__ 
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
 						float p = exp2f(s[j][2 * r + e] - mnew);
-						s[j][2 * r + e] = p;
 						sum += p;
+						int key = k0 + 8 * j + 2 * t + e;
+						if (dr.on && key <= qi) { // the probability dropped for the product with V
+							p *= dr.factor(bh, T, qi, key);
+						}
+						s[j][2 * r + e] = p;
 					}
 				}
 				l[r] = l[r] * alpha + sum;
@@ -343,7 +347,7 @@ __device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r
 // dS = P∘(dO·Vᵀ - D).
 template <int HDP, int BC, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
-	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD) {
+	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD, fleet_attn_drop dr) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H, kvh = h / (H / KVH);
@@ -383,7 +387,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 	fa_zero<HDP / 8>(dq);
 	int wq = q0 + 16 * warp;
 	int kend = fa_imin(T, q0 + FA_ROWS);
-	float lr[2], dr[2];
+	float lr[2], drow[2];
 	for (int k0 = 0; k0 < kend; k0 += BC) {
 		__syncthreads();
 		fa_load<BC, HDP, P>(sK, kbase + k0 * stride, stride, T - k0, hd, vec);
@@ -393,7 +397,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 		__syncthreads();
 		if (k0 == 0) {
 			lr[0] = sL[16 * warp + g], lr[1] = sL[16 * warp + g + 8];
-			dr[0] = sD[16 * warp + g], dr[1] = sD[16 * warp + g + 8];
+			drow[0] = sD[16 * warp + g], drow[1] = sD[16 * warp + g + 8];
 		}
 		if (k0 > wq + 15) {
 			continue; // every key of the tile is after every query of the warp
@@ -409,7 +413,8 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 			for (int e = 0; e < 4; e++) {
 				int r = e >> 1, qi = wq + g + 8 * r, key = k0 + 8 * j + 2 * t + (e & 1);
 				float p = key > qi ? 0.0f : exp2f(s[j][e] * scale2 - lr[r]);
-				s[j][e] = p * (dp[j][e] - dr[r]); // dS
+				float dpf = (dr.on && key <= qi) ? dp[j][e] * dr.factor(bh, T, qi, key) : dp[j][e]; // F ⊙ dO·Vᵀ
+				s[j][e] = p * (dpf - drow[r]); // dS
 			}
 		}
 		fa_mma_pb<LD, BC, HDP, P>(dq, s, sK);
@@ -427,7 +432,7 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 template <int HDP, int BQ, class P, typename S>
 __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout, const float *__restrict__ lse,
 	const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
-	float *sD) {
+	float *sD, fleet_attn_drop dr) {
 	const int LD = HDP + FA_PAD;
 	fa_check_block();
 	int bk = blockIdx.x, b = bk / KVH, kvh = bk % KVH, hd = C / H, grp = H / KVH;
@@ -475,8 +480,9 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 				for (int e = 0; e < 4; e++) {
 					int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
 					float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
-					s[j][e] = p;
-					ds[j][e] = p * (dp[j][e] - sD[qc]);
+					float f = (dr.on && key <= qi && qi < T) ? dr.factor(bh, T, qi, key) : 1.0f;
+					s[j][e] = dr.on ? p * f : p; // dV from the dropped probabilities
+					ds[j][e] = p * (dr.on ? dp[j][e] * f - sD[qc] : dp[j][e] - sD[qc]);
 				}
 			}
 			fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
@@ -499,7 +505,7 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
-	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, KVH, sQ, sK, sV);
+	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, KVH, sQ, sK, sV, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 #define FA_DQ(HDP, BCB, P)                                                     \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)];  \
 	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
@@ -507,7 +513,7 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];      \
 	__shared__ float sL[FA_ROWS];                                          \
 	__shared__ float sD[FA_ROWS];                                          \
-	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, sQ, sdO, sK, sV, sL, sD);
+	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, sQ, sdO, sK, sV, sL, sD, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 #define FA_DKDV(HDP, BCB, P)                                                  \
 	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)]; \
@@ -515,122 +521,122 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	__shared__ __align__(16) unsigned short sdO[BCB * (HDP + FA_PAD)];    \
 	__shared__ float sL[BCB];                                             \
 	__shared__ float sD[BCB];                                             \
-	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, KVH, sK, sV, sQ, sdO, sL, sD);
+	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, KVH, sK, sV, sQ, sdO, sL, sD, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 
 
 extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(32, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(64, 64, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(128, 16, fa_bf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma32f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(32, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma32f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(32, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma64f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(64, 64, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma64f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(64, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
-	int T, int C, int H, int KVH) {
+	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dq_mma128f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DQ(128, 16, fa_hf)
 }
 extern "C" __global__ void fleet_attention_bwd_dkdv_mma128f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH) {
+	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_DKDV(128, 16, fa_hf)
 }

@@ -269,6 +269,31 @@ __device__ __forceinline__ unsigned long long fleet_dropout_seed(long long seed,
 	return s;
 }
 
+// fleet_attn_drop is attention's dropout on its probabilities
+// (backend.Attention.Drop): the factor of query i and key j of
+// sequence-head bh (b*H + h) is the mask's factor of element
+// (bh*T + i)*T + j. on is false for a threshold of 0 (no dropout), and the
+// kernels then skip the draws and the multiplies.
+struct fleet_attn_drop {
+	unsigned long long key;
+	long long offset;
+	int site;
+	unsigned threshold;
+	float scale;
+	bool on;
+	__device__ __forceinline__ float factor(long long bh, int T, int i, int j) const {
+		return fleet_dropout_factor(key, offset, site, threshold, scale, (bh * T + i) * (long long)T + j);
+	}
+};
+
+__device__ __forceinline__ fleet_attn_drop fleet_attn_drop_make(long long seed, long long offset, int site, unsigned threshold, float scale, const int *base) {
+	fleet_attn_drop d;
+	d.on = threshold != 0u;
+	d.key = d.on ? fleet_dropout_seed(seed, base) : 0ull;
+	d.offset = offset, d.site = site, d.threshold = threshold, d.scale = scale;
+	return d;
+}
+
 // fleet_word16 packs element pairs (or one 4-byte element) into the 32-bit
 // word i of a 16-byte piece, and fleet_unword16 unpacks word w into piece
 // e: the low half is the lower element.

@@ -103,6 +103,34 @@ inline float attn_gsum(__local const float *p, int r, int G) {
 	return v;
 }
 
+// attn_drop is attention's dropout on its probabilities, as
+// attention.cu's fleet_attn_drop (backend.Attention.Drop): the factor of
+// query i and key j of sequence-head bh is the mask's factor of element
+// (bh*T + i)*T + j; on is 0 for a threshold of 0 (no dropout).
+typedef struct {
+	ulong key;
+	long offset;
+	int site;
+	uint threshold;
+	float scale;
+	int on;
+} attn_drop;
+
+inline attn_drop attn_drop_make(long seed, long offset, int site, uint threshold, float scale, __global int *base) {
+	attn_drop d;
+	d.on = threshold != 0u;
+	d.key = d.on ? fleet_dropout_seed(seed, base) : 0ul;
+	d.offset = offset;
+	d.site = site;
+	d.threshold = threshold;
+	d.scale = scale;
+	return d;
+}
+
+inline float attn_drop_factor(attn_drop d, long bh, int T, int i, int j) {
+	return fleet_dropout_factor(d.key, d.offset, d.site, d.threshold, d.scale, (bh * T + i) * (long)T + j);
+}
+
 //@for S in f32 bf16
 // attn_load_tile_$S stages rows [0, rows) of a head slice into dst
 // [rows][HDP] as F32, row r read from src + r*stride; columns >= hd are
@@ -154,7 +182,7 @@ inline void attn_store_row_$S(__global t_$S *row, const float *x, int g, int G, 
 // chunk's probabilities added (in key order). Finally out = o/l and
 // lse = (m + log2 l)·ln 2.
 inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
-	__local float *ks, __local float *vs, __local float *part) {
+	__local float *ks, __local float *vs, __local float *part, attn_drop dr) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
 	int hd = C / H;
@@ -224,6 +252,9 @@ inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const 
 				if (j < jn) {
 					float pr = exp2(s[jj] - mn);
 					l += pr;
+					if (dr.on && k0 + j <= i) { // the probability dropped for the product with V
+						pr *= attn_drop_factor(dr, bh, T, i, k0 + j);
+					}
 					attn_axpy(o, pr, vs, j, g, G);
 				}
 			}
@@ -240,14 +271,15 @@ inline void attn_fwd_$S(__global t_$S *out, __global float *lse, __global const 
 
 // fleet_attention_fwd_$S: out [B,T,C] and lse [B,H,T] (F32) from qkv
 // [B,T,3C]; out rounded to nearest even for BF16.
-__kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, qkv), int B, int T, int C, int H, int KVH) {
+__kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, qkv), int B, int T, int C, int H, int KVH, long dropSeed, long dropOffset, int dropSite, uint dropThreshold, float dropScale, BUF(int, seedBase)) {
+	AT(int, seedBase);
 	AT(t_$S, out);
 	AT(float, lse);
 	AT(t_$S, qkv);
 	__local float ks[ATTN_TILE];
 	__local float vs[ATTN_TILE];
 	__local float part[ATTN_PART];
-	attn_fwd_$S(out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part);
+	attn_fwd_$S(out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part, attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // Backward. With P = softmax(scale·QKᵀ) (masked) recomputed as
@@ -265,7 +297,7 @@ __kernel void fleet_attention_fwd_$S(BUF(t_$S, out), BUF(float, lse), BUF(t_$S, 
 // walks the key tiles up to its diagonal, K and V staged in local memory.
 inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global const t_$S *dout, __global const t_$S *out,
 	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
-	__local float *ks, __local float *vs, __local float *part) {
+	__local float *ks, __local float *vs, __local float *part, attn_drop dr) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
 	int hd = C / H;
@@ -329,6 +361,9 @@ inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global cons
 					float s = attn_gsum(p + (2 * jj) * n, r, G);
 					float dp = attn_gsum(p + (2 * jj + 1) * n, r, G);
 					float pr = (k0 + j <= i) ? exp2(s - lse2) : 0.0f;
+					if (dr.on && k0 + j <= i) { // dS = P ⊙ (F ⊙ dO·Vᵀ − D)
+						dp *= attn_drop_factor(dr, bh, T, i, k0 + j);
+					}
 					attn_axpy(dq, pr * (dp - Di), ks, j, g, G);
 				}
 			}
@@ -347,7 +382,7 @@ inline void attn_bwd_dq_$S(__global t_$S *dqkv, __global float *D, __global cons
 // local memory and lse, D beside them.
 inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __global const t_$S *dout,
 	__global const float *lse, __global const t_$S *qkv, int T, int C, int H, int KVH, int G0,
-	__local float *qs, __local float *dos, __local float *ls, __local float *Ds, __local float *part) {
+	__local float *qs, __local float *dos, __local float *ls, __local float *Ds, __local float *part, attn_drop dr) {
 	int G = max(G0, 1);
 	int HDP = 16 * G, R = attn_rows(G), n = R * G, bc = ATTN_TILE / HDP;
 	int hd = C / H, grp = H / KVH;
@@ -402,8 +437,9 @@ inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __glo
 						float s = attn_gsum(p + (2 * xx) * n, r, G);
 						float dp = attn_gsum(p + (2 * xx + 1) * n, r, G);
 						float pr = i0 + x >= j ? exp2(s - ls[x]) : 0.0f;
-						attn_axpy(dv, pr, dos, x, g, G);
-						attn_axpy(dk, pr * (dp - Ds[x]), qs, x, g, G);
+						float f = (dr.on && i0 + x >= j) ? attn_drop_factor(dr, bh, T, i0 + x, j) : 1.0f;
+						attn_axpy(dv, dr.on ? pr * f : pr, dos, x, g, G);
+						attn_axpy(dk, pr * (dr.on ? dp * f - Ds[x] : dp - Ds[x]), qs, x, g, G);
 					}
 				}
 			}
@@ -420,7 +456,8 @@ inline void attn_bwd_dkdv_$S(__global t_$S *dqkv, __global const float *D, __glo
 // [B,H,T] (F32 scratch) from dout, out [B,T,C], lse [B,H,T] and qkv. Run
 // before fleet_attention_bwd_dkdv_$S, which reads D.
 __kernel void fleet_attention_bwd_dq_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S, dout), BUF(t_$S, out), BUF(float, lse),
-	BUF(t_$S, qkv), int B, int T, int C, int H, int KVH) {
+	BUF(t_$S, qkv), int B, int T, int C, int H, int KVH, long dropSeed, long dropOffset, int dropSite, uint dropThreshold, float dropScale, BUF(int, seedBase)) {
+	AT(int, seedBase);
 	AT(t_$S, dqkv);
 	AT(float, D);
 	AT(t_$S, dout);
@@ -430,13 +467,14 @@ __kernel void fleet_attention_bwd_dq_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S
 	__local float ks[ATTN_TILE];
 	__local float vs[ATTN_TILE];
 	__local float part[ATTN_PART];
-	attn_bwd_dq_$S(dqkv, D, dout, out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part);
+	attn_bwd_dq_$S(dqkv, D, dout, out, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), ks, vs, part, attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_bwd_dkdv_$S: writes the k and v thirds of dqkv from dout,
 // lse, D (from fleet_attention_bwd_dq_$S) and qkv.
 __kernel void fleet_attention_bwd_dkdv_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_$S, dout), BUF(float, lse), BUF(t_$S, qkv),
-	int B, int T, int C, int H, int KVH) {
+	int B, int T, int C, int H, int KVH, long dropSeed, long dropOffset, int dropSite, uint dropThreshold, float dropScale, BUF(int, seedBase)) {
+	AT(int, seedBase);
 	AT(t_$S, dqkv);
 	AT(float, D);
 	AT(t_$S, dout);
@@ -447,7 +485,7 @@ __kernel void fleet_attention_bwd_dkdv_$S(BUF(t_$S, dqkv), BUF(float, D), BUF(t_
 	__local float ls[ATTN_TILE / 16];
 	__local float Ds[ATTN_TILE / 16];
 	__local float part[ATTN_PART];
-	attn_bwd_dkdv_$S(dqkv, D, dout, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), qs, dos, ls, Ds, part);
+	attn_bwd_dkdv_$S(dqkv, D, dout, lse, qkv, T, C, H, KVH, attn_launch_group(C / H), qs, dos, ls, Ds, part, attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 }
 
 // fleet_attention_kv_$S: inference against a key/value cache (AttentionKV):
