@@ -3,10 +3,12 @@
 // from cache-resident to DRAM-sized vectors, matrix-product FLOP/s against
 // the device's peak, pageable versus pinned host-to-device copies, a
 // batch-size sweep of training steps, fp32 versus bf16 steps, gradient
-// accumulation against one large batch, and the speed-up of a GPU over the
-// CPU. Everything goes through the public tensor, backend and train APIs,
-// so the figures are those the trainer itself would see. `fleet bench lab`
-// runs it and writes the Result as lab.json.
+// accumulation against one large batch, the speed-up of a GPU over the
+// CPU, and one device against DataParallel and DDP on the same devices
+// (dataparallel.go). Everything goes through the public tensor, backend
+// and train APIs, or runs the fleet binary's own training, so the figures
+// are those the trainer itself would see. `fleet bench lab` runs it
+// (--only NAME,... some of it) and writes the Result as lab.json.
 package lab
 
 import (
@@ -14,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetml/fleet/backend"
@@ -48,14 +52,41 @@ type Options struct {
 	// AccumBatch and AccumSteps are the B and k of the gradient
 	// accumulation experiment (0: 4 and 4).
 	AccumBatch, AccumSteps int
+	// Only, when not empty, names the experiments to run (Experiments);
+	// the others are left out of the Result.
+	Only []string
+	// Fleet is the fleet binary, which the dataparallel experiment runs
+	// its training modes with (on real devices) and DDP's processes are.
+	Fleet string
+	// DPDevices is the dataparallel experiment's device count (0: 2, or
+	// 4 of a simulated GPU).
+	DPDevices int
+	// Data is the training data of the dataparallel and recap
+	// experiments, as fleet train's --data takes it ("": the default
+	// corpus).
+	Data string
 	// Log receives each experiment's table as it finishes (nil: none).
 	Log io.Writer
 }
 
+// Experiments names the lab's experiments, in the order they run: what
+// Options.Only (--only) takes.
+var Experiments = []string{"vector-add", "matmul", "host-to-device", "batch-sweep", "precision", "grad-accum", "gpu-speedup", "dataparallel"}
+
+// CheckOnly checks a list of experiment names against Experiments.
+func CheckOnly(names []string) error {
+	for _, n := range names {
+		if !slices.Contains(Experiments, n) {
+			return fmt.Errorf("no experiment %q (want one of %s)", n, strings.Join(Experiments, ", "))
+		}
+	}
+	return nil
+}
+
 // Result is everything the lab measured; it is what lab.json holds. The
-// embedded report.Lab (device, device_name and the batch-size sweep,
-// batch_sweep) is the part `fleet report` plots; the other experiments
-// are fields of their own.
+// embedded report.Lab (device, device_name, the batch-size sweep,
+// batch_sweep, and the dataparallel experiment) is the part `fleet
+// report` plots; the other experiments are fields of their own.
 type Result struct {
 	report.Lab
 	Threads int    `json:"threads"` // CPU worker goroutines
@@ -67,11 +98,14 @@ type Result struct {
 	MatMul MatMul `json:"matmul"`
 	Copy   Copy   `json:"host_to_device"`
 	// SweepPeak is the fp32 peak, TFLOP/s, the sweep's MFU is relative to.
-	SweepPeak  float64     `json:"batch_sweep_peak_tflops,omitempty"`
-	Precision  []StepPoint `json:"precision"`
-	Accum      Accum       `json:"grad_accum"`
-	Speedup    Speedup     `json:"gpu_speedup"`
-	ElapsedSec float64     `json:"elapsed_s"`
+	SweepPeak float64     `json:"batch_sweep_peak_tflops,omitempty"`
+	Precision []StepPoint `json:"precision"`
+	Accum     Accum       `json:"grad_accum"`
+	Speedup   Speedup     `json:"gpu_speedup"`
+	// Ran names the experiments this run ran (Experiments; all without
+	// --only).
+	Ran        []string `json:"ran"`
+	ElapsedSec float64  `json:"elapsed_s"`
 	// LoadAvg is the machine's one-minute load average at the start and
 	// the end (-1: unknown): above the CPU count, other work shared the
 	// cores and slowed the CPU figures.
@@ -107,6 +141,9 @@ func Run(opts Options) (*Result, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	if err := CheckOnly(opts.Only); err != nil {
+		return nil, err
 	}
 	dev, err := backend.Resolve(opts.Device)
 	if err != nil {
@@ -148,8 +185,17 @@ func Run(opts Options) (*Result, error) {
 		{"precision", func() (err error) { res.Precision, err = precisions(dev, opts); return }},
 		{"grad accum", func() (err error) { res.Accum, err = gradAccum(dev, opts); return }},
 		{"gpu speed-up", func() (err error) { res.Speedup, err = speedup(dev, opts); return }},
+		{"DataParallel against DDP", func() error {
+			d, err := dataParallel(dev, opts)
+			res.DataParallel = &d
+			return err
+		}},
 	}
 	for i, s := range steps {
+		if len(opts.Only) > 0 && !slices.Contains(opts.Only, Experiments[i]) {
+			continue
+		}
+		res.Ran = append(res.Ran, Experiments[i])
 		fmt.Fprintf(w, "\n%d. %s\n", i+1, s.name)
 		t0 := time.Now()
 		if err := s.fn(); err != nil {

@@ -2,11 +2,14 @@ package train
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/fleetml/fleet/model"
 	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/tensor"
+	"github.com/fleetml/fleet/train/config"
 )
 
 // replicaRun is --replicas: data parallelism in one process, as the
@@ -39,6 +42,41 @@ type replicaRun struct {
 	// parameters out, micro-batch rows out, losses and gradients in.
 	moved int64
 	steps int
+	// The step's timeline, in host wall time from its begin: each
+	// device's broadcast, forward and backward passes and gradient sum,
+	// and the first device's update (from the sum's end to the next
+	// step's begin). last is the last whole step's.
+	t0, reduced time.Time
+	tl, last    []TimelineSlot
+	mu          sync.Mutex
+}
+
+// span adds a slot of device i from start to now to the step's timeline.
+func (p *replicaRun) span(i int, kind string, micro int, start time.Time) {
+	ms := func(t time.Time) float64 { return float64(t.Sub(p.t0).Microseconds()) / 1e3 }
+	p.mu.Lock()
+	p.tl = append(p.tl, TimelineSlot{Stage: i, Kind: kind, Micro: micro, StartMs: ms(start), EndMs: ms(time.Now())})
+	p.mu.Unlock()
+}
+
+// ReplicasFile is where a --replicas run writes its ReplicaReport.
+const ReplicasFile = config.ReplicasFile
+
+// ReplicaReport is replicas.json: what went through the first device,
+// and where the last step's time went on each device.
+type ReplicaReport struct {
+	Devices []string `json:"devices"`
+	Steps   int      `json:"steps"`
+	// BytesPerStep is the bytes through the first device per step:
+	// parameters out, micro-batch rows out, losses and gradients in.
+	BytesPerStep float64 `json:"bytes_per_step"`
+	// Timeline is the last step: per device (Stage is its index), its
+	// broadcast (the parameters copied to it), fwd+bwd (its rows forward
+	// and backward), sum (its gradients added into the first device's)
+	// and, on the first device, update (the optimizer and the step's
+	// bookkeeping, until the next step begins); ms from the step's begin.
+	Timeline []TimelineSlot `json:"timeline"`
+	Note     string         `json:"note"`
 }
 
 // newReplicaRun makes the replicas of r's model on devs[1:] (devs[0] is
@@ -95,16 +133,24 @@ func (p *replicaRun) rows(i, b int) (lo, hi int) {
 
 // begin broadcasts the first device's parameters to the replicas.
 func (p *replicaRun) begin() {
+	now := time.Now()
+	if p.steps > 0 { // the previous step's update ran until now
+		p.span(0, "update", 0, p.reduced)
+		p.last = append(p.last[:0], p.tl...)
+	}
+	p.t0, p.tl = now, p.tl[:0]
 	p.steps++
 	master := p.params[0]
 	for i, ps := range p.params[1:] {
 		prog := p.progs[i+1]
+		t := time.Now()
 		prog.Step(func() {
 			for k, q := range ps {
 				q.T.CopyFrom(master[k].T.To(q.T.Device()))
 				p.moved += int64(q.T.Numel()) * 4
 			}
 		})
+		p.span(i+1, "broadcast", 0, t)
 	}
 }
 
@@ -139,6 +185,7 @@ func (p *replicaRun) forwardBackward(step, micro int, x, y *tensor.Tensor) {
 		for i := range p.devs {
 			go func() {
 				defer wg.Done()
+				defer p.span(i, "fwd+bwd", micro, time.Now())
 				defer func() {
 					if e := recover(); e != nil {
 						mu.Lock()
@@ -183,7 +230,8 @@ func (p *replicaRun) end() { tensor.Step(p.gather) }
 
 func (p *replicaRun) gather() {
 	master := p.params[0]
-	for _, ps := range p.params[1:] {
+	for i, ps := range p.params[1:] {
+		t := time.Now()
 		for k, q := range ps {
 			g := q.T.Grad
 			if g == nil {
@@ -197,7 +245,9 @@ func (p *replicaRun) gather() {
 			p.moved += int64(g.Numel()) * 4
 			tensor.ZeroGradInPlace(q.T)
 		}
+		p.span(i+1, "sum", 0, t)
 	}
+	p.reduced = time.Now()
 }
 
 // The loss is computed, the statistics kept and the optimizer stepped on
@@ -214,13 +264,19 @@ func (p *replicaRun) evaluate(fn func()) { fn() }
 
 func (p *replicaRun) peakMem(d tensor.Device) int64 { return tensor.MemStats(d).Peak }
 
-// finish logs the bytes moved through the first device per step.
+// finish logs the bytes moved through the first device per step, and
+// writes replicas.json.
 func (p *replicaRun) finish() error {
-	if p.steps > 0 {
-		fmt.Fprintf(p.r.log, "replicas: %.0f bytes per step through %v (parameters out, rows out, losses and gradients in)\n",
-			float64(p.moved)/float64(p.steps), p.devs[0])
+	if p.steps == 0 {
+		return nil
 	}
-	return nil
+	rep := ReplicaReport{Steps: p.steps, BytesPerStep: float64(p.moved) / float64(p.steps), Timeline: p.last,
+		Note: "host wall times of the last whole step; each device's work ran on its own goroutine with its own tensor program"}
+	for _, d := range p.devs {
+		rep.Devices = append(rep.Devices, d.String())
+	}
+	fmt.Fprintf(p.r.log, "replicas: %.0f bytes per step through %v (parameters out, rows out, losses and gradients in)\n", rep.BytesPerStep, p.devs[0])
+	return writeJSON(filepath.Join(p.r.cfg.Out, ReplicasFile), rep)
 }
 
 // close frees the replicas and gives their devices back to the default

@@ -2,6 +2,8 @@ package train
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +53,48 @@ func TestReplicasEqualOneProcess(t *testing.T) {
 			if d := maxDiff(t, ref, reps); d > tc.tol {
 				t.Fatalf("the replicas' weights differ from one device's by %g", d)
 			}
+			checkReplicaReport(t, c)
 		})
+	}
+}
+
+// checkReplicaReport checks replicas.json of run c: the bytes through the
+// first device per step as the parameters' and rows' sizes make them, and
+// a timeline of the last step with each device's forward and backward
+// passes, each replica's broadcast and sum, and the first device's update.
+func checkReplicaReport(t *testing.T, c Config) {
+	t.Helper()
+	var rep ReplicaReport
+	b, err := os.ReadFile(filepath.Join(c.Out, ReplicasFile))
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum Summary
+	if b, err = os.ReadFile(filepath.Join(c.Out, SummaryFile)); err == nil {
+		err = json.Unmarshal(b, &sum)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(strings.Split(c.Replicas, ","))
+	B, T := c.BatchSize, c.BlockSize
+	firstRows := B/n + min(1, B%n) // the first replica takes one more of an uneven split
+	want := float64(2*(n-1)*4*sum.NumParams + (B-firstRows)*T*8*c.GradAccum + (n-1)*4*c.GradAccum)
+	if len(rep.Devices) != n || rep.Steps != c.MaxIters || rep.BytesPerStep != want {
+		t.Errorf("replicas.json: %d devices, %d steps, %.0f bytes per step; want %d, %d, %.0f", len(rep.Devices), rep.Steps, rep.BytesPerStep, n, c.MaxIters, want)
+	}
+	kinds := map[string]int{}
+	for _, s := range rep.Timeline {
+		if s.Stage < 0 || s.Stage >= n || !(s.EndMs >= s.StartMs) || s.StartMs < 0 {
+			t.Errorf("timeline slot %+v", s)
+		}
+		kinds[fmt.Sprintf("%s@%d", s.Kind, min(s.Stage, 1))]++
+	}
+	if kinds["fwd+bwd@0"] != c.GradAccum || kinds["fwd+bwd@1"] != (n-1)*c.GradAccum || kinds["broadcast@1"] != n-1 || kinds["sum@1"] != n-1 || kinds["update@0"] != 1 {
+		t.Errorf("timeline's slots by kind and device (1: any replica): %v", kinds)
 	}
 }
 

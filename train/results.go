@@ -65,6 +65,10 @@ type Summary struct {
 	HostReadsPerStep   float64            `json:"host_reads_per_step"`
 	CopiedBytesPerStep float64            `json:"copied_bytes_per_step"`
 	PeakMemBytes       int64              `json:"peak_mem_bytes"`
+	// RankPhaseMs is, in a data-parallel run, each rank's own PhaseMs (the
+	// mean above is over them), with the communication it overlapped
+	// with backward as "comm_overlapped": where each process's step went.
+	RankPhaseMs []map[string]float64 `json:"rank_phase_ms,omitempty"`
 	// UtilMeanPct and UtilPeakPct are the device's utilisation sampled in
 	// the background (the process's CPU use over its cores on the CPU).
 	UtilMeanPct float64 `json:"util_mean_pct"`
@@ -183,6 +187,7 @@ func (r *run) jobSummary(sum *Summary) error {
 		// telemetry.json's
 		{&r.perf.meanStepMs, meanOfRanks}, {&r.perf.commOverlappedMs, meanOfRanks},
 	}
+	overlapped, p0 := len(figs)-1, len(figs)
 	for p := range phases {
 		phases[p] = sum.PhaseMs[PhaseNames[p]]
 		figs = append(figs, jobFigure{&phases[p], meanOfRanks})
@@ -216,6 +221,15 @@ func (r *run) jobSummary(sum *Summary) error {
 	if sum.PhaseMs != nil {
 		for p, ms := range phases {
 			sum.PhaseMs[PhaseNames[p]] = ms
+		}
+		if len(all) > 1 {
+			for _, rank := range all {
+				m := map[string]float64{"comm_overlapped": rank[overlapped]}
+				for p := range phases {
+					m[PhaseNames[p]] = rank[p0+p]
+				}
+				sum.RankPhaseMs = append(sum.RankPhaseMs, m)
+			}
 		}
 	}
 	if sum.PeakFLOPs > 0 {

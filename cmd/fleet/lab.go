@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/fleetml/fleet/internal/atomicfile"
 	"github.com/fleetml/fleet/train/config"
@@ -29,11 +30,15 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 	maxStep := fs.Float64("max-step-ms", 2000, "end the batch-size sweep once a step takes longer than this")
 	accumBatch := fs.Int("accum-batch", 4, "micro-batch B of the gradient accumulation experiment")
 	accumSteps := fs.Int("accum-steps", 4, "accumulation steps k: B×k as one batch against k micro-batches of B")
+	only := fs.String("only", "", "run only these experiments, comma-separated: "+strings.Join(lab.Experiments, ", "))
+	dpDevices := fs.Int("dp-devices", 0, "devices of the dataparallel experiment (0: 2; 4 of a simulated GPU)")
+	fs.StringVar(&c.Data, "data", "", "training data of the dataparallel experiment, as fleet train takes it (default: fleet train's default corpus)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fleet bench lab [flags]\n\n"+
 			"Measures a GPU-performance lecture's examples on this machine: vector-add bandwidth from cache to DRAM,\n"+
 			"matmul TFLOP/s against the peak, pageable vs pinned uploads, a batch-size sweep, fp32 vs bf16 steps,\n"+
-			"gradient accumulation and the GPU's speed-up over the CPU. The model flags shape the training experiments.\n\n")
+			"gradient accumulation, the GPU's speed-up over the CPU, and one device against DataParallel (--replicas) and DDP\n"+
+			"(fleet run) on the same devices. The model flags shape the training experiments.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args, stderr); err != nil {
@@ -48,13 +53,28 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 	if c.GradAccum > 1 {
 		return fmt.Errorf("--grad-accum: the lab's accumulation experiment takes --accum-batch and --accum-steps")
 	}
+	var onlyList []string
+	if *only != "" {
+		onlyList = strings.Split(*only, ",")
+		if err := lab.CheckOnly(onlyList); err != nil {
+			return fmt.Errorf("--only: %w", err)
+		}
+	}
+	if *dpDevices < 0 || *dpDevices == 1 {
+		return fmt.Errorf("--dp-devices %d: give 2 or more (0: the default)", *dpDevices)
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the fleet binary for the training modes: %v", err)
 	}
 	res, err := lab.Run(lab.Options{
 		Device: c.Device, Quick: *quick, Model: c, Vocab: *vocab,
 		MaxBytes: *maxMiB << 20, MaxBatch: *maxBatch, MaxStepMs: *maxStep,
 		AccumBatch: *accumBatch, AccumSteps: *accumSteps, Log: stdout,
+		Only: onlyList, Fleet: self, DPDevices: *dpDevices, Data: c.Data,
 	})
 	if err != nil {
 		return err

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,14 +16,17 @@ import (
 )
 
 // TestBenchLabQuick runs every experiment of `fleet bench lab --quick` on
-// the CPU and checks that lab.json holds sane measurements.
+// the CPU but dataparallel (which runs the fleet binary: see
+// TestBenchLabDataParallel) and checks that lab.json holds sane
+// measurements.
 func TestBenchLabQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs training steps")
 	}
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
-	if code := run([]string{"bench", "lab", "--quick", "--device", "cpu", "--out", dir}, &out, &errb); code != 0 {
+	only := strings.Join(lab.Experiments[:7], ",")
+	if code := run([]string{"bench", "lab", "--quick", "--device", "cpu", "--only", only, "--out", dir}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	text := out.String()
@@ -125,5 +130,88 @@ func TestBenchLabFlags(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"bench", "lab", "-h"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "fleet bench lab") {
 		t.Errorf("-h: exit %d, %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "lab", "--only", "matmul,dataparalel", "--out", t.TempDir()}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `no experiment "dataparalel"`) {
+		t.Errorf("--only with a misspelt name: exit %d, %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"bench", "lab", "--dp-devices", "1", "--out", t.TempDir()}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "--dp-devices") {
+		t.Errorf("--dp-devices 1: exit %d, %s", code, errb.String())
+	}
+}
+
+// TestBenchLabDataParallel runs `fleet bench lab --only dataparallel` on
+// two logical CPU devices with the fleet binary, which trains the model
+// on one device, with --replicas and under fleet run, and checks that the
+// output names each mode's step time, efficiency and bytes through the
+// first device; that DataParallel's bytes are those the trainer counted;
+// that each data-parallel mode has a timeline on both devices; and that
+// the report page plots it.
+func TestBenchLabDataParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fleet and trains the model three ways")
+	}
+	bin := buildFleet(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "bench", "lab", "--quick", "--only", "dataparallel", "--device", "cpu", "--n-layer", "1", "--n-head", "2",
+		"--n-embd", "32", "--block-size", "16", "--batch-size", "4", "--out", dir)
+	cmd.Env = jobEnv()
+	b, err := cmd.CombinedOutput()
+	text := string(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	for _, want := range []string{"8. DataParallel against DDP", "step ms", "efficiency", "bytes through first", "=> "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	r, err := report.ReadLab(filepath.Join(dir, report.LabFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.DataParallel
+	if d == nil || len(d.Modes) != 3 || !d.Measured || strings.Join(d.Devices, ",") != "cpu,cpu:1" || d.Params <= 0 {
+		t.Fatalf("lab.json's dataparallel: %+v", d)
+	}
+	for i, m := range d.Modes {
+		if m.Name != []string{"one device", "DataParallel", "DDP"}[i] || !(m.StepMs > 0) || !(m.TokensPerSec > 0) || !(m.Efficiency > 0) {
+			t.Errorf("mode %d: %+v", i, m)
+		}
+		if !regexp.MustCompile(`(?m)^   ` + m.Name + ` +[0-9.]+ +[0-9]+ +[0-9]+% +[0-9.]+ [KMG]?i?B`).MatchString(text) {
+			t.Errorf("no row of figures for %s:\n%s", m.Name, text)
+		}
+		devs := map[int]bool{}
+		for _, s := range m.Timeline {
+			if s.EndMs > s.StartMs {
+				devs[s.Device] = true
+			}
+		}
+		if (i == 0 && !devs[0]) || (i > 0 && (!devs[0] || !devs[1])) {
+			t.Errorf("%s: timeline on devices %v: %+v", m.Name, devs, m.Timeline)
+		}
+	}
+	dp, ddp := d.Modes[1], d.Modes[2]
+	if dp.CountedBytes != dp.FirstDeviceBytes || dp.FirstDeviceBytes <= 0 {
+		t.Errorf("DataParallel: %g bytes through the first device computed, %g counted by the trainer", dp.FirstDeviceBytes, dp.CountedBytes)
+	}
+	if want := 2 * float64(4*d.Params); ddp.FirstDeviceBytes != want {
+		t.Errorf("DDP on 2 ranks: %g bytes through the first, want 2(N-1)/N·4P sent and received, %g", ddp.FirstDeviceBytes, want)
+	}
+	var out, errb bytes.Buffer
+	if err := reportCmd([]string{dir}, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DataParallel against DDP", `data-title="Step time on 2 devices, measured`, `data-title="DDP: one step"`,
+		`class="bar" data-name="DataParallel"`, `class="span" data-name="sum"`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report page lacks %q", want)
+		}
 	}
 }

@@ -13,12 +13,15 @@ import (
 const LabFile = "lab.json"
 
 // Lab is the part of lab.json (written by `fleet bench lab`) that the
-// report reads: the batch-size sweep. Other fields of the file are
-// ignored. The JSON names are those the lab writes.
+// report reads: the batch-size sweep and the dataparallel experiment.
+// Other fields of the file are ignored. The JSON names are those the lab
+// writes.
 type Lab struct {
 	Device     string `json:"device"`
 	DeviceName string `json:"device_name,omitempty"`
 	Sweep      Sweep  `json:"batch_sweep"`
+	// DataParallel is the dataparallel experiment, where it ran.
+	DataParallel *DataParallel `json:"dataparallel,omitempty"`
 }
 
 // Sweep is training steps timed at a range of micro-batch sizes.
@@ -45,7 +48,8 @@ type SweepPoint struct {
 	PeakBytes int64   `json:"peak_bytes,omitempty"`
 }
 
-// ReadLab reads lab.json. It accepts the sweep as Lab's batch_sweep
+// ReadLab reads lab.json: the sweep, the dataparallel experiment, or
+// both (a lab run with --only may have left either out). It accepts the sweep as Lab's batch_sweep
 // object, or as an array under batch_sweep or sweep, and within a point
 // the batch as batch, batch_size or micro_batch, tokens/s under the usual
 // names, utilisation as a fraction (utilisation, util) or a percentage
@@ -79,8 +83,19 @@ func ReadLab(path string) (Lab, error) {
 			break
 		}
 	}
+	if v, ok := raw["dataparallel"].(map[string]any); ok {
+		b, _ := json.Marshal(v)
+		var d DataParallel
+		if err := json.Unmarshal(b, &d); err != nil {
+			return lab, fmt.Errorf("%s: dataparallel: %w", path, err)
+		}
+		lab.DataParallel = &d
+	}
 	if pts == nil {
-		return lab, fmt.Errorf("%s: no batch sweep (batch_sweep or sweep)", path)
+		if lab.DataParallel != nil {
+			return lab, nil // a lab run without the sweep (--only)
+		}
+		return lab, fmt.Errorf("%s: no batch sweep (batch_sweep or sweep) and no dataparallel experiment", path)
 	}
 	for _, p := range pts {
 		m, ok := p.(map[string]any)

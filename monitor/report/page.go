@@ -108,10 +108,16 @@ pre { background: #f4f6f8; padding: 12px; border-radius: 6px; white-space: pre-w
 <h2>Training curves</h2>
 <div class="grid">{{range .Plots}}{{.}}{{end}}</div>
 
-{{with .Lab}}<h2>Batch-size sweep</h2>
+{{with .Lab}}{{if .Sweep.Points}}<h2>Batch-size sweep</h2>
 <p class="meta">{{.Device}}{{with .DeviceName}} ({{.}}){{end}}{{with .Sweep.Chosen}} · --batch-size auto takes {{.}}{{end}}{{with .Sweep.UtilSource}} · utilisation: {{.}}{{end}}</p>
 {{with .Sweep.Summary}}<p>{{.}}</p>{{end}}{{with .Sweep.Stop}}<p class="meta">{{.}}</p>{{end}}
 <div class="grid">{{range $.LabPlots}}{{.}}{{end}}</div>{{end}}
+{{with .DataParallel}}<h2>DataParallel against DDP</h2>
+<p class="meta">{{len .Devices}} devices ({{range $i, $d := .Devices}}{{if $i}}, {{end}}{{$d}}{{end}}), global batch {{.Batch}} × {{.BlockSize}} tokens, {{.Params}} parameters · {{.Method}}</p>
+<ul>{{range .Conclusion}}<li>{{.}}</li>{{end}}</ul>
+<p class="meta">Bytes through the first device: {{.BytesMethod}}</p>
+<div class="grid">{{range $.DPPlots}}{{.}}{{end}}</div>
+<ul class="meta">{{range .Modes}}<li>{{.Name}}: {{.TimelineNote}}{{with .Command}} · <code>{{.}}</code>{{end}}</li>{{end}}</ul>{{end}}{{end}}
 <h2>Configuration</h2>
 {{if .Config}}<div class="tables">{{range .Config}}<table>{{if .Name}}<tr><th colspan="2">{{.Name}}</th></tr>{{end}}{{range .Rows}}<tr><th>{{.Key}}</th><td>{{.Value}}</td></tr>{{end}}</table>{{end}}</div>
 {{else}}<p class="meta">No config.json.</p>{{end}}

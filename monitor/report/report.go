@@ -287,7 +287,7 @@ func (r *Run) series(k string) []Series {
 // labPlots draws the batch-size sweep: tokens/s, utilisation (and MFU)
 // and peak memory against the batch.
 func (r *Run) labPlots() []template.HTML {
-	if r.Lab == nil {
+	if r.Lab == nil || len(r.Lab.Sweep.Points) == 0 {
 		return nil
 	}
 	var x, tps, util, mfu, mem []float64
@@ -414,6 +414,9 @@ func configTables(c map[string]any) []struct {
 func (r *Run) WriteHTML(w io.Writer) error {
 	d := pageData{Title: "fleet run " + filepath.Base(filepath.Clean(r.Dir)), Dir: r.Dir,
 		Generated: time.Now().UTC().Format(time.RFC3339), Problems: r.Problems, Plots: r.plots(), LabPlots: r.labPlots()}
+	if r.Lab != nil {
+		d.DPPlots = dataParallelPlots(r.Lab.DataParallel)
+	}
 	if r.Summary != nil {
 		// Two columns of rows, side by side.
 		rows := table(r.Summary, summaryFirst)
@@ -448,10 +451,10 @@ type pageData struct {
 		Name string
 		Rows []kv
 	}
-	Plots, LabPlots []template.HTML
-	Lab             *Lab
-	Diagnosis       string
-	Verdict         string
-	Healthy         bool
-	Phases          template.HTML
+	Plots, LabPlots, DPPlots []template.HTML
+	Lab                      *Lab
+	Diagnosis                string
+	Verdict                  string
+	Healthy                  bool
+	Phases                   template.HTML
 }

@@ -33,6 +33,8 @@ const (
 	CheckpointDir = "checkpoints"
 	// PipelineFile is where a pipelined run writes its pipeline report.
 	PipelineFile = "pipeline.json"
+	// ReplicasFile is where a --replicas run writes its report.
+	ReplicasFile = "replicas.json"
 )
 
 // runPrefix names the numbered run folders: run-001, run-002, ...
@@ -41,7 +43,7 @@ const runPrefix = "run-"
 // runFiles are the files and folders a run writes into its folder. A
 // folder holding any of them holds a run, finished or not.
 var runFiles = []string{ConfigFile, TokenizerFile, MetricsFile, SummaryFile, ModelFile, BestFile,
-	CheckpointDir, diagnose.TelemetryFile, PipelineFile}
+	CheckpointDir, diagnose.TelemetryFile, PipelineFile, ReplicasFile}
 
 // runFilesIn lists the run files in dir, and its numbered run folders.
 func runFilesIn(dir string) []string {
