@@ -179,11 +179,7 @@ func fleetRun(o Options, dir string, args ...string) error {
 	err := cmd.Run()
 	os.WriteFile(filepath.Join(dir, "log.txt"), out.Bytes(), 0o644)
 	if err != nil {
-		tail := out.String()
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
-		return fmt.Errorf("fleet %s: %v\n%s", strings.Join(args, " "), err, tail)
+		return fmt.Errorf("fleet %s: %v\n%s", strings.Join(args, " "), err, tail(out.String(), 2000))
 	}
 	return nil
 }

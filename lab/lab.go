@@ -61,6 +61,9 @@ type Options struct {
 	// DPDevices is the dataparallel experiment's device count (0: 2, or
 	// 4 of a simulated GPU).
 	DPDevices int
+	// RecapSeconds is the recap experiment's wall-clock budget for each
+	// model (0: 60 s, 4 s with Quick).
+	RecapSeconds float64
 	// Data is the training data of the dataparallel and recap
 	// experiments, as fleet train's --data takes it ("": the default
 	// corpus).
@@ -71,7 +74,7 @@ type Options struct {
 
 // Experiments names the lab's experiments, in the order they run: what
 // Options.Only (--only) takes.
-var Experiments = []string{"vector-add", "matmul", "host-to-device", "batch-sweep", "precision", "grad-accum", "gpu-speedup", "dataparallel"}
+var Experiments = []string{"vector-add", "matmul", "host-to-device", "batch-sweep", "precision", "grad-accum", "gpu-speedup", "dataparallel", "recap"}
 
 // CheckOnly checks a list of experiment names against Experiments.
 func CheckOnly(names []string) error {
@@ -188,6 +191,11 @@ func Run(opts Options) (*Result, error) {
 		{"DataParallel against DDP", func() error {
 			d, err := dataParallel(dev, opts)
 			res.DataParallel = &d
+			return err
+		}},
+		{"recap: n-gram, LSTM and Transformer", func() error {
+			r, err := recap(dev, opts)
+			res.Recap = &r
 			return err
 		}},
 	}

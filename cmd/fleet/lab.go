@@ -32,13 +32,15 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 	accumSteps := fs.Int("accum-steps", 4, "accumulation steps k: B×k as one batch against k micro-batches of B")
 	only := fs.String("only", "", "run only these experiments, comma-separated: "+strings.Join(lab.Experiments, ", "))
 	dpDevices := fs.Int("dp-devices", 0, "devices of the dataparallel experiment (0: 2; 4 of a simulated GPU)")
-	fs.StringVar(&c.Data, "data", "", "training data of the dataparallel experiment, as fleet train takes it (default: fleet train's default corpus)")
+	recapSec := fs.Float64("recap-seconds", 0, "wall-clock budget of each model of the recap experiment (0: 60, 4 with --quick)")
+	fs.StringVar(&c.Data, "data", "", "training data of the dataparallel and recap experiments, as fleet train takes it (default: fleet train's default corpus)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fleet bench lab [flags]\n\n"+
 			"Measures a GPU-performance lecture's examples on this machine: vector-add bandwidth from cache to DRAM,\n"+
 			"matmul TFLOP/s against the peak, pageable vs pinned uploads, a batch-size sweep, fp32 vs bf16 steps,\n"+
 			"gradient accumulation, the GPU's speed-up over the CPU, and one device against DataParallel (--replicas) and DDP\n"+
-			"(fleet run) on the same devices. The model flags shape the training experiments.\n\n")
+			"(fleet run) on the same devices, and an n-gram, an LSTM and the Transformer trained for the same time on the same\n"+
+			"data (recap). The model flags shape the training experiments.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args, stderr); err != nil {
@@ -60,6 +62,9 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--only: %w", err)
 		}
 	}
+	if *recapSec < 0 {
+		return fmt.Errorf("--recap-seconds must not be negative")
+	}
 	if *dpDevices < 0 || *dpDevices == 1 {
 		return fmt.Errorf("--dp-devices %d: give 2 or more (0: the default)", *dpDevices)
 	}
@@ -74,7 +79,7 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 		Device: c.Device, Quick: *quick, Model: c, Vocab: *vocab,
 		MaxBytes: *maxMiB << 20, MaxBatch: *maxBatch, MaxStepMs: *maxStep,
 		AccumBatch: *accumBatch, AccumSteps: *accumSteps, Log: stdout,
-		Only: onlyList, Fleet: self, DPDevices: *dpDevices, Data: c.Data,
+		Only: onlyList, Fleet: self, DPDevices: *dpDevices, Data: c.Data, RecapSeconds: *recapSec,
 	})
 	if err != nil {
 		return err

@@ -13,15 +13,17 @@ import (
 const LabFile = "lab.json"
 
 // Lab is the part of lab.json (written by `fleet bench lab`) that the
-// report reads: the batch-size sweep and the dataparallel experiment.
+// report reads: the batch-size sweep and the dataparallel and recap
+// experiments.
 // Other fields of the file are ignored. The JSON names are those the lab
 // writes.
 type Lab struct {
 	Device     string `json:"device"`
 	DeviceName string `json:"device_name,omitempty"`
 	Sweep      Sweep  `json:"batch_sweep"`
-	// DataParallel is the dataparallel experiment, where it ran.
+	// DataParallel and Recap are those experiments, where they ran.
 	DataParallel *DataParallel `json:"dataparallel,omitempty"`
+	Recap        *Recap        `json:"recap,omitempty"`
 }
 
 // Sweep is training steps timed at a range of micro-batch sizes.
@@ -48,8 +50,9 @@ type SweepPoint struct {
 	PeakBytes int64   `json:"peak_bytes,omitempty"`
 }
 
-// ReadLab reads lab.json: the sweep, the dataparallel experiment, or
-// both (a lab run with --only may have left either out). It accepts the sweep as Lab's batch_sweep
+// ReadLab reads lab.json: the sweep, the dataparallel and the recap
+// experiments, any of them (a lab run with --only leaves some out). It
+// accepts the sweep as Lab's batch_sweep
 // object, or as an array under batch_sweep or sweep, and within a point
 // the batch as batch, batch_size or micro_batch, tokens/s under the usual
 // names, utilisation as a fraction (utilisation, util) or a percentage
@@ -91,11 +94,19 @@ func ReadLab(path string) (Lab, error) {
 		}
 		lab.DataParallel = &d
 	}
+	if v, ok := raw["recap"].(map[string]any); ok {
+		b, _ := json.Marshal(v)
+		var r Recap
+		if err := json.Unmarshal(b, &r); err != nil {
+			return lab, fmt.Errorf("%s: recap: %w", path, err)
+		}
+		lab.Recap = &r
+	}
 	if pts == nil {
-		if lab.DataParallel != nil {
+		if lab.DataParallel != nil || lab.Recap != nil {
 			return lab, nil // a lab run without the sweep (--only)
 		}
-		return lab, fmt.Errorf("%s: no batch sweep (batch_sweep or sweep) and no dataparallel experiment", path)
+		return lab, fmt.Errorf("%s: no batch sweep (batch_sweep or sweep), no dataparallel and no recap experiment", path)
 	}
 	for _, p := range pts {
 		m, ok := p.(map[string]any)

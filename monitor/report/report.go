@@ -416,6 +416,7 @@ func (r *Run) WriteHTML(w io.Writer) error {
 		Generated: time.Now().UTC().Format(time.RFC3339), Problems: r.Problems, Plots: r.plots(), LabPlots: r.labPlots()}
 	if r.Lab != nil {
 		d.DPPlots = dataParallelPlots(r.Lab.DataParallel)
+		d.RecapPlots = recapPlots(r.Lab.Recap)
 	}
 	if r.Summary != nil {
 		// Two columns of rows, side by side.
@@ -451,10 +452,10 @@ type pageData struct {
 		Name string
 		Rows []kv
 	}
-	Plots, LabPlots, DPPlots []template.HTML
-	Lab                      *Lab
-	Diagnosis                string
-	Verdict                  string
-	Healthy                  bool
-	Phases                   template.HTML
+	Plots, LabPlots, DPPlots, RecapPlots []template.HTML
+	Lab                                  *Lab
+	Diagnosis                            string
+	Verdict                              string
+	Healthy                              bool
+	Phases                               template.HTML
 }
