@@ -139,13 +139,13 @@ const dpBytesMethod = "P parameters of 4 bytes (F32 master weights and gradients
 	"a few bytes, are left out)"
 
 // trainArgs renders the model flags of c (its shape, precision, seed and
-// learning rate) for a fleet train command line: those that differ from
-// fleet train's defaults.
+// learning rate) and DDP's bucket size for a fleet train command line:
+// those that differ from fleet train's defaults.
 func trainArgs(c train.Config) []string {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	def := flag.NewFlagSet("", flag.ContinueOnError)
 	var names []string
-	for _, n := range config.ModelFlags {
+	for _, n := range append(config.ModelFlags, "bucket-mb") {
 		switch n {
 		case "device", "batch-size", "grad-accum", "memory-limit", "cuda-graphs":
 		default:
@@ -251,7 +251,7 @@ func dpMeasured(devs []tensor.Device, o Options, d *DataParallel) error {
 	d.Measured = true
 	d.Method = fmt.Sprintf("each mode a fleet training run of %d steps on the default corpus or --data; the step time is summary.json's median "+
 		"(skipping 5 warm-up steps), tokens/s the job's", steps)
-	if kind == tensor.CPU.Kind {
+	if devs[0].OnCPU() {
 		d.Method += fmt.Sprintf("; cpu:N are logical devices over this machine's %d cores, which one device already uses: here the modes share the cores, "+
 			"so an efficiency near 1/%d is the expected, and the comparison shows each mode's overheads", runtime.NumCPU(), n)
 	}

@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -45,11 +46,18 @@ type replicaRun struct {
 	// The step's timeline, in host wall time from its begin: each
 	// device's broadcast, forward and backward passes and gradient sum,
 	// and the first device's update (from the sum's end to the next
-	// step's begin). last is the last whole step's.
+	// step's begin). kept are whole steps' timelines after the warm-up,
+	// up to keptSteps of them, for the report's median step.
 	t0, reduced time.Time
-	tl, last    []TimelineSlot
+	tl          []TimelineSlot
+	kept        [][]TimelineSlot
 	mu          sync.Mutex
 }
+
+// keptSteps is how many steps' timelines a run keeps (after 5 warm-up
+// steps, as the summary's medians skip them): the report shows the one
+// of median length.
+const keptSteps = 64
 
 // span adds a slot of device i from start to now to the step's timeline.
 func (p *replicaRun) span(i int, kind string, micro int, start time.Time) {
@@ -70,7 +78,7 @@ type ReplicaReport struct {
 	// BytesPerStep is the bytes through the first device per step:
 	// parameters out, micro-batch rows out, losses and gradients in.
 	BytesPerStep float64 `json:"bytes_per_step"`
-	// Timeline is the last step: per device (Stage is its index), its
+	// Timeline is a step of median length: per device (Stage is its index), its
 	// broadcast (the parameters copied to it), fwd+bwd (its rows forward
 	// and backward), sum (its gradients added into the first device's)
 	// and, on the first device, update (the optimizer and the step's
@@ -134,9 +142,9 @@ func (p *replicaRun) rows(i, b int) (lo, hi int) {
 // begin broadcasts the first device's parameters to the replicas.
 func (p *replicaRun) begin() {
 	now := time.Now()
-	if p.steps > 0 { // the previous step's update ran until now
+	if p.steps > 5 && len(p.kept) < keptSteps { // the previous step's update ran until now
 		p.span(0, "update", 0, p.reduced)
-		p.last = append(p.last[:0], p.tl...)
+		p.kept = append(p.kept, append([]TimelineSlot(nil), p.tl...))
 	}
 	p.t0, p.tl = now, p.tl[:0]
 	p.steps++
@@ -270,13 +278,31 @@ func (p *replicaRun) finish() error {
 	if p.steps == 0 {
 		return nil
 	}
-	rep := ReplicaReport{Steps: p.steps, BytesPerStep: float64(p.moved) / float64(p.steps), Timeline: p.last,
-		Note: "host wall times of the last whole step; each device's work ran on its own goroutine with its own tensor program"}
+	rep := ReplicaReport{Steps: p.steps, BytesPerStep: float64(p.moved) / float64(p.steps), Timeline: medianStep(p.kept),
+		Note: fmt.Sprintf("host wall times of the step of median length among %d after 5 warm-up steps; each device's work ran on its own goroutine with its own tensor program", len(p.kept))}
 	for _, d := range p.devs {
 		rep.Devices = append(rep.Devices, d.String())
 	}
 	fmt.Fprintf(p.r.log, "replicas: %.0f bytes per step through %v (parameters out, rows out, losses and gradients in)\n", rep.BytesPerStep, p.devs[0])
 	return writeJSON(filepath.Join(p.r.cfg.Out, ReplicasFile), rep)
+}
+
+// medianStep is the timeline, of those given, whose last slot ends at
+// the median time (nil if none).
+func medianStep(steps [][]TimelineSlot) []TimelineSlot {
+	if len(steps) == 0 {
+		return nil
+	}
+	end := func(tl []TimelineSlot) float64 {
+		e := 0.0
+		for _, s := range tl {
+			e = max(e, s.EndMs)
+		}
+		return e
+	}
+	sorted := append([][]TimelineSlot(nil), steps...)
+	sort.SliceStable(sorted, func(i, j int) bool { return end(sorted[i]) < end(sorted[j]) })
+	return sorted[len(sorted)/2]
 }
 
 // close frees the replicas and gives their devices back to the default

@@ -22,6 +22,7 @@ func labCmd(args []string, stdout, stderr io.Writer) error {
 	c := train.Default()
 	fs := flag.NewFlagSet("bench lab", flag.ContinueOnError)
 	config.Flags.Register(fs, &c, config.ModelFlags...)
+	config.Flags.RegisterUsage(fs, &c, "bucket-mb", "the dataparallel experiment's DDP: MiB of gradients per all-reduce bucket")
 	out := fs.String("out", "lab", "folder for lab.json (fleet report DIR plots it)")
 	quick := fs.Bool("quick", false, "smaller and fewer sizes: about 30 s on two CPU cores")
 	vocab := fs.Int("vocab-size", 65, "vocabulary of the random tokens the training experiments use")
