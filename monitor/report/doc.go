@@ -1,7 +1,8 @@
 // Package report turns a run's folder into one self-contained HTML page:
 // the run's summary and configuration, its loss, throughput and device
 // curves from metrics.jsonl, the bottleneck diagnosis from
-// telemetry.json, and the batch-size sweep of lab.json when there is one.
+// telemetry.json, and what lab.json holds when there is one: the batch-size
+// sweep, the DataParallel-against-DDP comparison and the recap.
 //
 // The page has no scripts, fonts or links to fetch: plots are inline SVG
 // drawn here (LinePlot, which other commands may reuse), and all text is
