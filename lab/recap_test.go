@@ -73,3 +73,16 @@ func TestRecapQuick(t *testing.T) {
 		t.Errorf("output:\n%s", text)
 	}
 }
+
+// TestRecapSimulated: on a simulated GPU, which computes nothing, the
+// recap says it is not applicable instead of failing the lab.
+func TestRecapSimulated(t *testing.T) {
+	var log bytes.Buffer
+	res, err := Run(Options{Device: "sim:h100", Model: train.Default(), Quick: true, Only: []string{"recap"}, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Recap; r == nil || len(r.Models) != 0 || !strings.HasPrefix(r.Note, "not applicable") || !strings.Contains(log.String(), r.Note) {
+		t.Errorf("recap on sim:h100: %+v\n%s", r, log.String())
+	}
+}

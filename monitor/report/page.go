@@ -119,12 +119,13 @@ pre { background: #f4f6f8; padding: 12px; border-radius: 6px; white-space: pre-w
 <div class="grid">{{range $.DPPlots}}{{.}}{{end}}</div>
 <ul class="meta">{{range .Modes}}<li>{{.Name}}: {{.TimelineNote}}{{with .Command}} · <code>{{.}}</code>{{end}}</li>{{end}}</ul>{{end}}
 {{with .Recap}}<h2>Recap: n-gram, LSTM and Transformer</h2>
+{{with .Note}}<p class="meta">{{.}}</p>{{end}}{{if .Models}}
 <p class="meta">{{.Data}} · {{.TrainTokens}} train and {{.ValTokens}} val tokens · {{printf "%.0f" .BudgetSec}} s each · {{.Method}}</p>
 <table><tr><th>model</th><th>arch</th><th>parameters</th><th>tokens/s</th><th>val perplexity</th><th>time s</th><th></th></tr>
 {{range .Models}}<tr><td>{{.Name}}</td><td>{{.Arch}}</td>{{if .Skipped}}<td colspan="5">skipped: {{.Skipped}}</td>{{else}}<td>{{.Params}}</td><td>{{printf "%.0f" .TokensPerSec}}</td><td>{{printf "%.3f" .ValPerplexity}}</td><td>{{printf "%.1f" .ElapsedSec}}</td><td class="meta">{{.Note}}</td>{{end}}</tr>
 {{end}}</table>
 {{with .Summary}}<p>{{.}}</p>{{end}}
-<div class="grid">{{range $.RecapPlots}}{{.}}{{end}}</div>{{end}}{{end}}
+<div class="grid">{{range $.RecapPlots}}{{.}}{{end}}</div>{{end}}{{end}}{{end}}
 <h2>Configuration</h2>
 {{if .Config}}<div class="tables">{{range .Config}}<table>{{if .Name}}<tr><th colspan="2">{{.Name}}</th></tr>{{end}}{{range .Rows}}<tr><th>{{.Key}}</th><td>{{.Value}}</td></tr>{{end}}</table>{{end}}</div>
 {{else}}<p class="meta">No config.json.</p>{{end}}

@@ -15,6 +15,8 @@ type Recap struct {
 	Method      string       `json:"method"`
 	Models      []RecapModel `json:"models"`
 	Summary     string       `json:"summary"`
+	// Note, when set, says why the recap did not run (a simulated GPU).
+	Note string `json:"note,omitempty"`
 }
 
 // RecapModel is one model of the recap.
