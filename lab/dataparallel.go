@@ -164,9 +164,9 @@ func trainArgs(c train.Config) []string {
 	return args
 }
 
-// fleetRun runs the fleet binary with args, its output to a log file in
-// dir, and returns that output if it fails.
-func fleetRun(o Options, dir string, args ...string) error {
+// fleetRun runs the fleet binary with args; its error holds the end of
+// the output.
+func fleetRun(o Options, args ...string) error {
 	if o.Fleet == "" {
 		return errors.New("no fleet binary to run the training modes with (Options.Fleet)")
 	}
@@ -176,9 +176,7 @@ func fleetRun(o Options, dir string, args ...string) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = cleanEnv()
-	err := cmd.Run()
-	os.WriteFile(filepath.Join(dir, "log.txt"), out.Bytes(), 0o644)
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("fleet %s: %v\n%s", strings.Join(args, " "), err, tail(out.String(), 2000))
 	}
 	return nil
@@ -249,8 +247,12 @@ func dpMeasured(devs []tensor.Device, o Options, d *DataParallel) error {
 			fmt.Sprintf("--batch-size=%d", c.BatchSize/n)}, common...)},
 	}
 	d.Measured = true
-	d.Method = fmt.Sprintf("each mode a fleet training run of %d steps on the default corpus or --data; the step time is summary.json's median "+
-		"(skipping 5 warm-up steps), tokens/s the job's", steps)
+	data := "--data"
+	if o.Data == "" {
+		data = "the default corpus's first MB"
+	}
+	d.Method = fmt.Sprintf("each mode a fleet training run of %d steps on %s; the step time is summary.json's median "+
+		"(skipping 5 warm-up steps), tokens/s the job's", steps, data)
 	if devs[0].OnCPU() {
 		d.Method += fmt.Sprintf("; cpu:N are logical devices over this machine's %d cores, which one device already uses: here the modes share the cores, "+
 			"so an efficiency near 1/%d is the expected, and the comparison shows each mode's overheads", runtime.NumCPU(), n)
@@ -262,7 +264,7 @@ func dpMeasured(devs []tensor.Device, o Options, d *DataParallel) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := fleetRun(o, dir, args...); err != nil {
+		if err := fleetRun(o, args...); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		var sum train.Summary

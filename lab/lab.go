@@ -191,6 +191,9 @@ func Run(opts Options) (*Result, error) {
 		{"DataParallel against DDP", func() error {
 			d, err := dataParallel(dev, opts)
 			res.DataParallel = &d
+			if res.Model.Params == 0 {
+				res.Model.Params = d.Params
+			}
 			return err
 		}},
 		{"recap: n-gram, LSTM and Transformer", func() error {
