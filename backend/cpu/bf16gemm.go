@@ -2,23 +2,22 @@ package cpu
 
 import (
 	"fmt"
-	"os"
-	"sync"
 
 	"github.com/fleetml/fleet/backend"
 )
 
 // The BF16 matrix product: A and B hold bfloat16, C is float32, and
-// products accumulate in float32. It runs one of two ways (bf16Dot):
+// products accumulate in float32. It runs one of three ways
+// (bf16product.go chooses):
 //
-//   - widened: the operands are widened to F32 (exactly) in pooled scratch
-//     and the F32 product runs on them. Where VDPBF16PS is slow or
-//     missing, this is the fastest product there is.
-//   - dot products: VDPBF16PS on packed pairs, for CPUs where a VDPBF16PS
-//     does more FLOP a second than the FMAs: timed once, at the first BF16
-//     product (a Sapphire Rapids-class Xeon issues one VDPBF16PS every
-//     other cycle, half its FMAs' FLOP; AMD's cores are expected to issue
-//     it at the FMA rate, twice the FLOP). FLEET_CPU_BF16 overrides it.
+//   - widened (bf16wide.go): the operands are widened to F32 (exactly) in
+//     pooled scratch and the F32 product runs on them. Where VDPBF16PS is
+//     slow or missing, and there is no AMX, this is the fastest there is.
+//   - dot products (here): AVX512-BF16's VDPBF16PS on packed pairs, for
+//     CPUs where a VDPBF16PS does more FLOP a second than the FMAs (a Zen 5
+//     issues it at the FMA rate, twice the FLOP; a Sapphire Rapids-class
+//     Xeon every other cycle, half its FMAs' FLOP).
+//   - AMX tiles (amx.go): TDPBF16PS, on Intel Xeons from Sapphire Rapids on.
 //
 // For the dot products, operands are packed as pairs of
 // consecutive k values in one uint32, the layout AVX512-BF16's VDPBF16PS
@@ -29,78 +28,6 @@ const (
 	bf16MR = 8
 	bf16NR = 32
 )
-
-// bf16Dot selects the VDPBF16PS product over the widened one (see above).
-// The first BF16 product sets it once, through chooseBF16 (set by
-// bf16gemm_amd64.go); tests call bf16Chosen.Do(chooseBF16) before they
-// swap it.
-var (
-	bf16Dot    = false
-	bf16Chosen sync.Once
-	chooseBF16 = func() {}
-	// hasBF16Dot says the CPU has AVX512-BF16, which the dot products
-	// need (set by bf16gemm_amd64.go); bf16How says how bf16Dot was
-	// chosen, for BF16Product.
-	hasBF16Dot = false
-	bf16How    = "this CPU has no AVX512-BF16"
-)
-
-// The CPU's BF16 products, as BF16Product names them.
-const (
-	// BF16ProductWiden widens the operands to F32 and runs the F32 product.
-	BF16ProductWiden = "widen"
-	// BF16ProductDot runs AVX512-BF16's VDPBF16PS on packed pairs.
-	BF16ProductDot = "dot"
-)
-
-// BF16Product is the BF16 product this process runs, BF16ProductWiden or
-// BF16ProductDot, and how it was chosen. The first call (or the first BF16
-// product) chooses it, once: FLEET_CPU_BF16 where set, else the faster on
-// this core (timed), unless SetBF16Product has fixed it. The two round
-// alike but sum in different orders, so a run's choice is part of what
-// makes it repeatable: the trainer records it and sets it on resume and on
-// every rank.
-func BF16Product() (kind, how string) {
-	bf16Chosen.Do(chooseBF16)
-	if bf16Dot {
-		return BF16ProductDot, bf16How
-	}
-	return BF16ProductWiden, bf16How
-}
-
-// SetBF16Product fixes this process's BF16 product (a run's recorded
-// choice). BF16ProductDot needs AVX512-BF16 and is refused, naming it,
-// where the CPU lacks it. Call it before a product runs, not during one.
-func SetBF16Product(kind string) error {
-	switch kind {
-	case BF16ProductWiden:
-	case BF16ProductDot:
-		if !hasBF16Dot {
-			return fmt.Errorf("cpu: the bf16 product %q needs AVX512-BF16 (VDPBF16PS), which this CPU lacks", kind)
-		}
-	default:
-		return fmt.Errorf("cpu: no bf16 product %q (want %q or %q)", kind, BF16ProductDot, BF16ProductWiden)
-	}
-	bf16Chosen.Do(func() {}) // no timing after this
-	bf16Dot, bf16How = kind == BF16ProductDot, "set"
-	return nil
-}
-
-// bf16DotFromEnv returns the choice of product the environment variable
-// FLEET_CPU_BF16 makes ("dot" or "widen"), else def's: a way to time both
-// on one machine.
-func bf16DotFromEnv(def func() bool) bool {
-	switch os.Getenv("FLEET_CPU_BF16") {
-	case "dot":
-		bf16How = "FLEET_CPU_BF16"
-		return true
-	case "widen":
-		bf16How = "FLEET_CPU_BF16"
-		return false
-	}
-	bf16How = "timed: the faster on this core"
-	return def()
-}
 
 // bf16Kernel adds (or, when add is false, writes) one 8×32 block over kp
 // k-pairs from packed strips a (kp×8 pairs) and b (kp×32 pairs) into c.
@@ -116,8 +43,9 @@ func bf16KernelGo(kp int, a, b []uint32, c []float32, ldc int, add bool) {
 			a0, a1 := backend.BF16ToF32(uint16(pa)), backend.BF16ToF32(uint16(pa>>16))
 			bk := (*[bf16NR]uint32)(b[k*bf16NR:])
 			for j, pb := range bk {
-				// Both products are exact in float32; add the low pair first, as VDPBF16PS does.
-				acc[j] += a0*backend.BF16ToF32(uint16(pb)) + a1*backend.BF16ToF32(uint16(pb>>16))
+				// VDPBF16PS: two FMAs, the high pair's product first (see dotTwin).
+				acc[j] = fmaDAZFTZ(a1, backend.BF16ToF32(uint16(pb>>16)), acc[j])
+				acc[j] = fmaDAZFTZ(a0, backend.BF16ToF32(uint16(pb)), acc[j])
 			}
 		}
 		row := (*[bf16NR]float32)(c[r*ldc:])
@@ -139,18 +67,23 @@ type bf16Packed struct{ a, b []uint32 }
 
 var bf16PackedPool pool[bf16Packed]
 
-// matmulBF16 is MatMul for BF16 A and B and F32 C. Alpha must be 1. Like
-// the F32 product, it packs each operand once, in parallel, then computes
-// tiles of C from the packed pairs.
+// matmulBF16 is MatMul for BF16 A and B and F32 C. Alpha must be 1. It
+// runs this process's product (bf16Use).
 func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.Alpha != 1 {
 		panic(fmt.Sprintf("cpu: bf16 matmul with alpha %v (only 1 is supported)", p.Alpha))
 	}
 	bf16Chosen.Do(chooseBF16)
-	if !bf16Dot {
-		c.matmulBF16Wide(p, a, b, cc, bias)
-		return
+	if bf16Use == nil {
+		panic("cpu: bf16 matmul: " + bf16How)
 	}
+	bf16Use.run(c, p, a, b, cc, bias)
+}
+
+// matmulBF16Dot is the dot-product BF16 product. Like the F32 product, it
+// packs each operand once, in parallel, then computes tiles of C from the
+// packed pairs.
+func (c *CPU) matmulBF16Dot(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	t := bf16Tasks.get()
 	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
 	if !bias.Nil() {
@@ -291,9 +224,9 @@ func packPairsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp in
 	}
 }
 
-// packPairsB packs columns [j0, j0+cols) of op(B) (K×N) into one strip:
-// dst[k*NR + c] = op(B)[2k, j0+c] | op(B)[2k+1, j0+c]<<16, zero past the
-// columns and past K.
+// packPairsB packs columns [j0, j0+cols) of op(B) (K×N) into one strip
+// of kp pairs (kp ≥ K/2 rounded up): dst[k*NR + c] = op(B)[2k, j0+c] |
+// op(B)[2k+1, j0+c]<<16, zero past the columns and past K.
 func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp int) {
 	strip := dst[:kp*bf16NR]
 	even := K / 2
@@ -313,7 +246,7 @@ func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp in
 			for k := k0; k < even; k++ {
 				strip[k*bf16NR+c] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
 			}
-			if even < kp {
+			if K%2 == 1 {
 				strip[even*bf16NR+c] = uint32(row[2*even])
 			}
 		}
@@ -330,7 +263,7 @@ func packPairsB(dst []uint32, b []uint16, ld int, trans bool, j0, cols, K, kp in
 			out[c] = uint32(lo[c]) | uint32(hi[c])<<16
 		}
 	}
-	if even < kp {
+	if K%2 == 1 {
 		lo, out := b[2*even*ld+j0:][:cols], strip[even*bf16NR:][:cols]
 		for c := range out {
 			out[c] = uint32(lo[c])

@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"time"
-
-	"golang.org/x/sys/cpu"
-)
+import "golang.org/x/sys/cpu"
 
 func init() {
 	if cpu.X86.HasAVX512F {
@@ -42,8 +38,7 @@ func init() {
 			_, _, _ = a[kp*bf16MR-1], b[kp*bf16NR-1], c[(bf16MR-1)*ldc+bf16NR-1]
 			bf16KernelAVX512(kp, &a[0], &b[0], &c[0], ldc, add)
 		}
-		hasBF16Dot = true
-		chooseBF16 = func() { bf16Dot = bf16DotFromEnv(dotBeatsFMA) }
+		dotProduct.unavailable = func() string { return "" }
 	}
 }
 
@@ -75,22 +70,3 @@ func transposePairs8AVX2(dst *uint32, dstK int, src *uint16, ld, blocks int)
 //
 //go:noescape
 func dpbf16LoopAVX512(n int)
-
-// dotBeatsFMA reports whether this core's VDPBF16PS chains do more FLOP a
-// second than its FMA chains: the best of three short runs of each
-// (about a millisecond in all), interleaved. The rates differ by 2× or
-// more on the cores this was written for, so the answer is stable.
-func dotBeatsFMA() bool {
-	const n = 1 << 14
-	rate := func(loop func(int), flopPerIter float64) float64 {
-		t := time.Now()
-		loop(n)
-		return flopPerIter * n / max(time.Since(t).Seconds(), 1e-9)
-	}
-	var dp, fma float64
-	for range 3 {
-		dp = max(dp, rate(dpbf16LoopAVX512, 12*64))
-		fma = max(fma, rate(fmaLoopAVX512, 12*32))
-	}
-	return dp > fma
-}

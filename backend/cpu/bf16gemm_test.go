@@ -19,24 +19,26 @@ func TestMatMulBF16(t *testing.T) {
 	type kernel = func(kp int, a, b []uint32, c []float32, ldc int, add bool)
 	modes := []struct {
 		name         string
-		dot          bool
+		q            *bf16Product
 		k            kernel
 		portablePack bool
-	}{{"widened", false, bf16Kernel, false}, {"dot/default", true, bf16Kernel, false}, {"dot/go", true, bf16KernelGo, true}}
+	}{{"widened", widenProduct, bf16Kernel, false}, {"dot/default", dotProduct, bf16Kernel, false}, {"dot/go", dotProduct, bf16KernelGo, true},
+		{"amx/go", amxProduct, bf16Kernel, true}}
 	type transpose = func([]uint32, int, []uint16, int, int) int
 	bf16Chosen.Do(chooseBF16)
-	defer func(k kernel, dot bool, il32, il8 func([]uint32, []uint16, int, int) int, tr transpose) {
-		bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8 = k, dot, il32, il8, tr
-	}(bf16Kernel, bf16Dot, interleaveRows32, interleaveRows8, transposePairs8)
+	defer func(k kernel, q *bf16Product, il32, il8 func([]uint32, []uint16, int, int) int, tr transpose, ak amxKernelFunc) {
+		bf16Kernel, bf16Use, interleaveRows32, interleaveRows8, transposePairs8, amxKernel = k, q, il32, il8, tr, ak
+	}(bf16Kernel, bf16Use, interleaveRows32, interleaveRows8, transposePairs8, amxKernel)
+	amxKernel = amxKernelGo // the AMX driver with the portable kernel (the assembly: TestAMXProduct)
 	il32, il8, tr := interleaveRows32, interleaveRows8, transposePairs8
 	c := newCPU(2)
 	r := rng.New(5)
 	if cpu.X86.HasAVX512BF16 {
-		t.Logf("this CPU has AVX512-BF16: the default kernel uses VDPBF16PS; the product uses it: %v", bf16Dot)
+		t.Logf("this CPU has AVX512-BF16: the default kernel uses VDPBF16PS; the product uses it: %v", bf16Use == dotProduct)
 	}
 	for _, mode := range modes {
 		name := mode.name
-		bf16Kernel, bf16Dot = mode.k, mode.dot
+		bf16Kernel, bf16Use = mode.k, mode.q
 		interleaveRows32, interleaveRows8, transposePairs8 = il32, il8, tr
 		if mode.portablePack {
 			interleaveRows32, interleaveRows8 = noPairs, noPairs
@@ -100,16 +102,19 @@ func TestMatMulBF16(t *testing.T) {
 	}
 }
 
-// TestMatMulBF16Bias checks the bias epilogue of both BF16 products, with
+// TestMatMulBF16Bias checks the bias epilogue of every BF16 product, with
 // tasks split by rows and by columns: C with a bias is C without one plus
 // the bias on every row.
 func TestMatMulBF16Bias(t *testing.T) {
 	bf16Chosen.Do(chooseBF16)
-	defer func(dot bool) { bf16Dot = dot }(bf16Dot)
+	defer func(q *bf16Product, ak amxKernelFunc) { bf16Use, amxKernel = q, ak }(bf16Use, amxKernel)
+	if !amxProduct.offered() {
+		amxKernel = amxKernelGo
+	}
 	c := newCPU(2)
 	r := rng.New(8)
-	for _, dot := range []bool{false, true} {
-		bf16Dot = dot
+	for _, q := range []*bf16Product{widenProduct, dotProduct, amxProduct} {
+		bf16Use = q
 		for _, sh := range [][3]int{{100, 40, 30}, {10, 40, 300}} {
 			m, k, n := sh[0], sh[1], sh[2]
 			bf := func(n int) backend.Ref {
@@ -130,7 +135,7 @@ func TestMatMulBF16Bias(t *testing.T) {
 			g1, g2 := get(c, c1, m*n), get(c, c2, m*n)
 			for i := range g1 {
 				if d := math.Abs(float64(g2[i] - g1[i] - bias[i%n])); d > 1e-5 {
-					t.Fatalf("dot %v %v: C[%d] = %v with bias %v, %v without", dot, sh, i, g2[i], bias[i%n], g1[i])
+					t.Fatalf("%s %v: C[%d] = %v with bias %v, %v without", q.name, sh, i, g2[i], bias[i%n], g1[i])
 				}
 			}
 		}
@@ -148,7 +153,7 @@ func BenchmarkMatMulBF16(b *testing.B) {
 // so their GFLOP/s compare.
 func BenchmarkMatMulBF16Shapes(b *testing.B) {
 	bf16Chosen.Do(chooseBF16)
-	defer func(dot bool) { bf16Dot = dot }(bf16Dot)
+	defer func(q *bf16Product) { bf16Use = q }(bf16Use)
 	for _, cs := range []struct {
 		name           string
 		m, k, n        int
@@ -161,11 +166,11 @@ func BenchmarkMatMulBF16Shapes(b *testing.B) {
 		{"square_512", 512, 512, 512, false, false},
 	} {
 		b.Run(cs.name+"/f32", func(b *testing.B) { benchF32(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
-		bf16Dot = false
-		b.Run(cs.name+"/bf16_widened", func(b *testing.B) { benchBF16(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
-		if cpu.X86.HasAVX512BF16 {
-			bf16Dot = true
-			b.Run(cs.name+"/bf16_dot", func(b *testing.B) { benchBF16(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
+		for _, q := range []*bf16Product{widenProduct, dotProduct, amxProduct} {
+			if q.offered() {
+				bf16Use = q
+				b.Run(cs.name+"/bf16_"+q.name, func(b *testing.B) { benchBF16(b, cs.m, cs.k, cs.n, cs.transA, cs.transB) })
+			}
 		}
 	}
 }
@@ -258,7 +263,7 @@ func TestMatMulRound(t *testing.T) {
 // without AVX512-BF16 (here pretended), as is a kind that does not exist.
 func TestSetBF16Product(t *testing.T) {
 	bf16Chosen.Do(chooseBF16)
-	defer func(dot, has bool, how string) { bf16Dot, hasBF16Dot, bf16How = dot, has, how }(bf16Dot, hasBF16Dot, bf16How)
+	defer func(q *bf16Product, how string) { bf16Use, bf16How = q, how }(bf16Use, bf16How)
 	kind, how := BF16Product()
 	t.Logf("this process chose %q (%s)", kind, how)
 	c := newCPU(2)
@@ -294,7 +299,7 @@ func TestSetBF16Product(t *testing.T) {
 	if got, want := wide, get(c, cf, m*n); !testenv.SameBits(got, want) {
 		t.Error("the widened product differs from the F32 product of the widened operands")
 	}
-	if hasBF16Dot {
+	if dotProduct.offered() {
 		if err := SetBF16Product(BF16ProductDot); err != nil {
 			t.Fatal(err)
 		}
@@ -307,11 +312,12 @@ func TestSetBF16Product(t *testing.T) {
 	} else {
 		t.Log("this CPU has no AVX512-BF16: the dot products are checked only for their refusal")
 	}
-	hasBF16Dot = false
+	restore := pretendState(dotProduct, "this CPU has no AVX512-BF16 (VDPBF16PS)")
+	defer restore()
 	if err := SetBF16Product(BF16ProductDot); err == nil || !strings.Contains(err.Error(), "AVX512-BF16") {
 		t.Errorf("dot without AVX512-BF16: %v", err)
 	}
-	if err := SetBF16Product("amx"); err == nil {
+	if err := SetBF16Product("tpu"); err == nil {
 		t.Error("an unknown product was accepted")
 	}
 }

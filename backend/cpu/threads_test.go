@@ -367,7 +367,7 @@ type kernelSet struct {
 	name     string
 	portable bool
 	gemm     microKernel
-	bf16Dot  bool
+	bf16     *bf16Product
 }
 
 // kernelSets lists every micro-kernel (with the widened BF16 product,
@@ -378,21 +378,26 @@ func kernelSets() []kernelSet {
 	bf16Chosen.Do(chooseBF16)
 	var sets []kernelSet
 	for _, mk := range gemmKernels() {
-		sets = append(sets, kernelSet{name: mk.name, gemm: mk})
+		sets = append(sets, kernelSet{name: mk.name, gemm: mk, bf16: widenProduct})
 	}
-	sets = append(sets, kernelSet{name: gemm.name + "/bf16dot", gemm: gemm, bf16Dot: true})
-	sets = append(sets, kernelSet{name: "portable", portable: true, gemm: goKernel, bf16Dot: true})
+	sets = append(sets, kernelSet{name: gemm.name + "/bf16dot", gemm: gemm, bf16: dotProduct})
+	if amxProduct.offered() {
+		sets = append(sets, kernelSet{name: gemm.name + "/bf16amx", gemm: gemm, bf16: amxProduct})
+	}
+	sets = append(sets, kernelSet{name: "portable", portable: true, gemm: goKernel, bf16: dotProduct})
+	sets = append(sets, kernelSet{name: "portable/bf16amx", portable: true, gemm: goKernel, bf16: amxProduct})
 	return sets
 }
 
 // useKernels swaps in ks's kernels and returns a function that restores
 // the previous ones.
 func useKernels(ks kernelSet) (restore func()) {
-	saved := []any{gemm, bf16Dot, binaryChunk, axpyChunk, scaleChunk, geluChunk, geluBackwardChunk, expChunk,
+	saved := []any{gemm, bf16Use, binaryChunk, axpyChunk, scaleChunk, geluChunk, geluBackwardChunk, expChunk,
 		adamwChunk, lnForwardRow, lnBackwardRow, f32ToBF16Block, bf16ToF32Block, bf16Kernel,
 		interleaveRows32, interleaveRows8, transposePairs8, expAffineChunk, transpose8,
 		rmsForwardRow, rmsBackwardRow, rotate}
-	gemm, bf16Dot = ks.gemm, ks.bf16Dot
+	gemm, bf16Use = ks.gemm, ks.bf16
+	savedAMX := amxKernel
 	if ks.portable {
 		binaryChunk, axpyChunk, scaleChunk = binaryGo, axpyGo, scaleGo
 		geluChunk, geluBackwardChunk, expChunk, expAffineChunk = geluGo, geluBackwardGo, expGo, expAffineGo
@@ -401,11 +406,11 @@ func useKernels(ks kernelSet) (restore func()) {
 		rmsForwardRow, rmsBackwardRow, rotate = rmsForwardRowGo, rmsBackwardRowGo, rotateGo
 		f32ToBF16Block = func([]uint16, []float32) int { return 0 }
 		bf16ToF32Block = func([]float32, []uint16) int { return 0 }
-		bf16Kernel, interleaveRows32, interleaveRows8 = bf16KernelGo, noPairs, noPairs
+		bf16Kernel, interleaveRows32, interleaveRows8, amxKernel = bf16KernelGo, noPairs, noPairs, amxKernelGo
 		transposePairs8 = func([]uint32, int, []uint16, int, int) int { return 0 }
 	}
 	return func() {
-		gemm, bf16Dot = saved[0].(microKernel), saved[1].(bool)
+		gemm, bf16Use, amxKernel = saved[0].(microKernel), saved[1].(*bf16Product), savedAMX
 		binaryChunk = saved[2].(func(int, []float32, []float32, []float32))
 		axpyChunk = saved[3].(func([]float32, []float32, float32))
 		scaleChunk = saved[4].(func([]float32, []float32, float32))

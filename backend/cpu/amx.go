@@ -1,0 +1,220 @@
+package cpu
+
+import "github.com/fleetml/fleet/backend"
+
+// The AMX BF16 product: Intel's tile registers and TDPBF16PS (Sapphire
+// Rapids and later Xeons).
+//
+// A tile is at most 16 rows of 64 bytes. TDPBF16PS multiplies a tile of
+// A (16 rows × 16 bf16 pairs, that is 32 values of k) by a tile of B in
+// the pair layout, row k holding the pairs (B[2k][n], B[2k+1][n]) of 16
+// columns n, and accumulates into a tile of 16×16 float32 (its arithmetic
+// is in bf16twin.go, amxTwin). The kernel keeps a 32×32 block of C in four
+// tiles (tmm0–3), loads two tiles of A (tmm4–5, rows 0–15 and 16–31) and
+// two of B (tmm6–7, columns 0–15 and 16–31) per k-chunk of 32 values, and
+// issues four TDPBF16PS: 16 KFLOP per 4 tile loads.
+//
+// Packing: A in strips of amxMR rows, row r of a strip holding its kp
+// pairs (A[r][2k], A[r][2k+1]) contiguously, so a tile of A is 16 rows of
+// 64 bytes with a row stride of 4·kp bytes; B in strips of 32 columns in
+// the layout the dot-product kernel reads (packPairsB: pair k of column c
+// at k*32 + c), so a tile of B is 16 rows of 64 bytes with a stride of
+// 128. kp is K/2 rounded up to whole chunks of amxKP pairs; the padding is
+// zero. A 32×32 block of C is computed whole over K by one kernel call.
+//
+// Tiles are configured (LDTILECFG) by each kernel call, on the thread that
+// runs it, and released (TILERELEASE) before it returns: a goroutine may
+// move to another OS thread between calls, and the tile configuration
+// belongs to the thread. One call covers a 32-row strip of a 64×256 tile
+// of C over all of K (up to 8 blocks of 32×32), which hides the
+// configuration's cost. Linux lets a process use the tiles only after it
+// asks (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), done once,
+// where the product is first considered (amx_amd64.go).
+const (
+	amxMR = 32 // rows of C per kernel block
+	amxNR = 32 // columns of C per kernel block (= bf16NR, the B strips)
+	amxKP = 16 // bf16 pairs per k-chunk (one tile row of 64 bytes)
+)
+
+// amxKernel computes nblk 32×32 blocks of C, side by side: block s from
+// the A strip a (32 rows, row stride lda uint32) and the B strip at
+// b[s*bstrip:], over kb chunks of amxKP pairs, into c[s*32:] with row
+// stride ldc; it adds into C when add is set (the tiles start from C),
+// else writes it. amxKernelAMX (amx_amd64.s) replaces it where the CPU
+// and the OS allow AMX; this one is its portable twin, the same sums.
+var amxKernel amxKernelFunc = amxKernelGo
+
+type amxKernelFunc = func(kb int, a []uint32, lda int, b []uint32, bstrip int, c []float32, ldc, nblk int, add bool)
+
+func amxKernelGo(kb int, a []uint32, lda int, b []uint32, bstrip int, c []float32, ldc, nblk int, add bool) {
+	for s := 0; s < nblk; s++ {
+		bs, cs := b[s*bstrip:], c[s*amxNR:]
+		for r := 0; r < amxMR; r++ {
+			row := a[r*lda:]
+			for j := 0; j < amxNR; j++ {
+				var acc float32
+				if add {
+					acc = flushDenormal(cs[r*ldc+j])
+				}
+				for ch := 0; ch < kb; ch++ {
+					var even, odd float32
+					for k := ch * amxKP; k < (ch+1)*amxKP; k++ {
+						pa, pb := row[k], bs[k*amxNR+j]
+						even = fmaDAZFTZ(backend.BF16ToF32(uint16(pa)), backend.BF16ToF32(uint16(pb)), even)
+						odd = fmaDAZFTZ(backend.BF16ToF32(uint16(pa>>16)), backend.BF16ToF32(uint16(pb>>16)), odd)
+					}
+					acc = addDAZFTZ(acc, addDAZFTZ(even, odd))
+				}
+				cs[r*ldc+j] = acc
+			}
+		}
+	}
+}
+
+// amxPacked holds a call's packed operands, reused across calls.
+type amxPacked struct{ a, b []uint32 }
+
+var amxPackedPool pool[amxPacked]
+
+// amxTask is one AMX MatMul call. As amxPack a range is a range of strips
+// to pack (per batch item: as strips of A, then bs strips of B); as
+// amxTiles a range of mc×nc tiles of C (per batch item, tm×tn).
+type amxTask struct {
+	p                        backend.MatMul
+	A, B                     []uint16
+	C, bias                  []float32
+	pa, pb                   []uint32
+	lda, ldb, kp, mPad, nPad int
+	as, bs, tm, tn           int
+}
+
+type (
+	amxPack  amxTask
+	amxTiles amxTask
+)
+
+var amxTasks taskPool[amxTask]
+
+// amxEdgePool holds the goroutines' edge blocks of C.
+var amxEdgePool pool[[amxMR * amxNR]float32]
+
+// matmulAMX is the AMX product (see above). Alpha must be 1.
+func (c *CPU) matmulAMX(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	if p.K == 0 {
+		// No k-chunk to run: C = beta·C (+ bias), as every product gives.
+		c.matmulBF16Wide(p, a, b, cc, bias)
+		return
+	}
+	t := amxTasks.get()
+	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
+	if !bias.Nil() {
+		t.bias = f32(bias)[:p.N]
+	}
+	t.lda, t.ldb = p.K, p.N
+	if p.TransA {
+		t.lda = p.M
+	}
+	if p.TransB {
+		t.ldb = p.K
+	}
+	t.kp = roundUp((p.K+1)/2, amxKP)
+	t.mPad, t.nPad = roundUp(p.M, amxMR), roundUp(p.N, amxNR)
+	pk := amxPackedPool.get()
+	pk.a = grow(pk.a, p.Batch*t.mPad*t.kp)
+	pk.b = grow(pk.b, p.Batch*t.nPad*t.kp)
+	t.pa, t.pb = pk.a, pk.b
+	t.as, t.bs = t.mPad/amxMR, t.nPad/amxNR
+	c.parallelFor(p.Batch*(t.as+t.bs), 2, (*amxPack)(t))
+	t.tm = (p.M + gemmMC - 1) / gemmMC
+	t.tn = (p.N + gemmNC - 1) / gemmNC
+	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*amxTiles)(t))
+	amxTasks.put(t)
+	amxPackedPool.put(pk)
+}
+
+func (t *amxPack) do(lo, hi int) {
+	p, kp := &t.p, t.kp
+	for ti := lo; ti < hi; ti++ {
+		bi, s := ti/(t.as+t.bs), ti%(t.as+t.bs)
+		if s < t.as {
+			packRowsA(t.pa[(bi*t.mPad+s*amxMR)*kp:], t.A[bi*p.StrideA:], t.lda, p.TransA, s*amxMR, min(amxMR, p.M-s*amxMR), p.K, kp)
+		} else {
+			j := (s - t.as) * amxNR
+			packPairsB(t.pb[(bi*t.nPad+j)*kp:], t.B[bi*p.StrideB:], t.ldb, p.TransB, j, min(amxNR, p.N-j), p.K, kp)
+		}
+	}
+}
+
+func (t *amxTiles) do(lo, hi int) {
+	p, kp := &t.p, t.kp
+	kb := kp / amxKP
+	e := amxEdgePool.get()
+	defer amxEdgePool.put(e)
+	edge := e[:]
+	for ti := lo; ti < hi; ti++ {
+		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
+		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
+		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
+		ct := t.C[bi*p.StrideC+i0*p.N+j0:]
+		add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
+		for ib := 0; ib < mr; ib += amxMR {
+			rows := min(amxMR, mr-ib)
+			astrip := t.pa[(bi*t.mPad+i0+ib)*kp:][:amxMR*kp]
+			bstrips := t.pb[(bi*t.nPad+j0)*kp:]
+			full := 0 // whole 32×32 blocks, computed in place
+			if rows == amxMR {
+				full = nr / amxNR
+				if full > 0 {
+					amxKernel(kb, astrip, kp, bstrips, amxNR*kp, ct[ib*p.N:], p.N, full, add)
+				}
+			}
+			// The rest, a block at a time through edge: C copied in where
+			// the kernel adds, so every element sums as in a whole block.
+			for jb := full * amxNR; jb < nr; jb += amxNR {
+				cols := min(amxNR, nr-jb)
+				if add {
+					clear(edge)
+					for i := 0; i < rows; i++ {
+						copy(edge[i*amxNR:i*amxNR+cols], ct[(ib+i)*p.N+jb:])
+					}
+				}
+				amxKernel(kb, astrip, kp, bstrips[jb*kp:], amxNR*kp, edge, amxNR, 1, add)
+				for i := 0; i < rows; i++ {
+					copy(ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*amxNR:i*amxNR+cols])
+				}
+			}
+		}
+		addBias(ct, p.N, mr, nr, t.bias, j0)
+	}
+}
+
+// packRowsA packs rows [i0, i0+rows) of op(A) (M×K) into one AMX strip:
+// dst[r*kp + k] = op(A)[i0+r, 2k] | op(A)[i0+r, 2k+1]<<16, zero past the
+// rows and past K.
+func packRowsA(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp int) {
+	strip := dst[:amxMR*kp]
+	if rows < amxMR || K < 2*kp {
+		clear(strip)
+	}
+	for r := 0; r < rows; r++ {
+		out := strip[r*kp:][:kp]
+		if !trans {
+			// Consecutive bf16 values of a row are its pairs, little-endian.
+			row := a[(i0+r)*ld:][:K]
+			for k := 0; k < K/2; k++ {
+				out[k] = uint32(row[2*k]) | uint32(row[2*k+1])<<16
+			}
+			if K%2 == 1 {
+				out[K/2] = uint32(row[K-1])
+			}
+			continue
+		}
+		// Column i0+r of the stored K×M matrix.
+		for k := 0; k < K/2; k++ {
+			out[k] = uint32(a[2*k*ld+i0+r]) | uint32(a[(2*k+1)*ld+i0+r])<<16
+		}
+		if K%2 == 1 {
+			out[K/2] = uint32(a[(K-1)*ld+i0+r])
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package cpu
+
+import (
+	"bytes"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/fleetml/fleet/backend"
+	"github.com/fleetml/fleet/backend/ref"
+	"github.com/fleetml/fleet/internal/rng"
+	"golang.org/x/sys/cpu"
+)
+
+// pretendState gives a product a self-check state, as if it had been
+// checked, and returns a function that restores the real one.
+func pretendState(q *bf16Product, state string) (restore func()) {
+	q.mu.Lock()
+	checked, was := q.checked, q.state
+	q.checked, q.state = true, state
+	q.mu.Unlock()
+	return func() {
+		q.mu.Lock()
+		q.checked, q.state = checked, was
+		q.mu.Unlock()
+	}
+}
+
+// TestBF16ProductsChecked: every product this CPU can run matches its
+// portable twin bit for bit (the self-check), and the others say why they
+// are not offered; BF16Product picks one that passed.
+func TestBF16ProductsChecked(t *testing.T) {
+	for _, s := range BF16Products() {
+		t.Logf("%-5s %-40s %s", s.Name, s.What, s.State)
+		if s.State != bf16Checked && (strings.HasPrefix(s.State, "mismatch") || s.Name == BF16ProductWiden ||
+			s.Name == BF16ProductDot && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16) {
+			t.Errorf("%s: %s", s.Name, s.State)
+		}
+	}
+	kind, how := BF16Product()
+	if q := bf16ProductNamed(kind); q == nil || !q.offered() {
+		t.Errorf("this process runs %q (%s), which is not offered", kind, how)
+	}
+}
+
+// TestBF16SelfCheckRefusesBroken: a product that is wrong in one element
+// of one of the self-check's problems is refused, logged with the CPU's
+// model, never chosen, and refused when a run names it.
+func TestBF16SelfCheckRefusesBroken(t *testing.T) {
+	broken := &bf16Product{name: "broken", what: "the widened product with one element off by an ulp",
+		unavailable: func() string { return "" }, twin: widenTwin,
+		run: func(c *CPU, p backend.MatMul, a, b, cc, bias backend.Ref) {
+			c.matmulBF16Wide(p, a, b, cc, bias)
+			if p.Batch == 2 {
+				x := &f32(cc)[p.StrideC+7]
+				*x = math.Nextafter32(*x, float32(math.Inf(1)))
+			}
+		}}
+	var log bytes.Buffer
+	defer func(qs []*bf16Product, w io.Writer, q *bf16Product, how string) {
+		bf16Products, bf16Log, bf16Use, bf16How = qs, w, q, how
+	}(bf16Products, bf16Log, bf16Use, bf16How)
+	bf16Products, bf16Log = []*bf16Product{broken, widenProduct}, &log
+	restore := pretendState(widenProduct, bf16Checked)
+	defer restore()
+	if broken.offered() {
+		t.Fatal("a product off by an ulp in one element passed its self-check")
+	}
+	if st := broken.status(); !strings.HasPrefix(st, "mismatch: 1 of ") {
+		t.Errorf("state %q", st)
+	}
+	if !strings.Contains(log.String(), `"broken" is not offered on this CPU (`+Model()+"): mismatch") {
+		t.Errorf("log: %q", log.String())
+	}
+	t.Setenv("FLEET_CPU_BF16", "broken")
+	chooseBF16()
+	if bf16Use != widenProduct || !strings.Contains(bf16How, "FLEET_CPU_BF16=broken is not offered") {
+		t.Errorf("chose %q (%s)", bf16Use.name, bf16How)
+	}
+	if err := SetBF16Product("broken"); err == nil || !strings.Contains(err.Error(), "mismatch") {
+		t.Errorf("SetBF16Product(broken): %v", err)
+	}
+	for _, s := range BF16Products() {
+		if s.Name == "broken" && !strings.HasPrefix(s.State, "mismatch") {
+			t.Errorf("BF16Products: %+v", s)
+		}
+	}
+}
+
+// TestBF16ChooseTimes: with several products offered the choice is
+// timed among them; with none, BF16Product says so.
+func TestBF16ChooseTimes(t *testing.T) {
+	defer func(qs []*bf16Product, q *bf16Product, how string) {
+		bf16Products, bf16Use, bf16How = qs, q, how
+	}(bf16Products, bf16Use, bf16How)
+	t.Setenv("FLEET_CPU_BF16", "")
+	bf16Products = []*bf16Product{dotProduct, widenProduct}
+	r1, r2 := pretendState(dotProduct, bf16Checked), pretendState(widenProduct, bf16Checked)
+	chooseBF16()
+	if bf16Use == nil || bf16How != "timed: the fastest on this core" {
+		t.Errorf("chose %v (%s)", bf16Use, bf16How)
+	}
+	t.Logf("timed: %s", bf16Use.name)
+	r1()
+	r2()
+	restore := pretendState(widenProduct, "pretended broken")
+	defer restore()
+	bf16Products = []*bf16Product{widenProduct}
+	chooseBF16()
+	if bf16Use != nil || !strings.Contains(bf16How, "no bf16 product passed") {
+		t.Errorf("with none offered: %v (%s)", bf16Use, bf16How)
+	}
+}
+
+// TestBF16DotTwinDenormals holds the AVX512-BF16 kernel to the dot
+// product's twin where sums and products fall below float32's normal
+// range, so DAZ and FTZ decide the bits: the twin models them as the SDM
+// describes VDPBF16PS. Without AVX512-BF16 it skips.
+func TestBF16DotTwinDenormals(t *testing.T) {
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BF16 {
+		t.Skip("this CPU has no AVX512-BF16: nothing to hold the twin to")
+	}
+	r := rng.New(3)
+	const kp = 37
+	for _, exp := range [][2]int{{-70, 12}, {-66, 6}, {-130, 12}, {-20, 40}} {
+		a, b := make([]uint32, kp*bf16MR), make([]uint32, kp*bf16NR)
+		x := func() uint32 {
+			v := float32(r.Norm()) * float32(math.Ldexp(1, exp[0]+int(r.Uint64()%uint64(exp[1]))))
+			return uint32(backend.F32ToBF16(v))
+		}
+		for i := range a {
+			a[i] = x() | x()<<16
+		}
+		for i := range b {
+			b[i] = x() | x()<<16
+		}
+		got, want := make([]float32, bf16MR*bf16NR), make([]float32, bf16MR*bf16NR)
+		bf16Kernel(kp, a, b, got, bf16NR, false)
+		bf16KernelGo(kp, a, b, want, bf16NR, false)
+		zeros := 0
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("exponents %v: C[%d] = %g (%#x), twin %g (%#x)", exp, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+			}
+			if want[i] == 0 {
+				zeros++
+			}
+		}
+		t.Logf("exponents from %d: %d of %d results flushed to zero", exp[0], zeros, len(want))
+	}
+}
+
+// TestAMXTwin holds the AMX product's driver, with the portable kernel, to
+// its element-by-element twin bit for bit, and both to the float64
+// product, on shapes that no tile fits (ragged rows, columns and
+// k-chunks, odd K, transposes, batches, beta, bias). It runs everywhere;
+// TestAMXProduct holds the assembly to the same twin where there is AMX.
+func TestAMXTwin(t *testing.T) {
+	defer func(k amxKernelFunc) { amxKernel = k }(amxKernel)
+	amxKernel = amxKernelGo
+	checkAMX(t, "amx/go")
+}
+
+// TestAMXProduct holds the AMX assembly to its twin (see TestAMXTwin).
+// Where the CPU or the OS has no AMX it skips, saying why.
+func TestAMXProduct(t *testing.T) {
+	if !amxProduct.offered() {
+		t.Skipf("the AMX product is not offered here: %s", amxProduct.status())
+	}
+	checkAMX(t, "amx/asm")
+}
+
+func checkAMX(t *testing.T, name string) {
+	c := newCPU(2)
+	r := rng.New(37)
+	for _, tc := range []struct {
+		batch, m, n, k int
+		ta, tb, bias   bool
+		beta           float32
+	}{
+		{1, 32, 32, 32, false, false, false, 0},
+		{1, 1, 1, 1, false, false, false, 0},
+		{1, 67, 70, 33, false, false, true, 0},
+		{2, 19, 45, 7, true, false, false, 1},
+		{1, 64, 300, 130, false, true, false, 0.5},
+		{1, 9, 33, 301, true, true, true, 0},
+		{2, 130, 40, 64, false, true, false, 1},
+		{1, 100, 257, 95, true, false, true, 0},
+	} {
+		na, nb, nc := tc.m*tc.k, tc.k*tc.n, tc.m*tc.n
+		p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.k, TransA: tc.ta, TransB: tc.tb,
+			StrideA: na, StrideB: nb, StrideC: nc, Alpha: 1, Beta: tc.beta}
+		av, bv := make([]uint16, tc.batch*na), make([]uint16, tc.batch*nb)
+		for i := range av {
+			av[i] = backend.F32ToBF16(float32(r.Norm()))
+		}
+		for i := range bv {
+			bv[i] = backend.F32ToBF16(float32(r.Norm()))
+		}
+		cv := randF32(r, tc.batch*nc, 1)
+		var bias []float32
+		var biasRef backend.Ref
+		if tc.bias {
+			bias = randF32(r, tc.n, 1)
+			biasRef = put(c, bias, 0)
+		}
+		as, bs := c.Alloc(backend.BF16, len(av)), c.Alloc(backend.BF16, len(bv))
+		c.Upload(backend.Ref{S: as}, backend.AsBytes(av))
+		c.Upload(backend.Ref{S: bs}, backend.AsBytes(bv))
+		cc := put(c, cv, 0)
+		c.matmulAMX(p, backend.Ref{S: as}, backend.Ref{S: bs}, cc, biasRef)
+		got := get(c, cc, len(cv))
+		want := append([]float32(nil), cv...)
+		amxTwin(p, av, bv, want, bias)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s %+v: C[%d] = %v, twin %v", name, tc, i, got[i], want[i])
+			}
+		}
+		for bi := 0; bi < tc.batch; bi++ {
+			a64, b64 := make([]float64, na), make([]float64, nb)
+			for i := range a64 {
+				a64[i] = float64(backend.BF16ToF32(av[bi*na+i]))
+			}
+			for i := range b64 {
+				b64[i] = float64(backend.BF16ToF32(bv[bi*nb+i]))
+			}
+			ref64 := widen(cv[bi*nc : (bi+1)*nc])
+			ref.MatMul(a64, b64, ref64, nil, tc.m, tc.n, tc.k, tc.ta, tc.tb, 1, float64(tc.beta))
+			for i := range ref64 {
+				if bias != nil {
+					ref64[i] += float64(bias[i%tc.n])
+				}
+				if d := math.Abs(float64(got[bi*nc+i]) - ref64[i]); d > 1e-6*float64(tc.k)+1e-5*math.Abs(ref64[i]) {
+					t.Fatalf("%s %+v: C[%d][%d] = %v, float64 %v", name, tc, bi, i, got[bi*nc+i], ref64[i])
+				}
+			}
+		}
+	}
+}
