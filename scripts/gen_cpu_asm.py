@@ -7,6 +7,7 @@ Writes, in backend/cpu:
   bf16gemm_amd64.s  the AVX512-BF16 8x32 micro-kernel; VDPBF16PS has no Go mnemonic, so each one
                     is emitted as BYTEs (EVEX.512.F3.0F38.W0 52 /r, register form)
   vexp_amd64.s      vectorised exp, GELU and GELU backward for AVX2+FMA
+  amx_amd64.s       the AMX BF16 kernel (tiles, TDPBF16PS); no Go mnemonics, so BYTEs
 
 Run it with go generate ./backend/cpu (see backend/cpu/generate.go), or from the repository root:
 python3 scripts/gen_cpu_asm.py. The hand-written kernels (gemm_amd64.s, adamw_amd64.s,
@@ -136,6 +137,156 @@ TEXT ·bf16KernelAVX512(SB), NOSPLIT, $0-41
             out.append(f"\t{code} // VDPBF16PS Z{reg}, Z{16+half}, Z{2*r+half}\n")
     out.append("\tADDQ $32, SI\n\tADDQ $128, DI\n\tDECQ CX\n\tJNZ  bloop\n")
     out.append(store_block("bstore", "Z", 8, 64, 40))
+    return "".join(out)
+
+
+# --- AMX (amx_amd64.s) ---------------------------------------------------------------------
+# Go's assembler has no AMX mnemonics, so each tile instruction is spelled out in BYTEs. The
+# encodings are the Intel SDM's (Vol. 2, "Intel AMX Instructions"), all VEX.128 in map 0F38, W0:
+#   LDTILECFG m512              NP 49 !(11):000:bbb
+#   TILERELEASE                 NP 49 C0
+#   TILEZERO tmm                F2 49 11:rrr:000
+#   TILELOADD tmm, [base+idx]   F2 4B !(11):rrr:100 with a SIB byte (the row stride is the index)
+#   TILESTORED [base+idx], tmm  F3 4B !(11):rrr:100 with a SIB byte
+#   TDPBF16PS tmm1, tmm2, tmm3  F3 5C 11:rrr:bbb, tmm1 = ModRM.reg (C), tmm2 = ModRM.r/m (A),
+#                               tmm3 = VEX.vvvv (B)
+# objdump -d on a test binary decodes them back (tdpbf16ps %tmm6,%tmm4,%tmm0 and so on).
+
+AMX_REGS = {"AX": 0, "CX": 1, "DX": 2, "BX": 3, "SI": 6, "DI": 7, "R8": 8, "R9": 9, "R10": 10, "R11": 11}
+
+
+def vex3(r, x, b, vvvv, pp):
+    """The three VEX bytes of a VEX.128.W0 instruction in map 0F38."""
+    return [0xC4, ((1 - r) << 7) | ((1 - x) << 6) | ((1 - b) << 5) | 0b00010, ((~vvvv & 0xF) << 3) | pp]
+
+
+def amx_mem(opcode, pp, tmm, base, index):
+    """A tile load or store: [base + index*1], no displacement."""
+    bn, xn = AMX_REGS[base], AMX_REGS[index]
+    assert bn & 7 not in (4, 5) and xn != 4, (base, index)  # no SIB base RSP/R12, RBP/R13; no index RSP
+    return vex3(0, xn >> 3, bn >> 3, 0, pp) + [opcode, (tmm << 3) | 0b100, ((xn & 7) << 3) | (bn & 7)]
+
+
+def amx_ins(code, text):
+    return "\t" + "; ".join(f"BYTE ${b:#04x}" for b in code) + f" // {text}\n"
+
+
+def tileloadd(tmm, base, index):
+    return amx_ins(amx_mem(0x4B, 0b11, tmm, base, index), f"TILELOADD ({base})({index}*1), TMM{tmm}")
+
+
+def tilestored(tmm, base, index):
+    return amx_ins(amx_mem(0x4B, 0b10, tmm, base, index), f"TILESTORED TMM{tmm}, ({base})({index}*1)")
+
+
+def tdpbf16ps(c, a, b):
+    return amx_ins(vex3(0, 0, 0, b, 0b10) + [0x5C, 0xC0 | (c << 3) | a], f"TDPBF16PS TMM{b}, TMM{a}, TMM{c}")
+
+
+def tilezero(tmm):
+    return amx_ins(vex3(0, 0, 0, 0, 0b11) + [0x49, 0xC0 | (tmm << 3)], f"TILEZERO TMM{tmm}")
+
+
+def ldtilecfg(base):
+    bn = AMX_REGS[base]
+    assert bn & 7 not in (4, 5)
+    return amx_ins(vex3(0, 0, bn >> 3, 0, 0b00) + [0x49, bn & 7], f"LDTILECFG ({base})")
+
+
+def amx():
+    # The tile configuration: palette 1; tiles 0-7 all 16 rows of 64 bytes.
+    cfg = [0] * 64
+    cfg[0] = 1
+    for t in range(8):
+        cfg[16 + 2 * t] = 64
+        cfg[48 + t] = 16
+    out = ["""// The AMX BF16 kernel (see amx.go) and the XCR0 read that AMX detection needs.
+// Tile instructions are BYTEs with the instruction in a comment.
+
+"""]
+    for i in range(0, 64, 8):
+        q = int.from_bytes(bytes(cfg[i:i + 8]), "little")
+        out.append(f"DATA amxcfg<>+{i}(SB)/8, ${q:#018x}\n")
+    out.append("GLOBL amxcfg<>(SB), RODATA|NOPTR, $64\n\n")
+    out.append("""// func xgetbv0() (eax, edx uint32)
+// XCR0, the state components the OS enables (XGETBV with ECX = 0).
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	BYTE $0x0f; BYTE $0x01; BYTE $0xd0 // XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// func amxKernelAMX(kb int, a *uint32, lda int, b *uint32, bstrip int, c *float32, ldc, nblk int, add bool)
+// nblk blocks of 32x32 of C side by side (block s: B strip at b + s*bstrip bytes, C at
+// c + s*128 bytes), each over kb k-chunks. lda, bstrip and ldc are in bytes here (the Go
+// wrapper scales them). C sits in TMM0 (rows 0-15, columns 0-15), TMM1 (0-15, 16-31),
+// TMM2 (16-31, 0-15) and TMM3 (16-31, 16-31); A's rows 0-15 and 16-31 in TMM4 and TMM5;
+// B's columns 0-15 and 16-31 in TMM6 and TMM7. Registers: DX the A chunk, BX the B chunk,
+// CX lda, SI 128 (B's row stride), DI the C block, R8 ldc, R9 16*ldc, R10 chunks left,
+// R11 blocks left, R12 the B strip; AX scratch.
+TEXT ·amxKernelAMX(SB), NOSPLIT, $0-65
+	LEAQ amxcfg<>(SB), AX
+""")
+    out.append(ldtilecfg("AX"))
+    out.append("""	MOVQ lda+16(FP), CX
+	MOVQ b+24(FP), R12
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), R8
+	MOVQ R8, R9
+	SHLQ $4, R9
+	MOVQ nblk+56(FP), R11
+	MOVQ $128, SI
+
+amxblock:
+	MOVBLZX add+64(FP), AX
+	TESTQ AX, AX
+	JZ    amxzero
+""")
+    out.append(tileloadd(0, "DI", "R8"))
+    out.append("\tLEAQ 64(DI), AX\n")
+    out.append(tileloadd(1, "AX", "R8"))
+    out.append("\tLEAQ (DI)(R9*1), BX\n")
+    out.append(tileloadd(2, "BX", "R8"))
+    out.append("\tLEAQ 64(BX), AX\n")
+    out.append(tileloadd(3, "AX", "R8"))
+    out.append("\tJMP   amxchunks\n\namxzero:\n")
+    out += [tilezero(t) for t in range(4)]
+    out.append("""
+amxchunks:
+	MOVQ a+8(FP), DX
+	MOVQ R12, BX
+	MOVQ kb+0(FP), R10
+
+amxloop:
+""")
+    out.append(tileloadd(4, "DX", "CX"))
+    out.append("\tMOVQ CX, AX\n\tSHLQ $4, AX\n\tADDQ DX, AX\n")
+    out.append(tileloadd(5, "AX", "CX"))
+    out.append(tileloadd(6, "BX", "SI"))
+    out.append("\tLEAQ 64(BX), AX\n")
+    out.append(tileloadd(7, "AX", "SI"))
+    out.append(tdpbf16ps(0, 4, 6) + tdpbf16ps(1, 4, 7) + tdpbf16ps(2, 5, 6) + tdpbf16ps(3, 5, 7))
+    out.append("""	ADDQ $64, DX
+	ADDQ $2048, BX
+	DECQ R10
+	JNZ  amxloop
+
+""")
+    out.append(tilestored(0, "DI", "R8"))
+    out.append("\tLEAQ 64(DI), AX\n")
+    out.append(tilestored(1, "AX", "R8"))
+    out.append("\tLEAQ (DI)(R9*1), BX\n")
+    out.append(tilestored(2, "BX", "R8"))
+    out.append("\tLEAQ 64(BX), AX\n")
+    out.append(tilestored(3, "AX", "R8"))
+    out.append("""	ADDQ $128, DI
+	ADDQ bstrip+32(FP), R12
+	DECQ R11
+	JNZ  amxblock
+""")
+    out.append(amx_ins([0xC4, 0xE2, 0x78, 0x49, 0xC0], "TILERELEASE"))
+    out.append("\tRET\n")
     return "".join(out)
 
 
@@ -301,3 +452,4 @@ if __name__ == "__main__":
     write("gemm512_amd64.s", gemm512("gemmKernelAVX512", False) + gemm512("gemmKernelAVX512Strided", True))
     write("bf16gemm_amd64.s", bf16())
     write("vexp_amd64.s", vexp())
+    write("amx_amd64.s", amx())

@@ -66,8 +66,12 @@ type bf16TwinProblem struct {
 	lda, ldb int
 }
 
-func (q *bf16TwinProblem) A(i, k int) float32 { return bf16Operand(q.a, q.lda, q.p.TransA, i, k, q.p.K) }
-func (q *bf16TwinProblem) B(k, j int) float32 { return bf16Operand(q.b, q.ldb, !q.p.TransB, j, k, q.p.K) }
+func (q *bf16TwinProblem) A(i, k int) float32 {
+	return bf16Operand(q.a, q.lda, q.p.TransA, i, k, q.p.K)
+}
+func (q *bf16TwinProblem) B(k, j int) float32 {
+	return bf16Operand(q.b, q.ldb, !q.p.TransB, j, k, q.p.K)
+}
 
 // bf16Twin runs one element function over every element of every batch
 // item of C: cell gets C's element scaled by beta (and whether it is to be
