@@ -129,14 +129,15 @@ func TestBench(t *testing.T) {
 }
 
 // TestNoGPU checks, on a machine where CUDA cannot be used, that doctor
-// fails saying why and that asking to train on cuda fails with that reason
+// fails saying why (and still lists the CPU's bf16 products) and that asking to train on cuda fails with that reason
 // instead of falling back. Where a GPU works it skips.
 func TestNoGPU(t *testing.T) {
 	code, stdout, stderr := fleet(t, "doctor")
 	if code == 0 {
 		t.Skip("a GPU works here:\n" + stdout)
 	}
-	if code != 1 || !strings.Contains(stdout, "libraries:") || !strings.Contains(stdout, "OpenCL:") || !strings.Contains(stderr, "no usable GPU") {
+	if code != 1 || !strings.Contains(stdout, "libraries:") || !strings.Contains(stdout, "OpenCL:") || !strings.Contains(stderr, "no usable GPU") ||
+		!strings.Contains(stdout, "widen  operands widened to f32, the f32 product") || !strings.Contains(stdout, "auto runs: ") {
 		t.Fatalf("doctor exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	dir := t.TempDir()

@@ -69,13 +69,14 @@ type Config struct {
 	// accumulation; master weights, norms, loss and optimizer in F32), or
 	// fp16 (the same with F16 operands and dynamic loss scaling).
 	Precision string `json:"precision"`
-	// CPUBF16 is the CPU's BF16 product under bf16 on the CPU: dot
-	// (AVX512-BF16's VDPBF16PS), widen (operands widened to F32, the F32
-	// product), or auto ("" too): on a resume the checkpoint's, else the
-	// faster on this core, timed by rank 0 for the job. The run resolves
-	// it, so config.json and its checkpoints record the product it ran:
-	// the two sum in different orders, and a resume, or a rank, that ran
-	// the other would not continue the run bit for bit.
+	// CPUBF16 is the CPU's BF16 product under bf16 on the CPU: amx (AMX
+	// tiles, TDPBF16PS), dot (AVX512-BF16's VDPBF16PS), widen (operands
+	// widened to F32, the F32 product), or auto ("" too): on a resume the
+	// checkpoint's, else the fastest on this core of those that passed
+	// their self-check, timed by rank 0 for the job. The run resolves it,
+	// so config.json and its checkpoints record the product it ran: they
+	// sum in different orders, and a resume, or a rank, that ran another
+	// would not continue the run bit for bit.
 	CPUBF16 string `json:"cpu_bf16,omitempty"`
 
 	NLayer    int     `json:"n_layer"`
@@ -300,8 +301,8 @@ func (c Config) validate() ([]tensor.Device, error) {
 		return nil, setting.Errorf("{DataWorkers} and {Prefetch} must not be negative")
 	case c.WorldSize < 0 || c.Rank < 0 || c.Rank >= max(c.WorldSize, 1):
 		return nil, fmt.Errorf("rank %d is not in a world of %d processes", c.Rank, max(c.WorldSize, 1))
-	case c.CPUBF16 != "" && c.CPUBF16 != "auto" && c.CPUBF16 != fcpu.BF16ProductDot && c.CPUBF16 != fcpu.BF16ProductWiden:
-		return nil, setting.Errorf("{CPUBF16} must be auto, dot or widen, got %q", c.CPUBF16)
+	case c.CPUBF16 != "" && c.CPUBF16 != "auto" && c.CPUBF16 != fcpu.BF16ProductDot && c.CPUBF16 != fcpu.BF16ProductWiden && c.CPUBF16 != fcpu.BF16ProductAMX:
+		return nil, setting.Errorf("{CPUBF16} must be auto, amx, dot or widen, got %q", c.CPUBF16)
 	case c.WorldSize > 1 && c.BucketMB <= 0:
 		return nil, setting.Errorf("{BucketMB} must be positive")
 	case c.DistBackend != "" && c.DistBackend != "auto" && c.DistBackend != "tcp" && c.DistBackend != "nccl":

@@ -14,7 +14,8 @@ func (c Config) CPUBF16Auto() bool { return orDefault(c.CPUBF16, "auto") == "aut
 
 // SettleCPUBF16 decides which BF16 product the CPU runs in a bf16 run on
 // the CPU (Config.CPUBF16), sets it in the backend with set (the CPU
-// backend's fcpu.SetBF16Product; tests stand in a CPU without
+// backend's fcpu.SetBF16Product, which refuses a product that this CPU
+// lacks or that failed its self-check; tests stand in a CPU without
 // AVX512-BF16), and writes it into cfg, so that config.json and every
 // checkpoint record it. Under auto a resume takes the checkpoint's
 // recorded product (was: the checkpoint's run, nil for a new run), and a
@@ -28,6 +29,9 @@ func SettleCPUBF16(cfg *Config, plan OutPlan, resumeDir string, was *RunConfig, 
 		want, how = was.Train.CPUBF16, "the checkpoint's"
 	}
 	if want == "auto" {
+		if plan.CPUBF16 == "" && plan.CPUBF16How != "" {
+			return setting.Errorf("{CPUBF16} auto: rank 0 found no bf16 product for the job: %s", plan.CPUBF16How)
+		}
 		if plan.CPUBF16 == "" {
 			return setting.Errorf("{CPUBF16} auto: rank 0 runs no bf16 product on the CPU, so it chose none for the job; name one with {CPUBF16}")
 		}
@@ -44,10 +48,6 @@ func SettleCPUBF16(cfg *Config, plan OutPlan, resumeDir string, was *RunConfig, 
 		return setting.Errorf("{CPUBF16} %s: %w", want, err)
 	}
 	cfg.CPUBF16 = want
-	what := "VDPBF16PS dot products"
-	if want == fcpu.BF16ProductWiden {
-		what = "operands widened to f32, the f32 product"
-	}
-	fmt.Fprintf(log, "precision: the CPU's bf16 products: %s (%s; %s)\n", want, what, how)
+	fmt.Fprintf(log, "precision: the CPU's bf16 products: %s (%s; %s)\n", want, fcpu.BF16ProductWhat(want), how)
 	return nil
 }
