@@ -83,6 +83,7 @@ type amxTask struct {
 	p                        backend.MatMul
 	A, B                     []uint16
 	C, bias                  []float32
+	C16                      []uint16 // C in BF16 (then C is nil): see tileC
 	pa, pb                   []uint32
 	lda, ldb, kp, mPad, nPad int
 	as, bs, tm, tn           int
@@ -100,13 +101,9 @@ var amxEdgePool pool[[amxMR * amxNR]float32]
 
 // matmulAMX is the AMX product (see above). Alpha must be 1.
 func (c *CPU) matmulAMX(p backend.MatMul, a, b, cc, bias backend.Ref) {
-	if p.K == 0 {
-		// No k-chunk to run: C = beta·C (+ bias), as every product gives.
-		c.matmulBF16Wide(p, a, b, cc, bias)
-		return
-	}
 	t := amxTasks.get()
-	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
+	t.p, t.A, t.B = p, u16(a), u16(b)
+	t.C, t.C16 = outC(cc)
 	if !bias.Nil() {
 		t.bias = f32(bias)[:p.N]
 	}
@@ -124,7 +121,9 @@ func (c *CPU) matmulAMX(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	pk.b = grow(pk.b, p.Batch*t.nPad*t.kp)
 	t.pa, t.pb = pk.a, pk.b
 	t.as, t.bs = t.mPad/amxMR, t.nPad/amxNR
-	c.parallelFor(p.Batch*(t.as+t.bs), 2, (*amxPack)(t))
+	if t.kp > 0 {
+		c.parallelFor(p.Batch*(t.as+t.bs), 2, (*amxPack)(t))
+	}
 	t.tm = (p.M + gemmMC - 1) / gemmMC
 	t.tn = (p.N + gemmNC - 1) / gemmNC
 	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*amxTiles)(t))
@@ -151,13 +150,15 @@ func (t *amxTiles) do(lo, hi int) {
 	e := amxEdgePool.get()
 	defer amxEdgePool.put(e)
 	edge := e[:]
+	loc := bf16LocalPool.get()
+	defer bf16LocalPool.put(loc)
 	for ti := lo; ti < hi; ti++ {
 		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
 		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
 		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
-		ct := t.C[bi*p.StrideC+i0*p.N+j0:]
-		add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
-		for ib := 0; ib < mr; ib += amxMR {
+		ct, ldc := tileC(loc, p, t.C, t.C16, bi, i0, j0, mr, nr)
+		add := scaleRows(ct, ldc, mr, nr, p.Beta, p.K)
+		for ib := 0; ib < mr && kb > 0; ib += amxMR { // K = 0: C = beta·C
 			rows := min(amxMR, mr-ib)
 			astrip := t.pa[(bi*t.mPad+i0+ib)*kp:][:amxMR*kp]
 			bstrips := t.pb[(bi*t.nPad+j0)*kp:]
@@ -165,7 +166,7 @@ func (t *amxTiles) do(lo, hi int) {
 			if rows == amxMR {
 				full = nr / amxNR
 				if full > 0 {
-					amxKernel(kb, astrip, kp, bstrips, amxNR*kp, ct[ib*p.N:], p.N, full, add)
+					amxKernel(kb, astrip, kp, bstrips, amxNR*kp, ct[ib*ldc:], ldc, full, add)
 				}
 			}
 			// The rest, a block at a time through edge: C copied in where
@@ -175,16 +176,17 @@ func (t *amxTiles) do(lo, hi int) {
 				if add {
 					clear(edge)
 					for i := 0; i < rows; i++ {
-						copy(edge[i*amxNR:i*amxNR+cols], ct[(ib+i)*p.N+jb:])
+						copy(edge[i*amxNR:i*amxNR+cols], ct[(ib+i)*ldc+jb:])
 					}
 				}
 				amxKernel(kb, astrip, kp, bstrips[jb*kp:], amxNR*kp, edge, amxNR, 1, add)
 				for i := 0; i < rows; i++ {
-					copy(ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*amxNR:i*amxNR+cols])
+					copy(ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], edge[i*amxNR:i*amxNR+cols])
 				}
 			}
 		}
-		addBias(ct, p.N, mr, nr, t.bias, j0)
+		addBias(ct, ldc, mr, nr, t.bias, j0)
+		storeTileC(p, ct, t.C16, bi, i0, j0, mr, nr)
 	}
 }
 

@@ -85,7 +85,8 @@ func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 // packed pairs.
 func (c *CPU) matmulBF16Dot(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	t := bf16Tasks.get()
-	t.p, t.A, t.B, t.C = p, u16(a), u16(b), f32(cc)
+	t.p, t.A, t.B = p, u16(a), u16(b)
+	t.C, t.C16 = outC(cc)
 	if !bias.Nil() {
 		t.bias = f32(bias)[:p.N]
 	}
@@ -118,6 +119,7 @@ type bf16Task struct {
 	p                        backend.MatMul
 	A, B                     []uint16
 	C, bias                  []float32
+	C16                      []uint16 // C in BF16 (then C is nil): see tileC
 	pa, pb                   []uint32
 	lda, ldb, kp, mPad, nPad int
 	as, bs, tm, tn           int
@@ -148,12 +150,14 @@ func (t *bf16Tiles) do(lo, hi int) {
 	w := getWork()
 	defer workPool.put(w)
 	edge := w.edge[:bf16MR*bf16NR]
+	loc := bf16LocalPool.get()
+	defer bf16LocalPool.put(loc)
 	for ti := lo; ti < hi; ti++ {
 		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
 		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
 		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
-		ct := t.C[bi*p.StrideC+i0*p.N+j0:]
-		add := scaleRows(ct, p.N, mr, nr, p.Beta, p.K)
+		ct, ldc := tileC(loc, p, t.C, t.C16, bi, i0, j0, mr, nr)
+		add := scaleRows(ct, ldc, mr, nr, p.Beta, p.K)
 		for jb := 0; jb < nr; jb += bf16NR {
 			cols := min(bf16NR, nr-jb)
 			bstrip := t.pb[(bi*t.nPad+j0+jb)*kp:][:bf16NR*kp]
@@ -161,12 +165,12 @@ func (t *bf16Tiles) do(lo, hi int) {
 				rows := min(bf16MR, mr-ib)
 				astrip := t.pa[(bi*t.mPad+i0+ib)*kp:][:bf16MR*kp]
 				if rows == bf16MR && cols == bf16NR {
-					bf16Kernel(kp, astrip, bstrip, ct[ib*p.N+jb:], p.N, add)
+					bf16Kernel(kp, astrip, bstrip, ct[ib*ldc+jb:], ldc, add)
 					continue
 				}
 				bf16Kernel(kp, astrip, bstrip, edge, bf16NR, false)
 				for i := 0; i < rows; i++ {
-					dst, src := ct[(ib+i)*p.N+jb:(ib+i)*p.N+jb+cols], edge[i*bf16NR:i*bf16NR+cols]
+					dst, src := ct[(ib+i)*ldc+jb:(ib+i)*ldc+jb+cols], edge[i*bf16NR:i*bf16NR+cols]
 					if add {
 						axpy(dst, src, 1)
 					} else {
@@ -175,8 +179,65 @@ func (t *bf16Tiles) do(lo, hi int) {
 				}
 			}
 		}
-		addBias(ct, p.N, mr, nr, t.bias, j0)
+		addBias(ct, ldc, mr, nr, t.bias, j0)
+		storeTileC(p, ct, t.C16, bi, i0, j0, mr, nr)
 	}
+}
+
+// Products that write BF16 C (bf16 activations) compute each mc×nc tile
+// of C in float32 in a goroutine's own block, exactly as they would in C,
+// and round it into C (to nearest even) while it is in cache: no F32 copy
+// of C and no separate pass to round it, and the same bits as the product
+// into F32 rounded afterwards. tileC gives the tile's float32 block and
+// its row stride: C itself for F32 C, else loc's block (holding C's tile
+// widened where beta reads it); storeTileC rounds the block into C.
+
+// outC returns a product's C as F32 or BF16 (the other nil).
+func outC(cc backend.Ref) ([]float32, []uint16) {
+	if isBF16(cc) {
+		return nil, u16(cc)
+	}
+	return f32(cc), nil
+}
+
+func tileC(loc *bf16Local, p *backend.MatMul, c []float32, c16 []uint16, bi, i0, j0, mr, nr int) ([]float32, int) {
+	if c16 == nil {
+		return c[bi*p.StrideC+i0*p.N+j0:], p.N
+	}
+	loc.f = grow(loc.f, mr*nr)
+	if p.Beta != 0 {
+		for i := 0; i < mr; i++ {
+			bf16ToF32s(loc.f[i*nr:(i+1)*nr], c16[bi*p.StrideC+(i0+i)*p.N+j0:][:nr])
+		}
+	}
+	return loc.f[:mr*nr], nr
+}
+
+func storeTileC(p *backend.MatMul, ct []float32, c16 []uint16, bi, i0, j0, mr, nr int) {
+	if c16 == nil {
+		return
+	}
+	for i := 0; i < mr; i++ {
+		f32ToBF16s(c16[bi*p.StrideC+(i0+i)*p.N+j0:][:nr], ct[i*nr:(i+1)*nr])
+	}
+}
+
+// matmulBF16Out runs a product of BF16 A and B into BF16 C, where this
+// process's product writes BF16 C itself (see tileC), and reports whether
+// it did. A BF16 bias is widened first (N values).
+func (c *CPU) matmulBF16Out(p backend.MatMul, a, b, cc, bias backend.Ref) bool {
+	if a.S.DType() != backend.BF16 || b.S.DType() != backend.BF16 || !isBF16(cc) || p.Alpha != 1 {
+		return false
+	}
+	bf16Chosen.Do(chooseBF16)
+	if bf16Use == nil || !bf16Use.bf16C {
+		return false
+	}
+	w := widening{c: c}
+	br := w.in(bias, p.N)
+	bf16Use.run(c, p, a, b, cc, br)
+	w.done()
+	return true
 }
 
 // packPairsA packs rows [i0, i0+rows) of op(A) (M×K) into one strip:

@@ -39,6 +39,9 @@ type bf16Product struct {
 	run         func(c *CPU, p backend.MatMul, a, b, cc, bias backend.Ref)
 	// twin computes the same product element by element (bf16twin.go).
 	twin func(p backend.MatMul, a, b []uint16, c, bias []float32)
+	// bf16C says run also takes BF16 C, rounding each tile into it as it
+	// is done (tileC), for bf16 activations.
+	bf16C bool
 
 	mu      sync.Mutex
 	checked bool
@@ -52,9 +55,9 @@ var (
 	widenProduct = &bf16Product{name: BF16ProductWiden, what: "operands widened to f32, the f32 product",
 		unavailable: func() string { return "" }, run: (*CPU).matmulBF16Wide, twin: widenTwin}
 	dotProduct = &bf16Product{name: BF16ProductDot, what: "AVX512-BF16's VDPBF16PS dot products",
-		unavailable: func() string { return "this CPU has no AVX512-BF16 (VDPBF16PS)" }, run: (*CPU).matmulBF16Dot, twin: dotTwin}
+		unavailable: func() string { return "this CPU has no AVX512-BF16 (VDPBF16PS)" }, run: (*CPU).matmulBF16Dot, twin: dotTwin, bf16C: true}
 	amxProduct = &bf16Product{name: BF16ProductAMX, what: "AMX tiles, TDPBF16PS",
-		unavailable: func() string { return "AMX is an x86-64 feature" }, run: (*CPU).matmulAMX, twin: amxTwin}
+		unavailable: func() string { return "AMX is an x86-64 feature" }, run: (*CPU).matmulAMX, twin: amxTwin, bf16C: true}
 
 	// bf16Products lists every product, as fleet doctor shows them (tests
 	// add broken ones).
@@ -97,24 +100,30 @@ func (q *bf16Product) status() string {
 	return q.state
 }
 
-// selfCheck runs the product and its twin on two small random problems
+// selfCheck runs the product and its twin on small random problems
 // (ragged edges in every dimension, an odd K, both transposes, beta 0
-// and 1, a bias, a batch of two) and returns bf16Checked where every
-// element has the same bits, else what differed. It takes a few
-// milliseconds, once per product and process.
+// and 1, a bias, a batch of two; and, for a product that writes BF16 C
+// itself, BF16 C) and returns bf16Checked where every element has the
+// same bits, else what differed. It takes a few milliseconds, once per
+// product and process.
 func (q *bf16Product) selfCheck() string {
 	c := New(backend.CPU)
 	c.SetThreads(2) // the kernels split over goroutines, as in a run
 	defer c.SetThreads(1)
 	r := rng.New(0x5e1f)
 	for _, tc := range []struct {
-		batch, m, n, k int
-		ta, tb, bias   bool
-		beta           float32
+		batch, m, n, k    int
+		ta, tb, bias, c16 bool
+		beta              float32
 	}{
-		{1, 45, 70, 99, false, false, false, 0},
-		{2, 40, 33, 80, true, true, true, 1},
+		{1, 45, 70, 99, false, false, false, false, 0},
+		{2, 40, 33, 80, true, true, true, false, 1},
+		{1, 37, 50, 40, false, true, true, true, 0},
+		{2, 33, 20, 35, true, false, false, true, 1},
 	} {
+		if tc.c16 && !q.bf16C {
+			continue
+		}
 		na, nb, nc := tc.m*tc.k, tc.k*tc.n, tc.m*tc.n
 		p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.k, TransA: tc.ta, TransB: tc.tb,
 			StrideA: na, StrideB: nb, StrideC: nc, Alpha: 1, Beta: tc.beta}
@@ -132,17 +141,35 @@ func (q *bf16Product) selfCheck() string {
 			}
 			return s
 		}
-		a, b, cc := bf(tc.batch*na), bf(tc.batch*nb), f(tc.batch*nc)
+		a, b := bf(tc.batch*na), bf(tc.batch*nb)
 		var bias backend.Ref
 		var twinBias []float32
 		if tc.bias {
 			bs := f(tc.n)
 			bias, twinBias = backend.Ref{S: bs}, bs.F32[:tc.n]
 		}
-		want := append([]float32(nil), cc.F32[:tc.batch*nc]...)
+		var cc *Buffer
+		want := make([]float32, tc.batch*nc)
+		if tc.c16 {
+			cc = bf(len(want))
+			bf16ToF32s(want, cc.U16)
+		} else {
+			cc = f(len(want))
+			copy(want, cc.F32)
+		}
 		q.twin(p, a.U16, b.U16, want, twinBias)
 		q.run(c, p, backend.Ref{S: a}, backend.Ref{S: b}, backend.Ref{S: cc}, bias)
-		got, diff, first := cc.F32[:len(want)], 0, -1
+		got := make([]float32, len(want))
+		if tc.c16 {
+			// The product rounds C once; so does the twin's, here.
+			bf16ToF32s(got, cc.U16)
+			for i, v := range want {
+				want[i] = backend.BF16ToF32(backend.F32ToBF16(v))
+			}
+		} else {
+			copy(got, cc.F32)
+		}
+		diff, first := 0, -1
 		for i := range want {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				if diff++; first < 0 {
@@ -151,8 +178,12 @@ func (q *bf16Product) selfCheck() string {
 			}
 		}
 		if diff > 0 {
-			return fmt.Sprintf("mismatch: %d of %d elements of a %d×%d×%d product differ from its portable twin (element %d: %g, twin %g)",
-				diff, len(want), tc.m, tc.k, tc.n, first, got[first], want[first])
+			what := "F32"
+			if tc.c16 {
+				what = "BF16"
+			}
+			return fmt.Sprintf("mismatch: %d of %d elements of a %d×%d×%d product into %s C differ from its portable twin (element %d: %g, twin %g)",
+				diff, len(want), tc.m, tc.k, tc.n, what, first, got[first], want[first])
 		}
 	}
 	return bf16Checked

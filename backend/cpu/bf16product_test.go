@@ -242,3 +242,64 @@ func checkAMX(t *testing.T, name string) {
 		}
 	}
 }
+
+// TestBF16ProductIntoBF16C: a product into BF16 C (bf16 activations), with
+// a BF16 bias, gives the bits of the product into F32 C rounded after it,
+// for every product (the dot and AMX products round each tile of C as they
+// finish it; the widened one rounds an F32 copy), with beta 0, 1 and 0.5,
+// K = 0, and a batch whose items leave gaps in C, which stay as they were.
+func TestBF16ProductIntoBF16C(t *testing.T) {
+	defer func(q *bf16Product, ak amxKernelFunc) { bf16Use, amxKernel = q, ak }(bf16Use, amxKernel)
+	bf16Chosen.Do(chooseBF16)
+	if !amxProduct.offered() {
+		amxKernel = amxKernelGo
+	}
+	c := newCPU(2)
+	r := rng.New(12)
+	bf := func(n int) ([]uint16, backend.Ref) {
+		h := make([]uint16, n)
+		for i := range h {
+			h[i] = backend.F32ToBF16(float32(r.Norm()))
+		}
+		s := c.Alloc(backend.BF16, max(n, 1))
+		c.Upload(backend.Ref{S: s}, backend.AsBytes(h))
+		return h, backend.Ref{S: s}
+	}
+	for _, q := range []*bf16Product{widenProduct, dotProduct, amxProduct} {
+		bf16Use = q
+		for _, tc := range []struct {
+			batch, m, n, k, gap int
+			ta, tb              bool
+			beta                float32
+		}{
+			{1, 70, 300, 130, 0, false, false, 0},
+			{2, 33, 65, 40, 7, true, false, 1},
+			{1, 64, 256, 64, 0, false, true, 0.5},
+			{1, 9, 40, 0, 0, false, false, 0.5},
+		} {
+			nc := tc.m*tc.n + tc.gap
+			p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.k, TransA: tc.ta, TransB: tc.tb,
+				StrideA: tc.m * tc.k, StrideB: tc.k * tc.n, StrideC: nc, Alpha: 1, Beta: tc.beta}
+			_, a := bf(tc.batch * tc.m * tc.k)
+			_, b := bf(tc.batch * tc.k * tc.n)
+			biasH, bias := bf(tc.n)
+			c0, c16 := bf(tc.batch * nc)
+			c.MatMul(p, a, b, c16, bias)
+			got := make([]uint16, len(c0))
+			c.Download(backend.AsBytes(got), c16)
+
+			c32 := put(c, widenBF16(c0), 0)
+			c.MatMul(p, a, b, c32, put(c, widenBF16(biasH), 0))
+			want := get(c, c32, len(c0))
+			for i := range want {
+				w := backend.F32ToBF16(want[i])
+				if i%nc >= tc.m*tc.n {
+					w = c0[i] // a gap
+				}
+				if got[i] != w {
+					t.Fatalf("%s %+v: C[%d] = %#x, want %#x", q.name, tc, i, got[i], w)
+				}
+			}
+		}
+	}
+}

@@ -172,6 +172,9 @@ func dotTwin(p backend.MatMul, a, b []uint16, c, bias []float32) {
 // padded with zeros to whole chunks.
 func amxTwin(p backend.MatMul, a, b []uint16, c, bias []float32) {
 	bf16Twin(p, a, b, c, bias, func(q *bf16TwinProblem, i, j int, v float32, add bool) float32 {
+		if p.K == 0 {
+			return v // no TDPBF16PS runs
+		}
 		var acc float32
 		if add {
 			acc = flushDenormal(v)

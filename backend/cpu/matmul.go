@@ -144,6 +144,9 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // result does not depend on the thread count.
 func (c *CPU) MatMul(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if isBF16(cc) || isBF16(bias) {
+		if c.matmulBF16Out(p, a, b, cc, bias) {
+			return // the product rounded its tiles into C itself
+		}
 		// bf16 activations: the product into F32 scratch (C widened
 		// into it first where beta reads it), rounded into C once.
 		w := widening{c: c}
