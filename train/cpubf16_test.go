@@ -142,3 +142,21 @@ func loadFile(t *testing.T, path string) *checkpoint.File {
 	}
 	return f
 }
+
+// TestCPUBF16AMXRefused: --cpu-bf16 amx on a CPU that does not offer the
+// AMX product is refused before training, saying why. Where AMX is
+// offered it skips (TestAMXRunMatchesTwin runs it there).
+func TestCPUBF16AMXRefused(t *testing.T) {
+	if fcpu.SetBF16Product(fcpu.BF16ProductAMX) == nil {
+		fcpu.SetBF16Product(fcpu.BF16ProductWiden)
+		t.Skip("this CPU offers the AMX product")
+	}
+	defer fcpu.SetBF16Product(fcpu.BF16ProductWiden)
+	cfg := ddpConfig(t, 5)
+	cfg.Precision, cfg.CPUBF16, cfg.MaxIters = "bf16", fcpu.BF16ProductAMX, 2
+	_, err := Run(cfg, new(strings.Builder))
+	if err == nil || !strings.Contains(err.Error(), ` amx: cpu: the bf16 product "amx" is not offered on this CPU: `) {
+		t.Fatalf("--cpu-bf16 amx without AMX: %v", err)
+	}
+	t.Log(err)
+}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -300,6 +301,50 @@ func TestBF16ProductIntoBF16C(t *testing.T) {
 					t.Fatalf("%s %+v: C[%d] = %#x, want %#x", q.name, tc, i, got[i], w)
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkMatMulBF16C times products into BF16 C (bf16 activations) of
+// the reference configuration's shapes with this process's product, its
+// tiles rounded into C as they finish ("tiles") and through an F32 copy of
+// C rounded afterwards ("copy"), alternated within one run.
+func BenchmarkMatMulBF16C(b *testing.B) {
+	bf16Chosen.Do(chooseBF16)
+	q := bf16Use
+	if q == nil || !q.bf16C {
+		b.Skip("this process's bf16 product does not write BF16 C itself")
+	}
+	defer func(v bool) { q.bf16C = v }(q.bf16C)
+	c := benchCPU()
+	r := rng.New(1)
+	bf := func(n int) backend.Ref {
+		h := make([]uint16, n)
+		for i := range h {
+			h[i] = backend.F32ToBF16(float32(r.Norm()))
+		}
+		s := c.Alloc(backend.BF16, n)
+		c.Upload(backend.Ref{S: s}, backend.AsBytes(h))
+		return backend.Ref{S: s}
+	}
+	for _, sh := range [][3]int{{768, 128, 384}, {768, 128, 512}, {768, 512, 128}, {1024, 384, 1536}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		p := backend.MatMul{Batch: 1, M: m, N: n, K: k, Alpha: 1}
+		a, bb, cc, bias := bf(m*k), bf(k*n), bf(m*n), bf(n)
+		for _, tiles := range []bool{true, false} {
+			name := fmt.Sprintf("%dx%dx%d/copy", m, k, n)
+			if tiles {
+				name = fmt.Sprintf("%dx%dx%d/tiles", m, k, n)
+			}
+			b.Run(name, func(b *testing.B) {
+				q.bf16C = tiles
+				c.MatMul(p, a, bb, cc, bias)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					c.MatMul(p, a, bb, cc, bias)
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
 	}
 }
