@@ -184,8 +184,9 @@ func (t *bf16Tiles) do(lo, hi int) {
 	}
 }
 
-// Products that write BF16 C (bf16 activations) compute each mc×nc tile
-// of C in float32 in a goroutine's own block, exactly as they would in C,
+// The products write BF16 C (bf16 activations) themselves: each computes
+// its tiles of C (mc×nc, or a widened task's rows or columns) in float32
+// in a goroutine's own block, exactly as they would in C,
 // and round it into C (to nearest even) while it is in cache: no F32 copy
 // of C and no separate pass to round it, and the same bits as the product
 // into F32 rounded afterwards. tileC gives the tile's float32 block and

@@ -53,7 +53,7 @@ const bf16Checked = "checked"
 
 var (
 	widenProduct = &bf16Product{name: BF16ProductWiden, what: "operands widened to f32, the f32 product",
-		unavailable: func() string { return "" }, run: (*CPU).matmulBF16Wide, twin: widenTwin}
+		unavailable: func() string { return "" }, run: (*CPU).matmulBF16Wide, twin: widenTwin, bf16C: true}
 	dotProduct = &bf16Product{name: BF16ProductDot, what: "AVX512-BF16's VDPBF16PS dot products",
 		unavailable: func() string { return "this CPU has no AVX512-BF16 (VDPBF16PS)" }, run: (*CPU).matmulBF16Dot, twin: dotTwin, bf16C: true}
 	amxProduct = &bf16Product{name: BF16ProductAMX, what: "AMX tiles, TDPBF16PS",

@@ -20,6 +20,7 @@ type bf16WideTask struct {
 	p        backend.MatMul
 	A, B     []uint16
 	C, bias  []float32
+	C16      []uint16  // C in BF16 (then C is nil): see tileC
 	wa, wb   []float32 // the operand widened up front (the other is nil)
 	lda, ldb int
 	rows     bool // tasks are blocks of rows (A widened per task)
@@ -37,12 +38,15 @@ var bf16WideTasks taskPool[bf16WideTask]
 // bf16Local is one goroutine's widened block, reused across calls.
 type bf16Local struct{ f []float32 }
 
-var bf16LocalPool pool[bf16Local]
+// bf16LocalPool holds widened blocks of operands; bf16CPool blocks of a
+// BF16 C (tileC).
+var bf16LocalPool, bf16CPool pool[bf16Local]
 
 // matmulBF16Wide is the widened BF16 product.
 func (c *CPU) matmulBF16Wide(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	t := bf16WideTasks.get()
-	*t = bf16WideTask{p: p, A: u16(a), B: u16(b), C: f32(cc), lda: p.K, ldb: p.N}
+	*t = bf16WideTask{p: p, A: u16(a), B: u16(b), lda: p.K, ldb: p.N}
+	t.C, t.C16 = outC(cc)
 	if !bias.Nil() {
 		t.bias = f32(bias)[:p.N]
 	}
@@ -118,9 +122,10 @@ func (t *bf16WideTiles) do(lo, hi int) {
 	defer workPool.put(w)
 	loc := bf16LocalPool.get()
 	defer bf16LocalPool.put(loc)
+	cl := bf16CPool.get()
+	defer bf16CPool.put(cl)
 	for ti := lo; ti < hi; ti++ {
 		bi, q := ti/t.per, ti%t.per
-		c := t.C[bi*p.StrideC:]
 		if t.rows {
 			i0 := q * bf16RowTask
 			m := min(bf16RowTask, p.M-i0)
@@ -129,8 +134,10 @@ func (t *bf16WideTiles) do(lo, hi int) {
 			if !t.wbT {
 				bm.d = t.wb[bi*p.StrideB:]
 			}
-			w.gemmSerial(av, bm, c[i0*p.N:], p.N, m, p.N, p.K, 1, p.Beta)
-			addBias(c[i0*p.N:], p.N, m, p.N, t.bias, 0)
+			ct, ldc := tileC(cl, p, t.C, t.C16, bi, i0, 0, m, p.N)
+			w.gemmSerial(av, bm, ct, ldc, m, p.N, p.K, 1, p.Beta)
+			addBias(ct, ldc, m, p.N, t.bias, 0)
+			storeTileC(p, ct, t.C16, bi, i0, 0, m, p.N)
 			continue
 		}
 		j0 := q * bf16ColTask
@@ -146,8 +153,10 @@ func (t *bf16WideTiles) do(lo, hi int) {
 		} else {
 			bv.d = widenBlock(loc, t.B[bi*p.StrideB:], t.ldb, true, j0, n, p.K).d
 		}
-		w.gemmSerial(mat{t.wa[bi*p.StrideA:], t.lda, p.TransA}, bv, c[j0:], p.N, p.M, n, p.K, 1, p.Beta)
-		addBias(c[j0:], p.N, p.M, n, t.bias, j0)
+		ct, ldc := tileC(cl, p, t.C, t.C16, bi, 0, j0, p.M, n)
+		w.gemmSerial(mat{t.wa[bi*p.StrideA:], t.lda, p.TransA}, bv, ct, ldc, p.M, n, p.K, 1, p.Beta)
+		addBias(ct, ldc, p.M, n, t.bias, j0)
+		storeTileC(p, ct, t.C16, bi, 0, j0, p.M, n)
 	}
 }
 
