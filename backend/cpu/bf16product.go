@@ -228,11 +228,15 @@ func chooseBF16() {
 	}
 }
 
+// bf16TimeShape is the M, K and N of the product fastestBF16 times (tests
+// make it small).
+var bf16TimeShape = [3]int{256, 384, 384}
+
 // fastestBF16 times each product on a product of the size of a small
 // model's (256×384 by 384×384) and returns the fastest: the best of three
 // runs each, interleaved, after one to warm up (a few milliseconds in all).
 func fastestBF16(qs []*bf16Product) *bf16Product {
-	const m, k, n = 256, 384, 384
+	m, k, n := bf16TimeShape[0], bf16TimeShape[1], bf16TimeShape[2]
 	c := New(backend.CPU)
 	defer c.SetThreads(1)
 	r := rng.New(1)

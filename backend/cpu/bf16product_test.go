@@ -96,6 +96,8 @@ func TestBF16ChooseTimes(t *testing.T) {
 		bf16Products, bf16Use, bf16How = qs, q, how
 	}(bf16Products, bf16Use, bf16How)
 	t.Setenv("FLEET_CPU_BF16", "")
+	defer func(s [3]int) { bf16TimeShape = s }(bf16TimeShape)
+	bf16TimeShape = [3]int{64, 96, 64}
 	bf16Products = []*bf16Product{dotProduct, widenProduct}
 	r1, r2 := pretendState(dotProduct, bf16Checked), pretendState(widenProduct, bf16Checked)
 	chooseBF16()
@@ -278,6 +280,9 @@ func TestBF16ProductIntoBF16C(t *testing.T) {
 			{1, 64, 256, 64, 0, false, true, 0.5},
 			{1, 9, 40, 0, 0, false, false, 0.5},
 		} {
+			if testing.Short() && tc.m*tc.n*tc.k > 1e6 {
+				continue // slow under emulation, where the dot product is Go
+			}
 			nc := tc.m*tc.n + tc.gap
 			p := backend.MatMul{Batch: tc.batch, M: tc.m, N: tc.n, K: tc.k, TransA: tc.ta, TransB: tc.tb,
 				StrideA: tc.m * tc.k, StrideB: tc.k * tc.n, StrideC: nc, Alpha: 1, Beta: tc.beta}
