@@ -190,22 +190,27 @@ func buildGPT2(m *GPT, in nn.Init) {
 	m.Drop = m.newDrop()
 	for i := 0; i < cfg.NLayer; i++ {
 		p := fmt.Sprintf("transformer.h.%d.", i)
+		attn := &nn.CausalSelfAttention{
+			CAttn:     nn.NewLinear(p+"attn.c_attn", in, C, 3*C, cfg.Bias, initStd),
+			CProj:     nn.NewLinear(p+"attn.c_proj", in, C, C, cfg.Bias, residStd),
+			NHead:     cfg.NHead,
+			ResidDrop: m.newDrop(),
+			AttnDrop:  m.newDrop(),
+			Layer:     i,
+		}
+		mlp := &nn.MLP{
+			CFC:   nn.NewLinear(p+"mlp.c_fc", in, C, 4*C, cfg.Bias, initStd),
+			CProj: nn.NewLinear(p+"mlp.c_proj", in, 4*C, C, cfg.Bias, residStd),
+			Drop:  m.newDrop(),
+		}
+		// The blocks' matrices, q, k and v fused in one.
+		attn.CAttn.W.Parts, attn.CProj.W.Parts = []int{C, C, C}, []int{C}
+		mlp.CFC.W.Parts, mlp.CProj.W.Parts = []int{4 * C}, []int{C}
 		m.Blocks = append(m.Blocks, &Block{
-			LN1: nn.NewLayerNorm(p+"ln_1", in, C, cfg.Bias, lnEps),
-			Attn: &nn.CausalSelfAttention{
-				CAttn:     nn.NewLinear(p+"attn.c_attn", in, C, 3*C, cfg.Bias, initStd),
-				CProj:     nn.NewLinear(p+"attn.c_proj", in, C, C, cfg.Bias, residStd),
-				NHead:     cfg.NHead,
-				ResidDrop: m.newDrop(),
-				AttnDrop:  m.newDrop(),
-				Layer:     i,
-			},
-			LN2: nn.NewLayerNorm(p+"ln_2", in, C, cfg.Bias, lnEps),
-			MLP: &nn.MLP{
-				CFC:   nn.NewLinear(p+"mlp.c_fc", in, C, 4*C, cfg.Bias, initStd),
-				CProj: nn.NewLinear(p+"mlp.c_proj", in, 4*C, C, cfg.Bias, residStd),
-				Drop:  m.newDrop(),
-			},
+			LN1:   nn.NewLayerNorm(p+"ln_1", in, C, cfg.Bias, lnEps),
+			Attn:  attn,
+			LN2:   nn.NewLayerNorm(p+"ln_2", in, C, cfg.Bias, lnEps),
+			MLP:   mlp,
 			layer: i,
 		})
 	}

@@ -205,15 +205,20 @@ func buildLlama(m *GPT, in nn.Init) {
 			a.QNorm = nn.NewRMSNorm(p+"self_attn.q_norm", in, HD, eps)
 			a.KNorm = nn.NewRMSNorm(p+"self_attn.k_norm", in, HD, eps)
 		}
+		mlp := &nn.SwiGLU{
+			GateUp: nn.NewLinear(p+"mlp.gate_up_proj", in, C, 2*hid, false, initStd),
+			Down:   nn.NewLinear(p+"mlp.down_proj", in, hid, C, false, residStd),
+			Drop:   m.newDrop(),
+		}
+		// The blocks' matrices: q, k and v fused in one (k and v narrower
+		// under grouped-query attention), gate and up in another.
+		a.CAttn.W.Parts, a.CProj.W.Parts = []int{H * HD, KVH * HD, KVH * HD}, []int{C}
+		mlp.GateUp.W.Parts, mlp.Down.W.Parts = []int{hid, hid}, []int{C}
 		m.Blocks = append(m.Blocks, &Block{
-			LN1:  nn.NewRMSNorm(p+"input_layernorm", in, C, eps),
-			Attn: a,
-			LN2:  nn.NewRMSNorm(p+"post_attention_layernorm", in, C, eps),
-			MLP: &nn.SwiGLU{
-				GateUp: nn.NewLinear(p+"mlp.gate_up_proj", in, C, 2*hid, false, initStd),
-				Down:   nn.NewLinear(p+"mlp.down_proj", in, hid, C, false, residStd),
-				Drop:   m.newDrop(),
-			},
+			LN1:   nn.NewRMSNorm(p+"input_layernorm", in, C, eps),
+			Attn:  a,
+			LN2:   nn.NewRMSNorm(p+"post_attention_layernorm", in, C, eps),
+			MLP:   mlp,
 			layer: i,
 		})
 	}

@@ -17,6 +17,12 @@ type Parameter struct {
 	Name  string
 	T     *tensor.Tensor
 	Decay bool
+	// Parts, where not nil, marks a weight matrix inside a block (a
+	// Linear's W, stored [in, out]) and lists the widths, along its out
+	// axis, of the matrices fused into it (q, k and v; gate and up), or
+	// holds its one width. Muon orthogonalises each part on its own;
+	// embeddings, heads, norms and biases have none.
+	Parts []int
 }
 
 // NewParameter wraps t, marking it as requiring a gradient. Tensors of two

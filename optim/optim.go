@@ -36,7 +36,14 @@ type AdamW struct {
 	// halves: an unpacked optimizer's parameters have bf16 copies of
 	// their own (KeepHalf).
 	halves bool
+	// others marks the parameters another rule updates (Muon's
+	// matrices): AdamW's step leaves them alone, Pack puts them last,
+	// after AdamW's stretch, and their M holds that rule's state.
+	others []bool
 }
+
+// other reports whether parameter i is another rule's (see others).
+func (o *AdamW) other(i int) bool { return o.others != nil && o.others[i] }
 
 // packing is a packed optimizer's flat buffers: parameters, gradients and
 // moments, the parameters with weight decay first, and the two stretches
@@ -54,6 +61,12 @@ type packing struct {
 	sharded bool
 	lo, hi  int
 	decayed int // flat elements with weight decay (they come first)
+	// adam is the flat elements AdamW updates (they come first; the
+	// parameters another rule updates follow), and sumGrads the view of
+	// the gradients whose squares GradSumSquares adds: every parameter's,
+	// or a sharded optimizer's shard.
+	adam     int
+	sumGrads *tensor.Tensor
 }
 
 // packedSeg is the flat buffers as the update sees them: a view of the
@@ -99,12 +112,17 @@ func (o *AdamW) Pack() bool {
 	}
 	dev := o.Params[0].T.Device()
 	var order []int
-	for pass := range 2 {
+	for pass := range 3 { // AdamW's decayed, AdamW's others, another rule's
 		for i, p := range o.Params {
 			if p.T.Device() != dev || p.T.DType() != tensor.F32 {
 				return false
 			}
-			if p.Decay == (pass == 0) {
+			switch {
+			case o.other(i):
+				if pass == 2 {
+					order = append(order, i)
+				}
+			case p.Decay == (pass == 0) && pass < 2:
 				order = append(order, i)
 			}
 		}
@@ -133,21 +151,26 @@ func (o *AdamW) Pack() bool {
 	k.params, k.grads = tensor.Pack(pick(ps), true)
 	k.m, _ = tensor.Pack(pick(o.M), false)
 	k.v, _ = tensor.Pack(pick(o.V), false)
-	decayed, total := 0, k.params.Numel()
-	for _, p := range o.Params {
+	decayed, adam, total := 0, 0, k.params.Numel()
+	for i, p := range o.Params {
+		if o.other(i) {
+			continue
+		}
+		adam += p.T.Numel()
 		if p.Decay {
 			decayed += p.T.Numel()
 		}
 	}
-	k.decayed = decayed
+	k.decayed, k.adam = decayed, adam
 	seg := &k.all
 	seg.decay = decayed > 0
-	if decayed < total {
+	if decayed < adam {
 		seg.decayEnd = decayed
 	}
 	tensor.ProgramOf(dev).Persist(func() {
-		seg.p, seg.m, seg.v = k.params.Rows(0, total), k.m.Rows(0, total), k.v.Rows(0, total)
-		seg.p.Grad = k.grads.Rows(0, total)
+		seg.p, seg.m, seg.v = k.params.Rows(0, adam), k.m.Rows(0, adam), k.v.Rows(0, adam)
+		seg.p.Grad = k.grads.Rows(0, adam)
+		k.sumGrads = k.grads.Rows(0, total)
 	})
 	k.done = true
 	return true
@@ -263,11 +286,12 @@ func (o *AdamW) Half() *tensor.Tensor {
 // updated parameters from the other shards. GradSumSquares and ClipCoef
 // then cover the shard alone: the group's norm is the sum over shards. M
 // and V no longer hold per-parameter views (nil). It reports false,
-// doing nothing, where the optimizer is not packed or [lo, hi) is not
-// within the flat buffer.
+// doing nothing, where the optimizer is not packed, where [lo, hi) is not
+// within the flat buffer, or where another rule updates some of the
+// parameters (Muon's matrices, which ZeRO-1 would have to assign whole).
 func (o *AdamW) Shard(lo, hi int) bool {
 	k := o.packed
-	if k == nil || !k.done || k.sharded || lo < 0 || hi < lo || hi > k.params.Numel() {
+	if k == nil || !k.done || k.sharded || lo < 0 || hi < lo || hi > k.params.Numel() || k.adam != k.params.Numel() {
 		return false
 	}
 	dev := k.params.Device()
@@ -295,6 +319,7 @@ func (o *AdamW) Shard(lo, hi int) bool {
 	tensor.ProgramOf(dev).Persist(func() {
 		seg.p, seg.m, seg.v = k.params.Rows(lo, hi), m.Rows(0, hi-lo), v.Rows(0, hi-lo)
 		seg.p.Grad = k.grads.Rows(lo, hi)
+		k.sumGrads = seg.p.Grad
 		if k.half != nil {
 			seg.p.SetHalf(k.half.Rows(lo, hi))
 		}
@@ -389,7 +414,7 @@ func (o *AdamW) StepSched(gradScale, sched *tensor.Tensor) {
 		return
 	}
 	for i, p := range o.Params {
-		if p.T.Grad == nil {
+		if p.T.Grad == nil || o.other(i) {
 			continue
 		}
 		hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps}
@@ -458,7 +483,7 @@ func (o *AdamW) ClipCoef(maxNorm float64, acc, coef, stats *tensor.Tensor, step 
 // gradients.
 func (o *AdamW) GradSumSquares(acc *tensor.Tensor) {
 	if o.packed != nil && o.packed.done {
-		tensor.SetSumSquares(acc, o.packed.all.p.Grad) // the whole flat buffer, or a shard
+		tensor.SetSumSquares(acc, o.packed.sumGrads) // the whole flat buffer, or a shard
 		return
 	}
 	tensor.Fill(acc, 0)

@@ -103,15 +103,16 @@ func (c *checkpointer) take(r *run, step int, best float64) {
 		if c.shard != nil { // the moments are in the shards' files
 			continue
 		}
-		r.opt.M[i].ReadFloat32s(s.m[i])
-		r.opt.V[i].ReadFloat32s(s.v[i])
+		m, v := r.opt.State(i)
+		m.ReadFloat32s(s.m[i])
+		v.ReadFloat32s(s.v[i])
 	}
 	s.step = step
 	cfg := r.cfg
 	s.meta = map[string]string{
 		"format":     "fleet-train-state",
 		"step":       strconv.Itoa(step),
-		"adam_steps": strconv.Itoa(r.opt.Steps),
+		"adam_steps": strconv.Itoa(r.opt.StepCount()),
 		// The schedule is a function of the step: the next step's LR.
 		"next_lr":       strconv.FormatFloat(r.sched.At(r.scheduleStep(step)), 'g', -1, 64),
 		"best_val_loss": strconv.FormatFloat(best, 'g', -1, 64),
@@ -304,9 +305,11 @@ func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best floa
 	if step, err = strconv.Atoi(st.Metadata["step"]); err != nil || step != man.Step {
 		return 0, 0, bad("step %q does not match the manifest's %d", st.Metadata["step"], man.Step)
 	}
-	if r.opt.Steps, err = strconv.Atoi(st.Metadata["adam_steps"]); err != nil {
+	adamSteps, err := strconv.Atoi(st.Metadata["adam_steps"])
+	if err != nil {
 		return 0, 0, bad("adam_steps %q", st.Metadata["adam_steps"])
 	}
+	r.opt.SetStepCount(adamSteps)
 	if best, err = strconv.ParseFloat(st.Metadata["best_val_loss"], 64); err != nil {
 		best = math.Inf(1)
 	}
@@ -344,10 +347,11 @@ func (r *run) restore(dir string, man *checkpoint.Manifest) (step int, best floa
 			if err != nil {
 				return 0, 0, bad("tensor %s: %v", name, err)
 			}
+			m, vt := r.opt.State(i)
 			if mv.i == 0 {
-				r.opt.M[i].SetFloat32s(v)
+				m.SetFloat32s(v)
 			} else {
-				r.opt.V[i].SetFloat32s(v)
+				vt.SetFloat32s(v)
 			}
 		}
 	}

@@ -96,7 +96,8 @@ func (r *run) captureStep(step int) error {
 	r.tel = nil // no device marks inside a graph
 	err := tensor.Catch(func() {
 		sched, lrs := r.upd.clock() // nil: the updater schedules the step itself
-		tensor.StepClock(r.stats.buf, sched, lrs, r.opt.Config.Beta1, r.opt.Config.Beta2)
+		b1, b2 := r.opt.Betas()
+		tensor.StepClock(r.stats.buf, sched, lrs, b1, b2)
 		if r.g.dropKey != nil {
 			tensor.StepDropoutKey(r.g.dropKey, r.stats.buf, r.cfg.Seed)
 		}

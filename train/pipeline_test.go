@@ -141,7 +141,7 @@ func TestPipelineStepGradients(t *testing.T) {
 	grads := func(r *run, step int) (float64, [][]float32) {
 		var g [][]float32
 		loss := r.mustStepWithHook(step, 1e-3, func() {
-			for _, p := range r.opt.Params {
+			for _, p := range r.opt.Parameters() {
 				g = append(g, p.T.Grad.Float32s())
 			}
 		})
@@ -174,7 +174,7 @@ func TestPipelineStepGradients(t *testing.T) {
 				for i := range g1 {
 					for k := range g1[i] {
 						if d := math.Abs(float64(g1[i][k] - g2[i][k])); d > 1e-5 {
-							t.Fatalf("step %d: %s[%d]: gradient %v, one device %v", step, one.opt.Params[i].Name, k, g2[i][k], g1[i][k])
+							t.Fatalf("step %d: %s[%d]: gradient %v, one device %v", step, one.opt.Parameters()[i].Name, k, g2[i][k], g1[i][k])
 						}
 					}
 				}

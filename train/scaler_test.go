@@ -43,8 +43,9 @@ func fp16Run(t *testing.T, scale float32, interval int) *run {
 // state is the weights and AdamW moments, copied to the host.
 func (r *run) state() [][]float32 {
 	var out [][]float32
-	for i, p := range r.opt.Params {
-		out = append(out, p.T.Float32s(), r.opt.M[i].Float32s(), r.opt.V[i].Float32s())
+	for i, p := range r.opt.Parameters() {
+		m, v := r.opt.State(i)
+		out = append(out, p.T.Float32s(), m.Float32s(), v.Float32s())
 	}
 	return out
 }
@@ -72,14 +73,14 @@ func TestGradScaler(t *testing.T) {
 		}
 		r.mustStep(step, 1e-3)
 	}
-	if r.scaler.Scale != 8 || r.scaler.Tracker != 0 || r.opt.Steps != 3 {
-		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.Scale, r.scaler.Tracker, r.opt.Steps)
+	if r.scaler.Scale != 8 || r.scaler.Tracker != 0 || r.opt.StepCount() != 3 {
+		t.Fatalf("after 3 clean steps: scale %v, tracker %d, adam steps %d; want 8, 0, 3", r.scaler.Scale, r.scaler.Tracker, r.opt.StepCount())
 	}
 	r.mustStep(3, 1e-3)
 	before := r.state()
 	lrBefore := r.scheduleStep(5)
 	r.mustStepWithHook(4, 1e-3, func() {
-		g := r.opt.Params[1].T.Grad
+		g := r.opt.Parameters()[1].T.Grad
 		v := g.Float32s()
 		v[0] = float32(math.Inf(1))
 		g.SetFloat32s(v)
@@ -87,8 +88,8 @@ func TestGradScaler(t *testing.T) {
 	if r.scaler.Scale != 4 || r.scaler.Tracker != 0 || r.scaler.Skipped != 1 {
 		t.Fatalf("after an inf: scale %v, tracker %d, skipped %d; want 4, 0, 1", r.scaler.Scale, r.scaler.Tracker, r.scaler.Skipped)
 	}
-	if r.opt.Steps != 4 {
-		t.Fatalf("adam steps %d after a skipped step, want 4", r.opt.Steps)
+	if r.opt.StepCount() != 4 {
+		t.Fatalf("adam steps %d after a skipped step, want 4", r.opt.StepCount())
 	}
 	if !bitwiseEqual(before, r.state()) {
 		t.Fatal("a skipped step changed the weights or the Adam moments")
@@ -96,7 +97,7 @@ func TestGradScaler(t *testing.T) {
 	if got := r.scheduleStep(5); got != lrBefore-1 {
 		t.Fatalf("schedule step %d at step 5 after a skip, want %d", got, lrBefore-1)
 	}
-	for _, p := range r.opt.Params {
+	for _, p := range r.opt.Parameters() {
 		if g := p.T.Grad; g != nil {
 			for _, v := range g.Float32s() {
 				if v != 0 {
@@ -106,7 +107,7 @@ func TestGradScaler(t *testing.T) {
 		}
 	}
 	r.mustStep(5, 1e-3) // training goes on
-	if r.opt.Steps != 5 || bitwiseEqual(before, r.state()) {
+	if r.opt.StepCount() != 5 || bitwiseEqual(before, r.state()) {
 		t.Fatal("the step after a skipped one did not update")
 	}
 }
@@ -229,7 +230,7 @@ func TestDeviceScalerMatchesHost(t *testing.T) {
 		if step == 4 {
 			hook = func(r *run) func() {
 				return func() {
-					g := r.opt.Params[1].T.Grad
+					g := r.opt.Parameters()[1].T.Grad
 					v := g.Float32s()
 					v[0] = float32(math.NaN())
 					g.SetFloat32s(v)
@@ -243,9 +244,9 @@ func TestDeviceScalerMatchesHost(t *testing.T) {
 			}
 			r.mustStepWithHook(step, 1e-3, h)
 		}
-		if dev.scaler.Scale != host.scaler.Scale || dev.scaler.Skipped != host.scaler.Skipped || dev.scaler.Tracker != host.scaler.Tracker || dev.opt.Steps != host.opt.Steps {
+		if dev.scaler.Scale != host.scaler.Scale || dev.scaler.Skipped != host.scaler.Skipped || dev.scaler.Tracker != host.scaler.Tracker || dev.opt.StepCount() != host.opt.StepCount() {
 			t.Fatalf("after step %d: device scale %v, skipped %d, tracker %d, adam steps %d; host %v, %d, %d, %d", step,
-				dev.scaler.Scale, dev.scaler.Skipped, dev.scaler.Tracker, dev.opt.Steps, host.scaler.Scale, host.scaler.Skipped, host.scaler.Tracker, host.opt.Steps)
+				dev.scaler.Scale, dev.scaler.Skipped, dev.scaler.Tracker, dev.opt.StepCount(), host.scaler.Scale, host.scaler.Skipped, host.scaler.Tracker, host.opt.StepCount())
 		}
 		// The two paths' states drift apart a little (see below): the
 		// norms have been measured up to 4e-6 apart (amd64) and 1.5e-5

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/nn"
 	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
@@ -242,10 +243,12 @@ func (s *setup) build() (r *run, err error) {
 		}
 	}
 	if err := tensor.Catch(func() { // its moments are the run's largest allocation
-		r.opt = optim.NewAdamW(r.model.Parameters(), optim.AdamWConfig{
-			LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+		r.opt, err = newOptimizer(cfg, r.model.Parameters())
 	}); err != nil {
 		return r, fmt.Errorf("optimizer state: %w", err)
+	}
+	if err != nil {
+		return r, err
 	}
 	r.sched = optim.Schedule{LR: cfg.LR, MinLR: cfg.MinLR, WarmupIters: cfg.WarmupIters, DecayIters: cfg.DecayIters()}
 	r.tel = newTelemetry(dev)
@@ -346,4 +349,21 @@ func (s *setup) joinGroup(r *run) (err error) {
 		r.log = io.Discard
 	}
 	return nil
+}
+
+// newOptimizer makes the run's optimizer (Config.Optimizer): AdamW, or
+// Muon for the blocks' matrices and AdamW for the rest, its
+// Newton–Schulz products in the run's product type (bf16 under
+// --precision bf16).
+func newOptimizer(cfg Config, params []*nn.Parameter) (optim.Optimizer, error) {
+	adam := optim.AdamWConfig{LR: float32(cfg.LR), Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)}
+	if cfg.Optimizer != config.OptimizerMuon {
+		return optim.NewAdamW(params, adam), nil
+	}
+	lr, mom, wd := cfg.MuonSettings()
+	mc := optim.MuonConfig{LR: float32(lr), Momentum: float32(mom), WeightDecay: float32(wd)}
+	if cfg.ProductDType() == tensor.BF16 {
+		mc.Round = tensor.BF16
+	}
+	return optim.NewMuon(params, adam, mc)
 }

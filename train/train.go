@@ -32,7 +32,7 @@ type run struct {
 	log        io.Writer
 	dev        tensor.Device
 	model      *model.GPT
-	opt        *optim.AdamW
+	opt        optim.Optimizer
 	sched      optim.Schedule
 	train      *data.Sampler
 	feed       feed

@@ -107,7 +107,7 @@ func (u *deviceUpdate) apply(step int, lr float64, reduce func() error) error {
 	} else {
 		tensor.ClipCoef(u.coef, r.stats.buf, u.acc, r.cfg.GradClip, step+1)
 		r.opt.SetLR(float32(lr))
-		r.opt.StepScaled(u.coef)
+		r.opt.StepSched(u.coef, nil)
 	}
 	r.opt.ZeroGrad()
 	return nil
@@ -151,7 +151,7 @@ func (u *deviceUpdate) setRate(lr float64) {
 // which the host does not count.
 func (u *deviceUpdate) read(done int, v []float32) {
 	u.norm = float64(v[2])
-	u.r.opt.Steps = done
+	u.r.opt.SetStepCount(done)
 }
 
 func (u *deviceUpdate) free() { freeAll(u.acc, u.coef, u.sched, u.lrs) }
@@ -200,8 +200,9 @@ func (u *scaledUpdate) apply(step int, lr float64, reduce func() error) error {
 	if step >= 0 { // (a captured step's rate is set outside its graph)
 		u.setRate(lr)
 	}
+	b1, b2 := r.opt.Betas()
 	tensor.ScalerCoef(u.coef, r.stats.buf, u.acc, u.state, u.lrs, r.cfg.GradClip, step,
-		r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), r.opt.Config.Beta1, r.opt.Config.Beta2)
+		r.scaler.GrowthInterval, 1/float32(r.cfg.GradAccum), b1, b2)
 	r.opt.StepSched(u.coef, u.sched16)
 	r.opt.ZeroGrad()
 	return nil
@@ -215,7 +216,7 @@ func (u *scaledUpdate) read(done int, v []float32) {
 	u.state.ReadFloat32s(st[:])
 	s := u.r.scaler
 	s.Scale, s.Tracker, s.Skipped = st[backend.ScalerScale], int(st[backend.ScalerTracker]), int(st[backend.ScalerSkipped])
-	u.r.opt.Steps = done - s.Skipped
+	u.r.opt.SetStepCount(done - s.Skipped)
 }
 
 // rate is the rate the device took: the schedule's position counts the
@@ -266,13 +267,13 @@ func (u *hostUpdate) apply(step int, lr float64, reduce func() error) error {
 	s := r.scaler
 	if s != nil {
 		inv := 1 / s.Scale
-		for _, p := range r.opt.Params {
+		for _, p := range r.opt.Parameters() {
 			if g := p.T.Grad; g != nil {
 				tensor.ScaleInPlace(g, inv)
 			}
 		}
 	}
-	norm := optim.ClipGradNorm(r.opt.Params, r.cfg.GradClip)
+	norm := optim.ClipGradNorm(r.opt.Parameters(), r.cfg.GradClip)
 	u.norm = norm
 	ok := finite(norm)
 	if s == nil && !ok && u.badGrads == 0 {
@@ -283,7 +284,7 @@ func (u *hostUpdate) apply(step int, lr float64, reduce func() error) error {
 		return nil
 	}
 	r.opt.SetLR(float32(lr))
-	r.opt.Step()
+	r.opt.StepSched(nil, nil)
 	r.opt.ZeroGrad()
 	return nil
 }

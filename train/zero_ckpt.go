@@ -70,7 +70,7 @@ func (c *checkpointer) saveShard(r *run, step, lo, hi, world int, store *dist.St
 		offs := r.opt.FlatOffsets()
 		sh = &shardSnap{rank: r.cfg.Rank, world: world, lo: lo, hi: hi, n: r.opt.PackedParams().Numel(),
 			store: store, timeout: r.cfg.CollectiveTimeout()}
-		for i, p := range r.opt.Params {
+		for i, p := range r.opt.Parameters() {
 			sh.layout = append(sh.layout, flatParam{Name: p.Name, Offset: offs[i], Numel: p.T.Numel()})
 		}
 		sh.m, sh.v = make([]float32, hi-lo), make([]float32, hi-lo)
@@ -214,8 +214,9 @@ func restoreShards(r *run, dir string, meta map[string]string) error {
 		if !ok || fp.Numel != p.T.Numel() || fp.Offset < 0 || fp.Offset+fp.Numel > n {
 			return fmt.Errorf("the shards' layout does not place parameter %s (%d elements)", p.Name, p.T.Numel())
 		}
-		r.opt.M[i].SetFloat32s(m[fp.Offset : fp.Offset+fp.Numel])
-		r.opt.V[i].SetFloat32s(v[fp.Offset : fp.Offset+fp.Numel])
+		mi, vi := r.opt.State(i)
+		mi.SetFloat32s(m[fp.Offset : fp.Offset+fp.Numel])
+		vi.SetFloat32s(v[fp.Offset : fp.Offset+fp.Numel])
 	}
 	return nil
 }

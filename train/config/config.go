@@ -133,6 +133,13 @@ type Config struct {
 	Beta2        float64 `json:"beta2"`
 	WeightDecay  float64 `json:"weight_decay"`
 	GradClip     float64 `json:"grad_clip"`
+	// Optimizer is adamw ("" too) or muon: Muon for the blocks' weight
+	// matrices, AdamW (LR, Beta1, Beta2, WeightDecay) for the rest. The
+	// Muon settings' zero values are their defaults (MuonSettings).
+	Optimizer       string  `json:"optimizer,omitempty"`
+	MuonLR          float64 `json:"muon_lr,omitempty"`
+	MuonMomentum    float64 `json:"muon_momentum,omitempty"`
+	MuonWeightDecay float64 `json:"muon_weight_decay,omitempty"`
 
 	EvalInterval int    `json:"eval_interval"`
 	EvalIters    int    `json:"eval_iters"`
@@ -269,7 +276,8 @@ func (c Config) validate() ([]tensor.Device, error) {
 		field string
 		v     float64
 	}{{"LR", c.LR}, {"MinLR", c.MinLR}, {"Beta1", c.Beta1}, {"Beta2", c.Beta2},
-		{"WeightDecay", c.WeightDecay}, {"GradClip", c.GradClip}, {"Dropout", c.Dropout}} {
+		{"WeightDecay", c.WeightDecay}, {"GradClip", c.GradClip}, {"Dropout", c.Dropout},
+		{"MuonLR", c.MuonLR}, {"MuonMomentum", c.MuonMomentum}, {"MuonWeightDecay", c.MuonWeightDecay}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return nil, setting.Errorf("{"+f.field+"} %v: want a finite number", f.v)
 		}
@@ -291,6 +299,14 @@ func (c Config) validate() ([]tensor.Device, error) {
 		return nil, setting.Errorf("{Beta1} and {Beta2} must be in [0, 1)")
 	case c.WeightDecay < 0 || c.GradClip < 0:
 		return nil, setting.Errorf("{WeightDecay} and {GradClip} must not be negative")
+	case c.Optimizer != "" && c.Optimizer != OptimizerAdamW && c.Optimizer != OptimizerMuon:
+		return nil, setting.Errorf("{Optimizer} must be adamw or muon, got %q", c.Optimizer)
+	case c.MuonLR < 0 || c.MuonMomentum < 0 || c.MuonMomentum >= 1 || c.MuonWeightDecay < 0:
+		return nil, setting.Errorf("{MuonLR} and {MuonWeightDecay} must not be negative, and {MuonMomentum} must be in [0, 1)")
+	case c.Optimizer == OptimizerMuon && c.Zero == 1:
+		return nil, setting.Errorf("{Optimizer} muon with {Zero} 1 is not supported yet: ZeRO-1 shards the flat state by element ranges, and Muon needs each matrix whole on one rank")
+	case c.Optimizer == OptimizerMuon && c.Precision == "fp16":
+		return nil, setting.Errorf("{Optimizer} muon with {Precision} fp16 is not supported: the loss scaler skips steps whose gradients overflow, and Muon's update cannot skip on the device; use bf16")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:
 		return nil, setting.Errorf("{EvalInterval}, {EvalIters} and {LogInterval} must be positive")
 	case c.VocabSize < 0:
@@ -364,6 +380,31 @@ func (c Config) CollectiveTimeout() time.Duration {
 		return dist.DefaultTimeout
 	}
 	return c.CommTimeout
+}
+
+// The optimizers Optimizer names.
+const (
+	OptimizerAdamW = "adamw"
+	OptimizerMuon  = "muon"
+)
+
+// Muon's defaults, which its settings' zero values stand for.
+const (
+	DefaultMuonLR       = 0.02
+	DefaultMuonMomentum = 0.95
+)
+
+// MuonSettings resolves the Muon settings' defaults: the learning rate,
+// the momentum and the weight decay.
+func (c Config) MuonSettings() (lr, momentum, weightDecay float64) {
+	lr, momentum = c.MuonLR, c.MuonMomentum
+	if lr == 0 {
+		lr = DefaultMuonLR
+	}
+	if momentum == 0 {
+		momentum = DefaultMuonMomentum
+	}
+	return lr, momentum, c.MuonWeightDecay
 }
 
 // DecayIters resolves LRDecayIters' default.

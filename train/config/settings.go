@@ -150,6 +150,10 @@ func (rc RunConfig) Settings() []Recorded {
 		{Flag: "--beta2", Value: fmtFloat(c.Beta2), kind: tunable},
 		{Flag: "--weight-decay", Value: fmtFloat(c.WeightDecay), kind: tunable},
 		{Flag: "--grad-clip", Value: fmtFloat(c.GradClip), kind: tunable},
+		{Flag: "--optimizer", Value: orDefault(c.Optimizer, OptimizerAdamW), kind: tunable},
+		{Flag: "--muon-lr", Value: muonValue(c, 0), kind: tunable},
+		{Flag: "--muon-momentum", Value: muonValue(c, 1), kind: tunable},
+		{Flag: "--muon-weight-decay", Value: muonValue(c, 2), kind: tunable},
 		{Flag: "--dropout", Value: fmtFloat(c.Dropout), kind: tunable},
 		{Flag: "--precision", Value: precisionName(c.Precision), kind: tunable},
 		// The CPU's bf16 product (SettleCPUBF16); auto where there is none
@@ -180,6 +184,16 @@ func (rc RunConfig) Settings() []Recorded {
 }
 
 func precisionName(p string) string { return orDefault(p, "fp32") }
+
+// muonValue is Muon's setting i (MuonSettings' order) as recorded: none
+// where the run does not use Muon.
+func muonValue(c Config, i int) string {
+	if c.Optimizer != OptimizerMuon {
+		return "none"
+	}
+	lr, mom, wd := c.MuonSettings()
+	return fmtFloat([]float64{lr, mom, wd}[i])
+}
 
 func orDefault(s, def string) string {
 	if s == "" {

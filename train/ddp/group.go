@@ -51,7 +51,7 @@ type Group struct {
 	hookFn func(*tensor.Tensor)
 	// opt is the run's optimizer (its flat buffers, its step count);
 	// zeroWanted asks for ZeRO-1 (--zero 1), which Start sets up.
-	opt        *optim.AdamW
+	opt        optim.Optimizer
 	zeroWanted bool
 	// out is the run's folder (its FlightDir gets the flight record), log
 	// the run's log; stopSignal ends the SIGUSR1 handler.
@@ -113,7 +113,7 @@ type Options struct {
 	// backward runs without the gradient hook.
 	Pipelined bool
 	Params    []*nn.Parameter
-	Opt       *optim.AdamW
+	Opt       optim.Optimizer
 	Log       io.Writer
 	// DeviceGroup makes the device group where gradients go through one
 	// (nil: NCCL); tests stand in a host group (package ddptest).
@@ -165,7 +165,7 @@ func Open(store *dist.Store, o Options) (*Group, error) {
 			d.err = err
 			return d, fmt.Errorf("dist: broadcasting rank 0's parameters: %w", err)
 		}
-		if err := d.sameStart(o.Opt.Steps); err != nil {
+		if err := d.sameStart(o.Opt.StepCount()); err != nil {
 			return d, err
 		}
 		fmt.Fprintf(o.Log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced on the device (%s) in %d MiB buckets during backward, on a stream of their own\n",
@@ -189,7 +189,7 @@ func Open(store *dist.Store, o Options) (*Group, error) {
 			p.T.SetFloat32s(vals[i])
 		}
 	}
-	if err := d.sameStart(o.Opt.Steps); err != nil {
+	if err := d.sameStart(o.Opt.StepCount()); err != nil {
 		return d, err
 	}
 	fmt.Fprintf(o.Log, "dist: %d ranks joined; parameters broadcast from rank 0; gradients all-reduced in %d MiB buckets during backward\n",

@@ -96,11 +96,11 @@ func (d *Group) openZero() error {
 	}
 	offs, sizes := make([]int, len(d.params)), make([]int, len(d.params))
 	for k, off := range opt.FlatOffsets() {
-		i, ok := d.index[opt.Params[k].T]
+		i, ok := d.index[opt.Parameters()[k].T]
 		if !ok {
-			return fmt.Errorf("dist: --zero 1: the optimizer's parameter %s is not the model's", opt.Params[k].Name)
+			return fmt.Errorf("dist: --zero 1: the optimizer's parameter %s is not the model's", opt.Parameters()[k].Name)
 		}
-		offs[i], sizes[i] = off, opt.Params[k].T.Numel()
+		offs[i], sizes[i] = off, opt.Parameters()[k].T.Numel()
 	}
 	red, err := dist.NewShardReducer(pg, host, offs, sizes, d.bucket)
 	if err != nil {
