@@ -21,7 +21,23 @@ import (
 // backward, clipping, schedule, AdamW with decay on 2-D weights only), and
 // compares every step's loss and the final weights.
 func TestTrajectoryMatchesPyTorch(t *testing.T) {
-	f, c, md := loadTrainFixture(t, "../testdata/gpt_train.safetensors")
+	replayTrainFixture(t, "../testdata/gpt_train.safetensors", 1e-4)
+}
+
+// TestMuonTrajectoryMatchesPyTorch is TestTrajectoryMatchesPyTorch with
+// Muon for the blocks' matrices (q, k and v orthogonalised apart) and
+// AdamW for the rest, against scripts/make_muon_fixture.py's plain-PyTorch
+// Muon (float64), weight decay on the matrices included.
+func TestMuonTrajectoryMatchesPyTorch(t *testing.T) {
+	replayTrainFixture(t, "../testdata/gpt_train_muon.safetensors", 1e-5)
+}
+
+// replayTrainFixture replays a training fixture's steps through the
+// trainer's step with the fixture's optimizer (the run's newOptimizer),
+// holding every step's loss (relative 1e-5) and the final weights (tol)
+// to PyTorch's.
+func replayTrainFixture(t *testing.T, path string, tol float64) {
+	f, c, md := loadTrainFixture(t, path)
 	steps := int(md("steps"))
 
 	m, err := model.New(c.ModelConfig(int(md("vocab_size"))), tensor.CPU, 1)
@@ -56,8 +72,12 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 		copy(x, xs[step*n:(step+1)*n])
 		copy(y, ys[step*n:(step+1)*n])
 	}
-	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(c.LR), Beta1: float32(c.Beta1),
-		Beta2: float32(c.Beta2), Eps: float32(md("eps")), WeightDecay: float32(c.WeightDecay)})
+	if eps := md("eps"); eps != 1e-8 {
+		t.Fatalf("the fixture's AdamW eps is %v; the trainer's is 1e-8", eps)
+	}
+	if r.opt, err = newOptimizer(c, m.Parameters()); err != nil {
+		t.Fatal(err)
+	}
 	r.sched = optim.Schedule{LR: c.LR, MinLR: c.MinLR, WarmupIters: c.WarmupIters, DecayIters: c.DecayIters()}
 	for s := 0; s < steps; s++ {
 		lr := r.sched.At(s)
@@ -81,7 +101,7 @@ func TestTrajectoryMatchesPyTorch(t *testing.T) {
 		}
 	}
 	t.Logf("largest final-weight difference %.3g (%s)", worst, where)
-	if worst > 1e-4 {
+	if worst > tol {
 		t.Errorf("final weights differ from PyTorch by %.3g at %s", worst, where)
 	}
 }
@@ -184,5 +204,9 @@ func loadTrainFixture(t *testing.T, path string) (*checkpoint.File, Config, func
 	c.BatchSize, c.GradAccum = int(md("batch_size")), 1
 	c.LR, c.MinLR, c.WarmupIters, c.LRDecayIters = md("learning_rate"), md("min_lr"), int(md("warmup_iters")), int(md("lr_decay_iters"))
 	c.Beta1, c.Beta2, c.WeightDecay, c.GradClip = md("beta1"), md("beta2"), md("weight_decay"), md("grad_clip")
+	if f.Metadata["optimizer"] == "muon" {
+		c.Optimizer = "muon"
+		c.MuonLR, c.MuonMomentum, c.MuonWeightDecay = md("muon_lr"), md("muon_momentum"), md("muon_weight_decay")
+	}
 	return f, c, md
 }
