@@ -236,8 +236,9 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 		}
 	}
 	for _, m := range o.mats {
-		if o.Params[m.i].T.Device() == w.dev {
-			m.scatter(w, o.Params[m.i].T)
+		if p := o.Params[m.i].T; p.Device() == w.dev {
+			m.scatter(w, p)
+			p.RefreshHalf() // its bf16 copy, where KeepHalf gave it one
 		}
 	}
 }
@@ -409,16 +410,18 @@ func (g *nsGroup) iterate(round tensor.DType) {
 		} else { // tall: A = Xᵀ·X, X's transpose being the wide one
 			tensor.Gemm(backend.MatMul{Batch: n, M: c, N: c, K: r, TransA: true, StrideA: rc, StrideB: rc, StrideC: ss, Round: round}, x, x, g.a)
 		}
-		// B = b·A + c·A·A
-		g.b.CopyFrom(g.a)
-		tensor.Gemm(backend.MatMul{Batch: n, M: s, N: s, K: s, StrideA: ss, StrideB: ss, StrideC: ss, Alpha: nsC, Beta: nsB, Round: round}, g.a, g.a, g.b)
+		// B = b·A + c·A·A; the products take alpha 1 and beta 0, as bf16
+		// products must.
+		tensor.Gemm(backend.MatMul{Batch: n, M: s, N: s, K: s, StrideA: ss, StrideB: ss, StrideC: ss, Round: round}, g.a, g.a, g.b)
+		tensor.ScaleInPlace(g.b, nsC)
+		tensor.AddInPlace(g.b, g.a, nsB)
 		// X' = a·X + B·X (wide), a·X + X·B (tall, B symmetric)
-		y.CopyFrom(x)
 		if r <= c {
-			tensor.Gemm(backend.MatMul{Batch: n, M: r, N: c, K: r, StrideA: ss, StrideB: rc, StrideC: rc, Alpha: 1, Beta: nsA, Round: round}, g.b, x, y)
+			tensor.Gemm(backend.MatMul{Batch: n, M: r, N: c, K: r, StrideA: ss, StrideB: rc, StrideC: rc, Round: round}, g.b, x, y)
 		} else {
-			tensor.Gemm(backend.MatMul{Batch: n, M: r, N: c, K: c, StrideA: rc, StrideB: ss, StrideC: rc, Alpha: 1, Beta: nsA, Round: round}, x, g.b, y)
+			tensor.Gemm(backend.MatMul{Batch: n, M: r, N: c, K: c, StrideA: rc, StrideB: ss, StrideC: rc, Round: round}, x, g.b, y)
 		}
+		tensor.AddInPlace(y, x, nsA)
 		x, y = y, x
 	}
 	g.out = x

@@ -246,7 +246,7 @@ func (o *AdamW) KeepHalf() {
 				off += n
 			}
 			k.params.SetHalf(k.half)
-			lo, hi := 0, total
+			lo, hi := 0, k.adam // AdamW's stretch
 			if k.sharded {
 				lo, hi = k.lo, k.hi
 			}
