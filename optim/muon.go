@@ -74,10 +74,12 @@ type muonMat struct {
 	parts   []int
 	scales  []float32 // each part's s_p
 	slots   []muonSlot
-	// direct: the parts are of one shape, at consecutive slots of their
-	// group, so the whole matrix transposes straight into them and back.
+	// plain: one part, orthogonalised as stored ([in, out]: NS(Mᵀ) is
+	// NS(M)ᵀ), copied into its slot and added back, no transposes.
+	// direct: parts of one shape, at consecutive slots of their group,
+	// so the whole matrix transposes straight into them and back.
 	// Otherwise it goes through tmp ([out, in]) and a copy per part.
-	direct bool
+	plain, direct bool
 	tmp    *tensor.Tensor
 	u      *tensor.Tensor // its look-ahead: its span's u, or a view of it
 }
@@ -267,11 +269,17 @@ func (o *Muon) open() {
 			w.groups = append(w.groups, g)
 			return g
 		}
-		m.direct = true
+		m.plain, m.direct = len(m.parts) == 1, true
 		for _, pw := range m.parts {
 			if pw != m.parts[0] {
 				m.direct = false
 			}
+		}
+		if m.plain {
+			g := groupOf(m.in, m.out)
+			m.slots = append(m.slots, muonSlot{g: g, k: g.n})
+			g.n++
+			continue
 		}
 		for _, pw := range m.parts {
 			g := groupOf(pw, m.in)
@@ -302,7 +310,7 @@ func (o *Muon) openOn(w *muonWork) {
 		if o.Params[m.i].T.Device() != w.dev {
 			continue
 		}
-		if n := min(m.in, m.out); w.eye[n] == nil {
+		if n := min(m.in, m.out); !m.plain && w.eye[n] == nil {
 			w.eye[n] = identity(w.dev, n)
 		}
 		if !m.direct {
@@ -351,9 +359,15 @@ func transpose(w *muonWork, src, dst *tensor.Tensor, rows, cols int, alpha, beta
 	tensor.Gemm(backend.MatMul{Batch: 1, M: cols, N: rows, K: cols, TransB: true, Alpha: alpha, Beta: beta}, w.eye[cols], src, dst)
 }
 
-// gather puts matrix m's look-ahead u ([in, out]) into its slots, each
-// part transposed to [width, in].
+// gather puts matrix m's look-ahead u ([in, out]) into its slots: as it
+// is where it is one part, else each part transposed to [width, in].
 func (m *muonMat) gather(w *muonWork) {
+	if m.plain {
+		s := m.slots[0]
+		size := s.g.rows * s.g.cols
+		tensor.CopyInto(s.g.x.Rows(s.k*size, (s.k+1)*size), m.u)
+		return
+	}
 	if m.direct {
 		s := m.slots[0]
 		size := s.g.rows * s.g.cols
@@ -373,6 +387,12 @@ func (m *muonMat) gather(w *muonWork) {
 // weight ([in, out]), transposing it back.
 func (m *muonMat) scatter(w *muonWork, weight *tensor.Tensor) {
 	flat := weight // read flat by the products
+	if m.plain {
+		s := m.slots[0]
+		size := s.g.rows * s.g.cols
+		tensor.AxpyInto(weight, s.g.out.Rows(s.k*size, (s.k+1)*size), -m.scales[0])
+		return
+	}
 	if m.direct {
 		s := m.slots[0]
 		size := s.g.rows * s.g.cols

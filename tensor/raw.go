@@ -67,3 +67,26 @@ func SumColsInto(dst, src *Tensor, rows, cols int) {
 	}
 	dst.be.SumCols(dst.ref(), src.ref(), rows, cols, 1)
 }
+
+// CopyInto copies src's elements into dst, which must have as many,
+// whatever the shapes.
+func CopyInto(dst, src *Tensor) {
+	check("copy_into", dst, src)
+	sameNumel("copy_into", dst, src)
+	dst.be.Copy(dst.ref(), src.ref(), dst.Numel())
+}
+
+// AxpyInto adds alpha·x into dst elementwise (as many elements,
+// whatever the shapes).
+func AxpyInto(dst, x *Tensor, alpha float32) {
+	check("axpy_into", dst, x)
+	wantDType("axpy_into", F32, dst, x)
+	sameNumel("axpy_into", dst, x)
+	dst.be.Axpy(dst.ref(), x.ref(), alpha, dst.Numel())
+}
+
+func sameNumel(op string, a, b *Tensor) {
+	if a.Numel() != b.Numel() {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("%d and %d elements", a.Numel(), b.Numel()), Operands: []*Tensor{a, b}})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"github.com/fleetml/fleet/data"
 	"github.com/fleetml/fleet/dist"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/ddp"
 )
@@ -23,8 +22,11 @@ type Stepper struct{ r *run }
 func NewStepper(cfg Config, dev tensor.Device, m *model.GPT, s *data.Sampler) *Stepper {
 	r := newRun(cfg, dev, io.Discard)
 	r.model, r.train = m, s
-	r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR),
-		Beta1: float32(cfg.Beta1), Beta2: float32(cfg.Beta2), WeightDecay: float32(cfg.WeightDecay)})
+	opt, err := newOptimizer(cfg, m.Parameters())
+	if err != nil { // a model that marks no matrices for Muon
+		panic(&tensor.Error{Op: "optimizer", Msg: err.Error()})
+	}
+	r.opt = opt
 	return &Stepper{r: r}
 }
 

@@ -96,7 +96,8 @@ var Flags = setting.Table[Config]{
 // take too.
 var ModelFlags = []string{"device", "precision", "n-layer", "n-head", "n-embd", "block-size", "dropout", "bias",
 	"arch", "n-kv-head", "head-dim", "mlp-hidden", "rope-theta", "norm-eps", "qk-norm", "qkv-bias", "tie-embeddings",
-	"batch-size", "memory-limit", "recompute", "cuda-graphs", "grad-accum", "lr", "seed"}
+	"batch-size", "memory-limit", "recompute", "cuda-graphs", "grad-accum", "lr", "seed",
+	"optimizer", "muon-lr", "muon-momentum", "muon-weight-decay"}
 
 // declare is one entry of Flags.
 func declare(name, field, usage string, bind func(*Config) any) setting.Flag[Config] {
