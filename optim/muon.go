@@ -80,8 +80,8 @@ type muonMat struct {
 	// so the whole matrix transposes straight into them and back.
 	// Otherwise it goes through tmp ([out, in]) and a copy per part.
 	plain, direct bool
-	tmp    *tensor.Tensor
-	u      *tensor.Tensor // its look-ahead: its span's u, or a view of it
+	tmp           *tensor.Tensor
+	u             *tensor.Tensor // its look-ahead: its span's u, or a view of it
 }
 
 // muonSlot is where a part lies: matrix k of group g.

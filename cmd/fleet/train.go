@@ -29,6 +29,9 @@ func trainCmd(args []string, stdout, stderr io.Writer) error {
 			c.Given = append(c.Given, fl.Field)
 		}
 	})
+	if err := c.ApplyRecipe(); err != nil {
+		return err
+	}
 	if c.InitFrom != "" && !slices.Contains(c.Given, "NHead") {
 		c.NHead = 0 // inferred from the file
 	}

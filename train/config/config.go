@@ -140,6 +140,9 @@ type Config struct {
 	MuonLR          float64 `json:"muon_lr,omitempty"`
 	MuonMomentum    float64 `json:"muon_momentum,omitempty"`
 	MuonWeightDecay float64 `json:"muon_weight_decay,omitempty"`
+	// Recipe names a preset of settings that fleet train applies to the
+	// settings not given on its command line (ApplyRecipe).
+	Recipe string `json:"recipe,omitempty"`
 
 	EvalInterval int    `json:"eval_interval"`
 	EvalIters    int    `json:"eval_iters"`

@@ -63,6 +63,7 @@ var Flags = setting.Table[Config]{
 	declare("beta1", "Beta1", "AdamW beta1", func(c *Config) any { return &c.Beta1 }),
 	declare("beta2", "Beta2", "AdamW beta2", func(c *Config) any { return &c.Beta2 }),
 	declare("weight-decay", "WeightDecay", "AdamW weight decay on 2-D weights", func(c *Config) any { return &c.WeightDecay }),
+	{Name: "recipe", Field: "Recipe", UsageFunc: recipeUsage, Bind: func(c *Config) any { return &c.Recipe }},
 	declare("optimizer", "Optimizer", "adamw, or muon: Muon (momentum orthogonalised by Newton–Schulz) for the blocks' weight matrices, AdamW with the AdamW flags for the embeddings, head, norms and biases", func(c *Config) any { return &c.Optimizer }),
 	declare("muon-lr", "MuonLR", "muon: the matrices' peak learning rate; the schedule scales it as it scales --lr (0: 0.02)", func(c *Config) any { return &c.MuonLR }),
 	declare("muon-momentum", "MuonMomentum", "muon: Nesterov momentum (0: 0.95)", func(c *Config) any { return &c.MuonMomentum }),
