@@ -269,6 +269,11 @@ func (r *run) logSetup(ds *dataset) {
 		mc.Family(), mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, float64(r.model.NumParams())/1e6, r.dev)
 	fmt.Fprintf(log, "batch: micro-batch %d × %d tokens, %d accumulation steps, world %d: %d tokens per step\n",
 		cfg.BatchSize, cfg.BlockSize, cfg.GradAccum, max(cfg.WorldSize, 1), r.tokensPerStep()*max(cfg.WorldSize, 1))
+	if m, ok := r.opt.(*optim.Muon); ok {
+		lr, mom, wd := cfg.MuonSettings()
+		fmt.Fprintf(log, "optimizer: Muon for the blocks' %d weight matrices (lr %g, momentum %g, weight decay %g; Newton–Schulz products in %v), AdamW for the other parameters (lr %g)\n",
+			m.Matrices(), lr, mom, wd, cfg.ProductDType(), cfg.LR)
+	}
 	if cfg.Recompute {
 		fmt.Fprintf(log, "recompute: on: each block is recomputed in the backward pass (less memory, more time)\n")
 	}
