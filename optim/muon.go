@@ -240,7 +240,22 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 	for _, m := range o.mats {
 		if p := o.Params[m.i].T; p.Device() == w.dev {
 			m.scatter(w, p)
-			p.RefreshHalf() // its bf16 copy, where KeepHalf gave it one
+		}
+	}
+	// The matrices' bf16 copies, where KeepHalf gave them some: packed,
+	// one cast over their stretch of the flat copy.
+	if k := o.packed; k != nil && k.done && k.half != nil {
+		s := &w.spans[0]
+		if s.p.Half() == nil {
+			total := k.params.Numel()
+			tensor.ProgramOf(w.dev).Persist(func() { s.p.SetHalf(k.half.Rows(k.adam, total)) })
+		}
+		s.p.RefreshHalf()
+		return
+	}
+	for _, m := range o.mats {
+		if p := o.Params[m.i].T; p.Device() == w.dev {
+			p.RefreshHalf()
 		}
 	}
 }
