@@ -13,7 +13,6 @@ import (
 	"github.com/fleetml/fleet/internal/setting"
 	"github.com/fleetml/fleet/internal/units"
 	"github.com/fleetml/fleet/model"
-	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 	"github.com/fleetml/fleet/train/config"
 )
@@ -231,7 +230,9 @@ func probeBatch(cfg Config, vocab int, dev tensor.Device, b int) (peak int64, er
 		}
 		r.model = m
 		m.SetRecompute(cfg.Recompute)
-		r.opt = optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: float32(cfg.LR), Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+		if r.opt, stepErr = newOptimizer(cfg, m.Parameters()); stepErr != nil { // the run's, and its scratch
+			return
+		}
 		stepErr = r.step(0, cfg.LR)
 	})
 	if err == nil {
