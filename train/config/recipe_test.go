@@ -31,3 +31,32 @@ func TestApplyRecipe(t *testing.T) {
 		t.Errorf("an unknown recipe: %v, want a refusal listing modern", err)
 	}
 }
+
+// TestOptimizerSettings: bad optimizer settings are refused naming the
+// setting, and what Muon cannot run with is refused with the reason.
+func TestOptimizerSettings(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(c *Config)
+		want string
+	}{
+		{func(c *Config) { c.Optimizer = "sgd" }, "Optimizer"},
+		{func(c *Config) { c.Optimizer, c.MuonMomentum = OptimizerMuon, 1 }, "MuonMomentum"},
+		{func(c *Config) { c.Optimizer, c.MuonLR = OptimizerMuon, -1 }, "MuonLR"},
+		{func(c *Config) { c.Optimizer, c.WorldSize, c.Zero = OptimizerMuon, 2, 1 }, "ZeRO-1"},
+		{func(c *Config) { c.Optimizer, c.Precision = OptimizerMuon, "fp16" }, "skips steps"},
+	} {
+		c := Default()
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.want, err, tc.want)
+		}
+	}
+	c := Default()
+	c.Optimizer = OptimizerMuon
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if lr, mom, wd := c.MuonSettings(); lr != DefaultMuonLR || mom != DefaultMuonMomentum || wd != 0 {
+		t.Errorf("Muon's defaults: %v %v %v", lr, mom, wd)
+	}
+}
