@@ -45,17 +45,18 @@ const (
 //	W  = W·(1 - r·wd) - r·s_p·O
 //
 // where r is the step's Muon rate and s_p = max(1, rows/cols)^0.5 for a
-// part of rows×cols in PyTorch's [out, in] orientation (the update's RMS
-// grows with the ratio of its sides; see docs/training.md). NS normalises
+// part of rows×cols in PyTorch's [out, in] orientation (an orthogonal
+// tall matrix has a smaller RMS per element; see docs/optimizers.md). NS normalises
 // X = u_p/(‖u_p‖_F + 1e-7), transposed where it is tall, and iterates
 // five times X ← a·X + (b·A + c·A²)·X with A = X·Xᵀ and (a, b, c) =
 // (3.4445, -4.7750, 2.0315): X's singular values are driven towards 1.
 //
 // Every step runs on the parameters' device as backend products and
-// elementwise passes, batched: the parts are transposed (a product with
-// the identity, exact in F32) into one buffer per shape, and each
-// Newton–Schulz product is one batched launch over all the matrices of
-// that shape. A step whose clip coefficient is not finite moves Muon's
+// elementwise passes, batched: the matrices go into one buffer per shape
+// (a one-part weight as it is stored, since NS(Mᵀ) = NS(M)ᵀ; a fused
+// one's parts transposed by a product with the identity, exact in F32),
+// and each Newton–Schulz product is one batched launch over all the
+// matrices of that shape. A step whose clip coefficient is not finite moves Muon's
 // matrices to NaN (AdamW leaves its parameters as they were); the run
 // stops at its next read point either way.
 type Muon struct {
@@ -90,8 +91,9 @@ type muonSlot struct {
 	k int
 }
 
-// nsGroup is the n matrices of one device of rows×cols (a part's [out,
-// in]) that Newton–Schulz iterates together: x and y hold them (the
+// nsGroup is the n matrices of one device of rows×cols (a fused
+// weight's part as [out, in], a one-part weight as stored, [in, out])
+// that Newton–Schulz iterates together: x and y hold them (the
 // iterate and the next), a and b the Gram matrices (s×s, s = min(rows,
 // cols)), sq their norms, eps and one constants.
 type nsGroup struct {
