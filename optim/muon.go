@@ -81,8 +81,23 @@ type muonMat struct {
 	// so the whole matrix transposes straight into them and back.
 	// Otherwise it goes through tmp ([out, in]) and a copy per part.
 	plain, direct bool
-	tmp           *tensor.Tensor
-	u             *tensor.Tensor // its look-ahead: its span's u, or a view of it
+	// inRun: a plain matrix that a muonRun copies in and adds back.
+	inRun bool
+	tmp   *tensor.Tensor
+	u     *tensor.Tensor // its look-ahead: its span's u, or a view of it
+}
+
+// muonRun is n one-part matrices of a packed optimizer whose look-aheads
+// lie at one stride in u, their weights at the same stride in the flat
+// parameters, and their slots at one stride in their group (a kind of
+// matrix, one per block): one batched product by a 1×1 one copies them
+// in, and one adds their updates back.
+type muonRun struct {
+	g                   *nsGroup
+	n, slot, slotStride int
+	stride              int
+	scale               float32
+	u, w                *tensor.Tensor // views from the first matrix's place
 }
 
 // muonSlot is where a part lies: matrix k of group g.
@@ -114,6 +129,8 @@ type muonWork struct {
 	eye    map[int]*tensor.Tensor
 	rate   *tensor.Tensor
 	spans  []muonSpan
+	runs   []*muonRun
+	one    *tensor.Tensor // 1, the 1×1 matrix runs multiply by
 }
 
 type muonSpan struct {
@@ -218,8 +235,13 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 		tensor.ScaleInPlace(s.u, 1-mu)
 		tensor.AddInPlace(s.u, s.m, mu)
 	}
+	for _, run := range w.runs {
+		rc := run.g.rows * run.g.cols
+		tensor.Gemm(backend.MatMul{Batch: run.n, M: rc, N: 1, K: 1, StrideA: run.stride, StrideC: run.slotStride * rc},
+			run.u, w.one, run.g.x.Rows(run.slot*rc, run.g.n*rc))
+	}
 	for _, m := range o.mats {
-		if o.Params[m.i].T.Device() == w.dev {
+		if o.Params[m.i].T.Device() == w.dev && !m.inRun {
 			m.gather(w)
 		}
 	}
@@ -239,8 +261,13 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 			tensor.AddInPlace(s.p, s.u, -wd)
 		}
 	}
+	for _, run := range w.runs {
+		rc := run.g.rows * run.g.cols
+		tensor.Gemm(backend.MatMul{Batch: run.n, M: rc, N: 1, K: 1, StrideA: run.slotStride * rc, StrideC: run.stride, Alpha: -run.scale, Beta: 1},
+			run.g.out.Rows(run.slot*rc, run.g.n*rc), w.one, run.w)
+	}
 	for _, m := range o.mats {
-		if p := o.Params[m.i].T; p.Device() == w.dev {
+		if p := o.Params[m.i].T; p.Device() == w.dev && !m.inRun {
 			m.scatter(w, p)
 		}
 	}
@@ -313,6 +340,7 @@ func (o *Muon) open() {
 // openOn allocates device w's scratch.
 func (o *Muon) openOn(w *muonWork) {
 	w.rate = tensor.Zeros(w.dev)
+	w.one = tensor.Ones(w.dev)
 	for _, g := range w.groups {
 		s := min(g.rows, g.cols)
 		g.x = tensor.Zeros(w.dev, g.n*g.rows*g.cols)
@@ -344,6 +372,7 @@ func (o *Muon) openOn(w *muonWork) {
 			off := offs[m.i] - k.adam
 			m.u = u.Rows(off, off+m.in*m.out)
 		}
+		o.findRuns(w, u, offs)
 		return
 	}
 	for _, m := range o.mats {
@@ -353,6 +382,53 @@ func (o *Muon) openOn(w *muonWork) {
 		}
 		m.u = tensor.Zeros(w.dev, p.Shape()...)
 		w.spans = append(w.spans, muonSpan{p: p, m: o.M[m.i], u: m.u, i: m.i})
+	}
+}
+
+// findRuns groups a packed optimizer's one-part matrices into runs
+// (muonRun): each matrix extends the last run of its group where its
+// offset and slot continue that run's strides.
+func (o *Muon) findRuns(w *muonWork, u *tensor.Tensor, offs []int) {
+	k := o.packed
+	type open struct {
+		run       *muonRun
+		off, slot int // the last matrix's
+		first     int // the first's offset
+	}
+	last := map[*nsGroup]*open{}
+	var all []*open
+	for _, m := range o.mats {
+		if !m.plain {
+			continue
+		}
+		g, slot, off := m.slots[0].g, m.slots[0].k, offs[m.i]-k.adam
+		if l := last[g]; l != nil && l.run.scale == m.scales[0] && slot > l.slot && off > l.off &&
+			(l.run.n == 1 || (slot-l.slot == l.run.slotStride && off-l.off == l.run.stride)) {
+			if l.run.n == 1 {
+				l.run.slotStride, l.run.stride = slot-l.slot, off-l.off
+			}
+			l.run.n++
+			l.off, l.slot = off, slot
+			continue
+		}
+		r := &open{run: &muonRun{g: g, n: 1, slot: slot, scale: m.scales[0]}, off: off, slot: slot, first: off}
+		last[g] = r
+		all = append(all, r)
+	}
+	for _, r := range all {
+		if r.run.n < 2 {
+			continue
+		}
+		run := r.run
+		run.u = u.Rows(r.first, u.Numel())
+		run.w = k.params.Rows(k.adam+r.first, k.params.Numel())
+		w.runs = append(w.runs, run)
+		for _, m := range o.mats {
+			if off := offs[m.i] - k.adam; m.plain && m.slots[0].g == run.g && off >= r.first && off <= r.off &&
+				(off-r.first)%run.stride == 0 && m.slots[0].k == run.slot+(off-r.first)/run.stride*run.slotStride {
+				m.inRun = true
+			}
+		}
 	}
 }
 
@@ -467,7 +543,7 @@ func (g *nsGroup) iterate(round tensor.DType) {
 // Free releases Muon's scratch and AdamW's buffers.
 func (o *Muon) Free() {
 	for _, w := range o.work {
-		ts := []*tensor.Tensor{w.rate}
+		ts := []*tensor.Tensor{w.rate, w.one}
 		for _, g := range w.groups {
 			ts = append(ts, g.x, g.y, g.a, g.b, g.sq, g.eps, g.one)
 		}
