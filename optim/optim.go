@@ -1,6 +1,9 @@
-// Package optim holds fleet's optimizers and what drives them: AdamW with
-// decoupled weight decay, the learning-rate schedule (linear warmup, then
-// cosine decay to a floor), and global gradient-norm clipping.
+// Package optim holds fleet's optimizers and what drives them: the
+// Optimizer interface a trainer drives; AdamW with decoupled weight
+// decay; Muon (momentum orthogonalised by Newton–Schulz) for the blocks'
+// weight matrices with AdamW for the rest; the learning-rate schedule
+// (linear warmup, then cosine decay to a floor); and global
+// gradient-norm clipping.
 package optim
 
 import (
