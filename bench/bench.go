@@ -204,9 +204,19 @@ type MatMulShape struct {
 }
 
 // MatMulShapes lists the forward matrix products of a GPT training step
-// with this config and vocabulary, plus the 512³ square product.
+// with this config and vocabulary (an LSTM's: each layer's input
+// projection of every step at once, and its recurrent product, one per
+// step), plus the 512³ square product.
 func MatMulShapes(cfg train.Config, vocab int) []MatMulShape {
 	rows, C := cfg.BatchSize*cfg.BlockSize, cfg.NEmbd
+	if cfg.Arch == model.ArchLSTM {
+		return []MatMulShape{
+			{"lstm.ih", rows, C, 4 * C},
+			{"lstm.hh (a step)", cfg.BatchSize, C, 4 * C},
+			{"lm_head", rows, C, vocab},
+			{"square 512", 512, 512, 512},
+		}
+	}
 	return []MatMulShape{
 		{"attn.c_attn", rows, C, 3 * C},
 		{"attn.c_proj", rows, C, C},

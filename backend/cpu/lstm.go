@@ -69,11 +69,16 @@ func wantF32(op string, refs ...backend.Ref) {
 	}
 }
 
+// lstmGrain is the rows a goroutine takes at least: about 512 units (a
+// few tens of microseconds of scalar work a goroutine, above the cost of
+// handing it out), so that the reference model's 12 rows of 128 split.
+func lstmGrain(H int) int { return max(1, 512/H) }
+
 // LSTMCell implements backend.LSTMCells.
 func (c *CPU) LSTMCell(p backend.LSTMStep, act, cell, h, out, xg, rec, cprev backend.Ref) {
 	wantF32("LSTMCell", act, cell, h, out, xg, rec, cprev)
 	B, T, H := p.B, p.T, p.H
-	runTask(c, &lstmTasks, B, rowGrain(8*H), lstmTask{
+	runTask(c, &lstmTasks, B, lstmGrain(H), lstmTask{
 		act: f32(act)[:B*4*H], c: f32(cell)[:B*H], h: f32(h)[:B*H], out: f32(out)[:B*T*H],
 		xg: f32(xg)[:B*T*4*H], rec: opt(rec, B*4*H), cprev: opt(cprev, B*H), T: T, H: H, step: p.Step,
 	})
@@ -98,26 +103,34 @@ func (t *lstmTask) do(lo, hi int) {
 		expAffineChunk(e[2*H:3*H], a[2*H:3*H], -2, 0) // g
 		expAffineChunk(e[3*H:], a[3*H:], -1, 0)       // o
 		act := t.act[r*4*H:][:4*H]
-		for k := range act {
-			if k >= 2*H && k < 3*H {
-				act[k] = tanhOf(a[k], e[k])
-			} else {
-				act[k] = 1 / (1 + e[k])
-			}
+		for k, v := range e[:2*H] {
+			act[k] = 1 / (1 + v)
 		}
+		ga, ge, gt := a[2*H:3*H], e[2*H:3*H], act[2*H:3*H]
+		for j, v := range ga {
+			gt[j] = tanhOf(v, ge[j])
+		}
+		for k, v := range e[3*H:] {
+			act[3*H+k] = 1 / (1 + v)
+		}
+		i, f, g := act[:H], act[H:2*H], act[2*H:3*H]
 		cell, h, out := t.c[r*H:][:H], t.h[r*H:][:H], t.out[(r*t.T+t.step)*H:][:H]
-		for j := range cell {
-			var cp float32
-			if t.cprev != nil {
-				cp = t.cprev[r*H+j]
+		if t.cprev != nil {
+			cp := t.cprev[r*H:][:H]
+			for j := range cell {
+				cell[j] = f[j]*cp[j] + i[j]*g[j]
 			}
-			cell[j] = act[H+j]*cp + act[j]*act[2*H+j]
+		} else {
+			for j := range cell {
+				cell[j] = i[j] * g[j] // f·0 + i·g
+			}
 		}
-		expAffineChunk(e[:H], cell, -2, 0)
-		for j := range h {
-			h[j] = act[3*H+j] * tanhOf(cell[j], e[j])
-			out[j] = h[j]
+		ec, o := e[:H], act[3*H:]
+		expAffineChunk(ec, cell, -2, 0)
+		for j, v := range cell {
+			h[j] = o[j] * tanhOf(v, ec[j])
 		}
+		copy(out, h)
 	}
 }
 
@@ -125,7 +138,7 @@ func (t *lstmTask) do(lo, hi int) {
 func (c *CPU) LSTMCellBackward(p backend.LSTMStep, dgate, dxg, dcprev, dout, dh, dc, act, cell, cprev backend.Ref) {
 	wantF32("LSTMCellBackward", dgate, dxg, dcprev, dout, dh, dc, act, cell, cprev)
 	B, T, H := p.B, p.T, p.H
-	runTask(c, &lstmBackwardTasks, B, rowGrain(8*H), lstmBackwardTask{
+	runTask(c, &lstmBackwardTasks, B, lstmGrain(H), lstmBackwardTask{
 		dgate: f32(dgate)[:B*4*H], dxg: f32(dxg)[:B*T*4*H], dcprev: f32(dcprev)[:B*H], dout: f32(dout)[:B*T*H],
 		dh: opt(dh, B*H), dc: opt(dc, B*H), act: f32(act)[:B*4*H], c: f32(cell)[:B*H], cprev: opt(cprev, B*H),
 		T: T, H: H, step: p.Step,
@@ -134,36 +147,46 @@ func (c *CPU) LSTMCellBackward(p backend.LSTMStep, dgate, dxg, dcprev, dout, dh,
 
 func (t *lstmBackwardTask) do(lo, hi int) {
 	H := t.H
-	buf := lstmScratch.get(H)
+	buf := lstmScratch.get(2 * H)
 	defer lstmScratch.put(buf)
-	e := (*buf)[:H]
+	e, d := (*buf)[:H], (*buf)[H:2*H]
 	for r := lo; r < hi; r++ {
 		act := t.act[r*4*H:][:4*H]
+		i, f, g, o := act[:H], act[H:2*H], act[2*H:3*H], act[3*H:]
 		cell := t.c[r*H:][:H]
 		expAffineChunk(e, cell, -2, 0)
-		dout := t.dout[(r*t.T+t.step)*H:][:H]
-		dg, dx := t.dgate[r*4*H:][:4*H], t.dxg[(r*t.T+t.step)*4*H:][:4*H]
-		for j := range e {
-			i, f, g, o := act[j], act[H+j], act[2*H+j], act[3*H+j]
-			tc := tanhOf(cell[j], e[j])
-			d := dout[j]
-			if t.dh != nil {
-				d += t.dh[r*H+j]
+		copy(d, t.dout[(r*t.T+t.step)*H:][:H]) // d = dout (+ dh): h's whole gradient
+		if t.dh != nil {
+			for j, v := range t.dh[r*H:][:H] {
+				d[j] += v
 			}
-			dct := d * o * (1 - tc*tc)
-			if t.dc != nil {
-				dct += t.dc[r*H+j]
-			}
-			var cp float32
-			if t.cprev != nil {
-				cp = t.cprev[r*H+j]
-			}
-			dg[j] = dct * g * i * (1 - i)
-			dg[H+j] = dct * cp * f * (1 - f)
-			dg[2*H+j] = dct * i * (1 - g*g)
-			dg[3*H+j] = d * tc * o * (1 - o)
-			t.dcprev[r*H+j] = dct * f
 		}
-		copy(dx, dg)
+		dg := t.dgate[r*4*H:][:4*H]
+		di, df, dgg, do := dg[:H], dg[H:2*H], dg[2*H:3*H], dg[3*H:]
+		dcp := t.dcprev[r*H:][:H]
+		var dc, cp []float32
+		if t.dc != nil {
+			dc = t.dc[r*H:][:H]
+		}
+		if t.cprev != nil {
+			cp = t.cprev[r*H:][:H]
+		}
+		for j, c := range cell {
+			tc := tanhOf(c, e[j])
+			dct := d[j] * o[j] * (1 - tc*tc)
+			if dc != nil {
+				dct += dc[j]
+			}
+			var p float32
+			if cp != nil {
+				p = cp[j]
+			}
+			di[j] = dct * g[j] * i[j] * (1 - i[j])
+			df[j] = dct * p * f[j] * (1 - f[j])
+			dgg[j] = dct * i[j] * (1 - g[j]*g[j])
+			do[j] = d[j] * tc * o[j] * (1 - o[j])
+			dcp[j] = dct * f[j] // may be dc[j], read above
+		}
+		copy(t.dxg[(r*t.T+t.step)*4*H:][:4*H], dg)
 	}
 }

@@ -79,3 +79,19 @@ func TestLSTMCell(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLSTMCell is one step forward and backward of the gate kernels
+// at the reference model's size (12 rows of 128 units).
+func BenchmarkLSTMCell(b *testing.B) {
+	const B, T, H = 12, 64, 128
+	r := rng.New(1)
+	c := newCPU(1)
+	xg, rec, cprev := put(c, randF32(r, B*T*4*H, 1), 0), put(c, randF32(r, B*4*H, 1), 0), put(c, randF32(r, B*H, 1), 0)
+	act, cell, h, out := put(c, make([]float32, B*4*H), 0), put(c, make([]float32, B*H), 0), put(c, make([]float32, B*H), 0), put(c, make([]float32, B*T*H), 0)
+	dgate, dxg, dc, dout, dh := put(c, make([]float32, B*4*H), 0), put(c, make([]float32, B*T*4*H), 0), put(c, randF32(r, B*H, 1), 0), put(c, randF32(r, B*T*H, 1), 0), put(c, randF32(r, B*H, 1), 0)
+	p := backend.LSTMStep{B: B, T: T, H: H, Step: 3}
+	for i := 0; i < b.N; i++ {
+		c.LSTMCell(p, act, cell, h, out, xg, rec, cprev)
+		c.LSTMCellBackward(p, dgate, dxg, dc, dout, dh, dc, act, cell, cprev)
+	}
+}

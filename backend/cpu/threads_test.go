@@ -335,6 +335,18 @@ func runAll(c *CPU, seed uint64) []opHash {
 		h.hash("grouped_attention/out", ao, ap.B*ap.T*ap.C)
 		c.AttentionBackward(ap, dqkv, h.f32(ap.B*ap.T*ap.C, 1), ao, saved, aq)
 		h.hash("grouped_attention/dqkv", dqkv, ap.B*ap.T*ap.Width())
+
+		lp := backend.LSTMStep{B: 37, T: 3, H: 24, Step: 1}
+		lu := lp.B * lp.H
+		lxg, lout, lact, lc, lh := h.f32(lp.B*lp.T*4*lp.H, 2), h.f32(lp.B*lp.T*lp.H, 1), h.f32(4*lu, 1), h.f32(lu, 1), h.f32(lu, 1)
+		lcp := h.f32(lu, 1)
+		c.LSTMCell(lp, lact, lc, lh, lout, lxg, h.f32(4*lu, 2), lcp)
+		h.hash("lstm/act", lact, 4*lu)
+		h.hash("lstm/out", lout, lp.B*lp.T*lp.H)
+		ldg, ldxg, ldc := h.f32(4*lu, 1), h.f32(lp.B*lp.T*4*lp.H, 1), h.f32(lu, 1)
+		c.LSTMCellBackward(lp, ldg, ldxg, ldc, h.f32(lp.B*lp.T*lp.H, 1), h.f32(lu, 1), ldc, lact, lc, lcp)
+		h.hash("lstm/dxg", ldxg, lp.B*lp.T*4*lp.H)
+		h.hash("lstm/dc", ldc, lu)
 	}
 
 	// Conversions and copies.

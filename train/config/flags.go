@@ -39,7 +39,7 @@ var Flags = setting.Table[Config]{
 	declare("block-size", "BlockSize", "context length in tokens", func(c *Config) any { return &c.BlockSize }),
 	declare("dropout", "Dropout", "dropout probability", func(c *Config) any { return &c.Dropout }),
 	declare("bias", "Bias", "use biases in Linear and LayerNorm layers (llama: in the attention's four projections, Hugging Face's attention_bias; lstm: the gates' bias, PyTorch's default)", func(c *Config) any { return &c.Bias }),
-	declare("arch", "Arch", "model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) llama (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) or lstm (a multi-layer LSTM; see docs/models.md)", func(c *Config) any { return &c.Arch }),
+	declare("arch", "Arch", "model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head), llama (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) or lstm (a multi-layer LSTM; see docs/models.md)", func(c *Config) any { return &c.Arch }),
 	declare("n-kv-head", "NKVHead", "llama: key/value heads, dividing --n-head (0: --n-head; 1: multi-query)", func(c *Config) any { return &c.NKVHead }),
 	declare("head-dim", "HeadDim", "llama: width of a head (0: --n-embd / --n-head)", func(c *Config) any { return &c.HeadDim }),
 	declare("mlp-hidden", "MLPHidden", "llama: SwiGLU's hidden width (0: 8/3 × --n-embd, rounded up to a multiple of 8)", func(c *Config) any { return &c.MLPHidden }),
