@@ -22,6 +22,9 @@ const ArchLSTM = "lstm"
 
 type lstmFamily struct{}
 
+// lstmEmbedStd is the standard deviation of an LSTM's embedding and head.
+const lstmEmbedStd = 1
+
 // IsLSTM reports whether c is a recurrent model.
 func (c Config) IsLSTM() bool { return c.Arch == ArchLSTM }
 
@@ -43,16 +46,18 @@ func (lstmFamily) validate(c Config) error {
 	return nil
 }
 
-// buildLSTM builds the recurrent model: the embedding (embed) from
-// N(0, 0.02²), layers lstm.{i} whose weights come from N(0, 1/(3·H)), the
-// variance of PyTorch's U(−1/√H, 1/√H), with zero biases (where
-// Config.Bias), and the head: the embedding where tied, else a weight of
-// its own (head.weight) from N(0, 0.02²).
+// buildLSTM builds the recurrent model: the embedding (embed) and an
+// untied head (head.weight) from N(0, 1), nn.Embedding's default, and
+// layers lstm.{i} whose weights come from N(0, 1/(3·H)), the variance of
+// PyTorch's U(−1/√H, 1/√H), with zero biases (where Config.Bias). At
+// GPT-2's 0.02 for the embedding and the head, a 4-layer LSTM sat at the
+// unigram loss for hundreds of steps (torch.nn.LSTM did the same):
+// the head's small weights starve the layers of gradient.
 func buildLSTM(m *GPT, in nn.Init) {
 	cfg := m.Config
 	H := cfg.NEmbd
 	std := float32(1 / math.Sqrt(3*float64(H)))
-	m.WTE = nn.NewEmbedding("embed", in, cfg.VocabSize, H, initStd)
+	m.WTE = nn.NewEmbedding("embed", in, cfg.VocabSize, H, lstmEmbedStd)
 	m.Drop = m.newDrop()
 	for i := 0; i < cfg.NLayer; i++ {
 		m.RNN = append(m.RNN, nn.NewLSTM(fmt.Sprintf("lstm.%d", i), in, H, H, cfg.Bias, std))
@@ -60,7 +65,7 @@ func buildLSTM(m *GPT, in nn.Init) {
 	}
 	m.Head = m.WTE.W
 	if cfg.UntiedHead {
-		m.Head = nn.NewParameter("head.weight", in.Normal(initStd, cfg.VocabSize, H))
+		m.Head = nn.NewParameter("head.weight", in.Normal(lstmEmbedStd, cfg.VocabSize, H))
 	}
 }
 

@@ -93,3 +93,20 @@ func TestLSTMRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestLSTMReplicas: an LSTM with dropout on 2 replicas (--replicas, one
+// process) ends where one device does.
+func TestLSTMReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains twice")
+	}
+	c := lstmOf(ddpConfig(t, 2028))
+	c.Dropout = 0.1
+	ref := runSingle(t, c)
+	c.Replicas = "cpu:0,cpu:1"
+	c.Out = filepath.Join(t.TempDir(), "reps")
+	reps, _ := runWeights(t, c)
+	if d := maxDiff(t, ref, reps); d > 1e-5 {
+		t.Fatalf("the replicas' weights differ from one device's by %g", d)
+	}
+}
