@@ -1,17 +1,20 @@
 // Package model holds fleet's models: decoder-only Transformers of two
-// families (Config.Arch). gpt.go is the GPT of nanoGPT and GPT-2, meant to
-// be read top to bottom: token and learned position embeddings,
-// pre-LayerNorm blocks of causal self-attention and a 4× MLP with
-// tanh-GELU, a final LayerNorm, and a language-model head tied to the
-// token embedding. llama.go builds today's blocks from the same parts:
-// RMSNorm, rotary position embeddings, grouped-query attention (with
-// optional q/k/v biases and QK-norm), SwiGLU and an untied or tied head.
-// A family differs only in the modules it builds (nn.Norm,
-// nn.FeedForward, the attention's options): the embedding, Block.Forward
-// and the head are defined once, and training (GPT.Forward), pipeline
-// stages (stages.go) and generation with a key/value cache (generate.go)
-// all run them, each under a Pass of its own that says where the dropout
-// masks come from and holds the cache.
+// families (Config.Arch), and a recurrent model beside them. gpt.go is
+// the GPT of nanoGPT and GPT-2, meant to be read top to bottom: token and
+// learned position embeddings, pre-LayerNorm blocks of causal
+// self-attention and a 4× MLP with tanh-GELU, a final LayerNorm, and a
+// language-model head tied to the token embedding. llama.go builds
+// today's blocks from the same parts: RMSNorm, rotary position
+// embeddings, grouped-query attention (with optional q/k/v biases and
+// QK-norm), SwiGLU and an untied or tied head. A Transformer family
+// differs only in the modules it builds (nn.Norm, nn.FeedForward, the
+// attention's options): the embedding, Block.Forward and the head are
+// defined once, and training (GPT.Forward), pipeline stages (stages.go)
+// and generation with a key/value cache (generate.go) all run them, each
+// under a Pass of its own that says where the dropout masks come from and
+// holds the cache. lstm.go is the recurrent family (Arch "lstm"): the
+// embedding, LSTM layers and the head, with a forward pass of its own and
+// its state carried in generation.
 package model
 
 import (

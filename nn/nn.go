@@ -2,7 +2,7 @@
 // tensor: named parameters, their initialisation, and the modules the
 // model families are made of (Linear, Embedding, LayerNorm and RMSNorm,
 // causal self-attention with grouped heads and rotary embeddings, the
-// GELU MLP and SwiGLU, dropout).
+// GELU MLP and SwiGLU, the LSTM layer, dropout).
 package nn
 
 import (
