@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
 	"github.com/fleetml/fleet/model"
+	"github.com/fleetml/fleet/optim"
 	"github.com/fleetml/fleet/tensor"
 )
 
@@ -114,3 +116,66 @@ func TestLSTMOpsOnGPU(t *testing.T) {
 }
 
 func TestLSTMOnGPU(t *testing.T) { checkGPTTraining(t, realDevice(t), lstmCases()...) }
+
+// TestSimCountsLSTM is TestSimCountsEveryLaunch for an LSTM: the simulated
+// GPU counts exactly the kernels the backend hands the test's fake
+// device, a gate kernel per layer and step each way, and prices them.
+func TestSimCountsLSTM(t *testing.T) {
+	f := newFakeGPU(256 << 20)
+	f.launchFn = func(string, [3]int, [3]int, int, []any) error { return nil } // count only
+	fake, simulated := fakeDevice(t, 47, f), backend.Device{Kind: "sim", Index: 1}
+	be, err := backend.Get(simulated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := model.Config{Arch: model.ArchLSTM, VocabSize: 11, BlockSize: 8, NLayer: 2, NHead: 1, NEmbd: 16, Bias: true, Dropout: 0.1}
+	const B, T = 2, 7
+	step := func(dev tensor.Device) {
+		m, err := model.New(cfg, dev, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := optim.NewAdamW(m.Parameters(), optim.AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1})
+		x := make([]int32, B*T)
+		for i := range x {
+			x[i] = int32(i % cfg.VocabSize)
+		}
+		if err := tensor.Catch(func() {
+			tensor.Step(func() {
+				m.Loss(tensor.FromInt32s(dev, x, B, T), tensor.FromInt32s(dev, x, B, T)).Backward()
+			})
+			optim.ClipGradNorm(o.Params, 1)
+			o.Step()
+			o.ZeroGrad()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.launches = nil
+	w := SimWindow(be, func() {
+		step(fake)
+		step(simulated)
+	})
+	want := map[string]int64{}
+	for _, k := range f.launches {
+		want[k]++
+	}
+	got := map[string]int64{}
+	for k, v := range w.ByKernel {
+		if strings.HasPrefix(k, "fleet_") {
+			got[k] = v
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the simulator counted kernels\n%v\nthe backend launched\n%v", got, want)
+	}
+	if n := got["fleet_lstm_cell_f32"]; n != int64(cfg.NLayer*T) {
+		t.Errorf("%d forward gate launches, want a layer's %d steps × %d layers", n, T, cfg.NLayer)
+	}
+	if n := got["fleet_lstm_cell_backward_f32"]; n != int64(cfg.NLayer*T) {
+		t.Errorf("%d backward gate launches, want %d", n, cfg.NLayer*T)
+	}
+	if w.BytesTouched <= 0 || w.FLOPs <= 0 || w.DeviceSeconds <= 0 {
+		t.Errorf("nothing priced: %+v", w)
+	}
+}
