@@ -50,9 +50,9 @@ func (lstmFamily) validate(c Config) error {
 // untied head (head.weight) from N(0, 1), nn.Embedding's default, and
 // layers lstm.{i} whose weights come from N(0, 1/(3·H)), the variance of
 // PyTorch's U(−1/√H, 1/√H), with zero biases (where Config.Bias). At
-// GPT-2's 0.02 for the embedding and the head, a 4-layer LSTM sat at the
-// unigram loss for hundreds of steps (torch.nn.LSTM did the same):
-// the head's small weights starve the layers of gradient.
+// GPT-2's 0.02 for the embedding and the head, the reference 4-layer LSTM
+// sat at the unigram loss (val 3.35 at step 300, against 2.28 at N(0, 1);
+// torch.nn.LSTM with a 0.02 embedding did the same; docs/models.md).
 func buildLSTM(m *GPT, in nn.Init) {
 	cfg := m.Config
 	H := cfg.NEmbd
