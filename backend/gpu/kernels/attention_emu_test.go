@@ -537,15 +537,15 @@ func TestAttentionLaunches(t *testing.T) {
 	for _, c := range []struct {
 		p            backend.Attention
 		grid, block  [3]int
-		fwd, bwdArgs int
+		fwd, bwdArgs int    // 3 buffers and 5 sizes, 6 buffers and 5 sizes; each with dropout's 6
 		pad          int    // the tensor-core kernels' head padding
 		mmaGrid      [3]int // and their grid
 	}{
-		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 8, 11, 32, [3]int{4, 2, 1}},          // hd 16
-		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 8, 11, 32, [3]int{3, 1, 1}},         // hd 32
-		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 8, 11, 64, [3]int{48, 16, 1}}, // hd 64
-		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 128
-		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 72
+		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 14, 17, 32, [3]int{4, 2, 1}},          // hd 16
+		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 14, 17, 32, [3]int{3, 1, 1}},         // hd 32
+		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 14, 17, 64, [3]int{48, 16, 1}}, // hd 64
+		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 14, 17, 128, [3]int{2, 2, 1}},       // hd 128
+		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 14, 17, 128, [3]int{2, 2, 1}},       // hd 72
 	} {
 		// BF16 on a device with tensor cores: the mma kernels.
 		m := &launchRecorder{cores: true}
