@@ -55,21 +55,24 @@ var mmaBlock = [3]int{32 * mmaWarps, 1, 1}
 var mmaPads = [...]int{32, 64, attnHDMax}
 
 // mmaTiles are the column tiles of the tensor-core kernels by head
-// padding: the keys the forward pass streams at a time, and the rows (keys
-// in the dq kernel, queries in the dk/dv kernel) the backward kernels
-// stream; attention_mma.cu's FA_FWD, FA_DQ and FA_DKDV instantiations
-// (their second argument), which a test holds this table to.
+// padding: the keys the forward pass streams at a time, and the queries
+// the main backward kernel streams; attention_mma.cu's FA_FWD and FA_BWD
+// instantiations (their second argument), which a test holds this table
+// to.
 var mmaTiles = map[int][2]int{32: {64, 64}, 64: {64, 64}, attnHDMax: {32, 16}}
 
 // MMAPairs is the number of (row, column) score pairs the tensor-core
-// kernel op ("attention_fwd", "attention_bwd_dq" or "attention_bwd_dkdv")
-// of head padding pad computes for one (sequence, head) of T positions,
-// counted as the kernel's loops run: each warp owns 16 rows and computes
-// whole 16×BC tiles, so the tiles on the diagonal count whole (their
-// masked half included), and so do the rows of a warp past T where its
-// loop still runs. T(T+1)/2 pairs are needed; at T 1024 and 64-wide tiles
-// the kernels compute about 6% more. 0 for an op or padding it does not
-// know.
+// kernel op of head padding pad computes for one (sequence, head) of T
+// positions, counted as the kernel's loops run: each warp owns 16 rows and
+// computes whole 16×BC tiles, so the tiles on the diagonal count whole
+// (their masked half included), and so do the rows of a warp past T where
+// its loop still runs. The ops: "attention_fwd" (the forward kernel's
+// scores), "attention_bwd" (the main backward kernel's Sᵀ and dPᵀ, and so
+// its dV and dK products) and "attention_bwd_dq" (the same kernel's dq
+// product, over every key of the block for each query tile it loads, the
+// tiles of warps with nothing to do included as zeros). T(T+1)/2 pairs are
+// needed; at T 1024 and 64-wide tiles the kernels compute about 6% more.
+// 0 for an op or padding it does not know.
 func MMAPairs(op string, pad, T int) float64 {
 	tiles, ok := mmaTiles[pad]
 	if !ok || T <= 0 {
@@ -77,35 +80,39 @@ func MMAPairs(op string, pad, T int) float64 {
 	}
 	var pairs int
 	for b0 := 0; b0 < T; b0 += mmaRows { // a block's 64 rows
+		switch op {
+		case "attention_bwd_dq":
+			// Query tiles q0 = b0, b0+BQ, ... below T, each a 64×BQ
+			// product for the whole block.
+			bq := tiles[1]
+			pairs += mmaRows * bq * ((T - b0 + bq - 1) / bq)
+			continue
+		case "attention_fwd", "attention_bwd":
+		default:
+			return 0
+		}
 		for w := range mmaWarps {
 			r0 := b0 + 16*w // the warp's first row
-			switch op {
-			case "attention_fwd", "attention_bwd_dq":
+			if op == "attention_fwd" {
 				// Key tiles k0 = 0, BC, ... below min(T, b0+64), each
-				// computed where k0 <= r0+15 (fa_fwd's active, fa_bwd_dq's
-				// continue).
+				// computed where k0 <= r0+15 (fa_fwd's active).
 				bc := tiles[0]
-				if op == "attention_bwd_dq" {
-					bc = tiles[1]
-				}
 				kend := min(T, b0+mmaRows)
 				n := min((kend+bc-1)/bc, (r0+15)/bc+1)
 				pairs += 16 * bc * n
-			case "attention_bwd_dkdv":
-				// Query tiles q0 = b0, b0+BQ, ... below T, each computed
-				// where q0+BQ-1 >= r0, for warps whose first key is
-				// below T.
-				if r0 >= T {
-					continue
+				continue
+			}
+			// Query tiles q0 = b0, b0+BQ, ... below T, each computed
+			// where q0+BQ-1 >= r0, for warps whose first key is below T
+			// (fa_bwd's active).
+			if r0 >= T {
+				continue
+			}
+			bq := tiles[1]
+			for q0 := b0; q0 < T; q0 += bq {
+				if q0+bq-1 >= r0 {
+					pairs += 16 * bq
 				}
-				bq := tiles[1]
-				for q0 := b0; q0 < T; q0 += bq {
-					if q0+bq-1 >= r0 {
-						pairs += 16 * bq
-					}
-				}
-			default:
-				return 0
 			}
 		}
 	}
@@ -117,7 +124,7 @@ func MMAPairs(op string, pad, T int) float64 {
 // built once so that a launch allocates nothing.
 var mmaNames = func() map[string][3][len(mmaPads)]string {
 	m := map[string][3][len(mmaPads)]string{}
-	for _, op := range []string{"attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"} {
+	for _, op := range []string{"attention_fwd", "attention_bwd"} {
 		var n [3][len(mmaPads)]string
 		for i, p := range mmaPads {
 			n[0][i] = fmt.Sprintf("fleet_%s_mma%d_f32", op, p)
@@ -145,11 +152,19 @@ func mmaName(op string, dt backend.DType, p backend.Attention, hd int) string {
 	return mmaNames[op][0][i]
 }
 
-// mmaGrid is the grid of the tensor-core kernels: (b, h) pairs by row
-// blocks, h over the heads each block owns: the query heads, or the
-// key/value heads in the dk/dv kernel.
-func mmaGrid(p backend.Attention, heads int) [3]int {
-	return [3]int{p.B * heads, (p.T + mmaRows - 1) / mmaRows, 1}
+// mmaGrid is the grid of the tensor-core forward kernel and of the
+// backward pass's first and last launches: (b, h) pairs by 64-query
+// blocks.
+func mmaGrid(p backend.Attention) [3]int {
+	return [3]int{p.B * p.H, (p.T + mmaRows - 1) / mmaRows, 1}
+}
+
+// mmaBwdGrid is the grid of the main backward kernel: key blocks by
+// (b, key/value head), the key blocks of one (b, key/value head) next to
+// each other, as FlashAttention-2 orders them, so that the rows of the dq
+// accumulator they add to are in L2 while they run.
+func mmaBwdGrid(p backend.Attention, kvh int) [3]int {
+	return [3]int{(p.T + mmaRows - 1) / mmaRows, p.B * kvh, 1}
 }
 
 // mmaAttention reports whether attention p of storage dt runs on the
@@ -238,25 +253,38 @@ func AttentionAt[B comparable](l Launcher[B], dt backend.DType, p backend.Attent
 	}
 	shape := *attnDropArgs(new(Args[B]).Buf(out, lse, qkv).Int(int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(p.KVHeads())), p, base)
 	if mmaAttention(l, dt, p) {
-		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p, p.H), mmaBlock, 0, shape)
+		return l.Launch(mmaName("attention_fwd", dt, p, hd), mmaGrid(p), mmaBlock, 0, shape)
 	}
 	return l.Launch(name("attention_fwd", dt, 0), attnGrid(p.B, p.T, p.H, hd), attnBlock(hd), 0, shape)
 }
 
 // AttentionBackwardScratch is the number of F32 elements of scratch
-// AttentionBackward needs: one D_i = dout_i·out_i per score row, B·H·T.
-func AttentionBackwardScratch(p backend.Attention) int { return p.B * p.H * p.T }
+// AttentionBackward needs: one D_i = dout_i·out_i per score row, B·H·T,
+// then the tensor-core pass's dq accumulator, B·T·C (the CUDA-core kernels
+// use only the first part).
+func AttentionBackwardScratch(p backend.Attention) int { return p.B*p.H*p.T + p.B*p.T*p.C }
 
 // AttentionBackward launches the attention backward pass
 // (backend.Backend.AttentionBackward): dqkv [B, T, 3C] from dout and out
 // [B, T, C], lse [B, H, T] (F32, from Attention) and qkv. dqkv, dout, out
 // and qkv are stored as dt; scratch holds AttentionBackwardScratch(p) F32
-// elements. Two launches, in this order: fleet_attention_bwd_dq_<dt>
+// elements. Every element of dqkv is written.
+//
+// On the CUDA cores, two launches, in this order: fleet_attention_bwd_dq_<dt>
 // (writes dq and the D_i in scratch), then fleet_attention_bwd_dkdv_<dt>
 // (reads them, writes dk and dv, each key/value head's summed over the
 // query heads of its group in a fixed order: the dkdv grid runs over the
-// key/value heads); where Attention runs on tensor cores, their mma<HDP>
-// variants. Every element of dqkv is written.
+// key/value heads). Deterministic.
+//
+// Where Attention runs on tensor cores, FlashAttention-2's backward in
+// three launches: fleet_attention_bwd_pre_<dt> (the D_i, and the dq
+// accumulator in scratch zeroed), fleet_attention_bwd_mma<HDP>_<dt>
+// (the scores and dP once per pair: dk and dv, summed over each group's
+// query heads in a fixed order, and dq added to the accumulator with
+// float atomics), then fleet_attention_bwd_post_<dt> (dq from the
+// accumulator). The atomics add each key block's share of a dq element in
+// the order the blocks run, so on a GPU dq's bits may differ from run to
+// run; dk and dv do not.
 func AttentionBackward[B comparable](l Launcher[B], dt backend.DType, p backend.Attention, dqkv, dout, out, lse, qkv, scratch B) error {
 	var base B
 	return AttentionBackwardAt(l, dt, p, dqkv, dout, out, lse, qkv, scratch, base)
@@ -274,13 +302,30 @@ func AttentionBackwardAt[B comparable](l Launcher[B], dt backend.DType, p backen
 	if err != nil {
 		return err
 	}
+	nb, nt, nc, nh, nkv := int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(kvh)
+	if mmaAttention(l, dt, p) {
+		if p.B*kvh > 65535 {
+			return fmt.Errorf("%s: B=%d by KVH=%d is %d (batch, key/value head) pairs, more than the 65535 of a grid's y", op, p.B, kvh, p.B*kvh)
+		}
+		pre := *new(Args[B]).Buf(scratch, dout, out).Int(nb, nt, nc, nh)
+		if dt == backend.F32 {
+			f16 := int32(0)
+			if p.Round == backend.F16 {
+				f16 = 1
+			}
+			pre.Int(f16)
+		}
+		if err := l.Launch(name("attention_bwd_pre", dt, 0), mmaGrid(p), mmaBlock, 0, pre); err != nil {
+			return err
+		}
+		args := *attnDropArgs(new(Args[B]).Buf(dqkv, scratch, dout, lse, qkv).Int(nb, nt, nc, nh, nkv), p, base)
+		if err := l.Launch(mmaName("attention_bwd", dt, p, hd), mmaBwdGrid(p, kvh), mmaBlock, 0, args); err != nil {
+			return err
+		}
+		return l.Launch(name("attention_bwd_post", dt, 0), mmaGrid(p), mmaBlock, 0, *new(Args[B]).Buf(dqkv, scratch).Int(nb, nt, nc, nh, nkv))
+	}
 	grid, gridKV, block := attnGrid(p.B, p.T, p.H, hd), attnGrid(p.B, p.T, kvh, hd), attnBlock(hd)
 	dq, dkdv := name("attention_bwd_dq", dt, 0), name("attention_bwd_dkdv", dt, 0)
-	if mmaAttention(l, dt, p) {
-		grid, gridKV, block = mmaGrid(p, p.H), mmaGrid(p, kvh), mmaBlock
-		dq, dkdv = mmaName("attention_bwd_dq", dt, p, hd), mmaName("attention_bwd_dkdv", dt, p, hd)
-	}
-	nb, nt, nc, nh, nkv := int32(p.B), int32(p.T), int32(p.C), int32(p.H), int32(kvh)
 	if err := l.Launch(dq, grid, block, 0, *attnDropArgs(new(Args[B]).Buf(dqkv, scratch, dout, out, lse, qkv).Int(nb, nt, nc, nh, nkv), p, base)); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 // Dropout on the attention probabilities (Attention.Drop, p 0.3, a mask
 // offset into the batch) on the attention kernels, CUDA-core and
 // tensor-core, held to the CPU backend's with the same mask, forward and
-// backward (dq, then dk and dv): the kernels draw each pair's factor where
+// backward (the whole launch sequence): the kernels draw each pair's factor where
 // they use it, and a pair whose draw differed from the CPU's would move
 // the output by a whole probability, far past the tolerances. Multi-head
 // and grouped heads, T past one block.

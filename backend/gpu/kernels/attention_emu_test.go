@@ -83,8 +83,39 @@ func attentionCases() map[string]emu.Case {
 	}
 	for _, v := range slices.Concat(attnVariants, attnVariantsF32) {
 		cases["fleet_attention_fwd_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnForward(t, m, v) }
+		if v.mma {
+			// The whole sequence: pre, this kernel, post.
+			cases["fleet_attention_bwd_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, v) }
+			continue
+		}
 		cases["fleet_attention_bwd_dq_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnBackward(t, m, v) }
 		cases["fleet_attention_bwd_dkdv_"+v.suffix] = func(t *testing.T, m *emu.Module) { testAttnDKDV(t, m, v) }
+	}
+	// The tensor-core backward's first and last launches, alone.
+	for _, c := range []struct {
+		dt    backend.DType
+		round backend.DType
+		name  string
+	}{
+		{backend.BF16, 0, "bf16"}, {backend.F32, backend.BF16, "f32"}, {backend.F32, backend.F16, "f32"},
+	} {
+		v := attnVariant{dt: c.dt, round: c.round, mma: true, shapes: []backend.Attention{
+			{B: 2, T: 70, C: 32, H: 2}, {B: 1, T: 9, C: 15, H: 3, KVH: 1},
+		}}
+		pre, post := "fleet_attention_bwd_pre_"+c.name, "fleet_attention_bwd_post_"+c.name
+		prev, postv := cases[pre], cases[post]
+		cases[pre] = func(t *testing.T, m *emu.Module) {
+			if prev != nil {
+				prev(t, m)
+			}
+			testAttnPre(t, m, v)
+		}
+		cases[post] = func(t *testing.T, m *emu.Module) {
+			if postv != nil {
+				postv(t, m)
+			}
+			testAttnPost(t, m, v)
+		}
 	}
 	return cases
 }
@@ -248,10 +279,30 @@ func testAttnForward(t *testing.T, m *emu.Module, v attnVariant) {
 	}
 }
 
-// testAttnBackward runs the whole backward launch sequence (dq, then
-// dkdv), checking after the dq launch that it wrote the q third of dqkv and
-// D and nothing else, and at the end all of dqkv; then runs it again and
-// requires bit-identical results (no atomics, fixed reduction order).
+// attnBwdKernels are the backward pass's launches for variant v: on the
+// CUDA cores dq (which also writes D), then dk and dv; on the tensor cores
+// D and the zeroed dq accumulator, the main kernel, then dq.
+func attnBwdKernels(v attnVariant) []string {
+	if !v.mma {
+		return []string{"fleet_attention_bwd_dq_" + v.suffix, "fleet_attention_bwd_dkdv_" + v.suffix}
+	}
+	st := "f32"
+	if v.dt == backend.BF16 {
+		st = "bf16"
+	}
+	return []string{"fleet_attention_bwd_pre_" + st, "fleet_attention_bwd_" + v.suffix, "fleet_attention_bwd_post_" + st}
+}
+
+// testAttnBackward runs the whole backward launch sequence, checking after
+// each launch that it wrote what it owns and nothing else (CUDA cores: dq
+// and D, then dk and dv; tensor cores: D and the zeroed accumulator, then
+// dk, dv and dq·sqrt(hd) in the accumulator, then dq), and at the end all
+// of dqkv; then, under the parallel schedule, runs it again and requires
+// bit-identical results. The CUDA-core kernels have no atomics and fixed
+// reduction orders; the tensor-core kernel's dq atomics are repeatable
+// here because the emulator runs blocks one at a time, in order, and one
+// thread of a block adds each element (on a GPU the blocks' order, and so
+// dq's bits, may change from run to run).
 func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
 	dt := v.dt
 	for _, p := range v.shapes {
@@ -259,6 +310,9 @@ func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
 			p.Round = v.round
 			r := attnCPU(t, p, v, 2)
 			qkv, dout, out, lse := devIn(dt, r.qkvIn), devIn(dt, r.doutIn), devIn(dt, r.out), emu.NewF32(r.lse)
+			bht := p.B * p.H * p.T
+			wq, wk, wv := attnThirds(p, r.dqkv)
+			norm := attnNorm(r.dqkv)
 			var first []float32
 			// The serial schedules are repeatable by construction; the
 			// parallel one interleaves threads as the OS likes, so that is
@@ -267,25 +321,51 @@ func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
 			if m.Schedule() == emu.Parallel {
 				runs = 2
 			}
+			want := attnBwdKernels(v)
 			for run := 0; run < runs; run++ {
 				dqkv := devOut(dt, len(r.qkv))
 				scratch := emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p))
 				l := &attnLauncher{m: m, mma: v.mma, after: func(kernel string) {
-					if run != 0 || kernel != "fleet_attention_bwd_dq_"+v.suffix {
+					if run != 0 {
 						return
 					}
-					got := devGet(dqkv)
-					q, k, vv := attnThirds(p, got)
-					wq, _, _ := attnThirds(p, r.dqkv)
-					attnCheckScaled(t, "dq (after the dq kernel)", q, wq, attnNorm(r.dqkv), v.tol)
-					attnCheckNorm(t, "D", scratch.F32(), r.D, v.tol)
-					attnCheckPoison(t, "dk before the dkdv kernel", k)
-					attnCheckPoison(t, "dv before the dkdv kernel", vv)
+					q, k, vv := attnThirds(p, devGet(dqkv))
+					switch kernel {
+					case want[0]:
+						if v.mma {
+							attnCheckPoison(t, "dq before the last kernel", q)
+							attnCheckNorm(t, "D", scratch.F32()[:bht], r.D, attnTolF32)
+							for i, x := range scratch.F32()[bht:] {
+								if x != 0 {
+									t.Fatalf("dq accumulator %d is %g after the first kernel, want 0", i, x)
+								}
+							}
+						} else {
+							attnCheckScaled(t, "dq (after the dq kernel)", q, wq, norm, v.tol)
+							attnCheckNorm(t, "D", scratch.F32()[:bht], r.D, v.tol)
+						}
+						attnCheckPoison(t, "dk before the dkdv kernel", k)
+						attnCheckPoison(t, "dv before the dkdv kernel", vv)
+					case want[1]:
+						if !v.mma {
+							return
+						}
+						attnCheckPoison(t, "dq before the last kernel", q)
+						attnCheckScaled(t, "dk (after the main kernel)", k, wk, norm, v.tol)
+						attnCheckScaled(t, "dv (after the main kernel)", vv, wv, norm, v.tol)
+						// The accumulator holds dq·sqrt(hd), [B, T, C].
+						sc := math.Sqrt(float64(p.C / p.H))
+						acc := make([]float32, len(wq))
+						for i, x := range scratch.F32()[bht:] {
+							acc[i] = float32(float64(x) / sc)
+						}
+						attnCheckScaled(t, "dq accumulator / sqrt(hd)", acc, wq, norm, v.tol)
+					}
 				}}
 				if err := kernels.AttentionBackward(l, dt, p, dqkv, dout, out, lse, qkv, scratch); err != nil {
 					t.Fatal(err)
 				}
-				if want := []string{"fleet_attention_bwd_dq_" + v.suffix, "fleet_attention_bwd_dkdv_" + v.suffix}; !slices.Equal(l.kernels, want) {
+				if !slices.Equal(l.kernels, want) {
 					t.Fatalf("launched %v, want %v", l.kernels, want)
 				}
 				got := devGet(dqkv)
@@ -300,8 +380,9 @@ func testAttnBackward(t *testing.T, m *emu.Module, v attnVariant) {
 	}
 }
 
-// testAttnDKDV launches the dkdv kernel alone, with D computed here,
-// and checks it writes the k and v attnThirds of dqkv and leaves the q third.
+// testAttnDKDV launches the CUDA cores' dkdv kernel alone, with D
+// computed here, and checks it writes the k and v attnThirds of dqkv and
+// leaves the q third.
 func testAttnDKDV(t *testing.T, m *emu.Module, v attnVariant) {
 	dt := v.dt
 	for _, p := range v.shapes {
@@ -323,6 +404,75 @@ func testAttnDKDV(t *testing.T, m *emu.Module, v attnVariant) {
 			attnCheckPoison(t, "dq (the dkdv kernel must not write it)", q)
 			attnCheckScaled(t, "dk", k, wk, attnNorm(r.dqkv), v.tol)
 			attnCheckScaled(t, "dv", vv, wv, attnNorm(r.dqkv), v.tol)
+		})
+	}
+}
+
+// testAttnPre launches the tensor-core backward's first kernel alone and
+// checks D (against dout·out computed here in float64, dout rounded as
+// the products round it) and that it zeroes the whole dq accumulator.
+func testAttnPre(t *testing.T, m *emu.Module, v attnVariant) {
+	for _, p := range v.shapes {
+		t.Run(attnName(p), func(t *testing.T) {
+			p.Round = v.round
+			r := attnCPU(t, p, v, 5)
+			bht := p.B * p.H * p.T
+			scratch := emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p))
+			l := &attnLauncher{m: m, mma: true, only: attnBwdKernels(v)[0]}
+			if err := kernels.AttentionBackward(l, v.dt, p, nil, devIn(v.dt, r.doutIn), devIn(v.dt, r.out), nil, nil, scratch); err != nil {
+				t.Fatal(err)
+			}
+			if l.ran != 1 {
+				t.Fatalf("%d launches of %s, want 1", l.ran, l.only)
+			}
+			attnCheckNorm(t, "D", scratch.F32()[:bht], r.D, attnTolF32)
+			for i, x := range scratch.F32()[bht:] {
+				if x != 0 {
+					t.Fatalf("dq accumulator %d is %g, want 0", i, x)
+				}
+			}
+		})
+	}
+}
+
+// testAttnPost launches the tensor-core backward's last kernel alone on a
+// random accumulator and checks q's third of dqkv, bit for bit: the
+// accumulator times 1/sqrt(hd) in float32, rounded to the storage type;
+// the k and v thirds stay poison.
+func testAttnPost(t *testing.T, m *emu.Module, v attnVariant) {
+	for _, p := range v.shapes {
+		t.Run(attnName(p), func(t *testing.T) {
+			p.Round = v.round
+			rng := rand.New(rand.NewPCG(6, uint64(p.T)))
+			bht, btc := p.B*p.H*p.T, p.B*p.T*p.C
+			acc := emu.RandF32(rng, btc)
+			s := make([]float32, bht+btc)
+			for i := range bht {
+				s[i] = float32(math.NaN()) // D: not read
+			}
+			copy(s[bht:], acc)
+			dqkv := devOut(v.dt, p.B*p.T*p.Width())
+			l := &attnLauncher{m: m, mma: true, only: attnBwdKernels(v)[2]}
+			if err := kernels.AttentionBackward(l, v.dt, p, dqkv, nil, nil, nil, nil, emu.NewF32(s)); err != nil {
+				t.Fatal(err)
+			}
+			if l.ran != 1 {
+				t.Fatalf("%d launches of %s, want 1", l.ran, l.only)
+			}
+			sc := 1 / float32(math.Sqrt(float64(p.C/p.H)))
+			want := make([]float32, btc)
+			for i, x := range acc {
+				want[i] = x * sc
+			}
+			if v.dt == backend.BF16 {
+				want = round(backend.BF16, want)
+			}
+			q, k, vv := attnThirds(p, devGet(dqkv))
+			if !testenv.SameBits(q, want) {
+				t.Errorf("dq differs from the accumulator times 1/sqrt(hd)")
+			}
+			attnCheckPoison(t, "dk (the last kernel must not write it)", k)
+			attnCheckPoison(t, "dv (the last kernel must not write it)", vv)
 		})
 	}
 }
@@ -534,18 +684,25 @@ func (r *launchRecorder) Launch(kernel string, grid, block [3]int, sharedBytes i
 // TestAttentionLaunches checks the launch sequences and shapes (no
 // emulator needed) and that bad shapes are refused before any launch.
 func TestAttentionLaunches(t *testing.T) {
+	// Arguments: the forward pass's 3 buffers and 5 sizes, the CUDA
+	// cores' dq kernel's 6 buffers and 5 sizes (dkdv one buffer fewer),
+	// the tensor cores' main backward kernel's 5 buffers and 5 sizes,
+	// each with dropout's 6; the first backward launch's 3 buffers and 4
+	// sizes, the last one's 2 and 5.
+	const fwdArgs, dqArgs, dkdvArgs, mmaArgs, preArgs, postArgs = 14, 17, 16, 16, 7, 7
 	for _, c := range []struct {
-		p            backend.Attention
-		grid, block  [3]int
-		fwd, bwdArgs int
-		pad          int    // the tensor-core kernels' head padding
-		mmaGrid      [3]int // and their grid
+		p           backend.Attention
+		grid, block [3]int
+		pad         int    // the tensor-core kernels' head padding
+		mmaGrid     [3]int // and their grid: (b, h) by 64-query blocks
+		bwdGrid     [3]int // the main backward kernel's: 64-key blocks by (b, key/value head)
 	}{
-		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 8, 11, 32, [3]int{4, 2, 1}},          // hd 16
-		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 8, 11, 32, [3]int{3, 1, 1}},         // hd 32
-		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 8, 11, 64, [3]int{48, 16, 1}}, // hd 64
-		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 128
-		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 8, 11, 128, [3]int{2, 2, 1}},       // hd 72
+		{backend.Attention{B: 2, T: 70, C: 32, H: 2}, [3]int{4, 2, 1}, [3]int{64, 1, 1}, 32, [3]int{4, 2, 1}, [3]int{2, 4, 1}},             // hd 16
+		{backend.Attention{B: 1, T: 64, C: 96, H: 3}, [3]int{3, 1, 1}, [3]int{128, 1, 1}, 32, [3]int{3, 1, 1}, [3]int{1, 3, 1}},            // hd 32
+		{backend.Attention{B: 4, T: 1024, C: 768, H: 12}, [3]int{48, 16, 1}, [3]int{256, 1, 1}, 64, [3]int{48, 16, 1}, [3]int{16, 48, 1}},  // hd 64
+		{backend.Attention{B: 1, T: 65, C: 256, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 128, [3]int{2, 2, 1}, [3]int{2, 2, 1}},          // hd 128
+		{backend.Attention{B: 1, T: 65, C: 144, H: 2}, [3]int{2, 3, 1}, [3]int{256, 1, 1}, 128, [3]int{2, 2, 1}, [3]int{2, 2, 1}},          // hd 72
+		{backend.Attention{B: 3, T: 65, C: 256, H: 4, KVH: 2}, [3]int{12, 2, 1}, [3]int{256, 1, 1}, 64, [3]int{12, 2, 1}, [3]int{2, 6, 1}}, // hd 64, groups of 2
 	} {
 		// BF16 on a device with tensor cores: the mma kernels.
 		m := &launchRecorder{cores: true}
@@ -556,26 +713,35 @@ func TestAttentionLaunches(t *testing.T) {
 			t.Fatal(err)
 		}
 		mma := fmt.Sprintf("mma%d_bf16", c.pad)
-		if want := []string{"fleet_attention_fwd_" + mma, "fleet_attention_bwd_dq_" + mma, "fleet_attention_bwd_dkdv_" + mma}; !slices.Equal(m.names, want) {
-			t.Errorf("%v with tensor cores: launches %v, want %v", c.p, m.names, want)
+		if want := []string{"fleet_attention_fwd_" + mma, "fleet_attention_bwd_pre_bf16", "fleet_attention_bwd_" + mma, "fleet_attention_bwd_post_bf16"}; !slices.Equal(m.names, want) {
+			t.Fatalf("%v with tensor cores: launches %v, want %v", c.p, m.names, want)
 		}
 		for i := range m.names {
-			if m.grids[i] != c.mmaGrid || m.blocks[i] != [3]int{128, 1, 1} {
-				t.Errorf("%v: %s grid %v block %v, want %v [128 1 1]", c.p, m.names[i], m.grids[i], m.blocks[i], c.mmaGrid)
+			want := c.mmaGrid
+			if i == 2 {
+				want = c.bwdGrid
+			}
+			if m.grids[i] != want || m.blocks[i] != [3]int{128, 1, 1} {
+				t.Errorf("%v: %s grid %v block %v, want %v [128 1 1]", c.p, m.names[i], m.grids[i], m.blocks[i], want)
 			}
 		}
-		if m.nargs[0] != c.fwd || m.nargs[1] != c.bwdArgs || m.nargs[2] != c.bwdArgs-1 {
-			t.Errorf("%v with tensor cores: argument counts %v", c.p, m.nargs)
+		if want := []int{fwdArgs, preArgs, mmaArgs, postArgs}; !slices.Equal(m.nargs, want) {
+			t.Errorf("%v with tensor cores: argument counts %v, want %v", c.p, m.nargs, want)
 		}
-		// F32 whose products round to f16 (fp16's autocast): the f16 ones.
+		// F32 whose products round to f16 (fp16's autocast): the f16 ones,
+		// and the first backward launch says so (one more argument).
 		h := &launchRecorder{cores: true}
 		q := c.p
 		q.Round = backend.F16
 		if err := kernels.Attention(h, backend.F32, q, nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("fleet_attention_fwd_mma%df16_f32", c.pad); h.names[0] != want {
-			t.Errorf("%v, f16 products: launched %v, want %s", c.p, h.names, want)
+		if err := kernels.AttentionBackward(h, backend.F32, q, nil, nil, nil, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{fmt.Sprintf("fleet_attention_fwd_mma%df16_f32", c.pad), "fleet_attention_bwd_pre_f32", fmt.Sprintf("fleet_attention_bwd_mma%df16_f32", c.pad), "fleet_attention_bwd_post_f32"}
+		if !slices.Equal(h.names, want) || h.nargs[1] != preArgs+1 {
+			t.Errorf("%v, f16 products: launched %v (%v arguments), want %v", c.p, h.names, h.nargs, want)
 		}
 		// Without tensor cores, and for F32: the CUDA-core kernels.
 		r := &launchRecorder{}
@@ -585,19 +751,23 @@ func TestAttentionLaunches(t *testing.T) {
 		if err := kernels.AttentionBackward(r, backend.F32, c.p, nil, nil, nil, nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"fleet_attention_fwd_bf16", "fleet_attention_bwd_dq_f32", "fleet_attention_bwd_dkdv_f32"}
+		want = []string{"fleet_attention_fwd_bf16", "fleet_attention_bwd_dq_f32", "fleet_attention_bwd_dkdv_f32"}
 		if !slices.Equal(r.names, want) {
 			t.Errorf("%v: launches %v, want %v", c.p, r.names, want)
 		}
 		for i := range r.names {
-			if r.grids[i] != c.grid || r.blocks[i] != c.block {
-				t.Errorf("%v: %s grid %v block %v, want %v %v", c.p, r.names[i], r.grids[i], r.blocks[i], c.grid, c.block)
+			g := c.grid
+			if i == 2 && c.p.KVH != 0 {
+				g[0] = c.p.B * c.p.KVH // the dk/dv grid runs over the key/value heads
+			}
+			if r.grids[i] != g || r.blocks[i] != c.block {
+				t.Errorf("%v: %s grid %v block %v, want %v %v", c.p, r.names[i], r.grids[i], r.blocks[i], g, c.block)
 			}
 		}
-		if r.nargs[0] != c.fwd || r.nargs[1] != c.bwdArgs || r.nargs[2] != c.bwdArgs-1 {
-			t.Errorf("%v: argument counts %v", c.p, r.nargs)
+		if want := []int{fwdArgs, dqArgs, dkdvArgs}; !slices.Equal(r.nargs, want) {
+			t.Errorf("%v: argument counts %v, want %v", c.p, r.nargs, want)
 		}
-		if n := kernels.AttentionBackwardScratch(c.p); n != c.p.B*c.p.H*c.p.T {
+		if n := kernels.AttentionBackwardScratch(c.p); n != c.p.B*c.p.H*c.p.T+c.p.B*c.p.T*c.p.C {
 			t.Errorf("%v: scratch %d", c.p, n)
 		}
 	}

@@ -109,3 +109,96 @@ func TestAttentionMMAMutants(t *testing.T) {
 		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
 	}
 }
+
+// mmaBackwardOnly is attention_mma.cu cut to its device code and the
+// kernels of the bf16 backward pass at head padding 32: the first and
+// last launches and fleet_attention_bwd_mma32_bf16.
+func mmaBackwardOnly(t *testing.T) string {
+	t.Helper()
+	fwd := mmaForwardOnly(t)
+	var src string
+	for _, f := range cudakernels.Files() {
+		if f.Name == "attention_mma.cu" {
+			src = f.Source
+		}
+	}
+	head := fwd[:strings.Index(fwd, `extern "C"`)]
+	cut := func(first string) string {
+		i := strings.Index(src, first)
+		if i < 0 {
+			t.Fatalf("attention_mma.cu has no %s", first)
+		}
+		end := strings.Index(src[i:], "\n}\n")
+		if end < 0 {
+			t.Fatalf("%s has no end", first)
+		}
+		return src[i : i+end+3]
+	}
+	return head + cut(`extern "C" __global__ void fleet_attention_bwd_pre_bf16(`) +
+		cut(`extern "C" __global__ void fleet_attention_bwd_mma32_bf16(`) + cut(`extern "C" __global__ void fleet_attention_bwd_post_bf16(`)
+}
+
+// mmaBackwardError runs the backward pass of src (built as
+// attention_mma.cu) on shape p and returns its normwise error in dqkv
+// against the CPU, or why it could not run.
+func mmaBackwardError(t *testing.T, src string, p backend.Attention) (float64, error) {
+	t.Helper()
+	m, err := emu.BuildSource("attention_mma.cu", src)
+	if errors.Is(err, emu.ErrUnavailable) {
+		t.Skip(err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	v := attnVariant{dt: backend.BF16, mma: true, suffix: "mma32_bf16", tol: attnTolMMA}
+	r := attnCPU(t, p, v, 2)
+	dqkv := devOut(v.dt, len(r.qkv))
+	l := &attnLauncher{m: m.WithSchedule(emu.Forward), mma: true}
+	err = kernels.AttentionBackward(l, v.dt, p, dqkv, devIn(v.dt, r.doutIn), devIn(v.dt, r.out), emu.NewF32(r.lse), devIn(v.dt, r.qkvIn),
+		emu.Poison(emu.F32, kernels.AttentionBackwardScratch(p)))
+	if err != nil {
+		return 0, err
+	}
+	var d2 float64
+	for i, g := range devGet(dqkv) {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			return math.Inf(1), nil
+		}
+		d := float64(g) - float64(r.dqkv[i])
+		d2 += d * d
+	}
+	return math.Sqrt(d2) / attnNorm(r.dqkv), nil
+}
+
+// TestAttentionMMABackwardMutants breaks the tensor-core backward kernel
+// where its dq differs from the two-kernel split it replaced, and
+// requires the emulated check to catch each: dS written to shared memory
+// untransposed, the dq product one 16-key slice short, and the warps with
+// nothing to do leaving their columns of dS unwritten (the emulator's
+// poison then reaches dq). The kernel as written passes (the control).
+// T 100 at hd 32: two key blocks, the first over two query tiles, the
+// second with its last two warps' keys all past T (idle).
+func TestAttentionMMABackwardMutants(t *testing.T) {
+	src := mmaBackwardOnly(t)
+	p := backend.Attention{B: 1, T: 100, C: 32, H: 1}
+	e, err := mmaBackwardError(t, src, p)
+	if err != nil || !(e <= attnTolMMA) {
+		t.Fatalf("the kernel as written: error %.3g (%v), want <= %g", e, err, attnTolMMA)
+	}
+	t.Logf("as written: normwise error %.3g", e)
+	for _, mu := range []struct{ name, from, to string }{
+		{"dS untransposed", "sdS[qc * LDS + 16 * warp + g + 8 * (e >> 1)] = P::h(ds[j][e]);", "sdS[(16 * warp + g + 8 * (e >> 1)) * LDS + qc] = P::h(ds[j][e]);"},
+		{"dq product a slice short", "for (int kk = 0; kk < FA_ROWS; kk += 16) {\n\t\t\t\tunsigned af[4];\n\t\t\t\tfa_ldA<LDS>", "for (int kk = 0; kk < FA_ROWS - 16; kk += 16) {\n\t\t\t\tunsigned af[4];\n\t\t\t\tfa_ldA<LDS>"},
+		{"idle warps' dS unwritten", "sdS[(8 * j + 2 * t + (e & 1)) * LDS + 16 * warp + g + 8 * (e >> 1)] = 0;", ";"},
+	} {
+		if strings.Count(src, mu.from) != 1 {
+			t.Fatalf("%s: attention_mma.cu has %d of %q, want 1", mu.name, strings.Count(src, mu.from), mu.from)
+		}
+		e, err := mmaBackwardError(t, strings.Replace(src, mu.from, mu.to, 1), p)
+		if err == nil && e <= attnTolMMA {
+			t.Errorf("%s: the emulated check passed it (normwise error %.3g <= %g)", mu.name, e, attnTolMMA)
+			continue
+		}
+		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
+	}
+}

@@ -52,7 +52,7 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 	case "axpy.dst": // dst += alpha*x
 		return a("n"), 2, true
 	case "dropout_add.seedBase", "add_layernorm.seedBase", "layernorm_backward.seedBase",
-		"attention_fwd.seedBase", "attention_bwd_dq.seedBase", "attention_bwd_dkdv.seedBase":
+		"attention_fwd.seedBase", "attention_bwd_dq.seedBase", "attention_bwd_dkdv.seedBase", "attention_bwd.seedBase":
 		return 2, 1, true // the step's dropout key, two words
 	case "bias_gelu.pre": // read, then the biased value written back
 		return rc(), 2, true
@@ -153,6 +153,26 @@ func Extent(kernel, param string, arg func(param string) float64) (elems, passes
 		return btc() + 2*btkv(), 1, true
 	case "attention_fwd.lse", "attention_bwd_dq.lse", "attention_bwd_dkdv.lse",
 		"attention_bwd_dq.D", "attention_bwd_dkdv.D":
+		return bht(), 1, true
+	// The tensor cores' backward: scratch is D [B, H, T], then the dq
+	// accumulator [B, T, C] in F32. The first launch writes both (D, and
+	// the accumulator's zeros); the main one reads D and adds to the
+	// accumulator with atomics, which L2 performs: the grid runs the key
+	// blocks of one (b, key/value head) together, so the accumulator's
+	// rows they share stay there, and it counts read and written once
+	// (D counts twice with it, 1/hd of the whole); the last reads the
+	// accumulator and writes q's third of dqkv.
+	case "attention_bwd_pre.scratch":
+		return bht() + btc(), 1, true
+	case "attention_bwd_pre.dout", "attention_bwd_pre.out", "attention_bwd_post.dqkv", "attention_bwd_post.scratch", "attention_bwd.dout":
+		return btc(), 1, true
+	case "attention_bwd.scratch":
+		return bht() + btc(), 2, true
+	case "attention_bwd.dqkv":
+		return 2 * btkv(), 1, true
+	case "attention_bwd.qkv":
+		return btc() + 2*btkv(), 1, true
+	case "attention_bwd.lse":
 		return bht(), 1, true
 	case "attention_kv.out":
 		return btc(), 1, true

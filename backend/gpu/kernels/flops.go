@@ -96,12 +96,26 @@ func FLOPs(kernel string, arg func(param string) float64) float64 {
 		// multiply (the draws are integer work).
 		return causal() * (4*hd() + 5 + attnDrop(arg))
 	case "attention_bwd_dq":
-		// The score again, dP = dO·V, and dQ += dS·K; dropout's multiply.
+		// The CUDA cores' dq kernel: the score again, dP = dO·V, and
+		// dQ += dS·K; dropout's multiply.
 		return causal() * (6*hd() + 5 + attnDrop(arg))
 	case "attention_bwd_dkdv":
-		// The score again, dP, dV += P·dO and dK += dS·Q; dropout's two
-		// multiplies.
+		// The CUDA cores' dk/dv kernel: the score again, dP, dV += P·dO
+		// and dK += dS·Q; dropout's two multiplies.
 		return causal() * (8*hd() + 5 + 2*attnDrop(arg))
+	case "attention_bwd":
+		// The tensor cores' backward (FlashAttention-2's): the score
+		// again, dP, dV += P·dO and dK += dS·Q on the pairs the warps
+		// compute, dropout's two multiplies; and dQ += dS·K over the
+		// whole 64-key by BQ-query tile of every tile the block loads:
+		// 10·hd a pair where the two tile counts agree, against 14·hd
+		// for the CUDA cores' two kernels.
+		t := int(arg("T"))
+		return arg("B") * arg("H") * (MMAPairs("attention_bwd", pad, t)*(8*hd()+5+2*attnDrop(arg)) + MMAPairs("attention_bwd_dq", pad, t)*2*hd())
+	case "attention_bwd_pre": // D_i = dO_i·O_i, a multiply-add per element
+		return 2 * arg("B") * arg("T") * arg("C")
+	case "attention_bwd_post": // dq's scale, a multiply per element
+		return arg("B") * arg("T") * arg("C")
 	case "attention_kv":
 		// T new positions against Pos+T cached ones (causally).
 		t, pos := arg("T"), arg("Pos")

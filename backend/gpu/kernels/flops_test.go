@@ -48,8 +48,22 @@ func TestEveryKernelHasAFLOPsFormula(t *testing.T) {
 	if got, want := FLOPs("fleet_attention_fwd_mma128f16_f32", func(p string) float64 { return args[p] }), 2*2*(4*16*32)*(4*128+5.0); got != want {
 		t.Errorf("f16 tensor-core attention forward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
 	}
-	if !TensorCoreKernel("fleet_attention_bwd_dq_mma64_bf16") || TensorCoreKernel("fleet_attention_bwd_dq_bf16") {
+	if !TensorCoreKernel("fleet_attention_bwd_mma64_bf16") || TensorCoreKernel("fleet_attention_bwd_dq_bf16") || TensorCoreKernel("fleet_attention_bwd_pre_bf16") {
 		t.Errorf("TensorCoreKernel: only the _mma kernels are")
+	}
+	// The tensor cores' backward: at T 4 the block's one 64-query tile
+	// (hd 4 padded to 32): Sᵀ, dPᵀ, dV and dK where a warp's first key is
+	// below T (warp 0: 16 keys by 64 queries), dQ over the whole 64×64.
+	if got, want := FLOPs("fleet_attention_bwd_mma32_bf16", func(p string) float64 { return args[p] }), 2*2*((16*64)*(8*32+5.0)+(64*64)*2*32); got != want {
+		t.Errorf("tensor-core attention backward, B 2 T 4 C 8 H 2: %g FLOPs, want %g", got, want)
+	}
+	// GPT-2's shape: 10·hd a pair where the tile counts agree (every one
+	// at hd 64), against the CUDA-core kernels' 14·hd.
+	gpt := map[string]float64{"B": 1, "T": 1024, "C": 768, "H": 12}
+	fa2 := FLOPs("fleet_attention_bwd_mma64_bf16", func(p string) float64 { return gpt[p] })
+	two := 12 * MMAPairs("attention_fwd", 64, 1024) * (14*64 + 10)
+	if got, want := fa2/two, (10*64+5.0)/(14*64+10); got != want {
+		t.Errorf("tensor-core attention backward at GPT-2's shape: %.4f of two kernels' FLOPs, want %.4f", got, want)
 	}
 	if got := FLOPs("fleet_axpy_f32", func(p string) float64 { return map[string]float64{"n": 100}[p] }); got != 200 {
 		t.Errorf("axpy of 100: %g FLOPs, want 200", got)
@@ -69,19 +83,22 @@ func TestMMAPairs(t *testing.T) {
 		// 16 blocks of 64 queries; block i computes i+1 key tiles of 64
 		// for each of its 4 warps: 4·16·64·(1+...+16).
 		{"attention_fwd", 64, 1024, 4 * 16 * 64 * 136, "GPT-2's T 1024: 6.1% over T(T+1)/2 = 524800"},
-		{"attention_bwd_dq", 64, 1024, 4 * 16 * 64 * 136, "as the forward pass"},
-		{"attention_bwd_dkdv", 64, 1024, 4 * 16 * 64 * 136, "key block i sees 16-i query tiles"},
+		{"attention_bwd", 64, 1024, 4 * 16 * 64 * 136, "key block i sees 16-i query tiles"},
+		{"attention_bwd_dq", 64, 1024, 64 * 64 * 136, "dq over the whole block, each tile it loads"},
 		// One block; every warp, even those past T, computes its tile.
 		{"attention_fwd", 64, 1, 4 * 16 * 64, "T 1"},
-		// dk/dv: only warp 0 has a key below T.
-		{"attention_bwd_dkdv", 64, 1, 16 * 64, "T 1"},
+		// Backward: only warp 0 has a key below T; dq takes the whole
+		// tile.
+		{"attention_bwd", 64, 1, 16 * 64, "T 1"},
+		{"attention_bwd_dq", 64, 1, 64 * 64, "T 1"},
 		// 128: forward tiles of 32 keys. T 64: warp w computes the
 		// tiles k0 <= 16w+15: 1, 1, 2, 2.
 		{"attention_fwd", 128, 64, 16 * 32 * 6, "T 64 at 32-key tiles"},
-		// 128: backward tiles of 16. dq, T 64: warp w sees w+1 tiles.
-		{"attention_bwd_dq", 128, 64, 16 * 16 * 10, "T 64 at 16-key tiles"},
-		// dkdv, T 64: warp w sees the query tiles from its own on: 4-w.
-		{"attention_bwd_dkdv", 128, 64, 16 * 16 * 10, "T 64 at 16-query tiles"},
+		// 128: backward tiles of 16 queries. T 64: warp w sees the query
+		// tiles from its own on, 4-w; dq takes 64 keys by 16 queries for
+		// each of the 4 tiles.
+		{"attention_bwd", 128, 64, 16 * 16 * 10, "T 64 at 16-query tiles"},
+		{"attention_bwd_dq", 128, 64, 64 * 16 * 4, "T 64, dq at 16-query tiles"},
 	} {
 		if got := MMAPairs(c.op, c.pad, c.T); got != c.want {
 			t.Errorf("%s, pad %d, T %d (%s): %g pairs, want %g", c.op, c.pad, c.T, c.why, got, c.want)
@@ -96,8 +113,8 @@ func TestMMAPairs(t *testing.T) {
 }
 
 // TestMMATilesMatchTheSource holds mmaTiles to attention_mma.cu's
-// instantiations: FA_FWD(HDP, BCF, P), FA_DQ(HDP, BCB, P) and
-// FA_DKDV(HDP, BCB, P) inside each kernel.
+// instantiations: FA_FWD(HDP, BCF, P) and FA_BWD(HDP, BQ, P) inside each
+// kernel.
 func TestMMATilesMatchTheSource(t *testing.T) {
 	var src string
 	for _, f := range cudakernels.Files() {
@@ -105,10 +122,10 @@ func TestMMATilesMatchTheSource(t *testing.T) {
 			src = f.Source
 		}
 	}
-	re := regexp.MustCompile(`\b(FA_FWD|FA_DQ|FA_DKDV)\((\d+), (\d+), \w+\)\s*\n\}`)
+	re := regexp.MustCompile(`\b(FA_FWD|FA_BWD)\((\d+), (\d+), \w+\)\s*\n\}`)
 	ms := re.FindAllStringSubmatch(src, -1)
-	if len(ms) < 9 {
-		t.Fatalf("found %d instantiations in attention_mma.cu, want at least 9", len(ms))
+	if len(ms) < 18 {
+		t.Fatalf("found %d instantiations in attention_mma.cu, want at least 18", len(ms))
 	}
 	for _, m := range ms {
 		pad, _ := strconv.Atoi(m[2])

@@ -16,10 +16,10 @@
 // that holds hd (columns past hd are zero in shared memory, so they add
 // nothing); each HDP is its own instantiation, so a small head pays for
 // no large one. A block is FA_WARPS = 4 warps and owns 64 rows (queries in
-// the forward and dq kernels, keys in the dk/dv kernel), 16 per warp; it
-// streams the other side through shared memory BC rows at a time: BC = 64,
-// or 32 (forward) and 16 (backward) for HDP = 128, so that every tile fits
-// the 48 KiB of static shared memory. Rows of shared memory are HDP + 8
+// the forward pass, keys in the backward pass), 16 per warp; it streams
+// the other side through shared memory BC rows at a time: BC = 64, or 32
+// (forward) and 16 (backward) for HDP = 128, so that every tile fits the
+// 48 KiB of static shared memory. Rows of shared memory are HDP + 8
 // halves long, so the eight row addresses of an ldmatrix fall in distinct
 // banks.
 //
@@ -33,11 +33,47 @@
 // Fragment layouts are mma.cuh's. Scores are kept in base 2 (scaled by
 // log2(e)/sqrt(hd), exp2f throughout), as in attention.cu.
 //
-// The backward pass is deterministic: fleet_attention_bwd_dq_mma<HDP>_<t>
-// writes dq and D (one block per query block, looping over keys), then
-// fleet_attention_bwd_dkdv_mma<HDP>_<t> writes dk and dv (one block per key
-// block of a key/value head, looping over the queries of each query head
-// of its group in turn); no float atomics, fixed orders.
+// Forward, fleet_attention_fwd_mma<HDP>_<t>: o_i = Σ_j P_ij·v_j with
+// P_ij = exp(s_ij - lse_i), s_ij = q_i·k_j/sqrt(hd) for j <= i, by the
+// online softmax over key tiles. Per pair 4·HDP FLOPs on tensor cores
+// (Q·Kᵀ and P·V). Traffic: q, o and lse of the block's rows once, k and v
+// of the keys up to its last row once per query block (from L2 after the
+// first). Launch: grid (B·H, ceil(T/64)), the last query block first.
+//
+// Backward, FlashAttention-2's: S and dP computed once per pair, in three
+// launches.
+//   - fleet_attention_bwd_pre_<t>: D_i = dO_i·O_i into scratch (B·H·T
+//     floats), and the dq accumulator after it (B·T·C floats) zeroed.
+//     Traffic: dO and O read once, D and the accumulator written once.
+//     Launch: grid (B·H, ceil(T/64)).
+//   - fleet_attention_bwd_mma<HDP>_<t>: a block owns 64 keys of one
+//     key/value head and loops over the query heads of its group and the
+//     query tiles that see its keys: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ,
+//     P = exp(S - lse), dS = P⊙(F⊙dP - D) (F the dropout factors, 1
+//     without dropout), dV += (P⊙F)ᵀ·dO, dK += dSᵀ·Q/sqrt(hd), then dS
+//     through shared memory and dQ += dS·K added to the accumulator with
+//     atomicAdd. 10·HDP FLOPs a pair (five products of 2·HDP), against
+//     14·HDP for the two-kernel split that computes S and dP in each (the
+//     CUDA-core kernels of attention.cu still do). Traffic: k and v of the
+//     block's rows read and dk, dv written once; q, dO, lse and D of the
+//     queries from the block's first on, once per key block (from L2
+//     after the first); the accumulator's rows added to in L2.
+//     Launch: grid (ceil(T/64), B·KVH), a (b, key/value head)'s key blocks
+//     next to each other and the first (the one with the most queries)
+//     first, as FlashAttention-2 orders them.
+//   - fleet_attention_bwd_post_<t>: dq = accumulator/sqrt(hd) into q's
+//     third of dqkv. Traffic: the accumulator read once, dq written once.
+//     Launch: grid (B·H, ceil(T/64)).
+// dk and dv are deterministic: each key/value head's sums over its
+// group's query heads and over the queries run in a fixed order in one
+// block's registers. dq is not on a GPU: the key blocks' shares of an
+// element are added in the order the blocks happen to run, so its bits
+// may differ from run to run (in the emulator, which runs blocks one at a
+// time in order, they do not). A deterministic dq would need the shares
+// kept apart and summed in a fixed order: at GPT-2's shape (T 1024, 16
+// key blocks, B·T·C of 12.6M) the triangular set of per-key-block partials
+// is 8.5 times the accumulator, about 430 MB per layer written and read
+// again, more time than the recomputation it saves.
 
 #define FA_WARPS 4
 #define FA_ROWS 64 // rows a block owns: 16 per warp
@@ -342,27 +378,17 @@ __device__ __forceinline__ void fa_rows_load(float *dst, const float *src, int r
 	}
 }
 
-// Backward, dq: D_i = dO_i·O_i for the block's 64 queries (into D), then
-// dq = Σ_keys dS·K/sqrt(hd) with P = exp2(S·scale2 - lse2) and
-// dS = P∘(dO·Vᵀ - D).
-template <int HDP, int BC, class P, typename S>
-__device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restrict__ D, const S *__restrict__ dout, const S *__restrict__ out,
-	const float *__restrict__ lse, const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sQ, unsigned short *sdO, unsigned short *sK, unsigned short *sV, float *sL, float *sD, fleet_attn_drop dr) {
-	const int LD = HDP + FA_PAD;
+// Backward, first launch (fleet_attention_bwd_pre_<t>): for the 64
+// queries [q0, q0+64) of one (b, h), D_i = dO_i·O_i into scratch's first
+// B·H·T floats, and the same rows of the dq accumulator (the B·T·C floats
+// after them, laid out as dq [B, T, C]) set to zero.
+template <class P, typename S>
+__device__ __forceinline__ void fa_bwd_pre(float *__restrict__ scratch, const S *__restrict__ dout, const S *__restrict__ out, int B, int T, int C, int H) {
 	fa_check_block();
-	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H, kvh = h / (H / KVH);
-	int q0 = ((T + FA_ROWS - 1) / FA_ROWS - 1 - (int)blockIdx.y) * FA_ROWS;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	long long stride = (long long)C + 2LL * KVH * hd;
-	const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
-	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int q0 = (int)blockIdx.y * FA_ROWS;
 	const S *dob = dout + (long long)b * T * C + (long long)h * hd, *ob = out + (long long)b * T * C + (long long)h * hd;
-	bool vec = fa_vec(base, stride, hd) && fa_vec(kbase, stride, hd) && fa_vec(dob, C, hd);
-	float scale2 = FA_LOG2E / sqrtf((float)hd);
-
-	fa_load<FA_ROWS, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
-	fa_load<FA_ROWS, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
-	fleet_cp_async_commit();
+	float *acc = scratch + (long long)B * H * T + (long long)b * T * C + (long long)h * hd;
 	// D: two threads per row, each summing every other column, then one
 	// shuffle (a fixed order).
 	{
@@ -374,73 +400,67 @@ __device__ __forceinline__ void fa_bwd_dq(S *__restrict__ dqkv, float *__restric
 			}
 		}
 		s += __shfl_xor_sync(0xffffffffu, s, 1);
-		if ((threadIdx.x & 1) == 0) {
-			sD[r] = s;
-			if (qi < T) {
-				D[(long long)bh * T + qi] = s;
-			}
+		if ((threadIdx.x & 1) == 0 && qi < T) {
+			scratch[(long long)bh * T + qi] = s;
 		}
 	}
-	fa_rows_load<FA_ROWS>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
-
-	float dq[HDP / 8][4];
-	fa_zero<HDP / 8>(dq);
-	int wq = q0 + 16 * warp;
-	int kend = fa_imin(T, q0 + FA_ROWS);
-	float lr[2], drow[2];
-	for (int k0 = 0; k0 < kend; k0 += BC) {
-		__syncthreads();
-		fa_load<BC, HDP, P>(sK, kbase + k0 * stride, stride, T - k0, hd, vec);
-		fa_load<BC, HDP, P>(sV, vbase + k0 * stride, stride, T - k0, hd, vec);
-		fleet_cp_async_commit();
-		fleet_cp_async_wait<0>();
-		__syncthreads();
-		if (k0 == 0) {
-			lr[0] = sL[16 * warp + g], lr[1] = sL[16 * warp + g + 8];
-			drow[0] = sD[16 * warp + g], drow[1] = sD[16 * warp + g + 8];
+	for (int i = threadIdx.x; i < FA_ROWS * hd; i += blockDim.x) {
+		int qi = q0 + i / hd, c = i % hd;
+		if (qi < T) {
+			acc[(long long)qi * C + c] = 0.0f;
 		}
-		if (k0 > wq + 15) {
-			continue; // every key of the tile is after every query of the warp
-		}
-		float s[BC / 8][4], dp[BC / 8][4];
-		fa_zero<BC / 8>(s);
-		fa_zero<BC / 8>(dp);
-		fa_mma_abt<LD, BC, HDP, P>(s, sQ, 16 * warp, sK);
-		fa_mma_abt<LD, BC, HDP, P>(dp, sdO, 16 * warp, sV);
-#pragma unroll
-		for (int j = 0; j < BC / 8; j++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int r = e >> 1, qi = wq + g + 8 * r, key = k0 + 8 * j + 2 * t + (e & 1);
-				float p = key > qi ? 0.0f : exp2f(s[j][e] * scale2 - lr[r]);
-				float dpf = (dr.on && key <= qi) ? dp[j][e] * dr.factor(bh, T, qi, key) : dp[j][e]; // F ⊙ dO·Vᵀ
-				s[j][e] = p * (dpf - drow[r]); // dS
-			}
-		}
-		fa_mma_pb<LD, BC, HDP, P>(dq, s, sK);
 	}
-	float sc = 1.0f / sqrtf((float)hd);
-	fa_store<HDP>(dqkv + (long long)b * T * stride + (long long)h * hd, stride, dq, wq, T, hd, sc, sc);
 }
 
-// Backward, dk and dv for the block's 64 keys [k0, k0+64) of key/value
-// head kvh, the first key block first (blockIdx.y = 0 has the most
-// queries), looping over the query heads of kvh's group in order and, for
-// each, over the query tiles that see the keys: dv = Σ_q Pᵀ·dO,
-// dk = Σ_q dSᵀ·Q/sqrt(hd), the sums over the group's heads in the
-// accumulators (a fixed order, no atomics).
-template <int HDP, int BQ, class P, typename S>
-__device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *__restrict__ D, const S *__restrict__ dout, const float *__restrict__ lse,
-	const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO, float *sL,
-	float *sD, fleet_attn_drop dr) {
-	const int LD = HDP + FA_PAD;
+// Backward, last launch (fleet_attention_bwd_post_<t>): the q third of
+// dqkv for the 64 queries [q0, q0+64) of one (b, h), from the dq
+// accumulator, times 1/sqrt(hd), in the storage type.
+template <typename S>
+__device__ __forceinline__ void fa_bwd_post(S *__restrict__ dqkv, const float *__restrict__ scratch, int B, int T, int C, int H, int KVH) {
 	fa_check_block();
-	int bk = blockIdx.x, b = bk / KVH, kvh = bk % KVH, hd = C / H, grp = H / KVH;
-	int k0 = (int)blockIdx.y * FA_ROWS;
+	int bh = blockIdx.x, b = bh / H, h = bh % H, hd = C / H;
+	int q0 = (int)blockIdx.y * FA_ROWS;
+	long long stride = (long long)C + 2LL * KVH * hd;
+	const float *acc = scratch + (long long)B * H * T + (long long)b * T * C + (long long)h * hd;
+	S *dq = dqkv + (long long)b * T * stride + (long long)h * hd;
+	float sc = 1.0f / sqrtf((float)hd);
+	for (int i = threadIdx.x; i < FA_ROWS * hd; i += blockDim.x) {
+		int qi = q0 + i / hd, c = i % hd;
+		if (qi < T) {
+			fa_put(dq + (long long)qi * stride + c, acc[(long long)qi * C + c] * sc);
+		}
+	}
+}
+
+// Backward, the main launch (FlashAttention-2's): for the block's 64 keys
+// [k0, k0+64) of key/value head kvh, the first key block first
+// (blockIdx.x = 0 has the most queries), looping over the query heads of
+// kvh's group in order and, for each, over the query tiles that see the
+// keys. Each tile's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are computed once, with
+// P = exp2(S·scale2 - lse2), F the dropout factors (1 without dropout)
+// and dS = P⊙(F⊙dP - D); then dv += (P⊙F)ᵀ·dO and dk += dSᵀ·Q/sqrt(hd)
+// in registers (each warp its 16 keys; the group's heads summed in a fixed
+// order), and dS goes through shared memory (rows the tile's queries,
+// columns the block's keys) for the tile's share of dq, dS·K, which is
+// added to the f32 dq accumulator with atomicAdd: each element by one
+// thread of the block, the key blocks in whatever order they run.
+template <int HDP, int BQ, class P, typename S>
+__device__ __forceinline__ void fa_bwd(S *__restrict__ dqkv, float *__restrict__ scratch, const S *__restrict__ dout, const float *__restrict__ lse,
+	const S *__restrict__ qkv, int B, int T, int C, int H, int KVH, unsigned short *sK, unsigned short *sV, unsigned short *sQ, unsigned short *sdO,
+	unsigned short *sdS, float *sL, float *sD, fleet_attn_drop dr) {
+	const int LD = HDP + FA_PAD, LDS = FA_ROWS + FA_PAD;
+	// dq's tile is BQ queries by HDP columns: BQ/16 row groups of 16, the
+	// warps spread over them and then over the columns, NC each.
+	const int RG = BQ / 16, NC = HDP * RG / FA_WARPS;
+	fa_check_block();
+	int bk = blockIdx.y, b = bk / KVH, kvh = bk % KVH, hd = C / H, grp = H / KVH;
+	int k0 = (int)blockIdx.x * FA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	long long stride = (long long)C + 2LL * KVH * hd;
 	const S *kbase = qkv + (long long)b * T * stride + C + (long long)kvh * hd, *vbase = kbase + (long long)KVH * hd;
 	const S *qb0 = qkv + (long long)b * T * stride + (long long)kvh * grp * hd, *db0 = dout + (long long)b * T * C + (long long)kvh * grp * hd;
+	const float *D = scratch;
+	float *acc0 = scratch + (long long)B * H * T + (long long)b * T * C;
 	bool vec = fa_vec(qb0, stride, hd) && fa_vec(kbase, stride, hd) && fa_vec(db0, C, hd);
 	float scale2 = FA_LOG2E / sqrtf((float)hd);
 
@@ -451,42 +471,80 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 	float dk[HDP / 8][4], dv[HDP / 8][4];
 	fa_zero<HDP / 8>(dk);
 	fa_zero<HDP / 8>(dv);
-	int wk = k0 + 16 * warp; // the warp's first key
+	int wk = k0 + 16 * warp;                                  // the warp's first key
+	int qrow = 16 * (warp % RG), qcol = NC * (warp / RG);     // the warp's part of dq's tile
 	for (int h = kvh * grp; h < (kvh + 1) * grp; h++) { // the group's query heads, in order
 		long long bh = (long long)b * H + h;
 		const S *base = qkv + (long long)b * T * stride + (long long)h * hd;
 		const S *dob = dout + (long long)b * T * C + (long long)h * hd;
+		float *acc = acc0 + (long long)h * hd;
 		for (int q0 = k0; q0 < T; q0 += BQ) { // BQ divides 64: the first tile starts at k0
 			__syncthreads();
 			fa_load<BQ, HDP, P>(sQ, base + q0 * stride, stride, T - q0, hd, vec);
 			fa_load<BQ, HDP, P>(sdO, dob + (long long)q0 * C, C, T - q0, hd, vec);
 			fleet_cp_async_commit();
-			fa_rows_load<BQ>(sL, lse + (long long)bh * T, q0, T, FA_LOG2E);
-			fa_rows_load<BQ>(sD, D + (long long)bh * T, q0, T, 1.0f);
+			fa_rows_load<BQ>(sL, lse + bh * T, q0, T, FA_LOG2E);
+			fa_rows_load<BQ>(sD, D + bh * T, q0, T, 1.0f);
 			fleet_cp_async_wait<0>();
 			__syncthreads();
-			if (q0 + BQ - 1 < wk || wk >= T) {
-				continue; // every query of the tile is before every key of the warp
-			}
-			float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
-			fa_zero<BQ / 8>(s);
-			fa_zero<BQ / 8>(dp);
-			fa_mma_abt<LD, BQ, HDP, P>(s, sK, 16 * warp, sQ);
-			fa_mma_abt<LD, BQ, HDP, P>(dp, sV, 16 * warp, sdO);
-			float ds[BQ / 8][4];
+			// Some query of the tile sees some key of the warp; else the
+			// warp's columns of dS are zero.
+			bool active = wk < T && q0 + BQ - 1 >= wk;
+			if (active) {
+				float s[BQ / 8][4], dp[BQ / 8][4]; // Sᵀ and dPᵀ: rows are keys, columns queries
+				fa_zero<BQ / 8>(s);
+				fa_zero<BQ / 8>(dp);
+				fa_mma_abt<LD, BQ, HDP, P>(s, sK, 16 * warp, sQ);
+				fa_mma_abt<LD, BQ, HDP, P>(dp, sV, 16 * warp, sdO);
+				float ds[BQ / 8][4];
 #pragma unroll
-			for (int j = 0; j < BQ / 8; j++) {
+				for (int j = 0; j < BQ / 8; j++) {
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
-					float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
-					float f = (dr.on && key <= qi && qi < T) ? dr.factor(bh, T, qi, key) : 1.0f;
-					s[j][e] = dr.on ? p * f : p; // dV from the dropped probabilities
-					ds[j][e] = p * (dr.on ? dp[j][e] * f - sD[qc] : dp[j][e] - sD[qc]);
+					for (int e = 0; e < 4; e++) {
+						int key = wk + g + 8 * (e >> 1), qc = 8 * j + 2 * t + (e & 1), qi = q0 + qc;
+						float p = (key > qi || qi >= T) ? 0.0f : exp2f(s[j][e] * scale2 - sL[qc]);
+						float f = (dr.on && key <= qi && qi < T) ? dr.factor(bh, T, qi, key) : 1.0f;
+						s[j][e] = dr.on ? p * f : p; // dV from the dropped probabilities
+						ds[j][e] = p * (dr.on ? dp[j][e] * f - sD[qc] : dp[j][e] - sD[qc]);
+						sdS[qc * LDS + 16 * warp + g + 8 * (e >> 1)] = P::h(ds[j][e]);
+					}
+				}
+				fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
+				fa_mma_pb<LD, BQ, HDP, P>(dk, ds, sQ);
+			} else {
+#pragma unroll
+				for (int j = 0; j < BQ / 8; j++) {
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						sdS[(8 * j + 2 * t + (e & 1)) * LDS + 16 * warp + g + 8 * (e >> 1)] = 0;
+					}
 				}
 			}
-			fa_mma_pb<LD, BQ, HDP, P>(dv, s, sdO);
-			fa_mma_pb<LD, BQ, HDP, P>(dk, ds, sQ);
+			__syncthreads(); // dS is whole
+			float dq[NC / 8][4];
+			fa_zero<NC / 8>(dq);
+#pragma unroll
+			for (int kk = 0; kk < FA_ROWS; kk += 16) {
+				unsigned af[4];
+				fa_ldA<LDS>(af, sdS, qrow, kk);
+#pragma unroll
+				for (int j = 0; j < NC / 8; j += 2) {
+					unsigned b0[2], b1[2];
+					fa_ldB<LD>(b0, b1, sK, kk, qcol + 8 * j);
+					P::mma(dq[j], af, b0, dq[j]);
+					P::mma(dq[j + 1], af, b1, dq[j + 1]);
+				}
+			}
+#pragma unroll
+			for (int j = 0; j < NC / 8; j++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int qi = q0 + qrow + g + 8 * (e >> 1), c = qcol + 8 * j + 2 * t + (e & 1);
+					if (qi < T && c < hd) {
+						atomicAdd(acc + (long long)qi * C + c, dq[j][e]);
+					}
+				}
+			}
 		}
 	}
 	float sc = 1.0f / sqrtf((float)hd);
@@ -496,147 +554,125 @@ __device__ __forceinline__ void fa_bwd_dkdv(S *__restrict__ dqkv, const float *_
 }
 
 // The kernels, one per head padding and storage type: HDP, then the
-// column tile of the forward (BCF) and backward (BCB) passes. Shared tiles
-// are declared in the kernels themselves (a template's static would be one
-// object across every emulator module of a process); the parameter lists
-// are written out, as the launchers and the emulator read them from the
-// source.
+// column tile of the forward (BCF) and backward (BQ: the queries the main
+// backward kernel streams) passes. Shared tiles are declared in the
+// kernels themselves (a template's static would be one object across
+// every emulator module of a process); the parameter lists are written
+// out, as the launchers and the emulator read them from the source.
 #define FA_FWD(HDP, BCF, P)                                                   \
 	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)]; \
 	__shared__ __align__(16) unsigned short sK[BCF * (HDP + FA_PAD)];     \
 	__shared__ __align__(16) unsigned short sV[BCF * (HDP + FA_PAD)];     \
 	fa_fwd<HDP, BCF, P>(out, lse, qkv, B, T, C, H, KVH, sQ, sK, sV, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
-#define FA_DQ(HDP, BCB, P)                                                     \
-	__shared__ __align__(16) unsigned short sQ[FA_ROWS * (HDP + FA_PAD)];  \
-	__shared__ __align__(16) unsigned short sdO[FA_ROWS * (HDP + FA_PAD)]; \
-	__shared__ __align__(16) unsigned short sK[BCB * (HDP + FA_PAD)];      \
-	__shared__ __align__(16) unsigned short sV[BCB * (HDP + FA_PAD)];      \
-	__shared__ float sL[FA_ROWS];                                          \
-	__shared__ float sD[FA_ROWS];                                          \
-	fa_bwd_dq<HDP, BCB, P>(dqkv, D, dout, out, lse, qkv, B, T, C, H, KVH, sQ, sdO, sK, sV, sL, sD, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
-#define FA_DKDV(HDP, BCB, P)                                                  \
-	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)]; \
-	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)]; \
-	__shared__ __align__(16) unsigned short sQ[BCB * (HDP + FA_PAD)];     \
-	__shared__ __align__(16) unsigned short sdO[BCB * (HDP + FA_PAD)];    \
-	__shared__ float sL[BCB];                                             \
-	__shared__ float sD[BCB];                                             \
-	fa_bwd_dkdv<HDP, BCB, P>(dqkv, D, dout, lse, qkv, B, T, C, H, KVH, sK, sV, sQ, sdO, sL, sD, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
-
+#define FA_BWD(HDP, BQ, P)                                                       \
+	__shared__ __align__(16) unsigned short sK[FA_ROWS * (HDP + FA_PAD)];    \
+	__shared__ __align__(16) unsigned short sV[FA_ROWS * (HDP + FA_PAD)];    \
+	__shared__ __align__(16) unsigned short sQ[BQ * (HDP + FA_PAD)];         \
+	__shared__ __align__(16) unsigned short sdO[BQ * (HDP + FA_PAD)];        \
+	__shared__ __align__(16) unsigned short sdS[BQ * (FA_ROWS + FA_PAD)];    \
+	__shared__ float sL[BQ];                                                 \
+	__shared__ float sD[BQ];                                                 \
+	fa_bwd<HDP, BQ, P>(dqkv, scratch, dout, lse, qkv, B, T, C, H, KVH, sK, sV, sQ, sdO, sdS, sL, sD, fleet_attn_drop_make(dropSeed, dropOffset, dropSite, dropThreshold, dropScale, seedBase));
 
 extern "C" __global__ void fleet_attention_fwd_mma32_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(32, 64, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma32_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ scratch, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(32, 64, fa_bf)
+	FA_BWD(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(64, 64, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma64_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ scratch, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(64, 64, fa_bf)
+	FA_BWD(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_bf16(unsigned short *__restrict__ out, float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ D, const unsigned short *__restrict__ dout,
-	const unsigned short *__restrict__ out, const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(128, 16, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ D, const unsigned short *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma128_bf16(unsigned short *__restrict__ dqkv, float *__restrict__ scratch, const unsigned short *__restrict__ dout,
 	const float *__restrict__ lse, const unsigned short *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(128, 16, fa_bf)
+	FA_BWD(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma32_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(32, 64, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma32_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma32_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(32, 64, fa_bf)
+	FA_BWD(32, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma64_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(64, 64, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma64_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma64_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(64, 64, fa_bf)
+	FA_BWD(64, 64, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_bf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma128_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(128, 16, fa_bf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma128_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma128_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(128, 16, fa_bf)
+	FA_BWD(128, 16, fa_bf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma32f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(32, 64, fa_hf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma32f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(32, 64, fa_hf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma32f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma32f16_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(32, 64, fa_hf)
+	FA_BWD(32, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma64f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(64, 64, fa_hf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma64f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(64, 64, fa_hf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma64f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma64f16_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(64, 64, fa_hf)
+	FA_BWD(64, 64, fa_hf)
 }
 
 extern "C" __global__ void fleet_attention_fwd_mma128f16_f32(float *__restrict__ out, float *__restrict__ lse, const float *__restrict__ qkv, int B,
 	int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
 	FA_FWD(128, 32, fa_hf)
 }
-extern "C" __global__ void fleet_attention_bwd_dq_mma128f16_f32(float *__restrict__ dqkv, float *__restrict__ D, const float *__restrict__ dout,
-	const float *__restrict__ out, const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DQ(128, 16, fa_hf)
-}
-extern "C" __global__ void fleet_attention_bwd_dkdv_mma128f16_f32(float *__restrict__ dqkv, const float *__restrict__ D, const float *__restrict__ dout,
+extern "C" __global__ void fleet_attention_bwd_mma128f16_f32(float *__restrict__ dqkv, float *__restrict__ scratch, const float *__restrict__ dout,
 	const float *__restrict__ lse, const float *__restrict__ qkv, int B, int T, int C, int H, int KVH, long long dropSeed, long long dropOffset, int dropSite, unsigned int dropThreshold, float dropScale, const int *seedBase) {
-	FA_DKDV(128, 16, fa_hf)
+	FA_BWD(128, 16, fa_hf)
+}
+
+// The first and last backward launches do no products: one kernel per
+// storage type, whatever the head padding. f16 (F32 storage only) rounds
+// dO to f16 for D, as the main kernel's f16 products see it; else to bf16.
+extern "C" __global__ void fleet_attention_bwd_pre_bf16(float *__restrict__ scratch, const unsigned short *__restrict__ dout, const unsigned short *__restrict__ out,
+	int B, int T, int C, int H) {
+	fa_bwd_pre<fa_bf>(scratch, dout, out, B, T, C, H);
+}
+extern "C" __global__ void fleet_attention_bwd_pre_f32(float *__restrict__ scratch, const float *__restrict__ dout, const float *__restrict__ out,
+	int B, int T, int C, int H, int f16) {
+	if (f16) {
+		fa_bwd_pre<fa_hf>(scratch, dout, out, B, T, C, H);
+	} else {
+		fa_bwd_pre<fa_bf>(scratch, dout, out, B, T, C, H);
+	}
+}
+extern "C" __global__ void fleet_attention_bwd_post_bf16(unsigned short *__restrict__ dqkv, const float *__restrict__ scratch, int B, int T, int C, int H, int KVH) {
+	fa_bwd_post(dqkv, scratch, B, T, C, H, KVH);
+}
+extern "C" __global__ void fleet_attention_bwd_post_f32(float *__restrict__ dqkv, const float *__restrict__ scratch, int B, int T, int C, int H, int KVH) {
+	fa_bwd_post(dqkv, scratch, B, T, C, H, KVH);
 }
