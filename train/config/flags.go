@@ -131,7 +131,6 @@ func (f batchValue) Set(s string) error {
 	return nil
 }
 
-// bytesValue is a size in bytes with an optional unit (units.ParseBytes).
 // negBool is a boolean flag bound to a field that holds its negation
 // (--tie-embeddings, UntiedHead: the field's zero value is the flag's
 // default, true).
@@ -149,6 +148,7 @@ func (f negBool) Set(s string) error {
 	return nil
 }
 
+// bytesValue is a size in bytes with an optional unit (units.ParseBytes).
 type bytesValue struct{ n *int64 }
 
 func (f bytesValue) String() string {

@@ -75,7 +75,7 @@ type Recorded struct {
 // with its note.
 func (s Recorded) name() string {
 	n := s.Flag
-	if f := fieldOf(s.Flag); f != "" {
+	if f := fieldOf(s.Flag); f != "" && !negated(s.Flag) {
 		n = "{" + f + "}"
 	}
 	if s.Note != "" {
@@ -280,6 +280,18 @@ func fieldOf(flag string) string {
 		return f.Field
 	}
 	return ""
+}
+
+// negated reports whether flag is bound to its field's negation
+// (negBool): its recorded value is the flag's, which read beside the
+// field's name would say the opposite, so messages name the flag itself.
+func negated(flag string) bool {
+	f, ok := Flags.Lookup(strings.TrimPrefix(flag, "--"))
+	if !ok {
+		return false
+	}
+	_, neg := f.Bind(&Config{}).(negBool)
+	return neg
 }
 
 // ropeScaling is a model's rope_scaling as recorded: its JSON, or none.

@@ -60,6 +60,14 @@ func TestResumeCheck(t *testing.T) {
 		!strings.Contains(err.Error(), "NLayer: the checkpoint's is 4, this run's is 5") {
 		t.Errorf("another model: %v", err)
 	}
+	// A flag bound to its field's negation is named by the flag, whose
+	// values the message gives.
+	now = was
+	now.Model.UntiedHead = true
+	if _, _, err := ResumeCheck(was, now, true); err == nil ||
+		!strings.Contains(err.Error(), "--tie-embeddings: the checkpoint's is true, this run's is false") {
+		t.Errorf("an untied head: %v", err)
+	}
 }
 
 // TestSettingsDiff: the ranks' exchange carries flags; the differences
