@@ -62,6 +62,9 @@ type Options struct {
 	// all-reduced as over NCCL, with the collectives priced by package
 	// sim's bus-bandwidth model and the other ranks imagined alike.
 	SimWorld int
+	// SimRank is the rank simulated (--sim-rank, default 0): under
+	// ZeRO-1 the ranks' shards, and so their optimizer steps, differ.
+	SimRank int
 }
 
 // StepsWith is Steps with options.
@@ -120,7 +123,10 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 		if simDev == nil {
 			return Result{}, setting.Errorf("{SimWorld} needs a simulated GPU ({Device} sim:h200, say), not %v", dev)
 		}
-		if err := r.UseDeviceGroup(&simGroup{dev: simDev, world: o.SimWorld}); err != nil {
+		if o.SimRank < 0 || o.SimRank >= o.SimWorld {
+			return Result{}, fmt.Errorf("--sim-rank %d is not a rank of --sim-world %d", o.SimRank, o.SimWorld)
+		}
+		if err := r.UseDeviceGroup(&simGroup{dev: simDev, world: o.SimWorld, rank: o.SimRank}); err != nil {
 			return Result{}, err
 		}
 	}

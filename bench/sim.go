@@ -64,18 +64,19 @@ type SimReport struct {
 	ExposedCommMsPerStep float64 `json:"exposed_comm_ms_per_step"`
 }
 
-// simGroup is a dist.DeviceGroup of world ranks on a simulated GPU: rank
-// 0's collectives are recorded on the device (sim.Device.Collective) with
-// the bytes a ring moves through each rank's link; the other ranks are
-// imagined doing the same. Nothing is reduced (the device holds no data).
+// simGroup is a dist.DeviceGroup of world ranks on a simulated GPU: the
+// collectives of rank (0 unless --sim-rank) are recorded on the device
+// (sim.Device.Collective) with the bytes a ring moves through each rank's
+// link; the other ranks are imagined doing the same. Nothing is reduced
+// (the device holds no data).
 type simGroup struct {
-	dev   *sim.Device
-	world int
+	dev         *sim.Device
+	world, rank int
 }
 
 var _ dist.DeviceGroup = (*simGroup)(nil)
 
-func (g *simGroup) Rank() int { return 0 }
+func (g *simGroup) Rank() int { return g.rank }
 func (g *simGroup) Size() int { return g.world }
 func (g *simGroup) AllReduce(buf uintptr, count int, dt dist.DType, op dist.Op, stream uintptr) error {
 	n := float64(g.world)
@@ -90,20 +91,20 @@ func (g *simGroup) AllGather(send, recv uintptr, count int, dt dist.DType, strea
 	g.dev.Collective("ncclAllGather", float64(g.world-1)*float64(count*dt.Size()), g.world, stream)
 	return nil
 }
-func (g *simGroup) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, stream uintptr) error {
+func (g *simGroup) ReduceScatterShards(buf uintptr, off, count int, b dist.Bounds, dt dist.DType, op dist.Op, stream uintptr) error {
 	// As NCCL's group does it: a ring reduce to each owner of a shard the
 	// piece meets, each moving its piece once through every link.
 	for k := range g.world {
-		lo, hi := dist.Shard(total, g.world, k)
+		lo, hi := b.Shard(k)
 		if lo, hi = max(lo, off), min(hi, off+count); lo < hi {
 			g.dev.Collective("ncclReduce", float64((hi-lo)*dt.Size()), g.world, stream)
 		}
 	}
 	return nil
 }
-func (g *simGroup) AllGatherShards(buf uintptr, total int, dt dist.DType, stream uintptr) error {
+func (g *simGroup) AllGatherShards(buf uintptr, b dist.Bounds, dt dist.DType, stream uintptr) error {
 	for k := range g.world { // a broadcast from each owner
-		lo, hi := dist.Shard(total, g.world, k)
+		lo, hi := b.Shard(k)
 		g.dev.Collective("ncclBroadcast", float64((hi-lo)*dt.Size()), g.world, stream)
 	}
 	return nil

@@ -32,9 +32,9 @@ type Reducer struct {
 	of      []int     // bucket of each parameter
 
 	// shards, where set (NewShardReducer), reduce-scatters each bucket, a
-	// piece of a flat buffer of total elements, in place.
+	// piece of a flat buffer cut by bounds, in place.
 	shards ShardGroup
-	total  int
+	bounds Bounds
 
 	// skip, where set (tests only), drops a bucket's all-reduce as a
 	// rank with a bug would, to test that the flight record names it.
@@ -151,7 +151,7 @@ func (r *Reducer) launchReady() {
 		if r.skip != nil && r.skip(r.next) {
 			b.work = skipped{}
 		} else if r.shards != nil {
-			b.work = r.shards.ReduceScatterAsync(b.buf, b.flat, r.total, Avg, b.tag)
+			b.work = r.shards.ReduceScatterAsync(b.buf, b.flat, r.bounds, Avg, b.tag)
 		} else if t, ok := r.pg.(tagger); ok {
 			b.work = t.AllReduceAsyncTag(b.buf, Avg, b.tag)
 		} else {
@@ -210,13 +210,13 @@ func (r *Reducer) Wait() error {
 // flat buffer (TCPGroup.ReduceScatterAsync).
 type ShardGroup interface {
 	ProcessGroup
-	ReduceScatterAsync(buf []float32, off, total int, op Op, tag string) Work
+	ReduceScatterAsync(buf []float32, off int, b Bounds, op Op, tag string) Work
 }
 
 // NewShardReducer is the Reducer of a sharded optimizer (ZeRO-1): the
 // gradients live in one flat buffer, parameter i's at flat[offs[i]:
 // offs[i]+sizes[i]], and each rank is to end with the average of its
-// shard of it (Shard(len(flat), Size(), Rank())). Buckets are contiguous
+// shard of it, as b cuts it (b.Shard(Rank())). Buckets are contiguous
 // runs of flat, filled from its end with gradients in falling parameter
 // order, and cut where two are not adjacent, where the order breaks (a
 // packed optimizer's decayed parameters, then the others), or once a
@@ -226,7 +226,10 @@ type ShardGroup interface {
 // traffic. Buckets start in one order on every rank: by the lowest
 // parameter they hold, the highest first, which is the order backward
 // finishes them. Wait leaves the rest of flat holding partial sums.
-func NewShardReducer(pg ShardGroup, flat []float32, offs, sizes []int, bucketBytes int) (*Reducer, error) {
+func NewShardReducer(pg ShardGroup, flat []float32, b Bounds, offs, sizes []int, bucketBytes int) (*Reducer, error) {
+	if b.Total() != len(flat) {
+		return nil, fmt.Errorf("dist: the shards cut %d elements, the flat buffer holds %d", b.Total(), len(flat))
+	}
 	if bucketBytes <= 0 {
 		bucketBytes = DefaultBucketBytes
 	}
@@ -246,7 +249,7 @@ func NewShardReducer(pg ShardGroup, flat []float32, offs, sizes []int, bucketByt
 		}
 		return sizes[byOff[a]] > sizes[byOff[b]]
 	})
-	r := &Reducer{pg: pg, shards: pg, total: len(flat), of: make([]int, len(offs)), ready: make([]bool, len(offs))}
+	r := &Reducer{pg: pg, shards: pg, bounds: b, of: make([]int, len(offs)), ready: make([]bool, len(offs))}
 	r.grads = make([][]float32, len(offs))
 	var cur *bucket
 	end := -1 // where the bucket being filled starts in flat

@@ -135,14 +135,22 @@ func TestShardReducer(t *testing.T) {
 		}
 	}
 	const capBytes = 8 << 10 // 2048 floats
-	for _, world := range []int{2, 3, 4} {
+	for _, tc := range []struct {
+		world  int
+		uneven bool
+	}{{2, false}, {3, false}, {4, false}, {3, true}} {
+		world := tc.world
+		b := EvenBounds(total, world)
+		if tc.uneven {
+			b = Bounds{0, 3000, 3001, total} // cut inside buckets, and a shard of one
+		}
 		groups := job(t, world, TCPOptions{ChunkBytes: 4096}, nil)
 		rng := rand.New(rand.NewPCG(9, uint64(world)))
 		flat := make([][]float32, world)
 		reducers := make([]*Reducer, world)
 		for r := range world {
 			flat[r] = randomFloats(rng, total)
-			red, err := NewShardReducer(groups[r], flat[r], offs, sizes, capBytes)
+			red, err := NewShardReducer(groups[r], flat[r], b, offs, sizes, capBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +172,7 @@ func TestShardReducer(t *testing.T) {
 					want[i] += float64(v) / float64(world)
 				}
 			}
-			must(t, each(groups, func(r int, g *TCPGroup) error { return g.ReduceScatter(whole[r], Avg) }))
+			must(t, each(groups, func(r int, g *TCPGroup) error { return g.ReduceScatterAsync(whole[r], 0, b, Avg, "").Wait() }))
 			launchedEarly := make([]int, world)
 			must(t, each(groups, func(r int, g *TCPGroup) error {
 				red := reducers[r]
@@ -180,7 +188,7 @@ func TestShardReducer(t *testing.T) {
 				if launchedEarly[r] != 4 {
 					t.Errorf("world %d rank %d: %d buckets started before the last gradient, want 4", world, r, launchedEarly[r])
 				}
-				lo, hi := Shard(total, world, r)
+				lo, hi := b.Shard(r)
 				for i := lo; i < hi; i++ {
 					if math.Float32bits(flat[r][i]) != math.Float32bits(whole[r][i]) {
 						t.Fatalf("world %d step %d rank %d [%d]: %v, one reduce-scatter gives %v", world, step, r, i, flat[r][i], whole[r][i])
@@ -192,10 +200,13 @@ func TestShardReducer(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewShardReducer(nil, make([]float32, 10), []int{0, 5}, []int{6, 5}, 0); err == nil {
+	if _, err := NewShardReducer(nil, make([]float32, 10), EvenBounds(10, 2), []int{0, 5}, []int{6, 5}, 0); err == nil {
 		t.Error("overlapping gradients were accepted")
 	}
-	if _, err := NewShardReducer(nil, make([]float32, 10), []int{8}, []int{3}, 0); err == nil {
+	if _, err := NewShardReducer(nil, make([]float32, 10), EvenBounds(10, 2), []int{8}, []int{3}, 0); err == nil {
 		t.Error("a gradient past the flat buffer's end was accepted")
+	}
+	if _, err := NewShardReducer(nil, make([]float32, 10), EvenBounds(9, 2), []int{0}, []int{3}, 0); err == nil {
+		t.Error("shards of 9 elements over a flat buffer of 10 were accepted")
 	}
 }

@@ -52,15 +52,15 @@ type DeviceGroup interface {
 	// (Size()*count elements), in rank order.
 	AllGather(send, recv uintptr, count int, dt DType, stream uintptr) error
 	// ReduceScatterShards reduces count elements at buf, elements
-	// [off, off+count) of a flat buffer of total, into the ranks' shards
-	// of that buffer (Shard(total, Size(), rank)): each rank's shard part
-	// of buf holds the reduction afterwards, the rest of buf is
-	// unspecified. A sharded optimizer's buckets, one call each, leave
-	// every rank its shard of the whole buffer's reduction.
-	ReduceScatterShards(buf uintptr, off, count, total int, dt DType, op Op, stream uintptr) error
-	// AllGatherShards copies each rank's shard (Shard(total, Size(),
-	// rank)) of the total elements at buf to every rank's buf.
-	AllGatherShards(buf uintptr, total int, dt DType, stream uintptr) error
+	// [off, off+count) of a flat buffer that b cuts, into the ranks'
+	// shards of that buffer (b.Shard(rank)): each rank's shard part of
+	// buf holds the reduction afterwards, the rest of buf is unspecified.
+	// A sharded optimizer's buckets, one call each, leave every rank its
+	// shard of the whole buffer's reduction.
+	ReduceScatterShards(buf uintptr, off, count int, b Bounds, dt DType, op Op, stream uintptr) error
+	// AllGatherShards copies each rank's shard (b.Shard(rank)) of the
+	// b.Total() elements at buf to every rank's buf.
+	AllGatherShards(buf uintptr, b Bounds, dt DType, stream uintptr) error
 	// CheckAsync returns an error the communicator met while running
 	// enqueued work (a peer gone, ...); the caller polls it while it waits.
 	CheckAsync() error

@@ -222,12 +222,13 @@ type tcpWork struct {
 	buf, recv []float32
 	op        Op
 	root      int
-	// off and total place a reduce-scatter's buf in the flat buffer
-	// whose shards it reduces into: its elements [off, off+len(buf)) of
-	// total.
-	off, total int
-	done       chan struct{}
-	err        error
+	// off and bounds place a reduce-scatter's buf in the flat buffer
+	// whose shards it reduces into (its elements [off, off+len(buf)) of
+	// bounds.Total()); bounds cut an all-gather-shards' buf.
+	off    int
+	bounds Bounds
+	done   chan struct{}
+	err    error
 }
 
 func (w *tcpWork) Wait() error {
@@ -398,32 +399,31 @@ func (g *TCPGroup) AllGather(send, recv []float32) error {
 	return g.submit(&tcpWork{kind: "all-gather", buf: send, recv: recv}).Wait()
 }
 
-// Shard is rank's share of n elements split among world ranks: [lo, hi),
-// contiguous, in rank order, sizes differing by at most one. ReduceScatter
-// and AllGatherShards cut buffers so.
-func Shard(n, world, rank int) (lo, hi int) { return rank * n / world, (rank + 1) * n / world }
-
 // ReduceScatter reduces buf over the ranks into this rank's shard of it
 // (Shard(len(buf), Size(), Rank())): the first half of an all-reduce, half
 // its traffic. The rest of buf is left holding partial sums.
 func (g *TCPGroup) ReduceScatter(buf []float32, op Op) error {
-	return g.ReduceScatterAsync(buf, 0, len(buf), op, "").Wait()
+	return g.ReduceScatterAsync(buf, 0, EvenBounds(len(buf), g.size), op, "").Wait()
 }
 
 // ReduceScatterAsync queues the reduce-scatter of a piece of a flat
-// buffer: buf is its elements [off, off+len(buf)) of total, and each rank
-// ends with the reduction of the part of buf its shard of the flat buffer
-// (Shard(total, Size(), rank)) covers; the rest of buf holds partial sums.
+// buffer cut into shards by b: buf is its elements [off, off+len(buf)) of
+// b.Total(), and each rank ends with the reduction of the part of buf its
+// shard (b.Shard(rank)) covers; the rest of buf holds partial sums.
 // Reduce-scattering a flat buffer's pieces one by one, as backward
 // finishes them (a sharded optimizer's buckets), leaves every rank what
 // one ReduceScatter of the whole would: the pieces are contiguous shards'
 // parts, so a piece inside one shard travels the ring once, pipelined
 // chunk by chunk, and ends at its owner (a ring reduce). tag says what
 // buf carries, for the flight record.
-func (g *TCPGroup) ReduceScatterAsync(buf []float32, off, total int, op Op, tag string) Work {
-	w := &tcpWork{kind: "reduce-scatter", buf: buf, op: op, off: off, total: total, tag: tag}
-	if off < 0 || off+len(buf) > total {
-		w.err = fmt.Errorf("reduce-scatter: elements [%d, %d) are not within a flat buffer of %d", off, off+len(buf), total)
+func (g *TCPGroup) ReduceScatterAsync(buf []float32, off int, b Bounds, op Op, tag string) Work {
+	w := &tcpWork{kind: "reduce-scatter", buf: buf, op: op, off: off, bounds: b, tag: tag}
+	err := b.check(g.size)
+	if err == nil && (off < 0 || off+len(buf) > b.Total()) {
+		err = fmt.Errorf("elements [%d, %d) are not within a flat buffer of %d", off, off+len(buf), b.Total())
+	}
+	if err != nil {
+		w.err = fmt.Errorf("reduce-scatter: %w", err)
 		w.done = make(chan struct{})
 		close(w.done)
 		return w
@@ -431,11 +431,19 @@ func (g *TCPGroup) ReduceScatterAsync(buf []float32, off, total int, op Op, tag 
 	return g.submit(w)
 }
 
-// AllGatherShards copies each rank's shard of buf (Shard) into every
-// rank's buf: the second half of an all-reduce, and what a sharded
+// AllGatherShards copies each rank's shard of buf, as b cuts it, into
+// every rank's buf: the second half of an all-reduce, and what a sharded
 // optimizer's updated parameters need.
-func (g *TCPGroup) AllGatherShards(buf []float32) error {
-	return g.submit(&tcpWork{kind: "all-gather-shards", buf: buf}).Wait()
+func (g *TCPGroup) AllGatherShards(buf []float32, b Bounds) error {
+	w := &tcpWork{kind: "all-gather-shards", buf: buf, bounds: b}
+	err := b.check(g.size)
+	if err == nil && b.Total() != len(buf) {
+		err = fmt.Errorf("the shards cut %d elements, the buffer holds %d", b.Total(), len(buf))
+	}
+	if err != nil {
+		return fmt.Errorf("all-gather of shards: %w", err)
+	}
+	return g.submit(w).Wait()
 }
 
 // Barrier returns once every rank has entered it.
@@ -522,7 +530,7 @@ func (g *TCPGroup) plan(w *tcpWork) (sends, recvs []xfer) {
 		// of ranks whose shards buf misses are empty.
 		segs := make([][]float32, n)
 		for i := range n {
-			lo, hi := Shard(w.total, n, mod(i-1))
+			lo, hi := w.bounds.Shard(mod(i - 1))
 			lo, hi = min(max(lo-w.off, 0), len(w.buf)), min(max(hi-w.off, 0), len(w.buf))
 			segs[i] = w.buf[lo:hi]
 		}
@@ -531,7 +539,7 @@ func (g *TCPGroup) plan(w *tcpWork) (sends, recvs []xfer) {
 		// The all-reduce's second lap: each rank starts with its shard.
 		segs := make([][]float32, n)
 		for i := range n {
-			lo, hi := Shard(len(w.buf), n, i)
+			lo, hi := w.bounds.Shard(i)
 			segs[i] = w.buf[lo:hi]
 		}
 		ring(segs, n-1, 0, false)
@@ -557,8 +565,9 @@ const headerLen = 32
 
 // header describes a collective so that the neighbour can check it is
 // running the same one: greeting, kind, op, root, sequence, size, and a
-// reduce-scatter's place in its flat buffer (offset and total, their low
-// 32 bits).
+// reduce-scatter's place in its flat buffer (its offset's low 32 bits)
+// and the shards' bounds (a hash of them), so that ranks cutting a buffer
+// apart fail at once instead of reducing into the wrong shards.
 func header(w *tcpWork) []byte {
 	h := make([]byte, headerLen)
 	copy(h, "FLRG")
@@ -568,7 +577,7 @@ func header(w *tcpWork) []byte {
 	binary.LittleEndian.PutUint64(h[8:], uint64(w.seq))
 	binary.LittleEndian.PutUint64(h[16:], uint64(w.bytes()))
 	binary.LittleEndian.PutUint32(h[24:], uint32(w.off))
-	binary.LittleEndian.PutUint32(h[28:], uint32(w.total))
+	binary.LittleEndian.PutUint32(h[28:], w.bounds.hash())
 	return h
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -540,58 +541,84 @@ func waitLog(t *testing.T, log *testenv.SyncBuffer, want string) {
 	t.Errorf("log lacks %q:\n%s", want, log.String())
 }
 
+// unevenBounds cuts n elements among world ranks at random places, some
+// shards empty where n is small.
+func unevenBounds(n, world int, seed uint64) Bounds {
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	b := make(Bounds, world+1)
+	for k := 1; k < world; k++ {
+		b[k] = rng.IntN(n + 1)
+	}
+	b[world] = n
+	slices.Sort(b)
+	return b
+}
+
 // TestReduceScatterAllGatherShards: a reduce-scatter leaves each rank its
 // shard of the sum (or mean) over ranks, the all-gather of shards gives
 // every rank all of them, bit for bit the same on every rank, for sizes
-// that do not split evenly (and smaller than the world), worlds 1 to 4,
-// and chunks smaller than a shard.
+// that do not split evenly (and smaller than the world), shards cut
+// evenly and unevenly (some empty), worlds 1 to 4, and chunks smaller
+// than a shard.
 func TestReduceScatterAllGatherShards(t *testing.T) {
 	for _, world := range []int{1, 2, 3, 4} {
 		groups := job(t, world, TCPOptions{ChunkBytes: 64}, nil)
 		for _, n := range []int{1, 3, 50, 1001} {
-			for _, op := range []Op{Sum, Avg} {
-				bufs := make([][]float32, world)
-				want := make([]float64, n)
-				for r := range world {
-					rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
-					bufs[r] = make([]float32, n)
-					for i := range bufs[r] {
-						bufs[r][i] = float32(rng.NormFloat64())
-						want[i] += float64(bufs[r][i])
+			for _, cut := range []string{"even", "uneven"} {
+				for _, op := range []Op{Sum, Avg} {
+					b := EvenBounds(n, world)
+					if cut == "uneven" {
+						b = unevenBounds(n, world, 3)
 					}
-				}
-				var wg sync.WaitGroup
-				errs := make([]error, world)
-				for r, g := range groups {
-					wg.Go(func() { errs[r] = g.ReduceScatter(bufs[r], op) })
-				}
-				wg.Wait()
-				for r := range world {
-					if errs[r] != nil {
-						t.Fatalf("world %d n %d rank %d: %v", world, n, r, errs[r])
-					}
-					lo, hi := Shard(n, world, r)
-					for i := lo; i < hi; i++ {
-						w := want[i]
-						if op == Avg {
-							w /= float64(world)
-						}
-						if math.Abs(float64(bufs[r][i])-w) > 1e-5*(1+math.Abs(w)) {
-							t.Fatalf("world %d n %d %v rank %d [%d]: %v, want %v", world, n, op, r, i, bufs[r][i], w)
+					bufs := make([][]float32, world)
+					want := make([]float64, n)
+					for r := range world {
+						rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
+						bufs[r] = make([]float32, n)
+						for i := range bufs[r] {
+							bufs[r][i] = float32(rng.NormFloat64())
+							want[i] += float64(bufs[r][i])
 						}
 					}
-				}
-				for r, g := range groups {
-					wg.Go(func() { errs[r] = g.AllGatherShards(bufs[r]) })
-				}
-				wg.Wait()
-				for r := range world {
-					if errs[r] != nil {
-						t.Fatalf("all-gather: %v", errs[r])
+					var wg sync.WaitGroup
+					errs := make([]error, world)
+					for r, g := range groups {
+						wg.Go(func() {
+							if cut == "even" {
+								errs[r] = g.ReduceScatter(bufs[r], op)
+							} else {
+								errs[r] = g.ReduceScatterAsync(bufs[r], 0, b, op, "").Wait()
+							}
+						})
 					}
-					for i := range n {
-						if math.Float32bits(bufs[r][i]) != math.Float32bits(bufs[0][i]) {
-							t.Fatalf("world %d n %d: rank %d [%d] = %v, rank 0 has %v", world, n, r, i, bufs[r][i], bufs[0][i])
+					wg.Wait()
+					for r := range world {
+						if errs[r] != nil {
+							t.Fatalf("world %d n %d %v rank %d: %v", world, n, b, r, errs[r])
+						}
+						lo, hi := b.Shard(r)
+						for i := lo; i < hi; i++ {
+							w := want[i]
+							if op == Avg {
+								w /= float64(world)
+							}
+							if math.Abs(float64(bufs[r][i])-w) > 1e-5*(1+math.Abs(w)) {
+								t.Fatalf("world %d n %d %v %v rank %d [%d]: %v, want %v", world, n, b, op, r, i, bufs[r][i], w)
+							}
+						}
+					}
+					for r, g := range groups {
+						wg.Go(func() { errs[r] = g.AllGatherShards(bufs[r], b) })
+					}
+					wg.Wait()
+					for r := range world {
+						if errs[r] != nil {
+							t.Fatalf("all-gather: %v", errs[r])
+						}
+						for i := range n {
+							if math.Float32bits(bufs[r][i]) != math.Float32bits(bufs[0][i]) {
+								t.Fatalf("world %d n %d %v: rank %d [%d] = %v, rank 0 has %v", world, n, b, r, i, bufs[r][i], bufs[0][i])
+							}
 						}
 					}
 				}
@@ -603,71 +630,94 @@ func TestReduceScatterAllGatherShards(t *testing.T) {
 // TestReduceScatterPieces: reduce-scattering a flat buffer piece by piece
 // (ReduceScatterAsync, several in flight, pieces inside one shard and
 // across shards' edges, some of one element) leaves every rank its shard
-// bit for bit as one ReduceScatter of the whole does: each element is
-// summed along the same path of the ring. A piece placed differently on
-// two ranks fails, naming the mismatch.
+// bit for bit as one reduce-scatter of the whole does, with the shards
+// cut evenly or not: each element is summed along the same path of the
+// ring. A piece placed differently on two ranks fails, naming the
+// mismatch, and so do shards cut differently.
 func TestReduceScatterPieces(t *testing.T) {
 	const n = 1001
 	for _, world := range []int{1, 2, 3, 4} {
 		groups := job(t, world, TCPOptions{ChunkBytes: 64}, nil)
-		cuts := []int{0, 1, 2, 40, 250, 251, 600, 999, n} // shards' edges fall inside pieces and on them
-		whole := make([][]float32, world)
-		pieces := make([][]float32, world)
-		want := make([]float64, n)
-		for r := range world {
-			rng := rand.New(rand.NewPCG(uint64(r), 7))
-			whole[r] = make([]float32, n)
-			for i := range whole[r] {
-				whole[r][i] = float32(rng.NormFloat64())
-				want[i] += float64(whole[r][i]) / float64(world)
+		for _, b := range []Bounds{EvenBounds(n, world), unevenBounds(n, world, 5)} {
+			cuts := []int{0, 1, 2, 40, 250, 251, 600, 999, n} // shards' edges fall inside pieces and on them
+			whole := make([][]float32, world)
+			pieces := make([][]float32, world)
+			want := make([]float64, n)
+			for r := range world {
+				rng := rand.New(rand.NewPCG(uint64(r), 7))
+				whole[r] = make([]float32, n)
+				for i := range whole[r] {
+					whole[r][i] = float32(rng.NormFloat64())
+					want[i] += float64(whole[r][i]) / float64(world)
+				}
+				pieces[r] = append([]float32(nil), whole[r]...)
 			}
-			pieces[r] = append([]float32(nil), whole[r]...)
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, world)
-		for r, g := range groups {
-			wg.Go(func() {
-				if errs[r] = g.ReduceScatter(whole[r], Avg); errs[r] != nil {
-					return
-				}
-				var works []Work
-				for k := len(cuts) - 2; k >= 0; k-- { // backward's order: the last piece first
-					lo, hi := cuts[k], cuts[k+1]
-					works = append(works, g.ReduceScatterAsync(pieces[r][lo:hi], lo, n, Avg, fmt.Sprintf("bucket %d", k)))
-				}
-				for _, w := range works {
-					errs[r] = errors.Join(errs[r], w.Wait())
-				}
-			})
-		}
-		wg.Wait()
-		for r := range world {
-			if errs[r] != nil {
-				t.Fatalf("world %d rank %d: %v", world, r, errs[r])
+			var wg sync.WaitGroup
+			errs := make([]error, world)
+			for r, g := range groups {
+				wg.Go(func() {
+					if errs[r] = g.ReduceScatterAsync(whole[r], 0, b, Avg, "").Wait(); errs[r] != nil {
+						return
+					}
+					var works []Work
+					for k := len(cuts) - 2; k >= 0; k-- { // backward's order: the last piece first
+						lo, hi := cuts[k], cuts[k+1]
+						works = append(works, g.ReduceScatterAsync(pieces[r][lo:hi], lo, b, Avg, fmt.Sprintf("bucket %d", k)))
+					}
+					for _, w := range works {
+						errs[r] = errors.Join(errs[r], w.Wait())
+					}
+				})
 			}
-			lo, hi := Shard(n, world, r)
-			for i := lo; i < hi; i++ {
-				if math.Float32bits(pieces[r][i]) != math.Float32bits(whole[r][i]) {
-					t.Fatalf("world %d rank %d [%d]: pieces gave %v, the whole buffer %v", world, r, i, pieces[r][i], whole[r][i])
+			wg.Wait()
+			for r := range world {
+				if errs[r] != nil {
+					t.Fatalf("world %d rank %d: %v", world, r, errs[r])
 				}
-				if math.Abs(float64(pieces[r][i])-want[i]) > 1e-5*(1+math.Abs(want[i])) {
-					t.Fatalf("world %d rank %d [%d]: %v, want %v", world, r, i, pieces[r][i], want[i])
+				lo, hi := b.Shard(r)
+				for i := lo; i < hi; i++ {
+					if math.Float32bits(pieces[r][i]) != math.Float32bits(whole[r][i]) {
+						t.Fatalf("world %d %v rank %d [%d]: pieces gave %v, the whole buffer %v", world, b, r, i, pieces[r][i], whole[r][i])
+					}
+					if math.Abs(float64(pieces[r][i])-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+						t.Fatalf("world %d %v rank %d [%d]: %v, want %v", world, b, r, i, pieces[r][i], want[i])
+					}
 				}
 			}
 		}
-		if w := groups[0].ReduceScatterAsync(make([]float32, 3), n-2, n, Sum, ""); w.Wait() == nil {
+		b := EvenBounds(n, world)
+		if w := groups[0].ReduceScatterAsync(make([]float32, 3), n-2, b, Sum, ""); w.Wait() == nil {
 			t.Errorf("world %d: a piece past the flat buffer's end was accepted", world)
+		}
+		if w := groups[0].ReduceScatterAsync(make([]float32, 3), 0, b[:world], Sum, ""); w.Wait() == nil {
+			t.Errorf("world %d: bounds for %d ranks were accepted", world, world-1)
 		}
 		if world < 2 {
 			continue
 		}
+		var wg sync.WaitGroup
+		errs := make([]error, world)
 		for r, g := range groups {
-			wg.Go(func() { errs[r] = g.ReduceScatterAsync(make([]float32, 10), 10*(1+r%2), n, Sum, "").Wait() })
+			wg.Go(func() { errs[r] = g.ReduceScatterAsync(make([]float32, 10), 10*(1+r%2), b, Sum, "").Wait() })
 		}
 		wg.Wait()
 		for r := range world {
 			if errs[r] == nil || !strings.Contains(errs[r].Error(), "different collectives") {
 				t.Errorf("world %d rank %d: pieces at different offsets gave %v", world, r, errs[r])
+			}
+		}
+		apart := unevenBounds(n, world, 11) // rank 1 cuts the same buffer elsewhere
+		for r, g := range groups {
+			cut := b
+			if r == 1 {
+				cut = apart
+			}
+			wg.Go(func() { errs[r] = g.ReduceScatterAsync(make([]float32, 10), 0, cut, Sum, "").Wait() })
+		}
+		wg.Wait()
+		for r := range world {
+			if errs[r] == nil || !strings.Contains(errs[r].Error(), "different collectives") {
+				t.Errorf("world %d rank %d: shards cut %v and %v gave %v", world, r, b, apart, errs[r])
 			}
 		}
 	}

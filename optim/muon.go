@@ -63,8 +63,12 @@ type Muon struct {
 	*AdamW
 	Muon MuonConfig
 	peak float32 // AdamW's configured rate: SetLR's rate over it scales Muon's
-	mats []*muonMat
-	work []*muonWork // one per device, made at the first step
+	// mats are the matrices this optimizer updates: all of them, or a
+	// shard's (Shard); n counts all of them.
+	mats   []*muonMat
+	n      int
+	work   []*muonWork // one per device, made at the first step
+	opened bool
 }
 
 // muonMat is a matrix Muon updates: parameter i, stored [in, out], made
@@ -183,11 +187,13 @@ func NewMuon(params []*nn.Parameter, adam AdamWConfig, cfg MuonConfig) (*Muon, e
 		o.AdamW.Free()
 		return nil, fmt.Errorf("muon: the model marks no block matrices (nn.Parameter.Parts) for Muon")
 	}
+	o.n = len(o.mats)
 	return o, nil
 }
 
-// Matrices is the number of parameters Muon's own rule updates.
-func (o *Muon) Matrices() int { return len(o.mats) }
+// Matrices is the number of parameters Muon's own rule updates (on all
+// the shards together, where sharded).
+func (o *Muon) Matrices() int { return o.n }
 
 // Step updates every parameter that has a gradient.
 func (o *Muon) Step() { o.StepSched(nil, nil) }
@@ -200,7 +206,7 @@ func (o *Muon) StepScaled(gradScale *tensor.Tensor) { o.StepSched(gradScale, nil
 // AdamW rate) sets where sched is given: Muon.LR times it over the peak.
 func (o *Muon) StepSched(gradScale, sched *tensor.Tensor) {
 	o.AdamW.StepSched(gradScale, sched)
-	if o.work == nil {
+	if !o.opened {
 		o.open()
 	}
 	for _, w := range o.work {
@@ -276,8 +282,8 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 	if k := o.packed; k != nil && k.done && k.half != nil {
 		s := &w.spans[0]
 		if s.p.Half() == nil {
-			total := k.params.Numel()
-			tensor.ProgramOf(w.dev).Persist(func() { s.p.SetHalf(k.half.Rows(k.adam, total)) })
+			lo, hi, _ := k.others()
+			tensor.ProgramOf(w.dev).Persist(func() { s.p.SetHalf(k.half.Rows(lo, hi)) })
 		}
 		s.p.RefreshHalf()
 		return
@@ -293,6 +299,7 @@ func (o *Muon) stepOn(w *muonWork, gradScale, sched *tensor.Tensor) {
 // slots, the identities, and the momentum spans (the packed stretch of
 // matrices, or one per matrix).
 func (o *Muon) open() {
+	o.opened = true
 	byDev := map[tensor.Device]*muonWork{}
 	for _, m := range o.mats {
 		p := o.Params[m.i].T
@@ -363,16 +370,16 @@ func (o *Muon) openOn(w *muonWork) {
 		}
 	}
 	if k := o.packed; k != nil && k.done {
-		total := k.params.Numel()
-		u := tensor.Zeros(w.dev, total-k.adam)
-		w.spans = []muonSpan{{p: k.params.Rows(k.adam, total), g: k.grads.Rows(k.adam, total),
-			m: k.m.Rows(k.adam, total), u: u, i: -1}}
+		lo, hi, mOff := k.others()
+		u := tensor.Zeros(w.dev, hi-lo)
+		w.spans = []muonSpan{{p: k.params.Rows(lo, hi), g: k.grads.Rows(lo, hi),
+			m: k.m.Rows(lo-mOff, hi-mOff), u: u, i: -1}}
 		offs := o.FlatOffsets()
 		for _, m := range o.mats {
-			off := offs[m.i] - k.adam
+			off := offs[m.i] - lo
 			m.u = u.Rows(off, off+m.in*m.out)
 		}
-		o.findRuns(w, u, offs)
+		o.findRuns(w, u, offs, lo)
 		return
 	}
 	for _, m := range o.mats {
@@ -387,8 +394,9 @@ func (o *Muon) openOn(w *muonWork) {
 
 // findRuns groups a packed optimizer's one-part matrices into runs
 // (muonRun): each matrix extends the last run of its group where its
-// offset and slot continue that run's strides.
-func (o *Muon) findRuns(w *muonWork, u *tensor.Tensor, offs []int) {
+// offset and slot continue that run's strides. u starts at flat element
+// lo.
+func (o *Muon) findRuns(w *muonWork, u *tensor.Tensor, offs []int, lo int) {
 	k := o.packed
 	type open struct {
 		run       *muonRun
@@ -401,7 +409,7 @@ func (o *Muon) findRuns(w *muonWork, u *tensor.Tensor, offs []int) {
 		if !m.plain {
 			continue
 		}
-		g, slot, off := m.slots[0].g, m.slots[0].k, offs[m.i]-k.adam
+		g, slot, off := m.slots[0].g, m.slots[0].k, offs[m.i]-lo
 		if l := last[g]; l != nil && l.run.scale == m.scales[0] && slot > l.slot && off > l.off &&
 			(l.run.n == 1 || (slot-l.slot == l.run.slotStride && off-l.off == l.run.stride)) {
 			if l.run.n == 1 {
@@ -421,10 +429,10 @@ func (o *Muon) findRuns(w *muonWork, u *tensor.Tensor, offs []int) {
 		}
 		run := r.run
 		run.u = u.Rows(r.first, u.Numel())
-		run.w = k.params.Rows(k.adam+r.first, k.params.Numel())
+		run.w = k.params.Rows(lo+r.first, k.params.Numel())
 		w.runs = append(w.runs, run)
 		for _, m := range o.mats {
-			if off := offs[m.i] - k.adam; m.plain && m.slots[0].g == run.g && off >= r.first && off <= r.off &&
+			if off := offs[m.i] - lo; m.plain && m.slots[0].g == run.g && off >= r.first && off <= r.off &&
 				(off-r.first)%run.stride == 0 && m.slots[0].k == run.slot+(off-r.first)/run.stride*run.slotStride {
 				m.inRun = true
 			}
@@ -564,6 +572,6 @@ func (o *Muon) Free() {
 			m.tmp = nil
 		}
 	}
-	o.work = nil
+	o.work, o.opened = nil, false
 	o.AdamW.Free()
 }

@@ -72,6 +72,17 @@ type packing struct {
 	sumGrads *tensor.Tensor
 }
 
+// others is the stretch of the flat buffers that another rule updates
+// (Muon's matrices), [lo, hi): all of it after AdamW's, or a sharded
+// optimizer's part of it. The moments' elements of flat element x are at
+// x - mOff.
+func (k *packing) others() (lo, hi, mOff int) {
+	if !k.sharded {
+		return k.adam, k.params.Numel(), 0
+	}
+	return max(k.lo, k.adam), max(k.hi, k.adam), k.lo
+}
+
 // packedSeg is the flat buffers as the update sees them: a view of the
 // parameters whose Grad is the view of their gradients, the moments'
 // views, whether any parameter takes weight decay and, where not all of
@@ -282,19 +293,21 @@ func (o *AdamW) Half() *tensor.Tensor {
 }
 
 // Shard makes a packed optimizer ZeRO-1's shard of a data-parallel
-// group: it keeps AdamW's moments for flat elements [lo, hi) only (the
-// rest of the moments it held are dropped, so a resumed run's loaded
-// moments carry over) and each Step updates only those parameters, from
-// their gradients (a reduce-scatter's shard); the caller gathers the
-// updated parameters from the other shards. GradSumSquares and ClipCoef
-// then cover the shard alone: the group's norm is the sum over shards. M
-// and V no longer hold per-parameter views (nil). It reports false,
-// doing nothing, where the optimizer is not packed, where [lo, hi) is not
-// within the flat buffer, or where another rule updates some of the
-// parameters (Muon's matrices, which ZeRO-1 would have to assign whole).
+// group: it keeps the state (AdamW's moments; another rule's, in the
+// first) of flat elements [lo, hi) only (the rest of the state it held is
+// dropped, so a resumed run's loaded state carries over) and each Step
+// updates only those parameters, from their gradients (a
+// reduce-scatter's shard); the caller gathers the updated parameters from
+// the other shards. GradSumSquares and ClipCoef then cover the shard
+// alone: the group's norm is the sum over shards. M and V no longer hold
+// per-parameter views (nil). It reports false, doing nothing, where the
+// optimizer is not packed or [lo, hi) is not within the flat buffer.
+// The shard's part of AdamW's stretch is AdamW's to update; the rest, the
+// parameters another rule updates (Muon's matrices, which that rule's
+// Shard keeps whole), is that rule's.
 func (o *AdamW) Shard(lo, hi int) bool {
 	k := o.packed
-	if k == nil || !k.done || k.sharded || lo < 0 || hi < lo || hi > k.params.Numel() || k.adam != k.params.Numel() {
+	if k == nil || !k.done || k.sharded || lo < 0 || hi < lo || hi > k.params.Numel() {
 		return false
 	}
 	dev := k.params.Device()
@@ -314,20 +327,35 @@ func (o *AdamW) Shard(lo, hi int) bool {
 	}
 	k.sharded, k.lo, k.hi = true, lo, hi
 	seg := &k.all
-	end := min(max(k.decayed-lo, 0), hi-lo) // the shard's decayed elements come first too
+	aend := max(lo, min(hi, k.adam))          // the shard's part of AdamW's stretch ends there
+	end := min(max(k.decayed-lo, 0), aend-lo) // the shard's decayed elements come first too
 	seg.decay, seg.decayEnd = end > 0, 0
-	if end < hi-lo {
+	if end < aend-lo {
 		seg.decayEnd = end
 	}
 	tensor.ProgramOf(dev).Persist(func() {
-		seg.p, seg.m, seg.v = k.params.Rows(lo, hi), m.Rows(0, hi-lo), v.Rows(0, hi-lo)
-		seg.p.Grad = k.grads.Rows(lo, hi)
-		k.sumGrads = seg.p.Grad
+		seg.p, seg.m, seg.v = k.params.Rows(lo, aend), m.Rows(0, aend-lo), v.Rows(0, aend-lo)
+		seg.p.Grad = k.grads.Rows(lo, aend)
+		k.sumGrads = k.grads.Rows(lo, hi)
 		if k.half != nil {
-			seg.p.SetHalf(k.half.Rows(lo, hi))
+			seg.p.SetHalf(k.half.Rows(lo, aend))
 		}
 	})
 	return true
+}
+
+// ShardBounds cuts the packed flat buffer among world ranks for Shard:
+// evenly, since AdamW's update costs the same for every element.
+func (o *AdamW) ShardBounds(world int) []int {
+	n := 0
+	if k := o.packed; k != nil && k.done {
+		n = k.params.Numel()
+	}
+	b := make([]int, world+1)
+	for r := range b {
+		b[r] = r * n / world
+	}
+	return b
 }
 
 // ShardRange is the flat elements a sharded optimizer updates (Shard),
@@ -409,6 +437,9 @@ func (o *AdamW) StepSched(gradScale, sched *tensor.Tensor) {
 	o.Steps++
 	if k := o.packed; k != nil && k.done {
 		seg := &k.all
+		if seg.p.Numel() == 0 { // a shard of another rule's parameters only
+			return
+		}
 		hp := backend.AdamW{LR: o.Config.LR, Beta1: o.Config.Beta1, Beta2: o.Config.Beta2, Eps: o.Config.Eps, Step: o.Steps, DecayEnd: seg.decayEnd}
 		if seg.decay {
 			hp.WeightDecay = o.Config.WeightDecay

@@ -39,11 +39,16 @@ type Optimizer interface {
 	// (a shard's, sharded) into acc, on the device.
 	GradSumSquares(acc *tensor.Tensor)
 
-	// Pack, KeepHalf, RefreshHalf, Shard, PackedParams, PackedGrads,
-	// Moments and FlatOffsets are AdamW's (see there).
+	// Pack, KeepHalf, RefreshHalf, PackedParams, PackedGrads, Moments
+	// and FlatOffsets are AdamW's (see there).
 	Pack() bool
 	KeepHalf()
 	RefreshHalf()
+	// ShardBounds cuts the packed flat buffer among world ranks for
+	// ZeRO-1 (world+1 bounds, as dist.Bounds), where each rank's update
+	// costs about the same; Shard keeps rank's shard [lo, hi) of them
+	// (see AdamW.Shard, Muon.Shard).
+	ShardBounds(world int) []int
 	Shard(lo, hi int) bool
 	PackedParams() *tensor.Tensor
 	PackedGrads() *tensor.Tensor

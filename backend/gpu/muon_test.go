@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -21,13 +22,22 @@ func TestMuonOnOpenCL(t *testing.T) { checkMuon(t, openCLDevice(t)) }
 // coefficient on the device, over matrices that take every path of its
 // update (a fused q/k/v whose parts fall in two Newton–Schulz batches, a
 // wide matrix, a fused gate/up of two tall parts, an embedding AdamW
-// updates), in F32 and with bf16 Newton–Schulz products: the weights must
-// agree. The two sum their products in different orders.
+// updates), in F32 and with bf16 Newton–Schulz products, whole and as
+// two ZeRO-1 shards on dev (each stepping its part from its own copy,
+// the parts gathered after each step): the weights must agree. The two
+// devices sum their products in different orders.
 func checkMuon(t *testing.T, dev tensor.Device) {
-	for _, round := range []tensor.DType{0, tensor.BF16} {
+	for _, tc := range []struct {
+		round  tensor.DType
+		shards int
+	}{{0, 1}, {tensor.BF16, 1}, {0, 2}, {tensor.BF16, 2}} {
+		round := tc.round
 		name := "f32"
 		if round == tensor.BF16 {
 			name = "bf16"
+		}
+		if tc.shards > 1 {
+			name += fmt.Sprintf("_%d_shards", tc.shards)
 		}
 		t.Run(name, func(t *testing.T) {
 			shapes := []struct {
@@ -53,33 +63,53 @@ func checkMuon(t *testing.T, dev tensor.Device) {
 				}
 				grads = append(grads, gs)
 			}
-			run := func(d tensor.Device) [][]float32 {
+			run := func(d tensor.Device, shards int) [][]float32 {
 				var out [][]float32
 				err := tensor.Catch(func() {
-					var params []*nn.Parameter
-					for i, s := range shapes {
-						p := nn.NewParameter(s.name, tensor.FromFloat32s(d, init[i], s.shape...))
-						p.Parts = s.parts
-						params = append(params, p)
+					var ranks []*optim.Muon
+					var params [][]*nn.Parameter
+					for range shards {
+						var ps []*nn.Parameter
+						for i, s := range shapes {
+							p := nn.NewParameter(s.name, tensor.FromFloat32s(d, init[i], s.shape...))
+							p.Parts = s.parts
+							ps = append(ps, p)
+						}
+						o, err := optim.NewMuon(ps, optim.AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1},
+							optim.MuonConfig{LR: 0.05, Momentum: 0.95, WeightDecay: 0.1, Round: round})
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer o.Free()
+						if !o.Pack() {
+							t.Fatal("not packed")
+						}
+						ranks, params = append(ranks, o), append(params, ps)
 					}
-					o, err := optim.NewMuon(params, optim.AdamWConfig{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1},
-						optim.MuonConfig{LR: 0.05, Momentum: 0.95, WeightDecay: 0.1, Round: round})
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer o.Free()
-					if !o.Pack() {
-						t.Fatal("not packed")
+					b := ranks[0].ShardBounds(shards)
+					if shards > 1 {
+						for k, o := range ranks {
+							if !o.Shard(b[k], b[k+1]) || o.ShardMatrices() == o.Matrices() {
+								t.Fatalf("shard %d of %v: refused, or holds all %d matrices", k, b, o.Matrices())
+							}
+						}
 					}
 					coef := tensor.Full(d, 0.7, 1)
 					for step := range grads {
-						o.SetLR(1e-2 / float32(step+1))
-						for i, p := range params {
-							p.T.Grad.SetFloat32s(grads[step][i])
+						gathered := make([]float32, b[shards])
+						for k, o := range ranks {
+							o.SetLR(1e-2 / float32(step+1))
+							for i, p := range params[k] {
+								p.T.Grad.SetFloat32s(grads[step][i])
+							}
+							o.StepSched(coef, nil)
+							copy(gathered[b[k]:b[k+1]], o.PackedParams().Float32s()[b[k]:b[k+1]])
 						}
-						o.StepSched(coef, nil)
+						for _, o := range ranks { // the all-gather
+							o.PackedParams().SetFloat32s(gathered)
+						}
 					}
-					for _, p := range params {
+					for _, p := range params[0] {
 						out = append(out, p.T.Float32s())
 					}
 				})
@@ -88,7 +118,7 @@ func checkMuon(t *testing.T, dev tensor.Device) {
 				}
 				return out
 			}
-			want, got := run(tensor.CPU), run(dev)
+			want, got := run(tensor.CPU, 1), run(dev, tc.shards)
 			tol := 1e-5
 			if round == tensor.BF16 {
 				tol = 1e-3 // bf16 operands: the two round different sums

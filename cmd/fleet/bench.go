@@ -32,8 +32,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	matmuls := fs.Bool("matmuls", true, "also time the model's matrix products against the device's peak")
 	config.Flags.RegisterUsage(fs, &c, "bucket-mb", "with --sim-world: MiB of gradients per all-reduce bucket")
-	config.Flags.RegisterUsage(fs, &c, "zero", "with --sim-world: 1 shards AdamW's state over the ranks (ZeRO-1: buckets reduce-scattered, parameters all-gathered)")
+	config.Flags.RegisterUsage(fs, &c, "zero", "with --sim-world: 1 shards the optimizer's state over the ranks (ZeRO-1: buckets reduce-scattered, parameters all-gathered; Muon's matrices whole, cut by cost)")
 	simWorld := fs.Int("sim-world", 1, "on a simulated GPU, train data-parallel over this many ranks (the others imagined alike) and report the all-reduce's time and how much of it backward does not hide, under a bus-bandwidth model (450 GB/s within a node of 8, 45 GB/s across nodes)")
+	simRank := fs.Int("sim-rank", 0, "with --sim-world: the rank simulated (under --zero 1 the ranks' optimizer steps differ)")
 	jsonOut := fs.String("json", "", "also write the results to this file as JSON (an object; a list for --precision all); on a simulated GPU (--device sim:h200) with what it counted per step")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -57,7 +58,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	var results []bench.Result
 	for i, p := range precisions {
 		c.Precision = p
-		r, err := bench.StepsWith(c, *vocab, *warmup, *steps, bench.Options{SimWorld: *simWorld})
+		r, err := bench.StepsWith(c, *vocab, *warmup, *steps, bench.Options{SimWorld: *simWorld, SimRank: *simRank})
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}

@@ -444,23 +444,26 @@ func (g *Group) AllGather(send, recv uintptr, count int, dt dist.DType, stream u
 }
 
 // ReduceScatterShards reduces buf, elements [off, off+count) of a flat
-// buffer of total, into the ranks' shards of it: one ncclReduce to each
+// buffer that b cuts, into the ranks' shards of it: one ncclReduce to each
 // rank whose shard buf meets, grouped (ncclGroupStart/End) so that they
-// run together. ncclReduceScatter would need the shards equal and the
-// bucket cut at their edges; a reduce to the shard's owner keeps them
+// run together. ncclReduceScatter would need the shards equal (a cost-
+// balanced optimizer's are not) and the bucket cut at their edges; a reduce to the shard's owner keeps them
 // contiguous, and a bucket inside one shard costs one pipelined ring
 // reduce.
-func (g *Group) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, stream uintptr) error {
+func (g *Group) ReduceScatterShards(buf uintptr, off, count int, b dist.Bounds, dt dist.DType, op dist.Op, stream uintptr) error {
 	t, o, err := typeAndOp(dt, op)
 	if err != nil {
 		return err
 	}
-	if off < 0 || off+count > total {
-		return fmt.Errorf("nccl: elements [%d, %d) are not within a flat buffer of %d", off, off+count, total)
+	if err := b.Check(g.Comm.size); err != nil {
+		return fmt.Errorf("nccl: %w", err)
+	}
+	if off < 0 || off+count > b.Total() {
+		return fmt.Errorf("nccl: elements [%d, %d) are not within a flat buffer of %d", off, off+count, b.Total())
 	}
 	return g.grouped(func() error {
 		for k := range g.Comm.size {
-			lo, hi := dist.Shard(total, g.Comm.size, k)
+			lo, hi := b.Shard(k)
 			lo, hi = max(lo, off), min(hi, off+count)
 			if lo >= hi {
 				continue
@@ -474,17 +477,20 @@ func (g *Group) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.
 	})
 }
 
-// AllGatherShards gives every rank each rank's shard of the total
-// elements at buf: one ncclBroadcast from each owner, grouped.
+// AllGatherShards gives every rank each rank's shard (b.Shard(rank)) of
+// the elements at buf: one ncclBroadcast from each owner, grouped.
 // (ncclAllGather would need the shards equal.)
-func (g *Group) AllGatherShards(buf uintptr, total int, dt dist.DType, stream uintptr) error {
+func (g *Group) AllGatherShards(buf uintptr, b dist.Bounds, dt dist.DType, stream uintptr) error {
 	t, err := dataType(dt)
 	if err != nil {
 		return err
 	}
+	if err := b.Check(g.Comm.size); err != nil {
+		return fmt.Errorf("nccl: %w", err)
+	}
 	return g.grouped(func() error {
 		for k := range g.Comm.size {
-			lo, hi := dist.Shard(total, g.Comm.size, k)
+			lo, hi := b.Shard(k)
 			if lo >= hi {
 				continue
 			}

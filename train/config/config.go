@@ -306,8 +306,6 @@ func (c Config) validate() ([]tensor.Device, error) {
 		return nil, setting.Errorf("{Optimizer} must be adamw or muon, got %q", c.Optimizer)
 	case c.MuonLR < 0 || c.MuonMomentum < 0 || c.MuonMomentum >= 1 || c.MuonWeightDecay < 0:
 		return nil, setting.Errorf("{MuonLR} and {MuonWeightDecay} must not be negative, and {MuonMomentum} must be in [0, 1)")
-	case c.Optimizer == OptimizerMuon && c.Zero == 1:
-		return nil, setting.Errorf("{Optimizer} muon with {Zero} 1 is not supported yet: ZeRO-1 shards the flat state by element ranges, and Muon needs each matrix whole on one rank")
 	case c.Optimizer == OptimizerMuon && c.Precision == "fp16":
 		return nil, setting.Errorf("{Optimizer} muon with {Precision} fp16 is not supported: the loss scaler skips steps whose gradients overflow, and Muon's update cannot skip on the device; use bf16")
 	case c.EvalInterval <= 0 || c.EvalIters <= 0 || c.LogInterval <= 0:

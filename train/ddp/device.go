@@ -68,8 +68,10 @@ type deviceDDP struct {
 	views []*tensor.Tensor // flat's piece of each parameter, shaped like it
 
 	// sharded (ZeRO-1, shard): each bucket is reduce-scattered into the
-	// ranks' shards of the flat gradients instead of all-reduced.
+	// ranks' shards of the flat gradients, as bounds cut them, instead
+	// of all-reduced.
 	sharded bool
+	bounds  dist.Bounds
 
 	// flight, where set, is the TCP group's flight recorder: each
 	// collective enqueued is recorded there (running from its enqueueing,
@@ -340,7 +342,7 @@ func (d *deviceDDP) launch(b int) error {
 	seq := d.record(what, bk.tag, bk.n)
 	err := tensor.OnCommQueue(d.dev, func(stream uintptr) error {
 		if d.sharded {
-			return d.grp.ReduceScatterShards(d.base+uintptr(4*bk.off), bk.off, bk.n, d.grads.Numel(), dist.F32, dist.Avg, stream)
+			return d.grp.ReduceScatterShards(d.base+uintptr(4*bk.off), bk.off, bk.n, d.bounds, dist.F32, dist.Avg, stream)
 		}
 		return d.grp.AllReduce(d.base+uintptr(4*bk.off), bk.n, dist.F32, dist.Avg, stream)
 	})
@@ -352,13 +354,13 @@ func (d *deviceDDP) launch(b int) error {
 }
 
 // shard makes the buckets reduce-scatter into the ranks' shards of the
-// packed gradients (ZeRO-1). It needs the overlapped path: the
-// optimizer's flat buffer.
-func (d *deviceDDP) shard() error {
+// packed gradients (ZeRO-1), as b cuts them. It needs the overlapped
+// path: the optimizer's flat buffer.
+func (d *deviceDDP) shard(b dist.Bounds) error {
 	if d.packed() == nil {
 		return fmt.Errorf("dist: --zero 1 needs the optimizer's flat gradients")
 	}
-	d.sharded = true
+	d.sharded, d.bounds = true, b
 	return nil
 }
 
@@ -408,7 +410,7 @@ func (d *deviceDDP) sumShards(acc *tensor.Tensor) error {
 func (d *deviceDDP) gatherShards(params *tensor.Tensor) error {
 	what := fmt.Sprintf("the parameters' all-gather of step %d (%s)", d.steps, units.Bytes(int64(4*params.Numel())))
 	return d.onComm("all-gather-shards", "parameters", what, params, func(addr, stream uintptr) error {
-		return d.grp.AllGatherShards(addr, params.Numel(), dist.F32, stream)
+		return d.grp.AllGatherShards(addr, d.bounds, dist.F32, stream)
 	})
 }
 

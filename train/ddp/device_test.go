@@ -28,13 +28,15 @@ func (g *oneRankGroup) Broadcast(uintptr, int, dist.DType, int, uintptr) error {
 func (g *oneRankGroup) AllGather(uintptr, uintptr, int, dist.DType, uintptr) error {
 	return g.fail
 }
-func (g *oneRankGroup) ReduceScatterShards(uintptr, int, int, int, dist.DType, dist.Op, uintptr) error {
+func (g *oneRankGroup) ReduceScatterShards(uintptr, int, int, dist.Bounds, dist.DType, dist.Op, uintptr) error {
 	return g.fail
 }
-func (g *oneRankGroup) AllGatherShards(uintptr, int, dist.DType, uintptr) error { return g.fail }
-func (g *oneRankGroup) CheckAsync() error                                       { return nil }
-func (g *oneRankGroup) Abort() error                                            { return nil }
-func (g *oneRankGroup) Close() error                                            { return nil }
+func (g *oneRankGroup) AllGatherShards(uintptr, dist.Bounds, dist.DType, uintptr) error {
+	return g.fail
+}
+func (g *oneRankGroup) CheckAsync() error { return nil }
+func (g *oneRankGroup) Abort() error      { return nil }
+func (g *oneRankGroup) Close() error      { return nil }
 
 // TestDeviceCollectivesInFlightRecord: the device path's collectives (the
 // broadcast at the start, each bucket's all-reduce or, sharded, its
@@ -71,7 +73,7 @@ func TestDeviceCollectivesInFlightRecord(t *testing.T) {
 	if err := d.sync(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.shard(); err != nil {
+	if err := d.shard(dist.EvenBounds(d.n, 1)); err != nil {
 		t.Fatal(err)
 	}
 	params := m.Parameters()

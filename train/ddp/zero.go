@@ -11,7 +11,14 @@ import (
 // sharder is a process group with ZeRO-1's collectives (the TCP ring).
 type sharder interface {
 	dist.ShardGroup
-	AllGatherShards(buf []float32) error
+	AllGatherShards(buf []float32, b dist.Bounds) error
+}
+
+// matrixSharder is an optimizer that keeps whole matrices on a shard
+// (optim.Muon), for the log.
+type matrixSharder interface {
+	Matrices() int
+	ShardMatrices() int
 }
 
 // zeroState is a rank's part of ZeRO-1 (Config.Zero 1): the optimizer
@@ -22,6 +29,7 @@ type sharder interface {
 // all-gathered.
 type zeroState struct {
 	pg     sharder
+	bounds dist.Bounds // the ranks' shards, as the optimizer cut them
 	lo, hi int
 	// stage and gather are host copies of the flat buffers where the
 	// device's memory is not the host's (a GPU over the TCP ring): the
@@ -65,11 +73,15 @@ func (d *Group) openZero() error {
 	} else {
 		world, rank = d.pg.Size(), d.pg.Rank()
 	}
-	lo, hi := dist.Shard(n, world, rank)
+	bounds := dist.Bounds(opt.ShardBounds(world))
+	if err := bounds.Check(world); err != nil || bounds.Total() != n {
+		return fmt.Errorf("dist: --zero 1: the optimizer cut its %d elements as %v (%v)", n, bounds, err)
+	}
+	lo, hi := bounds.Shard(rank)
 	if !opt.Shard(lo, hi) {
 		return fmt.Errorf("dist: --zero 1: the optimizer could not be sharded")
 	}
-	z := &zeroState{pg: pg, lo: lo, hi: hi}
+	z := &zeroState{pg: pg, bounds: bounds, lo: lo, hi: hi}
 	grads := opt.PackedGrads()
 	tensor.ProgramOf(flat.Device()).Persist(func() {
 		z.paramShard = flat.Rows(lo, hi)
@@ -77,11 +89,16 @@ func (d *Group) openZero() error {
 	})
 	logged := func(how string) {
 		d.zero = z
+		if m, ok := opt.(matrixSharder); ok {
+			fmt.Fprintf(d.log, "zero: Muon's and AdamW's state sharded over %d ranks, cut between matrices where the ranks' costs even out: this rank keeps the state of parameters [%d, %d) of %d (%d of Muon's %d matrices), %s of %s; gradients reduce-scattered %s during backward\n",
+				world, lo, hi, n, m.ShardMatrices(), m.Matrices(), units.Bytes(opt.StateBytes()), units.Bytes(whole), how)
+			return
+		}
 		fmt.Fprintf(d.log, "zero: AdamW's state sharded over %d ranks: this rank keeps the moments of parameters [%d, %d) of %d, %s of %s; gradients reduce-scattered %s during backward\n",
 			world, lo, hi, n, units.Bytes(opt.StateBytes()), units.Bytes(whole), how)
 	}
 	if d.devGrad != nil { // NCCL: the buckets reduce-scatter in device memory
-		if err := d.devGrad.shard(); err != nil {
+		if err := d.devGrad.shard(bounds); err != nil {
 			return err
 		}
 		logged("on the device")
@@ -102,7 +119,7 @@ func (d *Group) openZero() error {
 		}
 		offs[i], sizes[i] = off, opt.Parameters()[k].T.Numel()
 	}
-	red, err := dist.NewShardReducer(pg, host, offs, sizes, d.bucket)
+	red, err := dist.NewShardReducer(pg, host, bounds, offs, sizes, d.bucket)
 	if err != nil {
 		return fmt.Errorf("dist: --zero 1: %w", err)
 	}
@@ -141,7 +158,7 @@ func (z *zeroState) host(flat, part *tensor.Tensor, lo int) (buf []float32, view
 // allGather gives every rank every shard of the updated flat parameters.
 func (z *zeroState) allGather(flat *tensor.Tensor) error {
 	buf, view := z.host(flat, z.paramShard, z.lo)
-	if err := z.pg.AllGatherShards(buf); err != nil {
+	if err := z.pg.AllGatherShards(buf, z.bounds); err != nil {
 		return fmt.Errorf("parameter all-gather: %w", err)
 	}
 	if !view {

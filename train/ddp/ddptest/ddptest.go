@@ -43,11 +43,11 @@ func (g hostDeviceGroup) Broadcast(buf uintptr, count int, dt dist.DType, root i
 func (g hostDeviceGroup) AllGather(send, recv uintptr, count int, dt dist.DType, _ uintptr) error {
 	return g.pg.AllGather(floats(send, count), floats(recv, count*g.pg.Size()))
 }
-func (g hostDeviceGroup) ReduceScatterShards(buf uintptr, off, count, total int, dt dist.DType, op dist.Op, _ uintptr) error {
-	return g.pg.ReduceScatterAsync(floats(buf, count), off, total, op, "").Wait()
+func (g hostDeviceGroup) ReduceScatterShards(buf uintptr, off, count int, b dist.Bounds, dt dist.DType, op dist.Op, _ uintptr) error {
+	return g.pg.ReduceScatterAsync(floats(buf, count), off, b, op, "").Wait()
 }
-func (g hostDeviceGroup) AllGatherShards(buf uintptr, total int, dt dist.DType, _ uintptr) error {
-	return g.pg.AllGatherShards(floats(buf, total))
+func (g hostDeviceGroup) AllGatherShards(buf uintptr, b dist.Bounds, dt dist.DType, _ uintptr) error {
+	return g.pg.AllGatherShards(floats(buf, b.Total()), b)
 }
 func (g hostDeviceGroup) CheckAsync() error { return nil }
 func (g hostDeviceGroup) Abort() error      { return g.pg.Close() }
