@@ -346,7 +346,7 @@ func (o *Muon) open() {
 
 // openOn allocates device w's scratch.
 func (o *Muon) openOn(w *muonWork) {
-	w.rate = tensor.Zeros(w.dev)
+	w.rate = tensor.Zeros(w.dev, 1) // [1], as the schedule's rate it is scaled from
 	w.one = tensor.Ones(w.dev)
 	for _, g := range w.groups {
 		s := min(g.rows, g.cols)

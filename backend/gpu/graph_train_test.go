@@ -19,8 +19,9 @@ import (
 // its batch, its number, its learning rate and AdamW's constants on the
 // device. The weights and the loss must be those of the same steps
 // without graphs. bf16 with dropout (the step's mask key hashed on the
-// device), and fp16 with its loss scaler on the device,
-// with accumulation and clipping.
+// device), fp16 with its loss scaler on the device, and bf16 with Muon
+// (its rate read from the device's schedule, its Newton–Schulz products
+// replayed), with accumulation and clipping.
 func TestTrainerStepWithGraphs(t *testing.T) {
 	checkTrainerGraphs(t, func(i int) tensor.Device { return gpu.EmulatedDevice(t, 30+i) }, 1e-6)
 }
@@ -39,14 +40,16 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 		toks[i] = int32(r.IntN(11))
 	}
 	for i, c := range []struct {
-		prec    string
-		dropout float64 // masks hashed on the device every replayed step
-	}{{"bf16", 0.2}, {"fp16", 0}} {
+		prec      string
+		dropout   float64 // masks hashed on the device every replayed step
+		optimizer string
+	}{{"bf16", 0.2, "adamw"}, {"fp16", 0, "adamw"}, {"bf16", 0, "muon"}} {
 		prec := c.prec
+		name := prec + " " + c.optimizer
 		run := func(dev tensor.Device, graphs bool) ([][]float32, float64) {
 			cfg := train.Default()
 			cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.BatchSize, cfg.GradAccum = 2, 2, 16, 8, 2, 2
-			cfg.Precision, cfg.CUDAGraphs, cfg.GradClip, cfg.Dropout = prec, graphs, 0.5, c.dropout
+			cfg.Precision, cfg.CUDAGraphs, cfg.GradClip, cfg.Dropout, cfg.Optimizer = prec, graphs, 0.5, c.dropout, c.optimizer
 			m, err := model.New(cfg.ModelConfig(11), dev, 5)
 			if err != nil {
 				t.Fatal(err)
@@ -79,12 +82,12 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 		plain, lossPlain := run(device(2*i), false)
 		graphed, lossGraphed := run(device(2*i+1), true)
 		if d := lossGraphed - lossPlain; !(d < tol && d > -tol) {
-			t.Errorf("%s: mean loss %v with graphs, %v without", prec, lossGraphed, lossPlain)
+			t.Errorf("%s: mean loss %v with graphs, %v without", name, lossGraphed, lossPlain)
 		}
 		for k := range plain {
 			for j := range plain[k] {
 				if d := float64(graphed[k][j] - plain[k][j]); d > tol || d < -tol {
-					t.Fatalf("%s: weight %d[%d] is %v with graphs, %v without", prec, k, j, graphed[k][j], plain[k][j])
+					t.Fatalf("%s: weight %d[%d] is %v with graphs, %v without", name, k, j, graphed[k][j], plain[k][j])
 				}
 			}
 		}
@@ -107,7 +110,7 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 		}
 		cpu, lossCPU := run(tensor.CPU, false)
 		if d := lossGraphed - lossCPU; !(d < lossTol && d > -lossTol) {
-			t.Errorf("%s: mean loss %v with graphs, %v on the CPU", prec, lossGraphed, lossCPU)
+			t.Errorf("%s: mean loss %v with graphs, %v on the CPU", name, lossGraphed, lossCPU)
 		}
 		worst := 0.0 // normwise, per parameter
 		for k := range cpu {
@@ -118,9 +121,9 @@ func checkTrainerGraphs(t *testing.T, device func(i int) tensor.Device, tol floa
 			}
 			worst = max(worst, math.Sqrt(d2/max(n2, 1e-30)))
 		}
-		t.Logf("%s: weights within %.3g (normwise) of the CPU's after 6 steps", prec, worst)
+		t.Logf("%s: weights within %.3g (normwise) of the CPU's after 6 steps", name, worst)
 		if weights && worst > 1e-3 {
-			t.Errorf("%s: weights %.3g (normwise) from the CPU's after 6 steps", prec, worst)
+			t.Errorf("%s: weights %.3g (normwise) from the CPU's after 6 steps", name, worst)
 		}
 	}
 }
