@@ -4,8 +4,9 @@ package backend
 // (model.Config.Arch "llama"): RMSNorm, rotary position embeddings with
 // the optional QK-norm before them, SwiGLU, and grouped-query attention
 // (a LlamaBlocks backend's Attention, AttentionBackward and AttentionKV
-// take KVH, the key/value heads). A backend without them cannot run
-// such a model; the tensor ops say so.
+// take KVH, the key/value heads); and ReLU², the activation of an MLP
+// variant. A backend without them cannot run such a model; the tensor
+// ops say so.
 //
 // Operands follow Backend's rules: activations and their gradients F32
 // or BF16, computed in F32; weights, their gradients and statistics F32.
@@ -44,6 +45,12 @@ type LlamaBlocks interface {
 	SwiGLU(out, gu Ref, rows, hidden int)
 	// SwiGLUBackward writes dgu [rows, 2·hidden] from dout [rows, hidden].
 	SwiGLUBackward(dgu, gu, dout Ref, rows, hidden int)
+
+	// ReLU2 writes out[i] = max(x[i], 0)² for n elements (squared ReLU,
+	// the activation of modded-nanogpt's MLP).
+	ReLU2(out, x Ref, n int)
+	// ReLU2Backward writes dx[i] = 2·max(x[i], 0)·dout[i] for n elements.
+	ReLU2Backward(dx, x, dout Ref, n int)
 }
 
 // Rotary describes a Rotary call over a packed qkv of B·T rows: H query

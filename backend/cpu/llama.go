@@ -7,8 +7,9 @@ import (
 )
 
 // The kernels of Llama-style blocks (backend.LlamaBlocks): RMSNorm and its
-// fused residual add, rotary embeddings with QK-norm, SwiGLU. Each is a
-// pass over rows, one goroutine per range of rows, in float32; the
+// fused residual add, rotary embeddings with QK-norm, SwiGLU, and ReLU².
+// Each is a pass over rows (ReLU²: over elements), one goroutine per
+// range, in float32; the
 // weights' gradients are summed per fixed chunk of rows and the chunks
 // added in order, so the bits do not depend on the thread count. BF16
 // operands widen (widen.go).
@@ -365,5 +366,62 @@ func (t *swigluBackwardTask) do(lo, hi int) {
 			dgate[j] = g[j] * up[j] * s * (1 + x*(1-s))
 			dup[j] = g[j] * x * s
 		}
+	}
+}
+
+// ReLU2 implements backend.LlamaBlocks: out = max(x, 0)². Every kernel
+// of it clamps by x < 0 (not max), so a NaN passes through on each
+// backend alike.
+func (c *CPU) ReLU2(out, x backend.Ref, n int) {
+	if anyBF16(out, x) {
+		wd := widening{c: c}
+		xs := wd.in(x, n)
+		c.ReLU2(wd.out(out, n), xs, n)
+		wd.done()
+		return
+	}
+	runTask(c, &relu2Tasks, n, elemGrain, relu2Task{o: f32(out)[:n], x: f32(x)[:n]})
+}
+
+// relu2Task is one ReLU2 call or, as relu2BackwardTask, one
+// ReLU2Backward call (o is dx, g dout); a range is a range of elements.
+type relu2Task struct{ o, x, g []float32 }
+
+type relu2BackwardTask relu2Task
+
+var (
+	relu2Tasks         taskPool[relu2Task]
+	relu2BackwardTasks taskPool[relu2BackwardTask]
+)
+
+func (t *relu2Task) do(lo, hi int) {
+	o := t.o[lo:hi]
+	for i, v := range t.x[lo:hi] {
+		if v < 0 {
+			v = 0
+		}
+		o[i] = v * v
+	}
+}
+
+// ReLU2Backward implements backend.LlamaBlocks: dx = 2·max(x, 0)·dout.
+func (c *CPU) ReLU2Backward(dx, x, dout backend.Ref, n int) {
+	if anyBF16(dx, x, dout) {
+		wd := widening{c: c}
+		xs, ds := wd.in(x, n), wd.in(dout, n)
+		c.ReLU2Backward(wd.out(dx, n), xs, ds, n)
+		wd.done()
+		return
+	}
+	runTask(c, &relu2BackwardTasks, n, elemGrain, relu2BackwardTask{o: f32(dx)[:n], x: f32(x)[:n], g: f32(dout)[:n]})
+}
+
+func (t *relu2BackwardTask) do(lo, hi int) {
+	o, g := t.o[lo:hi], t.g[lo:hi]
+	for i, v := range t.x[lo:hi] {
+		if v < 0 {
+			v = 0
+		}
+		o[i] = 2 * v * g[i]
 	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
@@ -88,6 +89,82 @@ func TestSwiGLU(t *testing.T) {
 	num := fdGrad(g64, func() float64 { return dot(R64, ref.SwiGLU(g64, rows, hid)) })
 	checkGrad(t, "swiglu dgu", get(c, dgu, 2*rows*hid), num, 1e-5)
 	checkGuards(t, "swiglu dgu", dgu, 2*rows*hid)
+}
+
+// TestReLU2 holds ReLU² and its backward pass, over several ranges of
+// elements (3 threads), to the float64 reference and the gradient to
+// central finite differences of it, on random values of both signs kept
+// at least 1e-3 from 0; and the BF16 kernels to the F32 ones on the
+// rounded inputs, their results rounded once, bit for bit.
+func TestReLU2(t *testing.T) {
+	c := newCPU(3)
+	r := rng.New(25)
+	n := 2*elemGrain + 37
+	xv, R := randF32(r, n, 2), randF32(r, n, 1)
+	for i, v := range xv {
+		if math.Abs(float64(v)) < 1e-3 {
+			xv[i] = float32(math.Copysign(1e-3, float64(v)))
+		}
+	}
+	x, out := put(c, xv, 1), put(c, randF32(r, n, 1), 2)
+	c.ReLU2(out, x, n)
+	x64, R64 := widen(xv), widen(R)
+	checkClose(t, "relu2", get(c, out, n), ref.ReLU2(x64), 0, 1e-6)
+	checkGuards(t, "relu2", out, n)
+	dout, dx := put(c, R, 0), put(c, randF32(r, n, 3), 1)
+	c.ReLU2Backward(dx, x, dout, n)
+	checkClose(t, "relu2 dx", get(c, dx, n), ref.ReLU2Backward(x64, R64), 0, 1e-6)
+	checkGuards(t, "relu2 dx", dx, n)
+	// Elementwise, so each element's finite difference is its own.
+	const h = 1e-6
+	num := make([]float64, n)
+	for i, v := range x64 {
+		num[i] = R64[i] * (ref.ReLU2([]float64{v + h})[0] - ref.ReLU2([]float64{v - h})[0]) / (2 * h)
+	}
+	checkGrad(t, "relu2 dx", get(c, dx, n), num, 1e-5)
+
+	// BF16 storage.
+	bf := func(v []float32) (backend.Ref, []float32) {
+		bits, wide := make([]uint16, len(v)), make([]float32, len(v))
+		for i, f := range v {
+			bits[i] = backend.F32ToBF16(f)
+			wide[i] = backend.BF16ToF32(bits[i])
+		}
+		s := c.Alloc(backend.BF16, len(v))
+		c.Upload(backend.Ref{S: s}, backend.AsBytes(bits))
+		return backend.Ref{S: s}, wide
+	}
+	bits := func(r backend.Ref) []uint16 {
+		b := make([]uint16, n)
+		c.Download(backend.AsBytes(b), r)
+		return b
+	}
+	xb, xw := bf(xv)
+	db, dw := bf(R)
+	ob, dxb := backend.Ref{S: c.Alloc(backend.BF16, n)}, backend.Ref{S: c.Alloc(backend.BF16, n)}
+	c.ReLU2(ob, xb, n)
+	c.ReLU2Backward(dxb, xb, db, n)
+	of, dxf := put(c, make([]float32, n), 0), put(c, make([]float32, n), 0)
+	c.ReLU2(of, put(c, xw, 0), n)
+	c.ReLU2Backward(dxf, put(c, xw, 0), put(c, dw, 0), n)
+	for _, k := range []struct {
+		name string
+		got  []uint16
+		f32  []float32
+		want []float64
+	}{
+		{"relu2 bf16", bits(ob), get(c, of, n), ref.ReLU2(widen(xw))},
+		{"relu2 bf16 dx", bits(dxb), get(c, dxf, n), ref.ReLU2Backward(widen(xw), widen(dw))},
+	} {
+		wide := make([]float32, n)
+		for i, b := range k.got {
+			if want := backend.F32ToBF16(k.f32[i]); b != want {
+				t.Fatalf("%s[%d] = %#04x, the F32 kernel's value rounded %#04x", k.name, i, b, want)
+			}
+			wide[i] = backend.BF16ToF32(b)
+		}
+		checkClose(t, k.name+" (float64 reference)", wide, k.want, 0, 1.0/256)
+	}
 }
 
 // rotaryTable is the cos/sin table Rotary reads, from ref.RotaryAngles.

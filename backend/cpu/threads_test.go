@@ -317,6 +317,12 @@ func runAll(c *CPU, seed uint64) []opHash {
 		c.SwiGLUBackward(dgu, gu, g, rows, cols)
 		h.hash("swiglu/dgu", dgu, 2*rows*cols)
 
+		ro, rdx := h.f32(2*rows*cols, 1), h.f32(2*rows*cols, 1) // past elemGrain: two ranges
+		c.ReLU2(ro, gu, 2*rows*cols)
+		h.hash("relu2/out", ro, 2*rows*cols)
+		c.ReLU2Backward(rdx, gu, dgu, 2*rows*cols)
+		h.hash("relu2/dx", rdx, 2*rows*cols)
+
 		rp := backend.Rotary{B: 3, T: 100, H: 4, KVH: 2, HD: 8, MaxPos: 100, Eps: 1e-6}
 		nq := rp.B * rp.T * rp.Width()
 		tab, qkv, ro := h.f32(rp.MaxPos*rp.HD, 1), h.f32(nq, 1), h.f32(nq, 1)

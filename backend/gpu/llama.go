@@ -63,3 +63,13 @@ func (c *Backend) SwiGLU(out, gu backend.Ref, rows, hidden int) {
 func (c *Backend) SwiGLUBackward(dgu, gu, dout backend.Ref, rows, hidden int) {
 	c.check("swiglu_backward", kernels.SwiGLUBackward(c, c.dt(gu), c.ptr(dgu), c.ptr(gu), c.ptr(dout), rows, hidden))
 }
+
+// ReLU2 implements backend.LlamaBlocks.
+func (c *Backend) ReLU2(out, x backend.Ref, n int) {
+	c.check("relu2", kernels.ReLU2(c, c.dt(x), c.ptr(out), c.ptr(x), n))
+}
+
+// ReLU2Backward implements backend.LlamaBlocks.
+func (c *Backend) ReLU2Backward(dx, x, dout backend.Ref, n int) {
+	c.check("relu2_backward", kernels.ReLU2Backward(c, c.dt(x), c.ptr(dx), c.ptr(x), c.ptr(dout), n))
+}

@@ -63,6 +63,14 @@ func llamaOpCases(seed uint64) []opCase {
 				h.be.(backend.LlamaBlocks).SwiGLUBackward(dgu, gu, h.up(dt, dy[:rows*hid]), rows, hid)
 				return [][]float32{h.down(out, rows*hid), h.down(dgu, 2*rows*hid)}
 			})
+			add(fmt.Sprintf("relu2 %v %dx%d", dt, rows, cols), tolOf(dt), func(h host) [][]float32 {
+				n := rows * cols
+				xr := h.up(dt, x)
+				out, dx := h.up(dt, y), h.up(dt, y)
+				h.be.(backend.LlamaBlocks).ReLU2(out, xr, n)
+				h.be.(backend.LlamaBlocks).ReLU2Backward(dx, xr, h.up(dt, dy), n)
+				return [][]float32{h.down(out, n), h.down(dx, n)}
+			})
 		}
 	}
 	for _, p := range []backend.Rotary{

@@ -84,3 +84,27 @@ func SwiGLU(gu []float64, rows, hidden int) []float64 {
 	}
 	return out
 }
+
+// ReLU2 is max(x, 0)² elementwise.
+func ReLU2(x []float64) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		if v < 0 {
+			v = 0
+		}
+		out[i] = v * v
+	}
+	return out
+}
+
+// ReLU2Backward is dx = 2·max(x, 0)·dout elementwise.
+func ReLU2Backward(x, dout []float64) []float64 {
+	dx := make([]float64, len(x))
+	for i, v := range x {
+		if v < 0 {
+			v = 0
+		}
+		dx[i] = 2 * v * dout[i]
+	}
+	return dx
+}

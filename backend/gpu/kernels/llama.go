@@ -9,9 +9,9 @@ import (
 
 // The op functions of Llama-style blocks (backend.LlamaBlocks): RMSNorm,
 // its fused residual add and its backward pass, rotary position
-// embeddings with the optional QK-norm, and SwiGLU. The kernels are in
-// llama.cu (CUDA) and llama.cl (OpenCL); grouped-query attention is the
-// attention kernels' (attention.go).
+// embeddings with the optional QK-norm, SwiGLU, and ReLU². The kernels
+// are in llama.cu (CUDA) and llama.cl (OpenCL); grouped-query attention
+// is the attention kernels' (attention.go).
 
 // RotaryMaxHD is the widest head Rotary and RotaryBackward take: a warp
 // owns a head, each lane RotaryMaxHD/64 of its pairs.
@@ -197,6 +197,27 @@ func SwiGLUBackward[B comparable](l Launcher[B], dt backend.DType, dgu, gu, dout
 	return elementwise(l, k, rows*hidden, *new(Args[B]).Buf(dgu, gu, dout).Int(int32(rows), int32(hidden)))
 }
 
+// ReLU2 writes out[i] = max(x[i], 0)² for n elements of storage dt (F32
+// or BF16) (backend.LlamaBlocks.ReLU2): fleet_relu2_<dt>, elementwise.
+func ReLU2[B comparable](l Launcher[B], dt backend.DType, out, x B, n int) error {
+	k, err := kernel("relu2", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	return elementwise(l, k, n, *new(Args[B]).Buf(out, x).Long(int64(n)))
+}
+
+// ReLU2Backward writes dx[i] = 2·max(x[i], 0)·dout[i] for n elements, all
+// of storage dt (backend.LlamaBlocks.ReLU2Backward):
+// fleet_relu2_backward_<dt>, elementwise.
+func ReLU2Backward[B comparable](l Launcher[B], dt backend.DType, dx, x, dout B, n int) error {
+	k, err := kernel("relu2_backward", dt, floatTypes...)
+	if err != nil {
+		return err
+	}
+	return elementwise(l, k, n, *new(Args[B]).Buf(dx, x, dout).Long(int64(n)))
+}
+
 // llamaFLOPs is FLOPs for the kernels of llama.cu (name without fleet_
 // and the storage suffix), 0 for any other.
 func llamaFLOPs(name string, arg func(param string) float64) float64 {
@@ -222,6 +243,10 @@ func llamaFLOPs(name string, arg func(param string) float64) float64 {
 		return 5 * arg("rows") * arg("hidden")
 	case "swiglu_backward":
 		return 12 * arg("rows") * arg("hidden")
+	case "relu2": // the max, the square
+		return 2 * arg("n")
+	case "relu2_backward": // the max, two products
+		return 3 * arg("n")
 	}
 	return 0
 }
@@ -273,6 +298,8 @@ func llamaExtent(name, param string, arg func(param string) float64) (elems, pas
 		return 2 * a("rows") * a("hidden"), 1, true
 	case "swiglu.out", "swiglu_backward.dout":
 		return a("rows") * a("hidden"), 1, true
+	case "relu2.out", "relu2.x", "relu2_backward.dx", "relu2_backward.x", "relu2_backward.dout":
+		return a("n"), 1, true
 	}
 	return 0, 0, false
 }

@@ -30,6 +30,8 @@ func init() {
 			"fleet_rotary_backward_" + sfx(dt):  rotaryBackwardCase(dt),
 			"fleet_swiglu_" + sfx(dt):           swigluCase(dt),
 			"fleet_swiglu_backward_" + sfx(dt):  swigluBackwardCase(dt),
+			"fleet_relu2_" + sfx(dt):            relu2Case(dt, false),
+			"fleet_relu2_backward_" + sfx(dt):   relu2Case(dt, true),
 		})
 	}
 	opCases.Add(map[string]emu.Case{"fleet_rotary_backward_dw_f32": rotaryBackwardCase(backend.F32)})
@@ -364,6 +366,53 @@ func swigluBackwardCase(dt backend.DType) emu.Case {
 	}
 }
 
+// ---- ReLU² ----------------------------------------------------------------
+
+// relu2Sizes are element counts: none, one, odd (element by element),
+// multiples of 8 (8 at a time), and one past a pass of the 8-at-a-time
+// grid-stride loop at one SM (8 blocks of 256 threads).
+var relu2Sizes = []int{0, 1, 8, 301, 24, 2500, 8*8*256 + 40}
+
+func relu2SizesFor(m *emu.Module) []int {
+	if m.Schedule() == emu.Parallel {
+		return relu2Sizes
+	}
+	return relu2Sizes[:4]
+}
+
+// relu2Case holds fleet_relu2_<dt> (or, backward, fleet_relu2_backward_<dt>)
+// to the float64 reference and, bit for bit, to the CPU's F32 kernel on
+// the same rounded inputs, rounded once to dt, on values of both signs
+// (|x| ≥ 0.25).
+func relu2Case(dt backend.DType, backward bool) emu.Case {
+	return func(t *testing.T, m *emu.Module) {
+		rng := newRNG(48)
+		for _, n := range relu2SizesFor(m) {
+			x, dout := round(dt, randF32(rng, n, 1.5)), round(dt, randF32(rng, n, 1))
+			co := cpuF32(make([]float32, n))
+			want64 := ref.ReLU2(widen64(x))
+			if backward {
+				cpuB.ReLU2Backward(co, cpuF32(x), cpuF32(dout), n)
+				want64 = ref.ReLU2Backward(widen64(x), widen64(dout))
+			} else {
+				cpuB.ReLU2(co, cpuF32(x), n)
+			}
+			got := once(t, m, func(l kernels.Launcher[*emu.Buffer]) [][]float32 {
+				out := devOut(dt, n)
+				if backward {
+					must(t, kernels.ReLU2Backward(l, dt, out, devIn(dt, x), devIn(dt, dout), n))
+				} else {
+					must(t, kernels.ReLU2(l, dt, out, devIn(dt, x), n))
+				}
+				return [][]float32{devGet(out)}
+			})
+			what := fmt.Sprintf("relu2 backward=%v %v n=%d", backward, dt, n)
+			checkBits(t, what+" (the CPU's F32, rounded)", got[0], round(dt, cpuGet(co, n)))
+			checkClose(t, what+" (float64 reference)", got[0], narrow(want64), tol(dt))
+		}
+	}
+}
+
 // TestLlamaLaunches checks the launch sequences and shapes of the llama
 // ops (no emulator needed), and that bad shapes are refused before any
 // launch.
@@ -403,6 +452,8 @@ func TestLlamaLaunches(t *testing.T) {
 		kernels.Rotary(r, backend.F32, backend.Rotary{B: 1, T: 3, H: 1, KVH: 1, HD: 8, Pos: 1, MaxPos: 3}, nil, nil, nil, nil, nil, nil),
 		kernels.RotaryBackward(r, backend.F32, backend.Rotary{B: 1, T: 2, H: 2, KVH: 0, HD: 8, MaxPos: 2}, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil),
 		kernels.SwiGLU(r, backend.F16, nil, nil, 2, 2),
+		kernels.ReLU2(r, backend.F16, nil, nil, 4),
+		kernels.ReLU2Backward(r, backend.F32, nil, nil, nil, -1),
 	} {
 		if err == nil {
 			t.Error("a bad call was accepted")

@@ -1,6 +1,6 @@
 // The kernels of Llama-style blocks (backend.LlamaBlocks): RMSNorm, its
 // fused residual add and backward pass, rotary position embeddings with
-// the optional QK-norm, and SwiGLU. Activations and their gradients
+// the optional QK-norm, SwiGLU, and ReLU². Activations and their gradients
 // (x, out, sum, dout, dx, dres, ddrop, qkv, gu and their gradients) are
 // F32 or BF16 (suffix _f32, _bf16); weights, their gradients, rstd, the
 // rotary table and the scratch are F32; every value is computed in float.
@@ -604,9 +604,9 @@ __device__ __forceinline__ void llama_st8(unsigned short *p, const float v[8]) {
 	*(uint4 *)p = a;
 }
 
-// llama_vec8 reports whether rows of hidden elements at these pointers
-// can go 8 at a time in 16-byte pieces.
-__device__ __forceinline__ bool llama_vec8(int hidden, const void *a, const void *b, const void *c = 0) {
+// llama_vec8 reports whether rows of hidden elements (or, for ReLU², the
+// whole arrays) at these pointers can go 8 at a time in 16-byte pieces.
+__device__ __forceinline__ bool llama_vec8(long long hidden, const void *a, const void *b, const void *c = 0) {
 	unsigned long long bits = (unsigned long long)a | (unsigned long long)b | (unsigned long long)c;
 	return hidden % 8 == 0 && (bits & 15) == 0;
 }
@@ -691,4 +691,78 @@ extern "C" __global__ void fleet_swiglu_backward_f32(float *__restrict__ dgu, co
 extern "C" __global__ void fleet_swiglu_backward_bf16(unsigned short *__restrict__ dgu, const unsigned short *__restrict__ gu,
 	const unsigned short *__restrict__ dout, int rows, int hidden) {
 	llama_swiglu_backward_impl<fleet_bf16>(dgu, gu, dout, rows, hidden);
+}
+
+// ---------------------------------------------------------------------------
+// ReLU² (squared ReLU).
+//
+// fleet_relu2_<t>: out[i] = r*r with r = max(x[i], 0), over n elements;
+// fleet_relu2_backward_<t>: dx[i] = 2*r*dout[i]. The clamp is x < 0 ? 0 :
+// x, so a NaN passes through (as on the CPU). Where n is a multiple of 8
+// and the arrays are 16-byte aligned, a thread takes 8 consecutive
+// elements at a time (llama_ld8, llama_st8), the same arithmetic per
+// element. Traffic: x read once, out written once (the backward pass: x
+// and dout read once, dx written once). Launch: 1-D blocks of 256
+// threads, grid min(ceil(n/256), 8 per SM), grid-stride loop.
+
+__device__ __forceinline__ float llama_relu_clamp(float x) { return x < 0.0f ? 0.0f : x; }
+__device__ __forceinline__ float llama_relu2_1(float x) {
+	float r = llama_relu_clamp(x);
+	return r * r;
+}
+__device__ __forceinline__ float llama_relu2_grad1(float x, float d) { return 2.0f * llama_relu_clamp(x) * d; }
+
+template <class S>
+__device__ __forceinline__ void llama_relu2_impl(typename S::T *__restrict__ out, const typename S::T *__restrict__ x, long long n) {
+	if (llama_vec8(n, out, x)) {
+		FLEET_FOR_EACH(q, n >> 3) {
+			long long i = q << 3;
+			float v[8], o[8];
+			llama_ld8(x + i, v);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				o[k] = llama_relu2_1(v[k]);
+			}
+			llama_st8(out + i, o);
+		}
+		return;
+	}
+	FLEET_FOR_EACH(i, n) {
+		S::st(out, i, llama_relu2_1(S::ld(x, i)));
+	}
+}
+
+extern "C" __global__ void fleet_relu2_f32(float *__restrict__ out, const float *__restrict__ x, long long n) { llama_relu2_impl<fleet_f32>(out, x, n); }
+extern "C" __global__ void fleet_relu2_bf16(unsigned short *__restrict__ out, const unsigned short *__restrict__ x, long long n) {
+	llama_relu2_impl<fleet_bf16>(out, x, n);
+}
+
+template <class S>
+__device__ __forceinline__ void llama_relu2_backward_impl(typename S::T *__restrict__ dx, const typename S::T *__restrict__ x,
+	const typename S::T *__restrict__ dout, long long n) {
+	if (llama_vec8(n, dx, x, dout)) {
+		FLEET_FOR_EACH(q, n >> 3) {
+			long long i = q << 3;
+			float v[8], d[8], o[8];
+			llama_ld8(x + i, v);
+			llama_ld8(dout + i, d);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				o[k] = llama_relu2_grad1(v[k], d[k]);
+			}
+			llama_st8(dx + i, o);
+		}
+		return;
+	}
+	FLEET_FOR_EACH(i, n) {
+		S::st(dx, i, llama_relu2_grad1(S::ld(x, i), S::ld(dout, i)));
+	}
+}
+
+extern "C" __global__ void fleet_relu2_backward_f32(float *__restrict__ dx, const float *__restrict__ x, const float *__restrict__ dout, long long n) {
+	llama_relu2_backward_impl<fleet_f32>(dx, x, dout, n);
+}
+extern "C" __global__ void fleet_relu2_backward_bf16(unsigned short *__restrict__ dx, const unsigned short *__restrict__ x,
+	const unsigned short *__restrict__ dout, long long n) {
+	llama_relu2_backward_impl<fleet_bf16>(dx, x, dout, n);
 }

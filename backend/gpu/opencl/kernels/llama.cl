@@ -1,8 +1,8 @@
 // The kernels of Llama-style blocks, as llama.cu: RMSNorm, its fused
 // residual add and backward pass, rotary position embeddings with the
-// optional QK-norm, and SwiGLU. Activations and their gradients are F32
-// or BF16 (suffix); weights, their gradients, rstd, the rotary table and
-// the scratch are F32; every value is computed in float.
+// optional QK-norm, SwiGLU, and ReLU². Activations and their gradients
+// are F32 or BF16 (suffix); weights, their gradients, rstd, the rotary
+// table and the scratch are F32; every value is computed in float.
 //
 // The row kernels give a row (or a head) to one "warp" of 32 consecutive
 // work-items and go in rounds of one unit a warp, the same for the whole
@@ -439,6 +439,35 @@ __kernel void fleet_swiglu_backward_$S(BUF(t_$S, dgu), BUF(t_$S, gu), BUF(t_$S, 
 		float s = llama_sigmoid(g);
 		st_$S(dgu, gi, d * u * s * (1.0f + g * (1.0f - s)));
 		st_$S(dgu, gi + hidden, d * g * s);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ReLU² (squared ReLU), elementwise over n values, as llama.cu: r =
+// x < 0 ? 0 : x (a NaN passes through). Grid-stride: x read once, out
+// written once (backward: x and dout read once, dx written once).
+// Launch: 1-D work-groups of 256, any grid.
+
+// fleet_relu2_$S: out = r*r.
+__kernel void fleet_relu2_$S(BUF(t_$S, out), BUF(t_$S, x), long n) {
+	AT(t_$S, out);
+	AT(t_$S, x);
+	FLEET_FOR_EACH(i, n) {
+		float r = ld_$S(x, i);
+		r = r < 0.0f ? 0.0f : r;
+		st_$S(out, i, r * r);
+	}
+}
+
+// fleet_relu2_backward_$S: dx = 2*r*dout.
+__kernel void fleet_relu2_backward_$S(BUF(t_$S, dx), BUF(t_$S, x), BUF(t_$S, dout), long n) {
+	AT(t_$S, dx);
+	AT(t_$S, x);
+	AT(t_$S, dout);
+	FLEET_FOR_EACH(i, n) {
+		float r = ld_$S(x, i);
+		r = r < 0.0f ? 0.0f : r;
+		st_$S(dx, i, 2.0f * r * ld_$S(dout, i));
 	}
 }
 //@end
