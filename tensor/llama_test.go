@@ -1,14 +1,15 @@
 package tensor
 
 import (
+	"math"
 	"testing"
 
 	"github.com/fleetml/fleet/backend/ref"
 )
 
-// The Llama-style ops' gradients against finite differences of the
-// float64 references (runGradCase), and the fused residual RMSNorm
-// against the two ops it fuses.
+// The Llama-style ops' gradients (and ReLU²'s) against finite
+// differences of the float64 references (runGradCase), and the fused
+// residual RMSNorm against the two ops it fuses.
 func TestLlamaGradients(t *testing.T) {
 	const hd, maxPos = 4, 8
 	invFreq := []float32{1, 0.01}
@@ -25,6 +26,16 @@ func TestLlamaGradients(t *testing.T) {
 		{name: "swiglu", shapes: [][]int{{2, 3, 10}},
 			fwd:    func(in []*Tensor) *Tensor { return SwiGLU(in[0]) },
 			refFwd: func(in [][]float64) []float64 { return ref.SwiGLU(in[0], 6, 5) }},
+		{name: "relu2", shapes: [][]int{{2, 3, 10}},
+			fwd:    func(in []*Tensor) *Tensor { return ReLU2(in[0]) },
+			refFwd: func(in [][]float64) []float64 { return ref.ReLU2(in[0]) },
+			init: func(_ int, v []float64) { // both signs, away from the kink at 0
+				for i, x := range v {
+					if math.Abs(x) < 1e-3 {
+						v[i] = math.Copysign(1e-3, x)
+					}
+				}
+			}},
 		{name: "rotary", shapes: [][]int{{2, 5, (2 + 2*1) * hd}},
 			fwd: func(in []*Tensor) *Tensor { return Rotary(in[0], table(), nil, nil, 2, 1, 0, 0) },
 			refFwd: func(in [][]float64) []float64 {
