@@ -85,3 +85,38 @@ func TestSimCountsLlama(t *testing.T) {
 		}
 	}
 }
+
+// TestSimPricesReLU2: the simulated GPU counts ReLU²'s launches (no model
+// family runs them yet, so TestSimCountsLlama does not) and prices them
+// by their formulas: 2 FLOPs an element forward, 3 backward; x and out
+// moved once (backward: x, dout and dx).
+func TestSimPricesReLU2(t *testing.T) {
+	be, err := backend.Get(backend.Device{Kind: "sim", Index: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := be.(backend.LlamaBlocks)
+	const n = 3<<20 + 5
+	for _, dt := range []backend.DType{backend.F32, backend.BF16} {
+		ref := func() backend.Ref { return backend.Ref{S: be.Alloc(dt, n)} }
+		x, out, dout, dx := ref(), ref(), ref(), ref()
+		w := SimWindow(be, func() {
+			lb.ReLU2(out, x, n)
+			lb.ReLU2Backward(dx, x, dout, n)
+		})
+		for _, k := range []string{"fleet_relu2_", "fleet_relu2_backward_"} {
+			if got := w.ByKernel[k+dt.String()]; got != 1 {
+				t.Errorf("%s%v counted %d times, want 1", k, dt, got)
+			}
+		}
+		if w.FLOPs != 5*n {
+			t.Errorf("%v: %v FLOPs, want %d", dt, w.FLOPs, 5*n)
+		}
+		if want := float64(5 * n * dt.Size()); w.BytesTouched != want {
+			t.Errorf("%v: %v bytes, want %v", dt, w.BytesTouched, want)
+		}
+		if w.DeviceSeconds <= 0 {
+			t.Errorf("%v: no device time: %+v", dt, w)
+		}
+	}
+}
