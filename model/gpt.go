@@ -44,7 +44,8 @@ type Config struct {
 	Arch string `json:"arch,omitempty"`
 	// NKVHead is the number of key/value heads (0: NHead), HeadDim the
 	// width of a head (0: NEmbd/NHead), MLPHidden the feed-forward's
-	// hidden width (0: 4·NEmbd for GPT-2, about 8/3·NEmbd for SwiGLU).
+	// hidden width (0: 4·NEmbd for GPT-2 and ReLU², about 8/3·NEmbd for
+	// SwiGLU).
 	NKVHead   int `json:"n_kv_head,omitempty"`
 	HeadDim   int `json:"head_dim,omitempty"`
 	MLPHidden int `json:"mlp_hidden,omitempty"`
@@ -60,6 +61,8 @@ type Config struct {
 	QKNorm     bool `json:"qk_norm,omitempty"`
 	QKVBias    bool `json:"qkv_bias,omitempty"`
 	UntiedHead bool `json:"untied_head,omitempty"`
+	// MLP is a Llama's feed-forward: MLPSwiGLU (or empty) or MLPReLU2.
+	MLP string `json:"mlp,omitempty"`
 }
 
 // LayerNorm epsilon and initialisation scale, as in GPT-2.

@@ -15,8 +15,9 @@ import (
 )
 
 // Hugging Face folders of the Llama family: LlamaForCausalLM,
-// MistralForCausalLM (without sliding windows), Qwen2ForCausalLM and
-// Qwen3ForCausalLM. A folder holds config.json and the weights, one
+// MistralForCausalLM (without sliding windows), Qwen2ForCausalLM,
+// Qwen3ForCausalLM and ArceeForCausalLM (Llama's blocks with a ReLU²
+// feed-forward). A folder holds config.json and the weights, one
 // model.safetensors or shards listed by model.safetensors.index.json,
 // under Hugging Face's names: nn.Linear weights [out, in], q_proj, k_proj
 // and v_proj apart, gate_proj and up_proj apart. fleet's Llama keeps
@@ -27,11 +28,13 @@ import (
 // hfArchs are the architectures a folder may name, and what each implies.
 var hfArchs = map[string]struct {
 	qkvBias, qkNorm bool
+	mlp             string // the feed-forward (MLPSwiGLU where empty)
 }{
 	"LlamaForCausalLM":   {},
 	"MistralForCausalLM": {},
 	"Qwen2ForCausalLM":   {qkvBias: true},
 	"Qwen3ForCausalLM":   {qkNorm: true},
+	"ArceeForCausalLM":   {mlp: MLPReLU2},
 }
 
 // hfConfig is the fields of a Hugging Face config.json that fleet reads.
@@ -99,7 +102,12 @@ func (h hfConfig) config(blockSize int) (Config, error) {
 		return Config{}, fmt.Errorf("architectures %v: fleet reads %s", h.Architectures, archNames())
 	}
 	c := Config{Arch: ArchLlama, VocabSize: h.VocabSize, NEmbd: h.Hidden, NLayer: h.Layers, NHead: h.Heads,
-		MLPHidden: h.Intermediate, BlockSize: h.MaxPositions, QKVBias: arch.qkvBias, QKNorm: arch.qkNorm, RopeTheta: 10000}
+		MLPHidden: h.Intermediate, BlockSize: h.MaxPositions, QKVBias: arch.qkvBias, QKNorm: arch.qkNorm, RopeTheta: 10000,
+		MLP: arch.mlp}
+	act := "silu" // the activation the architecture's feed-forward has
+	if arch.mlp == MLPReLU2 {
+		act = "relu2"
+	}
 	if blockSize > 0 && blockSize < c.BlockSize {
 		c.BlockSize = blockSize
 	}
@@ -125,8 +133,8 @@ func (h hfConfig) config(blockSize int) (Config, error) {
 	switch {
 	case h.MLPBias != nil && *h.MLPBias:
 		return Config{}, errors.New("mlp_bias: true is not supported (the feed-forward has no biases)")
-	case h.HiddenAct != "" && h.HiddenAct != "silu":
-		return Config{}, fmt.Errorf("hidden_act %q is not supported (SwiGLU's is silu)", h.HiddenAct)
+	case h.HiddenAct != "" && h.HiddenAct != act:
+		return Config{}, fmt.Errorf("hidden_act %q is not supported (%s's is %s)", h.HiddenAct, h.Architectures[0], act)
 	case h.UseSliding != nil && *h.UseSliding:
 		return Config{}, errors.New("use_sliding_window: true is not supported (attention is over the whole context)")
 	case h.SlidingWindow != nil && h.Architectures[0] == "MistralForCausalLM" && *h.SlidingWindow < c.BlockSize:
@@ -267,7 +275,8 @@ func FromHF(c Config, ts map[string]checkpoint.Tensor) (map[string]checkpoint.Te
 		}{
 			{p + "self_attn.qkv_proj.weight", true, true, []string{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}},
 			{p + "self_attn.qkv_proj.bias", qkvBias, false, []string{p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}},
-			{p + "mlp.gate_up_proj.weight", true, true, []string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
+			{p + "mlp.gate_up_proj.weight", !c.reLU2(), true, []string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}},
+			{p + "mlp.up_proj.weight", c.reLU2(), true, []string{p + "mlp.up_proj.weight"}},
 			{p + "self_attn.o_proj.weight", true, true, []string{p + "self_attn.o_proj.weight"}},
 			{p + "mlp.down_proj.weight", true, true, []string{p + "mlp.down_proj.weight"}},
 		} {
@@ -349,8 +358,9 @@ func btoi(b bool) int {
 
 // ToHF converts fleet's Llama parameters (or their gradients: any
 // tensors under the parameters' names) to Hugging Face's: qkv_proj split
-// into q_proj, k_proj and v_proj, gate_up_proj into gate_proj and up_proj,
-// every Linear weight transposed to [out, in]. A tied head writes no
+// into q_proj, k_proj and v_proj, gate_up_proj into gate_proj and up_proj
+// (ReLU²'s up_proj is one already), every Linear weight transposed to
+// [out, in]. A tied head writes no
 // lm_head.weight (tie_word_embeddings says so).
 func ToHF(c Config, ts map[string]checkpoint.Tensor) (map[string]checkpoint.Tensor, error) {
 	out := map[string]checkpoint.Tensor{}
@@ -370,7 +380,7 @@ func ToHF(c Config, ts map[string]checkpoint.Tensor) (map[string]checkpoint.Tens
 		case strings.HasSuffix(name, "mlp.gate_up_proj.weight"):
 			p := strings.TrimSuffix(name, "gate_up_proj.weight")
 			split(out, t.Shape, v, true, []string{p + "gate_proj.weight", p + "up_proj.weight"}, []int{hid, hid})
-		case strings.HasSuffix(name, "o_proj.weight") || strings.HasSuffix(name, "down_proj.weight"):
+		case strings.HasSuffix(name, "o_proj.weight") || strings.HasSuffix(name, "down_proj.weight") || strings.HasSuffix(name, "mlp.up_proj.weight"):
 			split(out, t.Shape, v, true, []string{name}, []int{t.Shape[1]})
 		default:
 			out[name] = checkpoint.F32Tensor(slices.Clone(t.Shape), v)

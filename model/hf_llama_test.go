@@ -13,7 +13,7 @@ import (
 )
 
 // hfCases are the folders scripts/make_llama_fixture.py makes.
-var hfCases = []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3"}
+var hfCases = []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3", "arcee"}
 
 // TestHFLlamaMatchesPyTorch loads each random Hugging Face folder (GQA and
 // multi-query, tied and untied heads, q/k/v and output biases, QK-norm, a
@@ -95,10 +95,24 @@ func closeTo(t *testing.T, name string, got, want []float32, tol float64) {
 }
 
 // TestHFLlamaRoundTrip writes a model's weights as a Hugging Face folder's
-// tensors and reads them back into another model: the same weights.
+// tensors and reads them back into another model: the same weights, with
+// SwiGLU's feed-forward and with ReLU²'s.
 func TestHFLlamaRoundTrip(t *testing.T) {
 	c := Config{Arch: ArchLlama, VocabSize: 29, BlockSize: 8, NLayer: 2, NHead: 4, NKVHead: 2, NEmbd: 16,
 		HeadDim: 6, MLPHidden: 20, QKNorm: true, QKVBias: true, UntiedHead: true}
+	testHFRoundTrip(t, c)
+	c.MLP, c.QKNorm, c.QKVBias = MLPReLU2, false, false
+	testHFRoundTrip(t, c)
+	if _, err := hfConfigOf(c, false); err != nil {
+		t.Errorf("an Arcee config: %v", err)
+	}
+	c.QKNorm = true
+	if _, err := hfConfigOf(c, false); err == nil || !strings.Contains(err.Error(), "ReLU²") {
+		t.Errorf("ReLU² with QK-norm as a Hugging Face folder: %v, want a refusal", err)
+	}
+}
+
+func testHFRoundTrip(t *testing.T, c Config) {
 	a, err := New(c, tensor.CPU, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +152,7 @@ func TestHFConfigRefusals(t *testing.T) {
 	for _, c := range []struct{ extra, want string }{
 		{`, "mlp_bias": true`, "mlp_bias"},
 		{`, "hidden_act": "gelu"`, "hidden_act"},
+		{`, "hidden_act": "relu2"`, "hidden_act"}, // Llama's feed-forward is SwiGLU
 		{`, "rope_scaling": {"rope_type": "yarn", "factor": 4}`, "rope_scaling"},
 		{`, "num_key_value_heads": 3`, "n_kv_head"},
 	} {
@@ -149,12 +164,47 @@ func TestHFConfigRefusals(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %s", c.extra, err, c.want)
 		}
 	}
+	arcee := strings.Replace(base, "LlamaForCausalLM", "ArceeForCausalLM", 1)
 	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{"+arcee+`, "hidden_act": "silu"}`), 0o644)
+	if _, err := ReadHFConfig(dir, 0); err == nil || !strings.Contains(err.Error(), "relu2") {
+		t.Errorf("an Arcee folder with silu: error %v, want one naming relu2", err)
+	}
+	dir = t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures": ["GPTNeoXForCausalLM"]}`), 0o644)
 	if _, err := ReadHFConfig(dir, 0); err == nil || !strings.Contains(err.Error(), "GPTNeoXForCausalLM") {
 		t.Errorf("an unknown architecture: error %v", err)
 	}
 	if _, err := ReadHFConfig(dir, 0); err == nil || !strings.Contains(err.Error(), "LlamaForCausalLM") {
 		t.Errorf("the error does not list what fleet reads: %v", err)
+	}
+}
+
+// TestMLPSetting: the feed-forward is a Llama's setting (a GPT-2 or an
+// LSTM with one is refused, naming mlp), one of swiglu and relu2; a
+// ReLU² Llama has an up projection of 4·n_embd, Muon's matrix, and no
+// gate.
+func TestMLPSetting(t *testing.T) {
+	for _, c := range []Config{
+		{VocabSize: 10, BlockSize: 8, NLayer: 1, NHead: 2, NEmbd: 8, MLP: MLPReLU2},
+		{Arch: ArchLSTM, VocabSize: 10, BlockSize: 8, NLayer: 1, NEmbd: 8, MLP: MLPSwiGLU},
+		{Arch: ArchLlama, VocabSize: 10, BlockSize: 8, NLayer: 1, NHead: 2, NEmbd: 8, MLP: "geglu"},
+	} {
+		if _, err := New(c, tensor.CPU, 1); err == nil || !strings.Contains(err.Error(), "mlp") {
+			t.Errorf("%s with mlp %q: %v, want a refusal naming mlp", c.Family(), c.MLP, err)
+		}
+	}
+	m, err := New(Config{Arch: ArchLlama, VocabSize: 10, BlockSize: 8, NLayer: 1, NHead: 2, NEmbd: 8, MLP: MLPReLU2}, tensor.CPU, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range m.Parameters() {
+		if strings.Contains(p.Name, "mlp.") {
+			names = append(names, fmt.Sprintf("%s %v %v", p.Name, p.T.Shape(), p.Parts))
+		}
+	}
+	if got, want := strings.Join(names, "; "), "model.layers.0.mlp.up_proj.weight [8 32] [32]; model.layers.0.mlp.down_proj.weight [32 8] [8]"; got != want {
+		t.Errorf("the ReLU² feed-forward's parameters: %s, want %s", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetml/fleet/checkpoint"
 	"github.com/fleetml/fleet/nn"
+	"github.com/fleetml/fleet/tensor"
 )
 
 // The model families (Config.Arch). A family builds its modules and
@@ -17,6 +18,15 @@ import (
 const (
 	ArchGPT2  = "gpt2"
 	ArchLlama = "llama"
+)
+
+// A Llama's feed-forwards (Config.MLP): SwiGLU (Llama's, Qwen's: gate
+// and up projections, silu(gate)·up, the down projection), or ReLU²
+// (modded-nanogpt's and Arcee's: an up projection, max(x, 0)², the down
+// projection).
+const (
+	MLPSwiGLU = "swiglu"
+	MLPReLU2  = "relu2"
 )
 
 // family is one Arch's builder, and its Hugging Face folder's writer
@@ -61,7 +71,7 @@ func (gpt2Family) validate(c Config) error {
 		name string
 	}{{c.NKVHead != 0, "n_kv_head"}, {c.HeadDim != 0, "head_dim"}, {c.MLPHidden != 0, "mlp_hidden"},
 		{c.RopeTheta != 0, "rope_theta"}, {c.RopeScaling != nil, "rope_scaling"}, {c.NormEps != 0, "norm_eps"},
-		{c.QKNorm, "qk_norm"}, {c.QKVBias, "qkv_bias"}, {c.UntiedHead, "untied_head"}} {
+		{c.QKNorm, "qk_norm"}, {c.QKVBias, "qkv_bias"}, {c.UntiedHead, "untied_head"}, {c.MLP != "", "mlp"}} {
 		if f.set {
 			llamaOnly = append(llamaOnly, f.name)
 		}
@@ -89,6 +99,8 @@ func (llamaFamily) validate(c Config) error {
 		return fmt.Errorf("mlp_hidden must not be negative, got %d", c.MLPHidden)
 	case c.RopeTheta < 0 || c.NormEps < 0:
 		return fmt.Errorf("rope_theta %v and norm_eps %v must not be negative", c.RopeTheta, c.NormEps)
+	case c.MLP != "" && c.MLP != MLPSwiGLU && c.MLP != MLPReLU2:
+		return fmt.Errorf("mlp must be %s or %s, got %q", MLPSwiGLU, MLPReLU2, c.MLP)
 	}
 	if s := c.RopeScaling; s != nil {
 		if s.Factor <= 0 || s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor || s.OriginalMaxPositions <= 0 {
@@ -114,14 +126,28 @@ func (c Config) headDim() int {
 	return c.HeadDim
 }
 
-// mlpHidden is SwiGLU's hidden width: MLPHidden, or 8/3·NEmbd rounded up
-// to a multiple of 8 (the parameters of GPT-2's 4× MLP, in three
-// matrices).
+// mlpHidden is the feed-forward's hidden width: MLPHidden, or GPT-2's
+// 4·NEmbd for ReLU² (two matrices) and 8/3·NEmbd rounded up to a
+// multiple of 8 for SwiGLU (about the same parameters in three).
 func (c Config) mlpHidden() int {
 	if c.MLPHidden > 0 {
 		return c.MLPHidden
 	}
+	if c.reLU2() {
+		return 4 * c.NEmbd
+	}
 	return (8*c.NEmbd/3 + 7) / 8 * 8
+}
+
+// reLU2 reports whether the feed-forward is ReLU²'s.
+func (c Config) reLU2() bool { return c.MLP == MLPReLU2 }
+
+// mlpName is the feed-forward's name: MLP, or swiglu where it is empty.
+func (c Config) mlpName() string {
+	if c.MLP == "" {
+		return MLPSwiGLU
+	}
+	return c.MLP
 }
 
 // normEps is the norms' epsilon.
@@ -178,8 +204,8 @@ func (c Config) InvFreq() []float32 {
 // (model.embed_tokens), blocks of RMSNorm, grouped-query attention with
 // rotary embeddings (q, k and v in one projection, self_attn.qkv_proj;
 // QK-norm where asked) and SwiGLU (gate and up in one projection,
-// mlp.gate_up_proj), a final RMSNorm (model.norm) and an untied or tied
-// head (lm_head). The initialisation is GPT-2's: N(0, 0.02²), the
+// mlp.gate_up_proj) or ReLU² (mlp.up_proj), a final RMSNorm (model.norm)
+// and an untied or tied head (lm_head). The initialisation is GPT-2's: N(0, 0.02²), the
 // residual projections N(0, (0.02/√(2·n_layer))²), unit norm weights,
 // zero biases.
 func buildLlama(m *GPT, in nn.Init) {
@@ -205,15 +231,21 @@ func buildLlama(m *GPT, in nn.Init) {
 			a.QNorm = nn.NewRMSNorm(p+"self_attn.q_norm", in, HD, eps)
 			a.KNorm = nn.NewRMSNorm(p+"self_attn.k_norm", in, HD, eps)
 		}
-		mlp := &nn.SwiGLU{
-			GateUp: nn.NewLinear(p+"mlp.gate_up_proj", in, C, 2*hid, false, initStd),
-			Down:   nn.NewLinear(p+"mlp.down_proj", in, hid, C, false, residStd),
-			Drop:   m.newDrop(),
-		}
-		// The blocks' matrices: q, k and v fused in one (k and v narrower
-		// under grouped-query attention), gate and up in another.
+		// The blocks' matrices (Parts): q, k and v fused in one (k and v
+		// narrower under grouped-query attention), SwiGLU's gate and up
+		// in another.
 		a.CAttn.W.Parts, a.CProj.W.Parts = []int{H * HD, KVH * HD, KVH * HD}, []int{C}
-		mlp.GateUp.W.Parts, mlp.Down.W.Parts = []int{hid, hid}, []int{C}
+		// (The up projection is drawn before the down one.)
+		mlp := &nn.Projected{Act: tensor.SwiGLU}
+		if cfg.reLU2() {
+			mlp.In = nn.NewLinear(p+"mlp.up_proj", in, C, hid, false, initStd)
+			mlp.In.W.Parts, mlp.Act = []int{hid}, tensor.ReLU2
+		} else {
+			mlp.In = nn.NewLinear(p+"mlp.gate_up_proj", in, C, 2*hid, false, initStd)
+			mlp.In.W.Parts = []int{hid, hid}
+		}
+		mlp.Down = nn.NewLinear(p+"mlp.down_proj", in, hid, C, false, residStd)
+		mlp.Down.W.Parts, mlp.Drop = []int{C}, m.newDrop()
 		m.Blocks = append(m.Blocks, &Block{
 			LN1:   nn.NewRMSNorm(p+"input_layernorm", in, C, eps),
 			Attn:  a,
@@ -255,10 +287,15 @@ func (llamaFamily) hfFolder(m *GPT, bf16 bool) (*checkpoint.File, []byte, error)
 
 // hfConfigOf is the config.json of c as the Hugging Face architecture
 // that has its pieces: Qwen3ForCausalLM with QK-norm, Qwen2ForCausalLM
-// with q/k/v biases, LlamaForCausalLM otherwise.
+// with q/k/v biases, ArceeForCausalLM with a ReLU² feed-forward,
+// LlamaForCausalLM otherwise.
 func hfConfigOf(c Config, bf16 bool) (map[string]any, error) {
-	arch, typ := "LlamaForCausalLM", "llama"
+	arch, typ, act := "LlamaForCausalLM", "llama", "silu"
 	switch {
+	case c.reLU2() && (c.QKNorm || c.QKVBias):
+		return nil, fmt.Errorf("no Hugging Face architecture has a ReLU² feed-forward with QK-norm or q/k/v biases (Arcee's has neither)")
+	case c.reLU2():
+		arch, typ, act = "ArceeForCausalLM", "arcee", "relu2"
 	case c.QKNorm && c.QKVBias:
 		return nil, fmt.Errorf("no Hugging Face architecture has both QK-norm and q/k/v biases")
 	case c.QKNorm:
@@ -285,11 +322,13 @@ func hfConfigOf(c Config, bf16 bool) (map[string]any, error) {
 		"intermediate_size": c.mlpHidden(), "num_hidden_layers": c.NLayer, "num_attention_heads": c.NHead,
 		"num_key_value_heads": c.kvHeads(), "head_dim": c.headDim(), "max_position_embeddings": c.BlockSize,
 		"rms_norm_eps": float64(c.normEps()), "rope_theta": theta, "tie_word_embeddings": !c.UntiedHead,
-		"hidden_act": "silu", "torch_dtype": dt, "attention_dropout": 0.0, "initializer_range": initStd,
+		"hidden_act": act, "torch_dtype": dt, "attention_dropout": 0.0, "initializer_range": initStd,
 	}
 	switch typ {
 	case "llama":
 		cfg["attention_bias"], cfg["mlp_bias"], cfg["rope_scaling"] = c.Bias, false, c.RopeScaling
+	case "arcee":
+		cfg["attention_bias"], cfg["mlp_bias"] = c.Bias, false
 	case "qwen3":
 		cfg["attention_bias"], cfg["use_sliding_window"] = c.Bias, false
 	case "qwen2":

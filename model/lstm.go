@@ -35,7 +35,7 @@ func (lstmFamily) validate(c Config) error {
 		name string
 	}{{c.NKVHead != 0, "n_kv_head"}, {c.HeadDim != 0, "head_dim"}, {c.MLPHidden != 0, "mlp_hidden"},
 		{c.RopeTheta != 0, "rope_theta"}, {c.RopeScaling != nil, "rope_scaling"}, {c.NormEps != 0, "norm_eps"},
-		{c.QKNorm, "qk_norm"}, {c.QKVBias, "qkv_bias"}} {
+		{c.QKNorm, "qk_norm"}, {c.QKVBias, "qkv_bias"}, {c.MLP != "", "mlp"}} {
 		if f.set {
 			other = append(other, f.name)
 		}

@@ -81,8 +81,8 @@ func (m *GPT) setWeights(byName map[string]checkpoint.Tensor) error {
 func (c Config) short() string {
 	s := fmt.Sprintf("vocab %d, block %d, %d layers, %d embd, bias=%v", c.VocabSize, c.BlockSize, c.NLayer, c.NEmbd, c.Bias)
 	if c.IsLlama() {
-		s = fmt.Sprintf("arch %s, %s, %d heads of %d, %d key/value heads, mlp_hidden %d, qk_norm=%v, qkv_bias=%v, untied_head=%v",
-			c.Arch, s, c.NHead, c.headDim(), c.kvHeads(), c.mlpHidden(), c.QKNorm, c.QKVBias, c.UntiedHead)
+		s = fmt.Sprintf("arch %s, %s, %d heads of %d, %d key/value heads, mlp %s, mlp_hidden %d, qk_norm=%v, qkv_bias=%v, untied_head=%v",
+			c.Arch, s, c.NHead, c.headDim(), c.kvHeads(), c.mlpName(), c.mlpHidden(), c.QKNorm, c.QKVBias, c.UntiedHead)
 	}
 	if c.IsLSTM() {
 		s = fmt.Sprintf("arch %s, %s, untied_head=%v", c.Arch, s, c.UntiedHead)

@@ -151,8 +151,8 @@ func (r *Rope) Free() {
 }
 
 // FeedForward is a block's feed-forward network ending in dropout: GPT-2's
-// MLP or Llama's SwiGLU. Residual and ResidualLN are as
-// CausalSelfAttention's.
+// MLP, or a Llama's Projected (SwiGLU, ReLU²). Residual and ResidualLN
+// are as CausalSelfAttention's.
 type FeedForward interface {
 	Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor
 	Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor
@@ -199,34 +199,37 @@ func (m *MLP) apply(x *tensor.Tensor) *tensor.Tensor {
 // Parameters lists the MLP's parameters.
 func (m *MLP) Parameters() []*Parameter { return append(m.CFC.Parameters(), m.CProj.Parameters()...) }
 
-// SwiGLU is Llama's feed-forward block: down(silu(gate(x))·up(x)), the
-// gate and up projections one Linear to 2·hidden (the gate's columns
-// first), then dropout.
-type SwiGLU struct {
-	GateUp, Down *Linear
-	Drop         *Dropout
+// Projected is a Llama's feed-forward block: Down(Act(In(x))), then
+// dropout. SwiGLU's In is the gate and up projections as one Linear to
+// 2·hidden (the gate's columns first) and Act tensor.SwiGLU,
+// silu(gate)·up; ReLU²'s (modded-nanogpt's, Arcee's) In is the up
+// projection and Act tensor.ReLU2, max(x, 0)².
+type Projected struct {
+	In, Down *Linear
+	Act      func(*tensor.Tensor) *tensor.Tensor
+	Drop     *Dropout
 }
 
 // Forward maps x [..., C] to [..., C], the dropout mask drawn from masks.
-func (s *SwiGLU) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
-	return s.Drop.Forward(s.apply(x), masks)
+func (f *Projected) Forward(x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return f.Drop.Forward(f.apply(x), masks)
 }
 
 // Residual is as MLP's.
-func (s *SwiGLU) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
-	return s.Drop.Residual(res, s.apply(x), masks)
+func (f *Projected) Residual(res, x *tensor.Tensor, masks *Masks) *tensor.Tensor {
+	return f.Drop.Residual(res, f.apply(x), masks)
 }
 
 // ResidualLN is as MLP's.
-func (s *SwiGLU) ResidualLN(res, x *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
-	return s.Drop.ResidualLN(res, s.apply(x), masks, n)
+func (f *Projected) ResidualLN(res, x *tensor.Tensor, masks *Masks, n Norm) (sum, out *tensor.Tensor) {
+	return f.Drop.ResidualLN(res, f.apply(x), masks, n)
 }
 
-func (s *SwiGLU) apply(x *tensor.Tensor) *tensor.Tensor {
-	return s.Down.Forward(tensor.SwiGLU(s.GateUp.Forward(x)))
+func (f *Projected) apply(x *tensor.Tensor) *tensor.Tensor {
+	return f.Down.Forward(f.Act(f.In.Forward(x)))
 }
 
 // Parameters lists the block's parameters.
-func (s *SwiGLU) Parameters() []*Parameter {
-	return append(s.GateUp.Parameters(), s.Down.Parameters()...)
+func (f *Projected) Parameters() []*Parameter {
+	return append(f.In.Parameters(), f.Down.Parameters()...)
 }

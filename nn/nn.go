@@ -2,7 +2,8 @@
 // tensor: named parameters, their initialisation, and the modules the
 // model families are made of (Linear, Embedding, LayerNorm and RMSNorm,
 // causal self-attention with grouped heads and rotary embeddings, the
-// GELU MLP and SwiGLU, the LSTM layer, dropout).
+// GELU MLP and the projected feed-forwards (SwiGLU, ReLU²), the LSTM
+// layer, dropout).
 package nn
 
 import (

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make random Hugging Face Llama, Qwen2 and Qwen3 folders and their
+"""Make random Hugging Face Llama, Qwen2, Qwen3 and Arcee folders and their
 PyTorch reference logits and gradients, for fleet's model tests.
 
 What it makes, under testdata/hf/models/ (one folder per case, plus NAME_ref.safetensors):
@@ -9,6 +9,8 @@ What it makes, under testdata/hf/models/ (one folder per case, plus NAME_ref.saf
   qwen2         Qwen2ForCausalLM: q/k/v biases, tied head, theta 1e6, BF16 weights, 2 shards
   qwen3         Qwen3ForCausalLM: QK-norm, head_dim 16 (not hidden/heads = 8), untied,
                 F32 weights, 2 shards
+  arcee         ArceeForCausalLM: Llama's blocks with a ReLU² feed-forward
+                (down(relu(up(x))²), no gate_proj), GQA, untied, F32, one file
 
 Each folder holds what those architectures' loaders read: config.json (the fields
 they use), and model.safetensors or model-0000i-of-0000n.safetensors with
@@ -31,8 +33,8 @@ rotary embeddings with rotate_half (element j pairs with j + head_dim/2), their
 inverse frequencies and cos/sin computed in float32 as Hugging Face does, Llama 3.1's
 frequency scaling; grouped-query attention (key/value head g serves query heads
 g·H/KVH ... (g+1)·H/KVH − 1), Qwen3's QK-norm (an RMSNorm over each head of q and
-k before the rotation), SwiGLU down(silu(gate(x))·up(x)), a final RMSNorm and the
-head. Weights are drawn in float32 (rounded to bf16 for the BF16 folders, and the
+k before the rotation), SwiGLU down(silu(gate(x))·up(x)) or Arcee's ReLU²
+down(relu(up(x))²), a final RMSNorm and the head. Weights are drawn in float32 (rounded to bf16 for the BF16 folders, and the
 reference uses the rounded values); the forward and backward passes run in float64.
 
 How to run (from the repo root, with Debian's python3-torch):
@@ -66,7 +68,15 @@ CASES = [
          layers=2, heads=4, kv_heads=2, head_dim=16, inter=48, tie=False, theta=1000000.0,
          eps=1e-6, attention_bias=False, qkv_bias=False, qk_norm=True, rope_scaling=None,
          dtype="float32", shards=2, batch=2, seq=10, max_pos=32, seed=14),
+    dict(name="arcee", arch="ArceeForCausalLM", model_type="arcee", vocab=35, hidden=24,
+         layers=2, heads=4, kv_heads=2, head_dim=None, inter=40, tie=False, theta=10000.0,
+         eps=1e-5, attention_bias=False, qkv_bias=False, qk_norm=False, rope_scaling=None,
+         dtype="float32", shards=1, batch=2, seq=9, max_pos=16, seed=15, mlp="relu2"),
 ]
+
+
+def relu2(c):
+    return c.get("mlp") == "relu2"
 
 
 def head_dim(c):
@@ -93,9 +103,10 @@ def param_shapes(c):
             out += [(p + "self_attn.o_proj.bias", (C,))]
         if c["qk_norm"]:
             out += [(p + "self_attn.q_norm.weight", (hd,)), (p + "self_attn.k_norm.weight", (hd,))]
-        out += [(p + "post_attention_layernorm.weight", (C,)),
-                (p + "mlp.gate_proj.weight", (I, C)),
-                (p + "mlp.up_proj.weight", (I, C)),
+        out += [(p + "post_attention_layernorm.weight", (C,))]
+        if not relu2(c):
+            out += [(p + "mlp.gate_proj.weight", (I, C))]
+        out += [(p + "mlp.up_proj.weight", (I, C)),
                 (p + "mlp.down_proj.weight", (C, I))]
     out += [("model.norm.weight", (C,))]
     if not c["tie"]:
@@ -188,7 +199,10 @@ def forward(c, P, x, y):
         h = r + lin(o, "self_attn.o_proj")
         r = h
         m = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
-        m = lin(F.silu(lin(m, "mlp.gate_proj")) * lin(m, "mlp.up_proj"), "mlp.down_proj")
+        if relu2(c):
+            m = lin(F.relu(lin(m, "mlp.up_proj")).square(), "mlp.down_proj")
+        else:
+            m = lin(F.silu(lin(m, "mlp.gate_proj")) * lin(m, "mlp.up_proj"), "mlp.down_proj")
         h = r + m
     h = rms_norm(h, P["model.norm.weight"], eps)
     head = P["model.embed_tokens.weight"] if c["tie"] else P["lm_head.weight"]
@@ -232,8 +246,10 @@ def hf_config(c):
                hidden_size=c["hidden"], intermediate_size=c["inter"], num_hidden_layers=c["layers"],
                num_attention_heads=c["heads"], num_key_value_heads=c["kv_heads"],
                max_position_embeddings=c["max_pos"], rms_norm_eps=c["eps"], rope_theta=c["theta"],
-               tie_word_embeddings=c["tie"], hidden_act="silu", torch_dtype=c["dtype"],
-               bos_token_id=1, eos_token_id=2)
+               tie_word_embeddings=c["tie"], hidden_act="relu2" if relu2(c) else "silu",
+               torch_dtype=c["dtype"], bos_token_id=1, eos_token_id=2)
+    if c["model_type"] == "arcee":
+        cfg.update(attention_bias=c["attention_bias"], mlp_bias=False)
     if c["model_type"] == "llama":
         cfg.update(attention_bias=c["attention_bias"], mlp_bias=False, rope_scaling=c["rope_scaling"])
     if c["model_type"] in ("qwen2", "qwen3"):

@@ -17,7 +17,7 @@ import (
 func llamaKernels(op string, x *Tensor) backend.LlamaBlocks {
 	k, ok := x.be.(backend.LlamaBlocks)
 	if !ok {
-		panic(&Error{Op: op, Msg: fmt.Sprintf("%v has no kernels for Llama-style blocks (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) yet", x.dev), Operands: []*Tensor{x}})
+		panic(&Error{Op: op, Msg: fmt.Sprintf("%v has no kernels for Llama-style blocks (RMSNorm, rotary embeddings, SwiGLU, ReLU², grouped-query attention) yet", x.dev), Operands: []*Tensor{x}})
 	}
 	return k
 }

@@ -113,6 +113,7 @@ func initFromHF(cfg *Config) (*checkpoint.File, error) {
 	cfg.Arch, cfg.NLayer, cfg.NHead, cfg.NEmbd, cfg.BlockSize, cfg.Bias = mc.Arch, mc.NLayer, mc.NHead, mc.NEmbd, mc.BlockSize, mc.Bias
 	cfg.NKVHead, cfg.HeadDim, cfg.MLPHidden, cfg.RopeTheta, cfg.RopeScaling = mc.NKVHead, mc.HeadDim, mc.MLPHidden, mc.RopeTheta, mc.RopeScaling
 	cfg.NormEps, cfg.QKNorm, cfg.QKVBias, cfg.UntiedHead, cfg.VocabSize = mc.NormEps, mc.QKNorm, mc.QKVBias, mc.UntiedHead, mc.VocabSize
+	cfg.MLP = mc.MLP
 	if cfg.Tokenizer == "" && fileExists(filepath.Join(dir, "tokenizer.json")) && !data.IsPrepared(cfg.Data) && !data.IsTokenData(cfg.Data) {
 		cfg.Tokenizer = "hf:" + dir
 	}

@@ -178,21 +178,12 @@ func TestMuonZero(t *testing.T) {
 		world, batch int
 	}{{"3_ranks_zero", 3, 4}, {"1_process", 1, 12}} {
 		t.Run("resume_"+tc.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "out")
-			if err := copyDir(first.Out, out); err != nil {
-				t.Fatal(err)
-			}
 			next := cfg
-			next.Out, next.Resume, next.BatchSize = out, true, tc.batch
-			var got []float64
+			next.BatchSize = tc.batch
 			if tc.world == 1 {
 				next.Zero = 0
-				got = append(got, maxDiff(t, runSingleIn(t, next), whole[0]))
-			} else {
-				for _, f := range runGroup(t, next, tc.world) {
-					got = append(got, maxDiff(t, f, whole[0]))
-				}
 			}
+			got := resumedDiffs(t, first.Out, next, tc.world, whole[0])
 			for r, d := range got {
 				if d > 1e-5 {
 					t.Errorf("rank %d resumed as %s ends %.3g from the uninterrupted run (want ≤ 1e-5)", r, tc.name, d)

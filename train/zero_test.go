@@ -174,21 +174,9 @@ func TestZeroResumesOnAnotherWorld(t *testing.T) {
 	}{{"4_ranks_zero", 4, 3, 1, ""}, {"1_process", 1, 12, 0, ""}, {"4_ranks_ddp", 4, 3, 0, ""},
 		{"4_ranks_zero_nccl", 4, 3, 1, "nccl"}} { // the device-group path, with NCCL's host stand-in
 		t.Run(tc.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "out")
-			if err := copyDir(first.Out, out); err != nil {
-				t.Fatal(err)
-			}
 			next := cfg
-			next.Out, next.Resume, next.BatchSize, next.Zero, next.DistBackend = out, true, tc.batch, tc.zero, tc.backend
-			var got []float64
-			if tc.world == 1 {
-				f := runSingleIn(t, next)
-				got = append(got, maxDiff(t, f, whole[0]))
-			} else {
-				for _, f := range runGroup(t, next, tc.world) {
-					got = append(got, maxDiff(t, f, whole[0]))
-				}
-			}
+			next.BatchSize, next.Zero, next.DistBackend = tc.batch, tc.zero, tc.backend
+			got := resumedDiffs(t, first.Out, next, tc.world, whole[0])
 			for r, d := range got {
 				if d > 1e-5 {
 					t.Errorf("rank %d resumed %s ends %.3g from the uninterrupted run (want ≤ 1e-5)", r, tc.name, d)
@@ -202,3 +190,23 @@ func TestZeroResumesOnAnotherWorld(t *testing.T) {
 // copyDir copies the folder src to dst (a run's folder, to resume in
 // several ways).
 func copyDir(src, dst string) error { return os.CopyFS(dst, os.DirFS(src)) }
+
+// resumedDiffs resumes a copy of the run in from with next (its Out and
+// Resume set here) on world ranks, one process where world is 1, and
+// returns each rank's largest difference from want.
+func resumedDiffs(t *testing.T, from string, next Config, world int, want *checkpoint.File) []float64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	if err := copyDir(from, out); err != nil {
+		t.Fatal(err)
+	}
+	next.Out, next.Resume = out, true
+	if world == 1 {
+		return []float64{maxDiff(t, runSingleIn(t, next), want)}
+	}
+	var got []float64
+	for _, f := range runGroup(t, next, world) {
+		got = append(got, maxDiff(t, f, want))
+	}
+	return got
+}

@@ -152,7 +152,7 @@ func llamaOpCases(seed uint64) []opCase {
 // attention (4 heads, 2 key/value heads), SwiGLU, RMSNorm, rotary
 // embeddings; and Qwen3's pieces (multi-query, QK-norm, q/k/v biases, an
 // untied head, a head width not C/H) in F32, with bf16 activations and
-// with dropout.
+// with dropout; and the ReLU² feed-forward (--mlp relu2) in F32 and bf16.
 func llamaCases() []gptCase {
 	llama := func(c *model.Config) {
 		c.Arch, c.NHead, c.NKVHead, c.NEmbd, c.MLPHidden = model.ArchLlama, 4, 2, 32, 40
@@ -161,12 +161,18 @@ func llamaCases() []gptCase {
 		llama(c)
 		c.NKVHead, c.HeadDim, c.QKNorm, c.QKVBias, c.UntiedHead, c.MLPHidden = 1, 16, true, true, true, 36
 	}
+	relu2 := func(c *model.Config) {
+		llama(c)
+		c.MLP, c.MLPHidden = model.MLPReLU2, 64
+	}
 	return []gptCase{
 		{prec: tensor.F32, arch: llama, name: "llama,"},
 		{prec: tensor.F32, arch: qwen3, name: "qwen3,"},
 		{prec: tensor.BF16, arch: llama, name: "llama,"},
 		{prec: tensor.BF16, arch: qwen3, name: "qwen3,"},
 		{prec: tensor.F32, drop: 0.25, arch: llama, name: "llama,"},
+		{prec: tensor.F32, arch: relu2, name: "relu2,"},
+		{prec: tensor.BF16, arch: relu2, name: "relu2,"},
 	}
 }
 
@@ -186,7 +192,8 @@ func TestLlamaOpsOnEmulatedDevice(t *testing.T) {
 func TestLlamaOnEmulatedDevice(t *testing.T) {
 	f := newFakeGPU(256 << 20).withEmulator(t)
 	checkGPTTraining(t, fakeDevice(t, 41, f), llamaCases()...)
-	for _, k := range []string{"fleet_rotary_backward_dw_f32", "fleet_swiglu_backward_bf16", "fleet_add_rmsnorm_bf16", "fleet_rmsnorm_backward_f32"} {
+	for _, k := range []string{"fleet_rotary_backward_dw_f32", "fleet_swiglu_backward_bf16", "fleet_add_rmsnorm_bf16", "fleet_rmsnorm_backward_f32",
+		"fleet_relu2_f32", "fleet_relu2_backward_bf16"} {
 		if !slices.Contains(f.launches, k) {
 			t.Errorf("%s never ran", k)
 		}

@@ -16,11 +16,11 @@ import (
 const hfModels = "../../testdata/hf/models"
 
 // TestEvalHFLlama evaluates each random Hugging Face folder that
-// scripts/make_llama_fixture.py made (Llama, Llama 3.1, Qwen2, Qwen3) with
+// scripts/make_llama_fixture.py made (Llama, Llama 3.1, Qwen2, Qwen3, Arcee) with
 // fleet eval --weights DIR: the same val_loss as PyTorch's within 1e-4.
 func TestEvalHFLlama(t *testing.T) {
 	data := filepath.Join(hfModels, "eval.txt")
-	for _, name := range []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3"} {
+	for _, name := range []string{"llama_gqa", "llama3_tied", "qwen2", "qwen3", "arcee"} {
 		ref, err := checkpoint.Load(filepath.Join(hfModels, name+"_ref.safetensors"))
 		if err != nil {
 			t.Fatal(err)
@@ -39,19 +39,34 @@ func TestEvalHFLlama(t *testing.T) {
 	}
 }
 
-// TestExportHFLlama trains a tiny Llama-style run in bf16, exports it as a
-// Hugging Face folder (Qwen3ForCausalLM: it has QK-norm; BF16 weights),
-// and evaluates the folder: the loss of the run's own weights, to bf16's
-// rounding of them.
+// TestExportHFLlama trains tiny Llama-style runs, exports each as a
+// Hugging Face folder and evaluates the folder: the loss of the run's own
+// weights (to bf16's rounding of them). With QK-norm in bf16 the folder is
+// a Qwen3ForCausalLM with BF16 weights; with --mlp relu2 in fp32 an
+// ArceeForCausalLM (up_proj and down_proj, no gate), F32.
 func TestExportHFLlama(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains a run")
+		t.Skip("trains two runs")
 	}
+	for _, tc := range []struct {
+		flags             []string
+		modelType, tensor string
+		dtype             checkpoint.DType
+	}{
+		{[]string{"--qk-norm", "--precision", "bf16"}, "qwen3", "model.layers.0.self_attn.q_proj.weight", checkpoint.BF16},
+		{[]string{"--mlp", "relu2"}, "arcee", "model.layers.0.mlp.up_proj.weight", checkpoint.F32},
+	} {
+		t.Run(tc.modelType, func(t *testing.T) { testExportHF(t, tc.flags, tc.modelType, tc.tensor, tc.dtype) })
+	}
+}
+
+func testExportHF(t *testing.T, flags []string, modelType, tensorName string, dtype checkpoint.DType) {
 	dir := t.TempDir()
 	data := writeFile(t, dir, "input.txt", corpus())
 	run := filepath.Join(dir, "run")
-	args := append([]string{"train", "--data", data, "--out", run, "--arch", "llama", "--n-kv-head", "1", "--qk-norm",
-		"--tie-embeddings=false", "--precision", "bf16"}, tiny...)
+	args := append([]string{"train", "--data", data, "--out", run, "--arch", "llama", "--n-kv-head", "1",
+		"--tie-embeddings=false"}, flags...)
+	args = append(args, tiny...)
 	if code, stdout, stderr := fleet(t, args...); code != 0 {
 		t.Fatalf("train exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -61,7 +76,8 @@ func TestExportHFLlama(t *testing.T) {
 	}
 	var cfg map[string]any
 	b, err := os.ReadFile(filepath.Join(hf, "config.json"))
-	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg["model_type"] != "qwen3" || cfg["torch_dtype"] != "bfloat16" ||
+	wantDType := map[checkpoint.DType]string{checkpoint.BF16: "bfloat16", checkpoint.F32: "float32"}[dtype]
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg["model_type"] != modelType || cfg["torch_dtype"] != wantDType ||
 		cfg["num_key_value_heads"] != 1.0 || cfg["tie_word_embeddings"] != false {
 		t.Fatalf("config.json: %v %s", err, b)
 	}
@@ -69,8 +85,8 @@ func TestExportHFLlama(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, ok := f.Tensors["model.layers.0.self_attn.q_proj.weight"]; !ok || q.DType != checkpoint.BF16 {
-		t.Fatalf("no BF16 q_proj in the export: %v", q.DType)
+	if w, ok := f.Tensors[tensorName]; !ok || w.DType != dtype {
+		t.Fatalf("no %v %s in the export: %v", dtype, tensorName, w.DType)
 	}
 	_, want, _ := fleet(t, "eval", "--out", run, "--data", data, "--device", "cpu", "--eval-windows", "8")
 	code, got, stderr := fleet(t, "eval", "--weights", hf, "--tokenizer", "char:"+filepath.Join(run, "tokenizer.json"),

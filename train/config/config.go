@@ -91,6 +91,7 @@ type Config struct {
 	NKVHead    int     `json:"n_kv_head,omitempty"`
 	HeadDim    int     `json:"head_dim,omitempty"`
 	MLPHidden  int     `json:"mlp_hidden,omitempty"`
+	MLP        string  `json:"mlp,omitempty"`
 	RopeTheta  float64 `json:"rope_theta,omitempty"`
 	NormEps    float64 `json:"norm_eps,omitempty"`
 	QKNorm     bool    `json:"qk_norm,omitempty"`
@@ -371,7 +372,7 @@ func (c Config) ModelConfig(vocab int) model.Config {
 	return model.Config{VocabSize: vocab, BlockSize: c.BlockSize, NLayer: c.NLayer, NHead: c.NHead,
 		NEmbd: c.NEmbd, Dropout: float32(c.Dropout), Bias: c.Bias,
 		Arch: c.Arch, NKVHead: c.NKVHead, HeadDim: c.HeadDim, MLPHidden: c.MLPHidden, RopeTheta: c.RopeTheta,
-		NormEps: c.NormEps, QKNorm: c.QKNorm, QKVBias: c.QKVBias, UntiedHead: c.UntiedHead, RopeScaling: c.RopeScaling}
+		NormEps: c.NormEps, QKNorm: c.QKNorm, QKVBias: c.QKVBias, UntiedHead: c.UntiedHead, RopeScaling: c.RopeScaling, MLP: c.MLP}
 }
 
 // CollectiveTimeout is the run's bound on every collective: CommTimeout,

@@ -42,7 +42,8 @@ var Flags = setting.Table[Config]{
 	declare("arch", "Arch", "model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head), llama (RMSNorm, rotary embeddings, SwiGLU, grouped-query attention) or lstm (a multi-layer LSTM; see docs/models.md)", func(c *Config) any { return &c.Arch }),
 	declare("n-kv-head", "NKVHead", "llama: key/value heads, dividing --n-head (0: --n-head; 1: multi-query)", func(c *Config) any { return &c.NKVHead }),
 	declare("head-dim", "HeadDim", "llama: width of a head (0: --n-embd / --n-head)", func(c *Config) any { return &c.HeadDim }),
-	declare("mlp-hidden", "MLPHidden", "llama: SwiGLU's hidden width (0: 8/3 × --n-embd, rounded up to a multiple of 8)", func(c *Config) any { return &c.MLPHidden }),
+	declare("mlp", "MLP", "llama: the feed-forward, swiglu (gate and up projections, silu(gate)·up) or relu2 (an up projection, max(x, 0)²: modded-nanogpt's, Arcee's)", func(c *Config) any { return &c.MLP }),
+	declare("mlp-hidden", "MLPHidden", "llama: the feed-forward's hidden width (0: 8/3 × --n-embd rounded up to a multiple of 8 for swiglu, 4 × --n-embd for relu2)", func(c *Config) any { return &c.MLPHidden }),
 	declare("rope-theta", "RopeTheta", "llama: base of the rotary embeddings' frequencies (0: 10000)", func(c *Config) any { return &c.RopeTheta }),
 	declare("norm-eps", "NormEps", "llama: RMSNorm's epsilon (0: 1e-5)", func(c *Config) any { return &c.NormEps }),
 	declare("qk-norm", "QKNorm", "llama: RMS-normalise each head of q and k before the rotation (Qwen3's QK-norm)", func(c *Config) any { return &c.QKNorm }),
@@ -96,7 +97,7 @@ var Flags = setting.Table[Config]{
 // ModelFlags are the flags of the model and the step, which bench and lab
 // take too.
 var ModelFlags = []string{"device", "precision", "n-layer", "n-head", "n-embd", "block-size", "dropout", "bias",
-	"arch", "n-kv-head", "head-dim", "mlp-hidden", "rope-theta", "norm-eps", "qk-norm", "qkv-bias", "tie-embeddings",
+	"arch", "n-kv-head", "head-dim", "mlp", "mlp-hidden", "rope-theta", "norm-eps", "qk-norm", "qkv-bias", "tie-embeddings",
 	"batch-size", "memory-limit", "recompute", "cuda-graphs", "grad-accum", "lr", "seed",
 	"optimizer", "muon-lr", "muon-momentum", "muon-weight-decay"}
 

@@ -129,6 +129,7 @@ func (rc RunConfig) Settings() []Recorded {
 		{Flag: "--arch", Value: orDefault(m.Arch, model.ArchGPT2)},
 		{Flag: "--n-kv-head", Value: itoa(m.NKVHead)},
 		{Flag: "--head-dim", Value: itoa(m.HeadDim)},
+		{Flag: "--mlp", Value: mlpValue(m)},
 		{Flag: "--mlp-hidden", Value: itoa(m.MLPHidden)},
 		{Flag: "--rope-theta", Value: fmtFloat(m.RopeTheta)},
 		{Flag: "--norm-eps", Value: fmtFloat(m.NormEps)},
@@ -184,6 +185,15 @@ func (rc RunConfig) Settings() []Recorded {
 }
 
 func precisionName(p string) string { return orDefault(p, "fp32") }
+
+// mlpValue is a Llama's feed-forward as recorded (swiglu where unset);
+// none for the other families, which have no choice.
+func mlpValue(m model.Config) string {
+	if !m.IsLlama() {
+		return "none"
+	}
+	return orDefault(m.MLP, model.MLPSwiGLU)
+}
 
 // muonValue is Muon's setting i (MuonSettings' order) as recorded: none
 // where the run does not use Muon.
