@@ -119,6 +119,9 @@ func StepsWith(cfg train.Config, vocab, warmup, steps int, o Options) (Result, e
 	if cfg.Zero != 0 && o.SimWorld <= 1 {
 		return Result{}, setting.Errorf("{Zero} in a benchmark needs {SimWorld} above 1")
 	}
+	if o.SimRank != 0 && o.SimWorld <= 1 {
+		return Result{}, fmt.Errorf("--sim-rank %d needs --sim-world above 1", o.SimRank)
+	}
 	if o.SimWorld > 1 {
 		if simDev == nil {
 			return Result{}, setting.Errorf("{SimWorld} needs a simulated GPU ({Device} sim:h200, say), not %v", dev)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -138,5 +139,34 @@ func TestBenchSimZero(t *testing.T) {
 	code, _, stderr := fleet(t, "bench", "--device", "sim:h200", "--zero", "1", "--steps", "1", "--warmup", "0")
 	if code == 0 || !strings.Contains(stderr, "--sim-world") {
 		t.Errorf("--zero without --sim-world: exit %d, %s", code, stderr)
+	}
+}
+
+// TestBenchSimZeroMuon: Muon under --zero 1 on 4 simulated ranks, each
+// rank simulated in turn (--sim-rank): every rank's step gathers the 4
+// shards (a broadcast each) with no host sync, and the ranks' steps differ
+// in the work they do (each orthogonalises its own matrices). A rank
+// outside the world is refused.
+func TestBenchSimZeroMuon(t *testing.T) {
+	flops := map[float64]bool{}
+	for r := range 4 {
+		_, res := benchJSON(t, "--device", "sim:h100", "--n-layer", "4", "--n-embd", "128", "--n-head", "4",
+			"--block-size", "64", "--batch-size", "4", "--vocab-size", "500", "--steps", "1", "--warmup", "1", "--matmuls=false",
+			"--optimizer", "muon", "--sim-world", "4", "--zero", "1", "--sim-rank", strconv.Itoa(r))
+		by := res["launches_by_kernel"].(map[string]any)
+		if b, _ := by["ncclBroadcast"].(float64); b != 4 {
+			t.Errorf("rank %d: %v broadcasts per step, want 4 (a shard each)", r, b)
+		}
+		if s := res["host_syncs_per_step"].(float64); s != 0 {
+			t.Errorf("rank %d: %v host syncs per step", r, s)
+		}
+		flops[res["flops_per_step"].(float64)] = true
+	}
+	if len(flops) < 2 {
+		t.Errorf("every rank's step does the same FLOPs (%v): the shards' matrices are not theirs alone", flops)
+	}
+	code, _, stderr := fleet(t, "bench", "--device", "sim:h100", "--sim-world", "4", "--sim-rank", "4", "--steps", "1", "--warmup", "0")
+	if code == 0 || !strings.Contains(stderr, "--sim-rank 4") {
+		t.Errorf("--sim-rank 4 of 4: exit %d, %s", code, stderr)
 	}
 }
