@@ -31,9 +31,9 @@ import "github.com/fleetml/fleet/backend"
 // asks (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)), done once,
 // where the product is first considered (amx_amd64.go).
 const (
-	amxMR = 32 // rows of C per kernel block
-	amxNR = 32 // columns of C per kernel block (= bf16NR, the B strips)
-	amxKP = 16 // bf16 pairs per k-chunk (one tile row of 64 bytes)
+	amxMR = 32     // rows of C per kernel block
+	amxNR = bf16NR // columns of C per kernel block: the B strips
+	amxKP = 16     // bf16 pairs per k-chunk (one tile row of 64 bytes)
 )
 
 // amxKernel computes nblk 32×32 blocks of C, side by side: block s from
@@ -71,77 +71,19 @@ func amxKernelGo(kb int, a []uint32, lda int, b []uint32, bstrip int, c []float3
 	}
 }
 
-// amxPacked holds a call's packed operands, reused across calls.
-type amxPacked struct{ a, b []uint32 }
-
-var amxPackedPool pool[amxPacked]
-
-// amxTask is one AMX MatMul call. As amxPack a range is a range of strips
-// to pack (per batch item: as strips of A, then bs strips of B); as
-// amxTiles a range of mc×nc tiles of C (per batch item, tm×tn).
-type amxTask struct {
-	p                        backend.MatMul
-	A, B                     []uint16
-	C, bias                  []float32
-	C16                      []uint16 // C in BF16 (then C is nil): see tileC
-	pa, pb                   []uint32
-	lda, ldb, kp, mPad, nPad int
-	as, bs, tm, tn           int
-}
-
-type (
-	amxPack  amxTask
-	amxTiles amxTask
-)
-
-var amxTasks taskPool[amxTask]
+// amxTiles is a bf16Task computing tiles of C with the AMX kernel.
+type amxTiles bf16Task
 
 // amxEdgePool holds the goroutines' edge blocks of C.
 var amxEdgePool pool[[amxMR * amxNR]float32]
 
-// matmulAMX is the AMX product (see above). Alpha must be 1.
+// matmulAMX is the AMX product (see above), on the dot products' driver
+// (bf16Prepare) with A packed in AMX's strips. Alpha must be 1.
 func (c *CPU) matmulAMX(p backend.MatMul, a, b, cc, bias backend.Ref) {
-	t := amxTasks.get()
-	t.p, t.A, t.B = p, u16(a), u16(b)
-	t.C, t.C16 = outC(cc)
-	if !bias.Nil() {
-		t.bias = f32(bias)[:p.N]
-	}
-	t.lda, t.ldb = p.K, p.N
-	if p.TransA {
-		t.lda = p.M
-	}
-	if p.TransB {
-		t.ldb = p.K
-	}
-	t.kp = roundUp((p.K+1)/2, amxKP)
-	t.mPad, t.nPad = roundUp(p.M, amxMR), roundUp(p.N, amxNR)
-	pk := amxPackedPool.get()
-	pk.a = grow(pk.a, p.Batch*t.mPad*t.kp)
-	pk.b = grow(pk.b, p.Batch*t.nPad*t.kp)
-	t.pa, t.pb = pk.a, pk.b
-	t.as, t.bs = t.mPad/amxMR, t.nPad/amxNR
-	if t.kp > 0 {
-		c.parallelFor(p.Batch*(t.as+t.bs), 2, (*amxPack)(t))
-	}
-	t.tm = (p.M + gemmMC - 1) / gemmMC
-	t.tn = (p.N + gemmNC - 1) / gemmNC
+	t, pk := c.bf16Prepare(p, a, b, cc, bias, amxMR, roundUp((p.K+1)/2, amxKP), packRowsA, 2)
 	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*amxTiles)(t))
-	amxTasks.put(t)
-	amxPackedPool.put(pk)
-}
-
-func (t *amxPack) do(lo, hi int) {
-	p, kp := &t.p, t.kp
-	for ti := lo; ti < hi; ti++ {
-		bi, s := ti/(t.as+t.bs), ti%(t.as+t.bs)
-		if s < t.as {
-			packRowsA(t.pa[(bi*t.mPad+s*amxMR)*kp:], t.A[bi*p.StrideA:], t.lda, p.TransA, s*amxMR, min(amxMR, p.M-s*amxMR), p.K, kp)
-		} else {
-			j := (s - t.as) * amxNR
-			packPairsB(t.pb[(bi*t.nPad+j)*kp:], t.B[bi*p.StrideB:], t.ldb, p.TransB, j, min(amxNR, p.N-j), p.K, kp)
-		}
-	}
+	bf16Tasks.put(t)
+	bf16PackedPool.put(pk)
 }
 
 func (t *amxTiles) do(lo, hi int) {

@@ -84,6 +84,43 @@ func (c *CPU) matmulBF16(p backend.MatMul, a, b, cc, bias backend.Ref) {
 // packs each operand once, in parallel, then computes tiles of C from the
 // packed pairs.
 func (c *CPU) matmulBF16Dot(p backend.MatMul, a, b, cc, bias backend.Ref) {
+	t, pk := c.bf16Prepare(p, a, b, cc, bias, bf16MR, (p.K+1)/2, packPairsA, 4)
+	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*bf16Tiles)(t))
+	bf16Tasks.put(t)
+	bf16PackedPool.put(pk)
+}
+
+// bf16Task is one BF16 MatMul call, the dot products' or AMX's. As
+// bf16Pack a range is a range of strips to pack (per batch item: as
+// strips of A, mr rows each, packed by packA, then bs strips of B, bf16NR
+// columns each, by packPairsB); as bf16Tiles or amxTiles, a range of
+// mc×nc tiles of C (per batch item, tm×tn).
+type bf16Task struct {
+	p                        backend.MatMul
+	A, B                     []uint16
+	C, bias                  []float32
+	C16                      []uint16 // C in BF16 (then C is nil): see tileC
+	pa, pb                   []uint32
+	lda, ldb, kp, mPad, nPad int
+	as, bs, tm, tn           int
+	mr                       int
+	packA                    func(dst []uint32, a []uint16, ld int, trans bool, i0, rows, K, kp int)
+}
+
+type (
+	bf16Pack  bf16Task
+	bf16Tiles bf16Task
+)
+
+var bf16Tasks taskPool[bf16Task]
+
+// bf16Prepare makes a product's task, with A in strips of mr rows packed
+// by packA and B in strips of bf16NR columns, kp pairs of k each (K/2
+// rounded up, or further for AMX's chunks: the padding is zero), packs
+// both operands in parallel (grain strips a goroutine), and counts the
+// tiles of C. The caller computes the tiles and puts t and pk back.
+func (c *CPU) bf16Prepare(p backend.MatMul, a, b, cc, bias backend.Ref, mr, kp int,
+	packA func([]uint32, []uint16, int, bool, int, int, int, int), grain int) (*bf16Task, *bf16Packed) {
 	t := bf16Tasks.get()
 	t.p, t.A, t.B = p, u16(a), u16(b)
 	t.C, t.C16 = outC(cc)
@@ -97,47 +134,27 @@ func (c *CPU) matmulBF16Dot(p backend.MatMul, a, b, cc, bias backend.Ref) {
 	if p.TransB {
 		t.ldb = p.K
 	}
-	t.kp = (p.K + 1) / 2
-	t.mPad, t.nPad = roundUp(p.M, bf16MR), roundUp(p.N, bf16NR)
+	t.kp, t.mr, t.packA = kp, mr, packA
+	t.mPad, t.nPad = roundUp(p.M, mr), roundUp(p.N, bf16NR)
 	pk := bf16PackedPool.get()
 	pk.a = grow(pk.a, p.Batch*t.mPad*t.kp)
 	pk.b = grow(pk.b, p.Batch*t.nPad*t.kp)
 	t.pa, t.pb = pk.a, pk.b
-	t.as, t.bs = t.mPad/bf16MR, t.nPad/bf16NR
-	c.parallelFor(p.Batch*(t.as+t.bs), 4, (*bf16Pack)(t))
+	t.as, t.bs = t.mPad/mr, t.nPad/bf16NR
+	if t.kp > 0 {
+		c.parallelFor(p.Batch*(t.as+t.bs), grain, (*bf16Pack)(t))
+	}
 	t.tm = (p.M + gemmMC - 1) / gemmMC
 	t.tn = (p.N + gemmNC - 1) / gemmNC
-	c.parallelFor(p.Batch*t.tm*t.tn, 1, (*bf16Tiles)(t))
-	bf16Tasks.put(t)
-	bf16PackedPool.put(pk)
+	return t, pk
 }
-
-// bf16Task is one BF16 MatMul call. As bf16Pack a range is a range of
-// strips to pack (per batch item: as strips of A, then bs strips of B); as
-// bf16Tiles, a range of mc×nc tiles of C (per batch item, tm×tn).
-type bf16Task struct {
-	p                        backend.MatMul
-	A, B                     []uint16
-	C, bias                  []float32
-	C16                      []uint16 // C in BF16 (then C is nil): see tileC
-	pa, pb                   []uint32
-	lda, ldb, kp, mPad, nPad int
-	as, bs, tm, tn           int
-}
-
-type (
-	bf16Pack  bf16Task
-	bf16Tiles bf16Task
-)
-
-var bf16Tasks taskPool[bf16Task]
 
 func (t *bf16Pack) do(lo, hi int) {
-	p, kp := &t.p, t.kp
+	p, kp, mr := &t.p, t.kp, t.mr
 	for ti := lo; ti < hi; ti++ {
 		bi, s := ti/(t.as+t.bs), ti%(t.as+t.bs)
 		if s < t.as {
-			packPairsA(t.pa[(bi*t.mPad+s*bf16MR)*kp:], t.A[bi*p.StrideA:], t.lda, p.TransA, s*bf16MR, min(bf16MR, p.M-s*bf16MR), p.K, kp)
+			t.packA(t.pa[(bi*t.mPad+s*mr)*kp:], t.A[bi*p.StrideA:], t.lda, p.TransA, s*mr, min(mr, p.M-s*mr), p.K, kp)
 		} else {
 			j := (s - t.as) * bf16NR
 			packPairsB(t.pb[(bi*t.nPad+j)*kp:], t.B[bi*p.StrideB:], t.ldb, p.TransB, j, min(bf16NR, p.N-j), p.K, kp)
