@@ -9,10 +9,9 @@ import (
 // The kernels of Llama-style blocks (backend.LlamaBlocks): RMSNorm and its
 // fused residual add, rotary embeddings with QK-norm, SwiGLU, and ReLU².
 // Each is a pass over rows (ReLU²: over elements), one goroutine per
-// range, in float32; the
-// weights' gradients are summed per fixed chunk of rows and the chunks
-// added in order, so the bits do not depend on the thread count. BF16
-// operands widen (widen.go).
+// range, in float32; the weights' gradients are summed per fixed chunk of
+// rows and the chunks added in order, so the bits do not depend on the
+// thread count. BF16 operands widen (widen.go).
 
 var _ backend.LlamaBlocks = (*CPU)(nil)
 
