@@ -106,95 +106,22 @@ def muon_step(W, buf, parts, rate):
 
 
 def make(out_dir):
-    CFG = t.CFG
-    gen = torch.Generator().manual_seed(t.SEED)
-    params = t.init_params(gen)
-    B, T, V = t.BATCH_SIZE, CFG["block_size"], CFG["vocab_size"]
-    xs, ys = [], []
-    for _ in range(t.STEPS):
-        xs.append(torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64))
-        ys.append(torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64))
-
-    init = {name: p.detach().to(torch.float32).clone() for name, p in params.items()}
-
-    plist = list(params.values())
-    muon = {name: muon_parts(name, CFG["n_embd"]) for name in params}
+    params, xs, ys, init = t.setup()
+    muon = {name: muon_parts(name, t.CFG["n_embd"]) for name in params}
     muon = {name: parts for name, parts in muon.items() if parts is not None}
     bufs = {name: torch.zeros_like(params[name]) for name in muon}
-    rest = [(name, p) for name, p in params.items() if name not in muon]
-    decay = [p for _, p in rest if p.dim() >= 2]
-    no_decay = [p for _, p in rest if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [dict(params=decay, weight_decay=t.WEIGHT_DECAY),
-         dict(params=no_decay, weight_decay=0.0)],
-        lr=t.LEARNING_RATE, betas=(t.BETA1, t.BETA2), eps=t.EPS, foreach=False)
+    opt = t.adamw([(name, p) for name, p in params.items() if name not in muon])
 
-    losses, norms, lrs = [], [], []
-    for s in range(t.STEPS):
-        lr = t.get_lr(s)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        _, loss = g.forward(CFG, params, xs[s], ys[s])
-        losses.append(loss.item())
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(plist, t.GRAD_CLIP)
-        norms.append(norm.item())
-        lrs.append(lr)
-        opt.step()
+    def muon_steps(lr):
         rate = MUON_LR * lr / t.LEARNING_RATE
         for name, parts in muon.items():
             muon_step(params[name], bufs[name], parts, rate)
-        opt.zero_grad(set_to_none=True)
-        for name in muon:
             params[name].grad = None
 
-    tensors = {}
-    for name, p in params.items():
-        tensors["init." + name] = init[name]
-        tensors["final." + name] = p.detach().to(torch.float32)
-    tensors["x"] = torch.stack(xs).to(torch.int32)
-    tensors["y"] = torch.stack(ys).to(torch.int32)
-    tensors["losses"] = torch.tensor(losses, dtype=torch.float64)
-    tensors["norms"] = torch.tensor(norms, dtype=torch.float64)
-    tensors["lrs"] = torch.tensor(lrs, dtype=torch.float64)
-
-    metadata = {
-        "vocab_size": str(V),
-        "block_size": str(T),
-        "n_layer": str(CFG["n_layer"]),
-        "n_head": str(CFG["n_head"]),
-        "n_embd": str(CFG["n_embd"]),
-        "bias": "true" if CFG["bias"] else "false",
-        "batch_size": str(B),
-        "steps": str(t.STEPS),
-        "learning_rate": repr(t.LEARNING_RATE),
-        "min_lr": repr(t.MIN_LR),
-        "warmup_iters": str(t.WARMUP_ITERS),
-        "lr_decay_iters": str(t.LR_DECAY_ITERS),
-        "beta1": repr(t.BETA1),
-        "beta2": repr(t.BETA2),
-        "weight_decay": repr(t.WEIGHT_DECAY),
-        "grad_clip": repr(t.GRAD_CLIP),
-        "eps": repr(t.EPS),
-        "init_std": repr(t.INIT_STD),
-        "seed": str(t.SEED),
-        "optimizer": "muon",
-        "muon_lr": repr(MUON_LR),
-        "muon_momentum": repr(MUON_MOMENTUM),
-        "muon_weight_decay": repr(MUON_WEIGHT_DECAY),
-        "torch_version": torch.__version__,
-        "generator": "scripts/make_muon_fixture.py",
-    }
-    path = os.path.join(out_dir, FILE)
-    g.write_safetensors(path, tensors, metadata)
-
-    back, meta = g.read_safetensors(path)
-    assert meta == metadata
-    assert set(back) == set(tensors)
-    for name, ten in tensors.items():
-        assert back[name].dtype == ten.dtype and torch.equal(back[name], ten), name
-
-    print("%s: %d bytes, %d tensors" % (path, os.path.getsize(path), len(back)))
+    losses, norms, lrs = t.train(params, xs, ys, opt, muon_steps)
+    t.save(os.path.join(out_dir, FILE), params, init, xs, ys, losses, norms, lrs, "scripts/make_muon_fixture.py",
+           {"optimizer": "muon", "muon_lr": repr(MUON_LR), "muon_momentum": repr(MUON_MOMENTUM),
+            "muon_weight_decay": repr(MUON_WEIGHT_DECAY)})
     for s in range(t.STEPS):
         print("  step %2d  lr %.6f  loss %.10f  norm %.6f" % (s, lrs[s], losses[s], norms[s]))
 

@@ -122,7 +122,8 @@ def init_params(gen):
     return params
 
 
-def make(out_dir):
+def setup():
+    """The run's parameters, its batches x[s], y[s] and the parameters' initial F32 values."""
     gen = torch.Generator().manual_seed(SEED)
     params = init_params(gen)
     B, T, V = BATCH_SIZE, CFG["block_size"], CFG["vocab_size"]
@@ -130,17 +131,25 @@ def make(out_dir):
     for _ in range(STEPS):
         xs.append(torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64))
         ys.append(torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64))
-
     init = {name: p.detach().to(torch.float32).clone() for name, p in params.items()}
+    return params, xs, ys, init
 
-    plist = list(params.values())
-    decay = [p for p in plist if p.dim() >= 2]
-    no_decay = [p for p in plist if p.dim() < 2]
-    opt = torch.optim.AdamW(
+
+def adamw(named):
+    """torch.optim.AdamW over (name, parameter) pairs: weight decay for those with dim >= 2."""
+    decay = [p for _, p in named if p.dim() >= 2]
+    no_decay = [p for _, p in named if p.dim() < 2]
+    return torch.optim.AdamW(
         [dict(params=decay, weight_decay=WEIGHT_DECAY),
          dict(params=no_decay, weight_decay=0.0)],
         lr=LEARNING_RATE, betas=(BETA1, BETA2), eps=EPS, foreach=False)
 
+
+def train(params, xs, ys, opt, after_step=None):
+    """STEPS steps: forward, backward, the global clip over every parameter, opt's step,
+    then after_step(lr) where given (another rule's update), then the gradients zeroed.
+    Returns the losses, the pre-clip norms and the learning rates."""
+    plist = list(params.values())
     losses, norms, lrs = [], [], []
     for s in range(STEPS):
         lr = get_lr(s)
@@ -153,8 +162,15 @@ def make(out_dir):
         norms.append(norm.item())
         lrs.append(lr)
         opt.step()
+        if after_step is not None:
+            after_step(lr)
         opt.zero_grad(set_to_none=True)
+    return losses, norms, lrs
 
+
+def save(path, params, init, xs, ys, losses, norms, lrs, generator, extra_meta=None):
+    """Writes the run's tensors and metadata (extra_meta after the run's settings) to
+    path, reads the file back to check it, and returns the tensors read."""
     tensors = {}
     for name, p in params.items():
         tensors["init." + name] = init[name]
@@ -166,13 +182,13 @@ def make(out_dir):
     tensors["lrs"] = torch.tensor(lrs, dtype=torch.float64)
 
     metadata = {
-        "vocab_size": str(V),
-        "block_size": str(T),
+        "vocab_size": str(CFG["vocab_size"]),
+        "block_size": str(CFG["block_size"]),
         "n_layer": str(CFG["n_layer"]),
         "n_head": str(CFG["n_head"]),
         "n_embd": str(CFG["n_embd"]),
         "bias": "true" if CFG["bias"] else "false",
-        "batch_size": str(B),
+        "batch_size": str(BATCH_SIZE),
         "steps": str(STEPS),
         "learning_rate": repr(LEARNING_RATE),
         "min_lr": repr(MIN_LR),
@@ -185,10 +201,10 @@ def make(out_dir):
         "eps": repr(EPS),
         "init_std": repr(INIT_STD),
         "seed": str(SEED),
-        "torch_version": torch.__version__,
-        "generator": "scripts/make_train_fixture.py",
     }
-    path = os.path.join(out_dir, FILE)
+    metadata.update(extra_meta or {})
+    metadata["torch_version"] = torch.__version__
+    metadata["generator"] = generator
     g.write_safetensors(path, tensors, metadata)
 
     # verify by reading back (the reader checks offsets, sizes, order and coverage)
@@ -197,9 +213,17 @@ def make(out_dir):
     assert set(back) == set(tensors)
     for name, t in tensors.items():
         assert back[name].dtype == t.dtype and torch.equal(back[name], t), name
-
     print("%s: %d bytes, %d tensors" % (path, os.path.getsize(path), len(back)))
-    print("  log V = %.6f" % math.log(V))
+    return back
+
+
+def make(out_dir):
+    params, xs, ys, init = setup()
+    opt = adamw(list(params.items()))
+    losses, norms, lrs = train(params, xs, ys, opt)
+    save(os.path.join(out_dir, FILE), params, init, xs, ys, losses, norms, lrs, "scripts/make_train_fixture.py")
+
+    print("  log V = %.6f" % math.log(CFG["vocab_size"]))
     clipped = 0
     for s in range(STEPS):
         c = norms[s] + 1e-6 > GRAD_CLIP
