@@ -13,31 +13,96 @@ import (
 	"github.com/fleetml/fleet/backend/gpu/kernels"
 )
 
-// mmaForwardOnly is attention_mma.cu cut to its device code and the one
-// kernel fleet_attention_fwd_mma32_bf16: what the mutants change, built
-// faster than the whole file.
-func mmaForwardOnly(t *testing.T) string {
-	t.Helper()
-	var src string
+// mmaSource is attention_mma.cu's source.
+func mmaSource() string {
 	for _, f := range cudakernels.Files() {
 		if f.Name == "attention_mma.cu" {
-			src = f.Source
+			return f.Source
 		}
 	}
-	const first = `extern "C" __global__ void fleet_attention_fwd_mma32_bf16(`
+	return ""
+}
+
+// cutKernel is the kernel of src whose definition starts with first, to
+// its closing brace.
+func cutKernel(t *testing.T, src, first string) string {
+	t.Helper()
 	i := strings.Index(src, first)
 	if i < 0 {
 		t.Fatalf("attention_mma.cu has no %s", first)
 	}
 	end := strings.Index(src[i:], "\n}\n")
 	if end < 0 {
-		t.Fatal("fleet_attention_fwd_mma32_bf16 has no end")
+		t.Fatalf("%s has no end", first)
+	}
+	return src[i : i+end+3]
+}
+
+// mmaDeviceCode is attention_mma.cu's device code: what comes before its
+// first kernel, which must be fleet_attention_fwd_mma32_bf16 (so that no
+// kernel is kept by the cuts below).
+func mmaDeviceCode(t *testing.T, src string) string {
+	t.Helper()
+	const first = `extern "C" __global__ void fleet_attention_fwd_mma32_bf16(`
+	i := strings.Index(src, first)
+	if i < 0 {
+		t.Fatalf("attention_mma.cu has no %s", first)
 	}
 	head := src[:i]
 	if j := strings.Index(head, `extern "C"`); j >= 0 {
 		t.Fatalf("a kernel before the first mma32 one, at %d: the cut would keep it", j)
 	}
-	return head + src[i:i+end+3]
+	return head
+}
+
+// mmaForwardOnly is attention_mma.cu cut to its device code and the one
+// kernel fleet_attention_fwd_mma32_bf16: what the mutants change, built
+// faster than the whole file.
+func mmaForwardOnly(t *testing.T) string {
+	t.Helper()
+	src := mmaSource()
+	return mmaDeviceCode(t, src) + cutKernel(t, src, `extern "C" __global__ void fleet_attention_fwd_mma32_bf16(`)
+}
+
+// normwiseError is ‖got − want‖ / ‖want‖, infinite where got holds a NaN
+// or an infinity.
+func normwiseError(got, want []float32) float64 {
+	var d2 float64
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			return math.Inf(1)
+		}
+		d := float64(g) - float64(want[i])
+		d2 += d * d
+	}
+	return math.Sqrt(d2) / attnNorm(want)
+}
+
+// mutant is a change to attention_mma.cu: its one occurrence of from
+// becomes to.
+type mutant struct{ name, from, to string }
+
+// checkMutants requires run (a kernel's normwise error against the CPU
+// on src) to pass src as written (the control) and to catch every
+// mutant of it: an error above attnTolMMA, or a failure to run.
+func checkMutants(t *testing.T, src string, run func(src string) (float64, error), mutants []mutant) {
+	t.Helper()
+	e, err := run(src)
+	if err != nil || !(e <= attnTolMMA) {
+		t.Fatalf("the kernel as written: error %.3g (%v), want <= %g", e, err, attnTolMMA)
+	}
+	t.Logf("as written: normwise error %.3g", e)
+	for _, mu := range mutants {
+		if strings.Count(src, mu.from) != 1 {
+			t.Fatalf("%s: attention_mma.cu has %d of %q, want 1", mu.name, strings.Count(src, mu.from), mu.from)
+		}
+		e, err := run(strings.Replace(src, mu.from, mu.to, 1))
+		if err == nil && e <= attnTolMMA {
+			t.Errorf("%s: the emulated check passed it (normwise error %.3g <= %g)", mu.name, e, attnTolMMA)
+			continue
+		}
+		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
+	}
 }
 
 // mmaForwardError runs the forward kernel of src (built as
@@ -62,16 +127,7 @@ func mmaForwardError(t *testing.T, src string, p backend.Attention) (float64, er
 	if l.ran != 1 {
 		return 0, fmt.Errorf("%d launches of the forward kernel, want 1", l.ran)
 	}
-	got := devGet(out)
-	var d2 float64
-	for i, g := range got {
-		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
-			return math.Inf(1), nil
-		}
-		d := float64(g) - float64(r.out[i])
-		d2 += d * d
-	}
-	return math.Sqrt(d2) / attnNorm(r.out), nil
+	return normwiseError(devGet(out), r.out), nil
 }
 
 // TestAttentionMMAMutants breaks attention_mma.cu's forward kernel the
@@ -84,30 +140,15 @@ func mmaForwardError(t *testing.T, src string, p backend.Attention) (float64, er
 // fails for its fault. T 128 at hd 32: two query blocks, the second over
 // two key tiles, so the rescale runs with maxima that move.
 func TestAttentionMMAMutants(t *testing.T) {
-	src := mmaForwardOnly(t)
 	p := backend.Attention{B: 1, T: 128, C: 32, H: 1}
-	e, err := mmaForwardError(t, src, p)
-	if err != nil || !(e <= attnTolMMA) {
-		t.Fatalf("the kernel as written: error %.3g (%v), want <= %g", e, err, attnTolMMA)
-	}
-	t.Logf("as written: normwise error %.3g", e)
-	for _, mu := range []struct{ name, from, to string }{
+	run := func(src string) (float64, error) { return mmaForwardError(t, src, p) }
+	checkMutants(t, mmaForwardOnly(t), run, []mutant{
 		{"swapped fragments (A registers 1 and 2 of P·V)",
 			"unsigned af[4] = {fa_pack<P>(p[2 * kk][0], p[2 * kk][1]), fa_pack<P>(p[2 * kk][2], p[2 * kk][3]),\n\t\t\tfa_pack<P>(p[2 * kk + 1][0], p[2 * kk + 1][1]),",
 			"unsigned af[4] = {fa_pack<P>(p[2 * kk][0], p[2 * kk][1]), fa_pack<P>(p[2 * kk + 1][0], p[2 * kk + 1][1]),\n\t\t\tfa_pack<P>(p[2 * kk][2], p[2 * kk][3]),"},
 		{"causal mask on the wrong row", "int qi = wq + g + 8 * r;\n\t\t\t\tfloat mx", "int qi = wq + g;\n\t\t\t\tfloat mx"},
 		{"online softmax rescale one tile short", "for (int j = 0; j < HDP / 8; j++) {\n\t\t\t\t\to[j][2 * r] *= alpha;", "for (int j = 0; j < HDP / 8 - 1; j++) {\n\t\t\t\t\to[j][2 * r] *= alpha;"},
-	} {
-		if strings.Count(src, mu.from) != 1 {
-			t.Fatalf("%s: attention_mma.cu has %d of %q, want 1", mu.name, strings.Count(src, mu.from), mu.from)
-		}
-		e, err := mmaForwardError(t, strings.Replace(src, mu.from, mu.to, 1), p)
-		if err == nil && e <= attnTolMMA {
-			t.Errorf("%s: the emulated check passed it (normwise error %.3g <= %g)", mu.name, e, attnTolMMA)
-			continue
-		}
-		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
-	}
+	})
 }
 
 // mmaBackwardOnly is attention_mma.cu cut to its device code and the
@@ -115,27 +156,10 @@ func TestAttentionMMAMutants(t *testing.T) {
 // last launches and fleet_attention_bwd_mma32_bf16.
 func mmaBackwardOnly(t *testing.T) string {
 	t.Helper()
-	fwd := mmaForwardOnly(t)
-	var src string
-	for _, f := range cudakernels.Files() {
-		if f.Name == "attention_mma.cu" {
-			src = f.Source
-		}
-	}
-	head := fwd[:strings.Index(fwd, `extern "C"`)]
-	cut := func(first string) string {
-		i := strings.Index(src, first)
-		if i < 0 {
-			t.Fatalf("attention_mma.cu has no %s", first)
-		}
-		end := strings.Index(src[i:], "\n}\n")
-		if end < 0 {
-			t.Fatalf("%s has no end", first)
-		}
-		return src[i : i+end+3]
-	}
-	return head + cut(`extern "C" __global__ void fleet_attention_bwd_pre_bf16(`) +
-		cut(`extern "C" __global__ void fleet_attention_bwd_mma32_bf16(`) + cut(`extern "C" __global__ void fleet_attention_bwd_post_bf16(`)
+	src := mmaSource()
+	return mmaDeviceCode(t, src) + cutKernel(t, src, `extern "C" __global__ void fleet_attention_bwd_pre_bf16(`) +
+		cutKernel(t, src, `extern "C" __global__ void fleet_attention_bwd_mma32_bf16(`) +
+		cutKernel(t, src, `extern "C" __global__ void fleet_attention_bwd_post_bf16(`)
 }
 
 // mmaBackwardError runs the backward pass of src (built as
@@ -159,15 +183,7 @@ func mmaBackwardError(t *testing.T, src string, p backend.Attention) (float64, e
 	if err != nil {
 		return 0, err
 	}
-	var d2 float64
-	for i, g := range devGet(dqkv) {
-		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
-			return math.Inf(1), nil
-		}
-		d := float64(g) - float64(r.dqkv[i])
-		d2 += d * d
-	}
-	return math.Sqrt(d2) / attnNorm(r.dqkv), nil
+	return normwiseError(devGet(dqkv), r.dqkv), nil
 }
 
 // TestAttentionMMABackwardMutants breaks the tensor-core backward kernel
@@ -179,26 +195,11 @@ func mmaBackwardError(t *testing.T, src string, p backend.Attention) (float64, e
 // T 100 at hd 32: two key blocks, the first over two query tiles, the
 // second with its last two warps' keys all past T (idle).
 func TestAttentionMMABackwardMutants(t *testing.T) {
-	src := mmaBackwardOnly(t)
 	p := backend.Attention{B: 1, T: 100, C: 32, H: 1}
-	e, err := mmaBackwardError(t, src, p)
-	if err != nil || !(e <= attnTolMMA) {
-		t.Fatalf("the kernel as written: error %.3g (%v), want <= %g", e, err, attnTolMMA)
-	}
-	t.Logf("as written: normwise error %.3g", e)
-	for _, mu := range []struct{ name, from, to string }{
+	run := func(src string) (float64, error) { return mmaBackwardError(t, src, p) }
+	checkMutants(t, mmaBackwardOnly(t), run, []mutant{
 		{"dS untransposed", "sdS[qc * LDS + 16 * warp + g + 8 * (e >> 1)] = P::h(ds[j][e]);", "sdS[(16 * warp + g + 8 * (e >> 1)) * LDS + qc] = P::h(ds[j][e]);"},
 		{"dq product a slice short", "for (int kk = 0; kk < FA_ROWS; kk += 16) {\n\t\t\t\tunsigned af[4];\n\t\t\t\tfa_ldA<LDS>", "for (int kk = 0; kk < FA_ROWS - 16; kk += 16) {\n\t\t\t\tunsigned af[4];\n\t\t\t\tfa_ldA<LDS>"},
 		{"idle warps' dS unwritten", "sdS[(8 * j + 2 * t + (e & 1)) * LDS + 16 * warp + g + 8 * (e >> 1)] = 0;", ";"},
-	} {
-		if strings.Count(src, mu.from) != 1 {
-			t.Fatalf("%s: attention_mma.cu has %d of %q, want 1", mu.name, strings.Count(src, mu.from), mu.from)
-		}
-		e, err := mmaBackwardError(t, strings.Replace(src, mu.from, mu.to, 1), p)
-		if err == nil && e <= attnTolMMA {
-			t.Errorf("%s: the emulated check passed it (normwise error %.3g <= %g)", mu.name, e, attnTolMMA)
-			continue
-		}
-		t.Logf("%s: caught: error %.3g, %v", mu.name, e, err)
-	}
+	})
 }
