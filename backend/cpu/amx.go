@@ -87,19 +87,12 @@ func (c *CPU) matmulAMX(p backend.MatMul, a, b, cc, bias backend.Ref) {
 }
 
 func (t *amxTiles) do(lo, hi int) {
-	p, kp := &t.p, t.kp
+	kp := t.kp
 	kb := kp / amxKP
 	e := amxEdgePool.get()
 	defer amxEdgePool.put(e)
 	edge := e[:]
-	loc := bf16LocalPool.get()
-	defer bf16LocalPool.put(loc)
-	for ti := lo; ti < hi; ti++ {
-		bi, r := ti/(t.tm*t.tn), ti%(t.tm*t.tn)
-		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
-		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
-		ct, ldc := tileC(loc, p, t.C, t.C16, bi, i0, j0, mr, nr)
-		add := scaleRows(ct, ldc, mr, nr, p.Beta, p.K)
+	(*bf16Task)(t).eachTile(lo, hi, func(bi, i0, j0, mr, nr int, ct []float32, ldc int, add bool) {
 		for ib := 0; ib < mr && kb > 0; ib += amxMR { // K = 0: C = beta·C
 			rows := min(amxMR, mr-ib)
 			astrip := t.pa[(bi*t.mPad+i0+ib)*kp:][:amxMR*kp]
@@ -127,9 +120,7 @@ func (t *amxTiles) do(lo, hi int) {
 				}
 			}
 		}
-		addBias(ct, ldc, mr, nr, t.bias, j0)
-		storeTileC(p, ct, t.C16, bi, i0, j0, mr, nr)
-	}
+	})
 }
 
 // packRowsA packs rows [i0, i0+rows) of op(A) (M×K) into one AMX strip:

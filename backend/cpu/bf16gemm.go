@@ -162,11 +162,13 @@ func (t *bf16Pack) do(lo, hi int) {
 	}
 }
 
-func (t *bf16Tiles) do(lo, hi int) {
-	p, kp := &t.p, t.kp
-	w := getWork()
-	defer workPool.put(w)
-	edge := w.edge[:bf16MR*bf16NR]
+// eachTile runs block on tiles [lo, hi) of C (mc×nc, per batch item
+// tm×tn), each as tileC gives it (its float32 block ct, row stride ldc,
+// and whether block adds into it: scaleRows), then adds the bias and
+// stores the tile: the part of a product's tile loop that does not depend
+// on its micro-kernel.
+func (t *bf16Task) eachTile(lo, hi int, block func(bi, i0, j0, mr, nr int, ct []float32, ldc int, add bool)) {
+	p := &t.p
 	loc := bf16LocalPool.get()
 	defer bf16LocalPool.put(loc)
 	for ti := lo; ti < hi; ti++ {
@@ -174,7 +176,18 @@ func (t *bf16Tiles) do(lo, hi int) {
 		i0, j0 := (r/t.tn)*gemmMC, (r%t.tn)*gemmNC
 		mr, nr := min(gemmMC, p.M-i0), min(gemmNC, p.N-j0)
 		ct, ldc := tileC(loc, p, t.C, t.C16, bi, i0, j0, mr, nr)
-		add := scaleRows(ct, ldc, mr, nr, p.Beta, p.K)
+		block(bi, i0, j0, mr, nr, ct, ldc, scaleRows(ct, ldc, mr, nr, p.Beta, p.K))
+		addBias(ct, ldc, mr, nr, t.bias, j0)
+		storeTileC(p, ct, t.C16, bi, i0, j0, mr, nr)
+	}
+}
+
+func (t *bf16Tiles) do(lo, hi int) {
+	kp := t.kp
+	w := getWork()
+	defer workPool.put(w)
+	edge := w.edge[:bf16MR*bf16NR]
+	(*bf16Task)(t).eachTile(lo, hi, func(bi, i0, j0, mr, nr int, ct []float32, ldc int, add bool) {
 		for jb := 0; jb < nr; jb += bf16NR {
 			cols := min(bf16NR, nr-jb)
 			bstrip := t.pb[(bi*t.nPad+j0+jb)*kp:][:bf16NR*kp]
@@ -196,9 +209,7 @@ func (t *bf16Tiles) do(lo, hi int) {
 				}
 			}
 		}
-		addBias(ct, ldc, mr, nr, t.bias, j0)
-		storeTileC(p, ct, t.C16, bi, i0, j0, mr, nr)
-	}
+	})
 }
 
 // The products write BF16 C (bf16 activations) themselves: each computes
