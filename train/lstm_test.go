@@ -23,18 +23,7 @@ func TestLSTMDDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a group")
 	}
-	base := lstmOf(ddpConfig(t, 2026))
-	ref := runSingle(t, base)
-	cfg := base
-	cfg.Out = filepath.Join(t.TempDir(), "out")
-	cfg.BatchSize = 6
-	ranks, _ := runGroupOut(t, cfg, 2)
-	if name := sameBits(ranks[0], ranks[1]); name != "" {
-		t.Errorf("rank 1's %s differs from rank 0's", name)
-	}
-	if d := maxDiff(t, ranks[0], ref); d > 1e-5 {
-		t.Errorf("2 ranks × 6 end %.3g from 1 process × 12 (want ≤ 1e-5)", d)
-	}
+	checkTwoRanksEqualOne(t, lstmOf(ddpConfig(t, 2026)))
 }
 
 // TestLSTMResumeIsExact: an LSTM run with dropout resumed from a

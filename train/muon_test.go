@@ -85,18 +85,7 @@ func TestMuonDDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a group")
 	}
-	base := muonOf(llamaOf(ddpConfig(t, 2026)))
-	ref := runSingle(t, base)
-	cfg := base
-	cfg.Out = filepath.Join(t.TempDir(), "out")
-	cfg.BatchSize = 6
-	ranks, _ := runGroupOut(t, cfg, 2)
-	if name := sameBits(ranks[0], ranks[1]); name != "" {
-		t.Errorf("rank 1's %s differs from rank 0's", name)
-	}
-	if d := maxDiff(t, ranks[0], ref); d > 1e-5 {
-		t.Errorf("2 ranks × 6 end %.3g from 1 process × 12 (want ≤ 1e-5)", d)
-	}
+	checkTwoRanksEqualOne(t, muonOf(llamaOf(ddpConfig(t, 2026))))
 }
 
 // muonZeroRE is what a rank of a ZeRO-1 group with Muon says it keeps.
