@@ -85,15 +85,7 @@ func TestMatMulBF16(t *testing.T) {
 			c.MatMul(p, backend.Ref{S: as}, backend.Ref{S: bs}, cc, backend.Ref{})
 			got := get(c, cc, tc.batch*nc)
 			for bi := 0; bi < tc.batch; bi++ {
-				a64, b64 := make([]float64, na), make([]float64, nb)
-				for i := range a64 {
-					a64[i] = float64(backend.BF16ToF32(av[bi*na+i]))
-				}
-				for i := range b64 {
-					b64[i] = float64(backend.BF16ToF32(bv[bi*nb+i]))
-				}
-				want := widen(cv[bi*nc : (bi+1)*nc])
-				ref.MatMul(a64, b64, want, nil, tc.m, tc.n, tc.kk, tc.ta, tc.tb, 1, float64(tc.beta))
+				want := bf16Ref64(av[bi*na:(bi+1)*na], bv[bi*nb:(bi+1)*nb], cv[bi*nc:(bi+1)*nc], tc.m, tc.n, tc.kk, tc.ta, tc.tb, tc.beta)
 				for i := range want {
 					g := float64(got[bi*nc+i])
 					if d := math.Abs(g - want[i]); d > 1e-6*float64(tc.kk)+1e-5*math.Abs(want[i]) {
@@ -331,5 +323,20 @@ func widenBF16(v []uint16) []float32 {
 	for i, x := range v {
 		out[i] = backend.BF16ToF32(x)
 	}
+	return out
+}
+
+// bf16Ref64 is the float64 reference of one bf16 product: op(A)·op(B) +
+// beta·C for bf16 A and B (exactly widened) and F32 C, M×N over K.
+func bf16Ref64(a, b []uint16, c []float32, m, n, k int, ta, tb bool, beta float32) []float64 {
+	a64, b64 := make([]float64, len(a)), make([]float64, len(b))
+	for i, v := range a {
+		a64[i] = float64(backend.BF16ToF32(v))
+	}
+	for i, v := range b {
+		b64[i] = float64(backend.BF16ToF32(v))
+	}
+	out := widen(c)
+	ref.MatMul(a64, b64, out, nil, m, n, k, ta, tb, 1, float64(beta))
 	return out
 }

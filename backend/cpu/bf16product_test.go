@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
-	"github.com/fleetml/fleet/backend/ref"
 	"github.com/fleetml/fleet/internal/rng"
 	"golang.org/x/sys/cpu"
 )
@@ -225,15 +224,7 @@ func checkAMX(t *testing.T, name string) {
 			}
 		}
 		for bi := 0; bi < tc.batch; bi++ {
-			a64, b64 := make([]float64, na), make([]float64, nb)
-			for i := range a64 {
-				a64[i] = float64(backend.BF16ToF32(av[bi*na+i]))
-			}
-			for i := range b64 {
-				b64[i] = float64(backend.BF16ToF32(bv[bi*nb+i]))
-			}
-			ref64 := widen(cv[bi*nc : (bi+1)*nc])
-			ref.MatMul(a64, b64, ref64, nil, tc.m, tc.n, tc.k, tc.ta, tc.tb, 1, float64(tc.beta))
+			ref64 := bf16Ref64(av[bi*na:(bi+1)*na], bv[bi*nb:(bi+1)*nb], cv[bi*nc:(bi+1)*nc], tc.m, tc.n, tc.k, tc.ta, tc.tb, tc.beta)
 			for i := range ref64 {
 				if bias != nil {
 					ref64[i] += float64(bias[i%tc.n])
