@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
@@ -156,16 +155,7 @@ func TestSimCountsLSTM(t *testing.T) {
 		step(fake)
 		step(simulated)
 	})
-	want := map[string]int64{}
-	for _, k := range f.launches {
-		want[k]++
-	}
-	got := map[string]int64{}
-	for k, v := range w.ByKernel {
-		if strings.HasPrefix(k, "fleet_") {
-			got[k] = v
-		}
-	}
+	want, got := launchCounts(f.launches), fleetKernels(w.ByKernel)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the simulator counted kernels\n%v\nthe backend launched\n%v", got, want)
 	}

@@ -3,7 +3,6 @@ package gpu
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/fleetml/fleet/backend"
@@ -57,18 +56,9 @@ func TestSimCountsLlama(t *testing.T) {
 			step(fake)
 			step(simulated)
 		})
-		want := map[string]int64{}
-		for _, k := range f.launches {
-			if k != "fleet_fill_i32" {
-				want[k]++
-			}
-		}
-		got := map[string]int64{}
-		for k, v := range w.ByKernel {
-			if strings.HasPrefix(k, "fleet_") && k != "fleet_fill_i32" {
-				got[k] = v
-			}
-		}
+		want, got := launchCounts(f.launches), fleetKernels(w.ByKernel)
+		delete(want, "fleet_fill_i32")
+		delete(got, "fleet_fill_i32")
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%v: the simulator counted kernels\n%v\nthe backend launched\n%v", prec, got, want)
 		}

@@ -59,16 +59,7 @@ func TestSimCountsEveryLaunch(t *testing.T) {
 			step(fake)
 			step(simulated)
 		})
-		want := map[string]int64{}
-		for _, k := range f.launches {
-			want[k]++
-		}
-		got := map[string]int64{}
-		for k, v := range w.ByKernel {
-			if strings.HasPrefix(k, "fleet_") {
-				got[k] = v
-			}
-		}
+		want, got := launchCounts(f.launches), fleetKernels(w.ByKernel)
 		if fmt.Sprint(got) != fmt.Sprint(want) || len(want) < 10 {
 			t.Errorf("%v: the simulator counted kernels\n%v\nthe backend launched\n%v", prec, got, want)
 		}
@@ -120,4 +111,25 @@ func TestSimCuBLASLtDeclines(t *testing.T) {
 			t.Errorf("n_embd %d: %d GELU kernels and %d cuBLASLt products, want fallback %v (%v)", c.embd, gelu, lt, c.fallback, w.ByKernel)
 		}
 	}
+}
+
+// launchCounts counts each kernel among the launches a fake GPU saw.
+func launchCounts(launches []string) map[string]int64 {
+	n := map[string]int64{}
+	for _, k := range launches {
+		n[k]++
+	}
+	return n
+}
+
+// fleetKernels is a simulator's count per kernel, fleet's kernels only
+// (not the libraries' calls).
+func fleetKernels(byKernel map[string]int64) map[string]int64 {
+	n := map[string]int64{}
+	for k, v := range byKernel {
+		if strings.HasPrefix(k, "fleet_") {
+			n[k] = v
+		}
+	}
+	return n
 }
