@@ -67,15 +67,7 @@ func testResumeIsExact(t *testing.T, prec string) {
 	for _, from := range []int{10, 15, 25} {
 		// Make the checkpoint at from the newest: copy the run aside and
 		// drop later checkpoints and the latest pointer.
-		rc := c
-		rc.Out = filepath.Join(t.TempDir(), "out")
-		os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
-		for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
-			os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
-		}
-		if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(from)), os.DirFS(filepath.Join(root, checkpoint.DirName(from)))); err != nil {
-			t.Fatal(err)
-		}
+		rc := stoppedAt(t, c, from)
 		rc.Resume = true
 		log.Reset()
 		if _, err := Run(rc, &log); err != nil {
@@ -194,4 +186,22 @@ func TestCheckpointDiskFull(t *testing.T) {
 	if _, err := Run(c, &log); err != nil || !strings.Contains(log.String(), "at step 5") {
 		t.Fatalf("resume after the failed write: %v\n%s", err, log.String())
 	}
+}
+
+// stoppedAt is run c as a run stopped at step's checkpoint: a new Out
+// holding c's config, tokenizer and metrics and that checkpoint alone,
+// where a resume starts from it.
+func stoppedAt(t *testing.T, c Config, step int) Config {
+	t.Helper()
+	rc := c
+	rc.Out = filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
+	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
+		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
+	}
+	from := filepath.Join(c.Out, CheckpointDir, checkpoint.DirName(step))
+	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(step)), os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }

@@ -2,12 +2,9 @@ package train
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/fleetml/fleet/checkpoint"
 )
 
 // llamaOf sets c's model to a Llama-style one with every piece on:
@@ -68,16 +65,7 @@ func TestLlamaResumeIsExact(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	want := mustRead(t, filepath.Join(c.Out, ModelFile))
-	root := filepath.Join(c.Out, CheckpointDir)
-	rc := c
-	rc.Out = filepath.Join(t.TempDir(), "out")
-	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
-	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
-		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
-	}
-	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(15)), os.DirFS(filepath.Join(root, checkpoint.DirName(15)))); err != nil {
-		t.Fatal(err)
-	}
+	rc := stoppedAt(t, c, 15)
 	rc.Resume = true
 	log.Reset()
 	if _, err := Run(rc, &log); err != nil {

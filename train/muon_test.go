@@ -2,7 +2,6 @@ package train
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -52,15 +51,7 @@ func testMuonResume(t *testing.T, c Config) {
 	want := mustRead(t, filepath.Join(c.Out, ModelFile))
 	root := filepath.Join(c.Out, CheckpointDir)
 	wantState := mustRead(t, filepath.Join(root, checkpoint.DirName(30), StateFile))
-	rc := c
-	rc.Out = filepath.Join(t.TempDir(), "out")
-	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
-	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
-		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
-	}
-	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(15)), os.DirFS(filepath.Join(root, checkpoint.DirName(15)))); err != nil {
-		t.Fatal(err)
-	}
+	rc := stoppedAt(t, c, 15)
 	bad := rc
 	bad.Resume, bad.MuonLR = true, 0.03
 	if _, err := Run(bad, &log); err == nil || !strings.Contains(err.Error(), "MuonLR") {

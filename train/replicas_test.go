@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/fleetml/fleet/checkpoint"
 )
 
 // TestReplicasEqualOneProcess: --replicas over logical CPU devices ends
@@ -131,16 +129,7 @@ func TestReplicasResume(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	want := mustRead(t, filepath.Join(c.Out, ModelFile))
-	rc := c
-	rc.Out = filepath.Join(t.TempDir(), "out")
-	os.MkdirAll(filepath.Join(rc.Out, CheckpointDir), 0o755)
-	for _, f := range []string{ConfigFile, TokenizerFile, MetricsFile} {
-		os.WriteFile(filepath.Join(rc.Out, f), mustRead(t, filepath.Join(c.Out, f)), 0o644)
-	}
-	from := filepath.Join(c.Out, CheckpointDir, checkpoint.DirName(15))
-	if err := os.CopyFS(filepath.Join(rc.Out, CheckpointDir, checkpoint.DirName(15)), os.DirFS(from)); err != nil {
-		t.Fatal(err)
-	}
+	rc := stoppedAt(t, c, 15)
 	rc.Resume = true
 	log.Reset()
 	if _, err := Run(rc, &log); err != nil {
