@@ -1,10 +1,6 @@
 package dist
 
-import (
-	"fmt"
-	"hash/fnv"
-	"strconv"
-)
+import "fmt"
 
 // Bounds cut a flat buffer into one contiguous shard per rank, in rank
 // order: rank k's shard is elements [b[k], b[k+1]), so b has world+1
@@ -64,14 +60,15 @@ func (b Bounds) check(world int) error {
 }
 
 // hash identifies the bounds on the wire (a collective's header), so that
-// ranks that cut a buffer apart are caught.
+// ranks that cut a buffer apart are caught: FNV-1a over each bound's 8
+// bytes, computed without allocating (every collective's header has it).
 func (b Bounds) hash() uint32 {
-	h := fnv.New32a()
-	var buf []byte
+	h := uint32(2166136261)
 	for _, x := range b {
-		buf = strconv.AppendInt(buf[:0], int64(x), 10)
-		buf = append(buf, ',')
-		h.Write(buf)
+		for i := range 8 {
+			h ^= uint32(byte(uint64(x) >> (8 * i)))
+			h *= 16777619
+		}
 	}
-	return h.Sum32()
+	return h
 }
